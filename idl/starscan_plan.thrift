@@ -1,0 +1,64 @@
+// starscan's own opaque scan plan: what the FE hands out as `opaqued_query_plan`.
+// Clients never look inside; BEs trust it only when its HMAC signature checks out.
+
+namespace py starscan_plan
+
+// One node of a predicate or output expression, flattened in pre-order
+// (like StarRocks' TExprNode list): a node is followed by its `num_children` subtrees.
+struct TExprNode {
+  1: required string kind        // column | literal | op | func | cast | in | between | is_null | like | case
+  2: required i32 num_children
+  3: optional string name        // column name, operator symbol or function name
+  4: optional string literal_type  // null | boolean | int | bigint | decimal | double | string | date | timestamp
+  5: optional string literal_value // textual value of the literal, canonical form
+  6: optional bool negated       // NOT IN, NOT LIKE, IS NOT NULL, NOT BETWEEN
+  7: optional string type_name   // cast target, Spark type string
+}
+
+struct TExpr {
+  1: required list<TExprNode> nodes
+}
+
+struct TPlanColumn {
+  1: required string name          // output name (column name or alias)
+  2: required string source        // table column it reads; empty when not a slot ref
+  3: required string spark_type    // Spark type as JSON (DataType.json())
+  4: required i32 primitive_type   // TPrimitiveType value reported to the client
+  5: required bool nullable
+  6: required bool is_slot_ref     // false for computed items such as `k1 + 1`
+}
+
+struct TPlanFile {
+  1: required string path          // relative to the table directory, '/'-separated
+  2: required i64 size
+  3: required i64 mtime_ns
+}
+
+struct TPlanTablet {
+  1: required i64 tablet_id
+  2: required list<TPlanFile> files
+}
+
+struct TScanPlan {
+  1: required string query_id
+  2: required string database
+  3: required string table
+  4: required string table_location  // absolute path of the table directory
+  5: required i32 version
+  6: required list<TPlanColumn> columns
+  7: optional TExpr predicate
+  8: required list<TPlanTablet> tablets
+  9: required string user
+  10: required i64 issued_at_ms
+  11: required i64 expires_at_ms
+  12: required string table_schema    // the table's full Spark schema as JSON
+  13: required i32 schema_hash
+}
+
+// What actually goes on the wire (base64 of its binary serialization).
+struct TSignedPlan {
+  1: required i16 format_version
+  2: required binary plan            // TBinaryProtocol bytes of TScanPlan
+  3: required binary signature       // HMAC-SHA256(secret, plan)
+  4: required string key_id          // which secret signed it (for rotation)
+}

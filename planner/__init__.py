@@ -1,0 +1,1 @@
+"""FE side: the `_query_plan` and `_schema` HTTP endpoints."""

@@ -1,0 +1,1 @@
+"""BE side: the Thrift `TStarrocksExternalService` running scans on Spark."""

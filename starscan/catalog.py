@@ -1,0 +1,205 @@
+"""The warehouse: databases, tables, their files, tablets and versions.
+
+Layout is Spark's own (``spark.sql.warehouse.dir``): database ``d`` is ``<warehouse>/d.db``,
+table ``t`` of it is ``<warehouse>/d.db/t`` (the ``default`` database lives in the root),
+so a table written by any Spark job (``saveAsTable`` or ``write.parquet`` into that path)
+is served as it is. The directory tree is the persistent catalog.
+
+A tablet is one data file; its id is a positive 63-bit hash of the file's identity, so the
+same data keeps the same id across restarts and hosts. A table's version is a 31-bit hash
+of its file set: it changes whenever a file is added, removed or rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from cachetools import TTLCache
+
+from starscan.errors import DatabaseNotFound, TableNotFound
+
+DEFAULT_DB = "default"
+DB_SUFFIX = ".db"
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _hidden(name: str) -> bool:
+    # Spark's rule for files and directories a data source ignores.
+    return name.startswith("_") or name.startswith(".")
+
+
+def _hash_int(text: str, bits: int) -> int:
+    value = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+    value &= (1 << bits) - 1
+    return value or 1
+
+
+@dataclass(frozen=True)
+class DataFile:
+    path: str            # relative to the table directory, '/'-separated
+    size: int
+    mtime_ns: int
+    partition: tuple[tuple[str, str | None], ...] = ()  # raw partition values from the path
+
+
+@dataclass(frozen=True)
+class Tablet:
+    tablet_id: int
+    files: tuple[DataFile, ...]
+
+    @property
+    def partition(self) -> dict[str, str | None]:
+        return dict(self.files[0].partition) if self.files else {}
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """A table as it is now: its files, tablets and version."""
+
+    db: str
+    name: str
+    location: Path
+    version: int
+    tablets: tuple[Tablet, ...]
+    partition_columns: tuple[str, ...]
+    by_id: dict[int, Tablet] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.db}.{self.name}"
+
+
+def list_table_files(location: Path) -> tuple[list[DataFile], list[str]]:
+    """All data files below a table directory (Hive-style partition folders understood)."""
+    files: list[DataFile] = []
+    part_cols: list[str] = []
+    root = str(location)
+
+    def walk(directory: str, rel: str, partition: tuple[tuple[str, str | None], ...]) -> None:
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if _hidden(entry.name):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                col, eq, raw = entry.name.partition("=")
+                if not eq:
+                    continue  # not a partition directory: Spark ignores it as well
+                value = None if raw == HIVE_NULL else urllib.parse.unquote(raw)
+                if col not in part_cols:
+                    part_cols.append(col)
+                walk(entry.path, f"{rel}{entry.name}/", partition + ((col, value),))
+            elif entry.is_file():
+                st = entry.stat()
+                files.append(DataFile(rel + entry.name, st.st_size, st.st_mtime_ns, partition))
+
+    walk(root, "", ())
+    files.sort(key=lambda f: f.path)
+    return files, part_cols
+
+
+class Warehouse:
+    """Finds databases and tables in the warehouse directory; caches file listings."""
+
+    def __init__(self, root: Path, listing_ttl_s: float = 5.0):
+        self.root = Path(root).resolve()
+        self._lock = threading.Lock()
+        self._listings: TTLCache | None = TTLCache(maxsize=4096, ttl=listing_ttl_s) if listing_ttl_s > 0 else None
+        self._listeners: list[Callable[[str, str], None]] = []
+
+    # ---- names ----
+    def database_path(self, db: str) -> Path:
+        if db == DEFAULT_DB:
+            return self.root
+        if not db or "/" in db or "\\" in db or db in (".", "..") or _hidden(db):
+            raise DatabaseNotFound(db)
+        return self.root / f"{db}{DB_SUFFIX}"
+
+    def table_path(self, db: str, table: str) -> Path:
+        return self.database_path(db) / table
+
+    def databases(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        names = [DEFAULT_DB] if self.tables(DEFAULT_DB) else []
+        for entry in sorted(os.scandir(self.root), key=lambda e: e.name):
+            if entry.is_dir() and entry.name.endswith(DB_SUFFIX) and not _hidden(entry.name):
+                names.append(entry.name[: -len(DB_SUFFIX)])
+        return names
+
+    def has_database(self, db: str) -> bool:
+        try:
+            path = self.database_path(db)
+        except DatabaseNotFound:
+            return False
+        return path.is_dir() and (db != DEFAULT_DB or bool(self.tables(DEFAULT_DB)))
+
+    def tables(self, db: str) -> list[str]:
+        path = self.database_path(db)
+        if not path.is_dir():
+            return []
+        out = []
+        for entry in sorted(os.scandir(path), key=lambda e: e.name):
+            if not entry.is_dir() or _hidden(entry.name):
+                continue
+            if db == DEFAULT_DB and entry.name.endswith(DB_SUFFIX):
+                continue
+            out.append(entry.name)
+        return out
+
+    def has_table(self, db: str, table: str) -> bool:
+        if not table or "/" in table or "\\" in table or table in (".", "..") or _hidden(table):
+            return False
+        if db == DEFAULT_DB and table.endswith(DB_SUFFIX):
+            return False
+        try:
+            return self.table_path(db, table).is_dir()
+        except DatabaseNotFound:
+            return False
+
+    def require_table(self, db: str, table: str) -> Path:
+        if not self.has_database(db):
+            raise DatabaseNotFound(db)
+        if not self.has_table(db, table):
+            raise TableNotFound(table)
+        return self.table_path(db, table)
+
+    # ---- snapshots ----
+    def snapshot(self, db: str, table: str) -> TableSnapshot:
+        location = self.require_table(db, table)
+        key = str(location)
+        if self._listings is not None:
+            with self._lock:
+                cached = self._listings.get(key)
+            if cached is not None:
+                return cached
+        snap = self._build_snapshot(db, table, location)
+        if self._listings is not None:
+            with self._lock:
+                self._listings[key] = snap
+        return snap
+
+    def invalidate(self, db: str, table: str) -> None:
+        """Forget a cached listing (after this process wrote the table)."""
+        if self._listings is None:
+            return
+        with self._lock:
+            self._listings.pop(str(self.table_path(db, table)), None)
+
+    def _build_snapshot(self, db: str, table: str, location: Path) -> TableSnapshot:
+        files, part_cols = list_table_files(location)
+        identity = f"{db}.{table}"
+        tablets = tuple(
+            Tablet(_hash_int(f"{identity}/{f.path}|{f.size}|{f.mtime_ns}", 63), (f,)) for f in files
+        )
+        version = _hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
+        by_id = {t.tablet_id: t for t in tablets}
+        return TableSnapshot(db, table, location, version, tablets, tuple(part_cols), by_id)

@@ -1,0 +1,204 @@
+"""One settings object for the whole server.
+
+Precedence (lowest first): defaults < ``starscan.conf`` (StarRocks ``key = value`` style,
+``#`` comments, ``spark.*`` keys pass through to Spark) < ``STARSCAN_*`` environment
+variables < CLI flags. Unknown keys and bad values are rejected at start with the key
+named. StarRocks names and defaults are kept where they exist.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from starscan.errors import ConfigError
+
+ENV_PREFIX = "STARSCAN_"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, enable_decoding=False)
+
+    # ---- ports and addresses (StarRocks names) ----
+    http_port: int = Field(8030, ge=0, le=65535, description="FE HTTP port (_query_plan, _schema)")
+    be_port: int = Field(9060, ge=0, le=65535, description="BE Thrift port (open_scanner/get_next/close_scanner)")
+    bind_host: str = Field("127.0.0.1", description="address both ports listen on (0.0.0.0 for all)")
+    advertise_host: str = Field("127.0.0.1", description="host put in `routings`; must be an IP or name clients reach")
+    be_endpoints: list[str] = Field(
+        default_factory=list,
+        description="every BE as host:port for `routings` (default: advertise_host:be_port)",
+    )
+
+    # ---- scan contexts (StarRocks names and defaults) ----
+    keep_alive_min: int = Field(5, ge=1, le=32767, description="idle minutes before a context is reaped, when the client sends none")
+    scan_context_gc_interval_min: int = Field(5, ge=1, description="minutes between reaper ticks")
+    scan_context_gc_interval_s: float | None = Field(None, gt=0, description="reaper tick in seconds (overrides the minutes; for tests)")
+    query_timeout_s: int = Field(3600, ge=1, description="scan timeout when the client sends none")
+    queue_max_bytes: int = Field(64 << 20, ge=1 << 16, description="upper bound of one scanner's result queue (mem_limit lowers it)")
+    thrift_client_timeout_s: float | None = Field(None, gt=0, description="idle seconds before the BE drops a connection (none: never)")
+
+    # ---- warehouse, tables, plans ----
+    warehouse: Path = Field(Path("starscan-warehouse"), description="warehouse directory (Spark layout: <db>.db/<table>)")
+    tablet_target_bytes: int = Field(128 << 20, ge=1 << 10, description="target Parquet bytes per tablet written by `starscan load`")
+    listing_cache_ttl_s: float = Field(5.0, ge=0, description="seconds a table's file listing is cached")
+    plan_ttl_s: int = Field(86400, ge=1, description="seconds an issued plan stays valid")
+    plan_secret: str | None = Field(None, description="HMAC secret for plans (generated and kept in the warehouse if unset)")
+    users_file: Path | None = Field(None, description="users and grants (default: <warehouse>/_starscan/users.json)")
+    time_zone: str = Field("UTC", description="time zone DATETIME values are rendered in")
+    demo_scale: float = Field(0.01, ge=0, le=100, description="TPC-H scale factor of demo.lineitem created in an empty warehouse (0: no demo)")
+
+    # ---- Spark ----
+    spark_master: str = Field("local[*]", description="Spark master URL: local[N], spark://, k8s://, yarn")
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
+
+    @field_validator("be_endpoints")
+    @classmethod
+    def _check_endpoints(cls, value: list[str]) -> list[str]:
+        for item in value:
+            host, sep, port = item.rpartition(":")
+            if not sep or not host or ":" in host or not port.isdigit():
+                raise ValueError(f"{item!r} is not host:port (IPv6 literals are not understood by clients)")
+        return value
+
+    @field_validator("time_zone")
+    @classmethod
+    def _check_tz(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        ZoneInfo(value)
+        return value
+
+    @field_validator("be_endpoints", "spark_conf", mode="before")
+    @classmethod
+    def _split_text(cls, value: Any, info) -> Any:
+        # Conf files and env variables give text: "a:1, b:2" / "k=v; k2=v2".
+        if isinstance(value, str):
+            if info.field_name == "be_endpoints":
+                return [part.strip() for part in value.split(",") if part.strip()]
+            pairs = [p for p in (x.strip() for x in value.split(";")) if p]
+            out = {}
+            for pair in pairs:
+                key, eq, val = pair.partition("=")
+                if not eq:
+                    raise ValueError(f"{pair!r} is not key=value")
+                out[key.strip()] = val.strip()
+            return out
+        return value
+
+    # ---- derived ----
+    @property
+    def gc_interval_s(self) -> float:
+        if self.scan_context_gc_interval_s is not None:
+            return self.scan_context_gc_interval_s
+        return self.scan_context_gc_interval_min * 60.0
+
+    @property
+    def routings(self) -> list[str]:
+        return list(self.be_endpoints) or [f"{self.advertise_host}:{self.be_port}"]
+
+    @property
+    def state_dir(self) -> Path:
+        return self.warehouse / "_starscan"
+
+    @property
+    def effective_users_file(self) -> Path:
+        return self.users_file or self.state_dir / "users.json"
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        return (init_settings, env_settings, _ConfFileSource(settings_cls))
+
+
+class _ConfFileSource(PydanticBaseSettingsSource):
+    """Reads the file named by the ``_conf_file`` context variable (set by ``load_settings``)."""
+
+    path: Path | None = None
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - not used
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        if _ConfFileSource.path is None:
+            return {}
+        return parse_conf_file(_ConfFileSource.path)
+
+
+def parse_conf_file(path: Path) -> dict[str, Any]:
+    """Parse a StarRocks-style ``key = value`` file. ``spark.*`` keys go to ``spark_conf``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    values: dict[str, Any] = {}
+    spark_conf: dict[str, str] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, eq, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key:
+            raise ConfigError(f"{path}:{lineno}: expected `key = value`, got {raw!r}")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        if key.startswith("spark."):
+            spark_conf[key] = value
+            continue
+        if key not in Settings.model_fields:
+            raise ConfigError(f"{path}:{lineno}: unknown configuration key {key!r}")
+        values[key] = value
+    if spark_conf:
+        base = values.get("spark_conf")
+        merged = Settings._split_text(base, _FieldInfo("spark_conf")) if isinstance(base, str) else {}
+        merged.update(spark_conf)
+        values["spark_conf"] = merged
+    return values
+
+
+class _FieldInfo:
+    def __init__(self, name: str):
+        self.field_name = name
+
+
+def _check_env_keys(environ: dict[str, str]) -> None:
+    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    for key in environ:
+        if key.startswith(ENV_PREFIX) and key not in known and key != ENV_PREFIX + "CONF":
+            raise ConfigError(f"unknown configuration key {key[len(ENV_PREFIX):].lower()!r} (environment variable {key})")
+
+
+def load_settings(conf_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings: defaults < conf file < STARSCAN_* env < ``overrides`` (CLI flags).
+
+    ``conf_file`` defaults to ``$STARSCAN_CONF``, then ``./starscan.conf`` if it exists.
+    """
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    _check_env_keys(dict(os.environ))
+    if conf_file is None:
+        conf_file = os.environ.get(ENV_PREFIX + "CONF")
+        if conf_file is None and Path("starscan.conf").is_file():
+            conf_file = "starscan.conf"
+    if conf_file is not None and not Path(conf_file).is_file():
+        raise ConfigError(f"config file {conf_file} does not exist")
+    _ConfFileSource.path = Path(conf_file) if conf_file else None
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    finally:
+        _ConfFileSource.path = None
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "?"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown configuration key {key!r}")
+        else:
+            parts.append(f"bad value for {key!r}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(parts)

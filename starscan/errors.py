@@ -1,0 +1,137 @@
+"""Every error kind starscan reports, modelled once.
+
+Each kind carries the HTTP status the FE answers with and the ``TStatusCode`` name the
+BE answers with. Rendering to the wire happens in exactly two places:
+``starscan.planner.errors`` (HTTP) and ``starscan.provider.status`` (Thrift).
+Only status codes the StarRocks Java SDK knows are ever used (PROTOCOL.md section 3).
+"""
+
+from __future__ import annotations
+
+
+class StarscanError(Exception):
+    """Base of all domain errors. ``message`` is what the person at the client reads."""
+
+    http_status: int = 500
+    status_code: str = "INTERNAL_ERROR"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+# ---- configuration / startup ------------------------------------------------------
+class ConfigError(StarscanError):
+    """A configuration key is unknown or has a bad value (raised at start)."""
+
+    status_code = "CONFIGURATION_ERROR"
+
+
+class JavaMissingError(StarscanError):
+    """No usable Java runtime for Spark."""
+
+
+# ---- FE / request validation -------------------------------------------------------
+class BadRequest(StarscanError):
+    http_status = 400
+    status_code = "INVALID_ARGUMENT"
+
+
+class Unauthorized(StarscanError):
+    """Missing or wrong credentials, or no SELECT grant: HTTP 401 in the auth shape."""
+
+    http_status = 401
+    status_code = "NOT_AUTHORIZED"
+
+
+class NotOlapTable(StarscanError):
+    http_status = 403
+    status_code = "NOT_IMPLEMENTED_ERROR"
+
+
+class DatabaseNotFound(StarscanError):
+    http_status = 404
+    status_code = "NOT_FOUND"
+
+    def __init__(self, db: str):
+        super().__init__(f"Database [{db}] does not exists")
+        self.db = db
+
+
+class TableNotFound(StarscanError):
+    http_status = 404
+    status_code = "NOT_FOUND"
+
+    def __init__(self, table: str):
+        super().__init__(f"Table [{table}] does not exists")
+        self.table = table
+
+
+class SqlInvalid(StarscanError):
+    """Parse/analysis failure. The HTTP body says only ``The Sql is invalid`` (as StarRocks
+    does); ``detail`` keeps the reason for the log."""
+
+    http_status = 500
+    status_code = "ANALYSIS_ERROR"
+
+    def __init__(self, detail: str = ""):
+        super().__init__("The Sql is invalid")
+        self.detail = detail
+
+
+# ---- plans ------------------------------------------------------------------------
+class PlanInvalid(StarscanError):
+    """The opaque plan is not ours, was altered, or has expired."""
+
+    http_status = 400
+    status_code = "INVALID_ARGUMENT"
+
+
+# ---- BE / scanning -----------------------------------------------------------------
+class InvalidArgument(StarscanError):
+    http_status = 400
+    status_code = "INVALID_ARGUMENT"
+
+
+class NotFound(StarscanError):
+    http_status = 404
+    status_code = "NOT_FOUND"
+
+
+class NotAuthorized(StarscanError):
+    http_status = 403
+    status_code = "NOT_AUTHORIZED"
+
+
+class TooManyTasks(StarscanError):
+    http_status = 429
+    status_code = "TOO_MANY_TASKS"
+
+
+class ScanCancelled(StarscanError):
+    status_code = "CANCELLED"
+
+
+class ScanTimeout(StarscanError):
+    status_code = "TIMEOUT"
+
+
+class MemLimitExceeded(StarscanError):
+    status_code = "MEM_LIMIT_EXCEEDED"
+
+
+class SnapshotGone(StarscanError):
+    """A file of the planned table version no longer exists (or changed)."""
+
+    http_status = 410
+    status_code = "NOT_FOUND"
+
+
+class ScanFailed(StarscanError):
+    """Spark failed while running a scan."""
+
+    status_code = "INTERNAL_ERROR"
+
+
+class InternalError(StarscanError):
+    status_code = "INTERNAL_ERROR"

@@ -1,0 +1,128 @@
+"""The opaque query plan: built by the FE, verified and read by the BE.
+
+Wire form: base64 (standard, padded) of a binary-serialized ``TSignedPlan`` whose ``plan``
+is a binary-serialized ``TScanPlan`` and ``signature`` its HMAC-SHA256 with the server
+secret. Plans are stateless: any BE with the same secret accepts them until they expire,
+across restarts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from thriftpy2.protocol import TBinaryProtocolFactory
+from thriftpy2.utils import deserialize, serialize
+
+from starscan.errors import PlanInvalid
+from starscan.thrift_defs import plan as plan_idl
+
+FORMAT_VERSION = 1
+_PROTO = TBinaryProtocolFactory()
+
+
+def key_id(secret: bytes) -> str:
+    return hashlib.sha256(b"starscan-key-id:" + secret).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class PlanSigner:
+    """Signs plans with ``secret``; verifies with it (and ``previous`` secrets, for rotation)."""
+
+    secret: bytes
+    previous: tuple[bytes, ...] = ()
+
+    def sign(self, body: bytes) -> tuple[bytes, str]:
+        return hmac.new(self.secret, body, hashlib.sha256).digest(), key_id(self.secret)
+
+    def verify(self, body: bytes, signature: bytes, kid: str) -> None:
+        for candidate in (self.secret, *self.previous):
+            if kid == key_id(candidate):
+                expected = hmac.new(candidate, body, hashlib.sha256).digest()
+                if hmac.compare_digest(expected, signature or b""):
+                    return
+                break
+        raise PlanInvalid(
+            "query plan signature does not match: the plan was modified after the FE issued it, "
+            "or it was issued by a server with another plan secret"
+        )
+
+
+def load_or_create_secret(state_dir: Path, configured: str | None) -> bytes:
+    """The configured secret, or the one persisted in the warehouse (created on first use)."""
+    if configured:
+        return configured.encode("utf-8")
+    path = Path(state_dir) / "plan_secret"
+    try:
+        return path.read_bytes().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_hex(32).encode("ascii")
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(value)
+    try:
+        os.link(tmp, path)  # first writer wins when two processes start together
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_bytes().strip()
+
+
+def encode(plan, signer: PlanSigner) -> str:
+    body = serialize(plan, _PROTO)
+    signature, kid = signer.sign(body)
+    wrapper = plan_idl.TSignedPlan(format_version=FORMAT_VERSION, plan=body, signature=signature, key_id=kid)
+    return base64.b64encode(serialize(wrapper, _PROTO)).decode("ascii")
+
+
+def decode(text: str, signer: PlanSigner, now_ms: int | None = None):
+    """Base64 text -> verified ``TScanPlan``. Raises ``PlanInvalid`` with a reason a person can act on."""
+    if not text:
+        raise PlanInvalid("opaqued_query_plan is empty")
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        raise PlanInvalid(
+            f"query_plan_info: {text[:64]!r} validate error, should not be modified after returned starscan FE processed"
+        ) from None
+    try:
+        wrapper = deserialize(plan_idl.TSignedPlan(), raw, _PROTO)
+        if wrapper.plan is None or wrapper.signature is None or wrapper.key_id is None:
+            raise ValueError("incomplete")
+    except Exception:
+        raise PlanInvalid(
+            "query_plan_info deserialize error, should not be modified after returned starscan FE processed"
+        ) from None
+    if wrapper.format_version != FORMAT_VERSION:
+        raise PlanInvalid(f"query plan format {wrapper.format_version} is not supported (expected {FORMAT_VERSION})")
+    signer.verify(wrapper.plan, wrapper.signature, wrapper.key_id)
+    try:
+        plan = deserialize(plan_idl.TScanPlan(), wrapper.plan, _PROTO)
+    except Exception:
+        raise PlanInvalid("query plan body is not a starscan plan") from None
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if plan.expires_at_ms is not None and now_ms > plan.expires_at_ms:
+        raise PlanInvalid(
+            f"query plan {plan.query_id} expired at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(plan.expires_at_ms / 1000))} UTC; "
+            "ask the FE for a new plan"
+        )
+    return plan
+
+
+def to_bytes(plan) -> bytes:
+    return serialize(plan, _PROTO)
+
+
+def from_bytes(raw: bytes):
+    return deserialize(plan_idl.TScanPlan(), raw, _PROTO)

@@ -1,0 +1,130 @@
+"""Spark type -> StarRocks type: the one mapping used by `_schema`, by the plan's column
+list and by the BE's Arrow conversion (PROTOCOL.md section 5.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+# TPrimitiveType values (PROTOCOL.md section 3).
+PRIMITIVE = {
+    "INVALID_TYPE": 0, "NULL_TYPE": 1, "BOOLEAN": 2, "TINYINT": 3, "SMALLINT": 4, "INT": 5,
+    "BIGINT": 6, "FLOAT": 7, "DOUBLE": 8, "DATE": 9, "DATETIME": 10, "BINARY": 11,
+    "DECIMAL": 12, "CHAR": 13, "LARGEINT": 14, "VARCHAR": 15, "HLL": 16, "DECIMALV2": 17,
+    "TIME": 18, "OBJECT": 19, "PERCENTILE": 20, "DECIMAL32": 21, "DECIMAL64": 22,
+    "DECIMAL128": 23, "JSON": 24, "FUNCTION": 25, "VARBINARY": 26,
+}
+
+DECIMAL_TYPES = {"DECIMAL", "DECIMALV2", "DECIMAL32", "DECIMAL64", "DECIMAL128"}
+
+# MySQL-style DATA_TYPE spellings (information_schema) for later use by the MySQL port.
+_SCALARS: dict[type, str] = {
+    T.BooleanType: "BOOLEAN",
+    T.ByteType: "TINYINT",
+    T.ShortType: "SMALLINT",
+    T.IntegerType: "INT",
+    T.LongType: "BIGINT",
+    T.FloatType: "FLOAT",
+    T.DoubleType: "DOUBLE",
+    T.DateType: "DATE",
+    T.TimestampType: "DATETIME",
+    T.TimestampNTZType: "DATETIME",
+    T.StringType: "VARCHAR",
+    T.BinaryType: "VARBINARY",
+    T.NullType: "NULL_TYPE",
+}
+
+
+@dataclass(frozen=True)
+class StarRocksType:
+    """How one Spark column appears to StarRocks clients."""
+
+    name: str                 # FE type name (`_schema` "type"), e.g. DECIMAL64, VARCHAR, INVALID_TYPE
+    primitive: int            # TPrimitiveType value in selected_columns
+    precision: int | None = None
+    scale: int | None = None
+    column_size: int | None = None  # varchar/char length when declared
+
+    @property
+    def is_decimal(self) -> bool:
+        return self.name in DECIMAL_TYPES
+
+
+def decimal_type_name(precision: int) -> str:
+    if precision <= 9:
+        return "DECIMAL32"
+    if precision <= 18:
+        return "DECIMAL64"
+    return "DECIMAL128"
+
+
+def starrocks_type(field: T.StructField) -> StarRocksType:
+    """Map one Spark field (with its char/varchar metadata) to its StarRocks type."""
+    dt = field.dataType
+    declared = (field.metadata or {}).get("__CHAR_VARCHAR_TYPE_STRING", "")
+    if isinstance(dt, T.StringType) and declared:
+        kind, _, rest = declared.partition("(")
+        length = int(rest.rstrip(")")) if rest else None
+        name = "CHAR" if kind.lower() == "char" else "VARCHAR"
+        return StarRocksType(name, PRIMITIVE[name], column_size=length)
+    if isinstance(dt, (T.CharType, T.VarcharType)):
+        name = "CHAR" if isinstance(dt, T.CharType) else "VARCHAR"
+        return StarRocksType(name, PRIMITIVE[name], column_size=dt.length)
+    if isinstance(dt, T.DecimalType):
+        name = decimal_type_name(dt.precision)
+        return StarRocksType(name, PRIMITIVE[name], precision=dt.precision, scale=dt.scale)
+    if isinstance(dt, (T.ArrayType, T.MapType, T.StructType)):
+        return StarRocksType("INVALID_TYPE", PRIMITIVE["INVALID_TYPE"])
+    name = _SCALARS.get(type(dt))
+    if name is None:  # intervals, variant, ...: readable by nobody
+        return StarRocksType("INVALID_TYPE", PRIMITIVE["INVALID_TYPE"])
+    return StarRocksType(name, PRIMITIVE[name])
+
+
+def is_supported(dt: T.DataType) -> bool:
+    """Can the BE turn values of this Spark type into Arrow for a StarRocks client?"""
+    if isinstance(dt, T.ArrayType):
+        return is_supported(dt.elementType)
+    if isinstance(dt, T.MapType):
+        return is_supported(dt.keyType) and is_supported(dt.valueType)
+    if isinstance(dt, T.StructType):
+        return all(is_supported(f.dataType) for f in dt.fields)
+    return isinstance(dt, (T.DecimalType, T.CharType, T.VarcharType)) or type(dt) in _SCALARS
+
+
+def arrow_type(dt: T.DataType) -> pa.DataType:
+    """The Arrow type a StarRocks BE sends for a Spark type (dates and timestamps as text)."""
+    if isinstance(dt, (T.DateType, T.TimestampType, T.TimestampNTZType, T.StringType, T.CharType, T.VarcharType)):
+        return pa.utf8()
+    if isinstance(dt, T.DecimalType):
+        return pa.decimal128(dt.precision, dt.scale)
+    if isinstance(dt, T.ArrayType):
+        return pa.list_(pa.field("element", arrow_type(dt.elementType), dt.containsNull))
+    if isinstance(dt, T.MapType):
+        return pa.map_(arrow_type(dt.keyType), pa.field("value", arrow_type(dt.valueType), dt.valueContainsNull))
+    if isinstance(dt, T.StructType):
+        return pa.struct([pa.field(f.name, arrow_type(f.dataType), f.nullable) for f in dt.fields])
+    simple = {
+        T.BooleanType: pa.bool_(), T.ByteType: pa.int8(), T.ShortType: pa.int16(),
+        T.IntegerType: pa.int32(), T.LongType: pa.int64(), T.FloatType: pa.float32(),
+        T.DoubleType: pa.float64(), T.BinaryType: pa.binary(), T.NullType: pa.null(),
+    }
+    try:
+        return simple[type(dt)]
+    except KeyError:
+        raise TypeError(f"Spark type {dt.simpleString()} has no StarRocks Arrow encoding") from None
+
+
+def needs_conversion(dt: T.DataType) -> bool:
+    """True when Spark's own Arrow output differs from what StarRocks clients expect."""
+    if isinstance(dt, (T.DateType, T.TimestampType, T.TimestampNTZType)):
+        return True
+    if isinstance(dt, T.ArrayType):
+        return needs_conversion(dt.elementType)
+    if isinstance(dt, T.MapType):
+        return needs_conversion(dt.keyType) or needs_conversion(dt.valueType)
+    if isinstance(dt, T.StructType):
+        return any(needs_conversion(f.dataType) for f in dt.fields)
+    return False

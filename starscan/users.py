@@ -1,0 +1,133 @@
+"""Users, passwords and SELECT grants (the users file).
+
+A JSON file ``{"users": {"<name>": {"password_hash": "<argon2>", "grants": ["db.table", "db.*", "*.*"]}}}``.
+Out of the box it holds ``root`` with an empty password and every grant, as StarRocks ships.
+Successful verifications are remembered for a short while (argon2 is deliberately slow).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import threading
+from pathlib import Path
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from cachetools import TTLCache
+
+log = logging.getLogger("starscan.users")
+
+_hasher = PasswordHasher()
+ALL = "*.*"
+
+
+def grant_matches(grant: str, db: str, table: str) -> bool:
+    gdb, _, gtable = grant.partition(".")
+    return (gdb == "*" or gdb == db) and (gtable == "*" or gtable == table)
+
+
+class UserStore:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._verified: TTLCache = TTLCache(maxsize=10_000, ttl=300)
+        self._cache_key = secrets.token_bytes(32)
+        self._mtime: int | None = None
+        self._users: dict[str, dict] = {}
+        self._ensure()
+
+    # ---- file ----
+    def _ensure(self) -> None:
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._write({"root": {"password_hash": _hasher.hash(""), "grants": [ALL]}})
+        self._reload()
+
+    def _reload(self) -> None:
+        st = self.path.stat()
+        if st.st_mtime_ns == self._mtime:
+            return
+        data = json.loads(self.path.read_text(encoding="utf-8"))
+        with self._lock:
+            self._users = dict(data.get("users", {}))
+            self._mtime = st.st_mtime_ns
+            self._verified.clear()
+
+    def _write(self, users: dict) -> None:
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"users": users}, fh, indent=2, sort_keys=True)
+        os.replace(tmp, self.path)
+
+    def warn_if_default_root(self) -> None:
+        root = self._users.get("root")
+        if root and self._check_hash(root.get("password_hash", ""), ""):
+            log.warning("user 'root' has an empty password and all grants; set one with `starscan user passwd root`")
+
+    # ---- checks ----
+    @staticmethod
+    def _check_hash(stored: str, password: str) -> bool:
+        try:
+            return _hasher.verify(stored, password)
+        except (VerificationError, InvalidHashError):
+            return False
+
+    def authenticate(self, user: str, password: str) -> bool:
+        self._reload()
+        record = self._users.get(user)
+        if record is None:
+            _hasher.hash(password)  # same work for unknown users: no timing oracle
+            return False
+        key = hmac.new(self._cache_key, f"{user}\0{password}\0{record.get('password_hash')}".encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        if key in self._verified:
+            return True
+        ok = self._check_hash(record.get("password_hash", ""), password)
+        if ok:
+            with self._lock:
+                self._verified[key] = True
+        return ok
+
+    def can_select(self, user: str, db: str, table: str) -> bool:
+        self._reload()
+        record = self._users.get(user) or {}
+        return any(grant_matches(g, db, table) for g in record.get("grants", []))
+
+    def users(self) -> dict[str, list[str]]:
+        self._reload()
+        return {name: list(rec.get("grants", [])) for name, rec in self._users.items()}
+
+    # ---- changes (CLI) ----
+    def set_password(self, user: str, password: str, create: bool = False) -> None:
+        self._reload()
+        users = dict(self._users)
+        if user not in users and not create:
+            raise KeyError(user)
+        if user in users and create:
+            raise ValueError(f"user {user!r} already exists")
+        record = dict(users.get(user, {"grants": []}))
+        record["password_hash"] = _hasher.hash(password)
+        users[user] = record
+        self._write(users)
+        self._reload()
+
+    def grant(self, user: str, grant: str, revoke: bool = False) -> None:
+        self._reload()
+        if user not in self._users:
+            raise KeyError(user)
+        if grant.count(".") != 1:
+            raise ValueError(f"grant {grant!r} is not db.table, db.* or *.*")
+        users = dict(self._users)
+        record = dict(users[user])
+        grants = [g for g in record.get("grants", []) if g != grant]
+        if not revoke:
+            grants.append(grant)
+        record["grants"] = grants
+        users[user] = record
+        self._write(users)
+        self._reload()
