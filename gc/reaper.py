@@ -1,0 +1,49 @@
+"""The scan-context reaper (StarRocks' keep-alive GC, PROTOCOL.md 4.4).
+
+Every ``scan_context_gc_interval`` it removes each context idle longer than its
+``keep_alive_min`` and not inside a call: the Spark job is cancelled, the queue freed, and
+a later get_next answers NOT_FOUND ``context_id: <id> not found``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger("starscan.gc")
+
+
+class ScanContextReaper:
+    def __init__(self, contexts, interval_s: float):
+        self.contexts = contexts
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reaped_total = 0
+
+    def tick(self) -> int:
+        """One pass; returns how many contexts were reclaimed."""
+        victims = self.contexts.reap_idle()
+        for ctx, idle in victims:
+            log.info(
+                "reclaimed idle scan context context_id=%s user=%s table=%s idle_s=%.1f keep_alive_s=%.0f rows_sent=%d",
+                ctx.context_id, ctx.user or "-", ctx.table or "-", idle, ctx.keep_alive_s, ctx.rows_sent,
+            )
+        self.reaped_total += len(victims)
+        return len(victims)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.tick()
+            except Exception:  # never let the reaper die
+                log.exception("scan context GC tick failed")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="scan-context-gc", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,29 @@
+"""Renders domain errors as StarRocks' FE does (PROTOCOL.md 2.1 and 2.4)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from starscan.errors import SqlInvalid, StarscanError, Unauthorized
+
+log = logging.getLogger("starscan.planner")
+
+
+def error_response(err: StarscanError) -> JSONResponse:
+    if isinstance(err, Unauthorized):
+        # The auth shape: status/code/msg/message, plus the Basic challenge.
+        return JSONResponse(
+            {"status": "FAILED", "code": "1", "msg": err.message, "message": err.message},
+            status_code=401,
+            headers={"WWW-Authenticate": 'Basic realm=""'},
+        )
+    if isinstance(err, SqlInvalid) and err.detail:
+        log.info("invalid SQL: %s", err.detail)
+    return JSONResponse({"status": err.http_status, "exception": err.message}, status_code=err.http_status)
+
+
+async def handle_starscan_error(request: Request, exc: StarscanError) -> JSONResponse:
+    return error_response(exc)

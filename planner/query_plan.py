@@ -1,0 +1,150 @@
+"""`_query_plan` and `_schema`: checks in StarRocks' order, then the signed plan."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from pyspark.sql import types as T
+
+from starscan import expr as E
+from starscan import plan as plan_codec
+from starscan.catalog import Warehouse
+from starscan.config import Settings
+from starscan.errors import BadRequest, SqlInvalid
+from starscan.planner import sql as sqlmod
+from starscan.planner.pruning import prune
+from starscan.schemas import SchemaResolver, schema_hash
+from starscan.thrift_defs import plan as plan_idl
+from starscan.types import starrocks_type
+
+
+@dataclass(frozen=True)
+class ResolvedColumns:
+    by_lower: dict[str, T.StructField]
+
+    def field(self, name: str) -> T.StructField:
+        found = self.by_lower.get(name.lower())
+        if found is None:
+            raise SqlInvalid(f"unknown column {name!r}")
+        return found
+
+
+def read_sql_body(body: bytes) -> str:
+    """Steps 2-4 of the ladder: the body must be a JSON object with a non-empty `sql`."""
+    if not body or not body.strip():
+        raise BadRequest("POST body must contains [sql] root object")
+    text = body.decode("utf-8", errors="replace")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        raise BadRequest(f"malformed json [ {text} ]") from None
+    if not isinstance(doc, dict):
+        raise BadRequest(f"malformed json [ {text} ]")
+    sql = doc.get("sql")
+    if not isinstance(sql, str) or not sql.strip():
+        raise BadRequest("POST body must contains [sql] root object")
+    return sql
+
+
+class QueryPlanner:
+    def __init__(self, settings: Settings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.PlanSigner):
+        self.settings = settings
+        self.warehouse = warehouse
+        self.schemas = schemas
+        self.signer = signer
+
+    # ---- _query_plan ----
+    def query_plan(self, db: str, table: str, sql: str, user: str) -> dict:
+        snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
+        parsed = sqlmod.parse(sql, db, table)                # 400/500 (steps 8-13)
+        schema = self.schemas.schema(snap)
+        cols = ResolvedColumns({f.name.lower(): f for f in schema.fields})
+        columns = self._output_columns(parsed, schema, cols)
+        predicate = parsed.predicate
+        if predicate is not None:
+            for name in predicate.columns():
+                cols.field(name)
+        part_types = {c: cols.field(c).dataType for c in snap.partition_columns if c.lower() in cols.by_lower}
+        tablets = prune(predicate, snap.tablets, part_types)
+        if not tablets:
+            return {"status": 200, "opaqued_query_plan": "", "partitions": {}}
+        now_ms = int(time.time() * 1000)
+        shash = schema_hash(schema)
+        plan = plan_idl.TScanPlan(
+            query_id=str(uuid.uuid4()),
+            database=db,
+            table=table,
+            table_location=str(snap.location),
+            version=snap.version,
+            columns=columns,
+            predicate=E.flatten(predicate) if predicate is not None else None,
+            tablets=[
+                plan_idl.TPlanTablet(
+                    tablet_id=t.tablet_id,
+                    files=[plan_idl.TPlanFile(path=f.path, size=f.size, mtime_ns=f.mtime_ns) for f in t.files],
+                )
+                for t in tablets
+            ],
+            user=user,
+            issued_at_ms=now_ms,
+            expires_at_ms=now_ms + self.settings.plan_ttl_s * 1000,
+            table_schema=schema.json(),
+            schema_hash=shash,
+        )
+        routings = self.settings.routings
+        partitions = {
+            str(t.tablet_id): {"routings": list(routings), "version": snap.version, "schemaHash": shash} for t in tablets
+        }
+        return {"status": 200, "opaqued_query_plan": plan_codec.encode(plan, self.signer), "partitions": partitions}
+
+    def _output_columns(self, parsed: sqlmod.ParsedQuery, schema: T.StructType, cols: ResolvedColumns) -> list:
+        out = []
+        for item in parsed.items:
+            if item.is_star:
+                out.extend(_plan_column(f.name, f) for f in schema.fields)
+                continue
+            assert item.expr is not None
+            if item.expr.kind == "column":
+                field = cols.field(item.expr.name)
+                name = item.name if item.name != item.expr.name else field.name
+                out.append(_plan_column(name, field))
+            else:
+                for name in item.expr.columns():
+                    cols.field(name)
+                out.append(
+                    plan_idl.TPlanColumn(
+                        name=item.name, source="", spark_type=json.dumps("null"), primitive_type=0,
+                        nullable=True, is_slot_ref=False,
+                    )
+                )
+        if not out:
+            raise SqlInvalid("empty select list")
+        return out
+
+    # ---- _schema ----
+    def table_schema(self, db: str, table: str) -> dict:
+        snap = self.warehouse.snapshot(db, table)
+        schema = self.schemas.schema(snap)
+        properties = []
+        for field in schema.fields:
+            srt = starrocks_type(field)
+            prop = {"name": field.name, "type": srt.name, "comment": str((field.metadata or {}).get("comment", ""))}
+            if srt.is_decimal:
+                prop["precision"] = str(srt.precision)
+                prop["scale"] = str(srt.scale)
+            properties.append(prop)
+        return {"status": 200, "properties": properties}
+
+
+def _plan_column(name: str, field: T.StructField):
+    return plan_idl.TPlanColumn(
+        name=name,
+        source=field.name,
+        spark_type=field.dataType.json(),
+        primitive_type=starrocks_type(field).primitive,
+        nullable=field.nullable,
+        is_slot_ref=True,
+    )

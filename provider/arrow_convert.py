@@ -1,0 +1,98 @@
+"""Spark's Arrow output -> the Arrow StarRocks clients expect (PROTOCOL.md 5.2).
+
+DATE becomes `YYYY-MM-DD` text, DATETIME `YYYY-MM-DD HH:MM:SS` plus `.ffffff` only when
+the microseconds are non-zero (wall clock in the server time zone, which is Spark's session
+time zone, so Spark already delivers timestamps in it); nested types are converted
+element-wise. Everything else passes through untouched. The target schema and the
+per-column work are decided once per scan; the per-batch path only runs Arrow kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from starscan.types import arrow_type, needs_conversion
+
+EOS_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+ArrayFn = Callable[[pa.Array], pa.Array]
+
+
+def _dates(arr: pa.Array) -> pa.Array:
+    # date32 -> timestamp -> '%Y-%m-%d' pads years to 4 digits (0001-01-01) like StarRocks.
+    return pc.strftime(arr.cast(pa.timestamp("s")), format="%Y-%m-%d")
+
+
+def _timestamps(arr: pa.Array) -> pa.Array:
+    if arr.type.tz is not None:
+        # Render the wall clock of the array's own zone (Spark's session time zone).
+        arr = pc.local_timestamp(arr)
+    text = pc.strftime(arr.cast(pa.timestamp("us")), format="%Y-%m-%d %H:%M:%S")
+    # `%S` of a microsecond timestamp prints SS.ffffff: drop an all-zero fraction.
+    return pc.replace_substring_regex(text, pattern=r"\.000000$", replacement="")
+
+
+def _converter(dt: T.DataType) -> ArrayFn | None:
+    if not needs_conversion(dt):
+        return None
+    if isinstance(dt, T.DateType):
+        return _dates
+    if isinstance(dt, (T.TimestampType, T.TimestampNTZType)):
+        return _timestamps
+    target = arrow_type(dt)
+    if isinstance(dt, T.ArrayType):
+        inner = _converter(dt.elementType)
+
+        def lists(arr: pa.Array) -> pa.Array:
+            arr = _unsliced(arr)
+            values = inner(arr.values) if inner else arr.values
+            return pa.ListArray.from_arrays(arr.offsets, values, type=target, mask=arr.is_null() if arr.null_count else None)
+
+        return lists
+    if isinstance(dt, T.MapType):
+        kfn, vfn = _converter(dt.keyType), _converter(dt.valueType)
+
+        def maps(arr: pa.Array) -> pa.Array:
+            arr = _unsliced(arr)
+            keys = kfn(arr.keys) if kfn else arr.keys
+            items = vfn(arr.items) if vfn else arr.items
+            return pa.MapArray.from_arrays(arr.offsets, keys, items, type=target, mask=arr.is_null() if arr.null_count else None)
+
+        return maps
+    if isinstance(dt, T.StructType):
+        fns = [_converter(f.dataType) for f in dt.fields]
+
+        def structs(arr: pa.Array) -> pa.Array:
+            children = [fn(arr.field(i)) if fn else arr.field(i) for i, fn in enumerate(fns)]
+            return pa.StructArray.from_arrays(
+                children, fields=list(target), mask=arr.is_null() if arr.null_count else None
+            )
+
+        return structs
+    return None
+
+
+def _unsliced(arr: pa.Array) -> pa.Array:
+    # from_arrays needs offsets that index the child as given; a sliced list is re-based.
+    return pa.concat_arrays([arr]) if arr.offset else arr
+
+
+class BatchConverter:
+    """Built once per scan from the output columns (name, Spark type, nullable)."""
+
+    def __init__(self, columns: list[tuple[str, T.DataType, bool]]):
+        self.schema = pa.schema([pa.field(name, arrow_type(dt), nullable) for name, dt, nullable in columns])
+        self._fns = [_converter(dt) for _, dt, _ in columns]
+        self.passthrough = all(fn is None for fn in self._fns)
+        self.schema_message = self.schema.serialize().to_pybytes()
+
+    def convert(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        arrays = [fn(col) if fn else col for fn, col in zip(self._fns, batch.columns)]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def ipc_stream(self, batch: pa.RecordBatch) -> bytes:
+        """One Arrow IPC stream: schema message, one record batch, end-of-stream marker."""
+        return b"".join((self.schema_message, batch.serialize().to_pybytes(), EOS_MARKER))

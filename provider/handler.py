@@ -1,0 +1,46 @@
+"""The thriftpy2 handler: methods match the IDL and delegate to ScanService.
+
+Nothing raises into thriftpy2 (an undeclared exception drops the connection): every
+outcome is a TStatus in the reply.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starscan.provider import status
+from starscan.provider.service import ScanService
+from starscan.thrift_defs import wire
+
+log = logging.getLogger("starscan.provider")
+
+
+class ExternalServiceHandler:
+    def __init__(self, service: ScanService):
+        self.service = service
+
+    def open_scanner(self, params):
+        try:
+            result = self.service.open(params)
+        except Exception as exc:  # pragma: no cover - service.open already catches
+            log.exception("open_scanner")
+            return wire.TScanOpenResult(status=status.from_error(exc), context_id="", selected_columns=[])
+        columns = [wire.TScanColumnDesc(name=n, type=t) for n, t in result.columns]
+        st = status.ok() if result.error is None else status.from_error(result.error)
+        return wire.TScanOpenResult(status=st, context_id=result.context_id, selected_columns=columns)
+
+    def get_next(self, params):
+        try:
+            result = self.service.next(params.context_id, params.offset)
+        except Exception as exc:
+            if not hasattr(exc, "status_code"):
+                log.exception("get_next")
+            return wire.TScanBatchResult(status=status.from_error(exc))
+        return wire.TScanBatchResult(status=status.ok(), eos=result.eos, rows=result.rows)
+
+    def close_scanner(self, params):
+        try:
+            self.service.close(params.context_id)
+        except Exception:
+            log.exception("close_scanner")
+        return wire.TScanCloseResult(status=status.ok())

@@ -1,0 +1,106 @@
+"""The bounded hand-off between a Spark scan (producer) and `get_next` (consumer).
+
+Bounded in bytes: ``put`` blocks while the queue holds ``max_bytes`` or more (a single
+batch is always admitted, so a large batch cannot deadlock). A batch's bytes are released
+only when its last row has been taken, which is what the process really holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import pyarrow as pa
+
+from starscan.errors import ScanCancelled, StarscanError
+
+EOS = object()  # returned by take() when the scan finished and everything was taken
+
+
+class ResultQueue:
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._cond = threading.Condition()
+        self._items: deque[list] = deque()  # [batch, nbytes, rows_taken]
+        self._bytes = 0
+        self._finished = False
+        self._error: StarscanError | None = None
+        self._closed = False
+        self.rows_in = 0
+        self.peak_bytes = 0
+
+    # ---- producer side ----
+    def put(self, batch: pa.RecordBatch, nbytes: int) -> bool:
+        """Add a batch; blocks while full. False when the queue was closed or failed."""
+        with self._cond:
+            while self._items and self._bytes + nbytes > self.max_bytes and not self._stopped:
+                self._cond.wait()
+            if self._stopped:
+                return False
+            self._items.append([batch, nbytes, 0])
+            self._bytes += nbytes
+            self.rows_in += batch.num_rows
+            self.peak_bytes = max(self.peak_bytes, self._bytes)
+            self._cond.notify_all()
+            return True
+
+    def finish(self) -> None:
+        with self._cond:
+            self._finished = True
+            self._cond.notify_all()
+
+    def fail(self, error: StarscanError) -> None:
+        """Mark the scan failed; the first failure wins. Queued data is dropped."""
+        with self._cond:
+            if self._error is None and not self._closed:
+                self._error = error
+            self._drop()
+            self._cond.notify_all()
+
+    # ---- consumer side ----
+    def take(self, max_rows: int, timeout: float | None = None):
+        """Up to ``max_rows`` rows as one RecordBatch, or EOS. Raises the scan's error."""
+        with self._cond:
+            while not self._items and not self._finished and not self._stopped:
+                if not self._cond.wait(timeout):
+                    return None
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                raise ScanCancelled("the scanner was closed")
+            if not self._items:
+                return EOS
+            item = self._items[0]
+            batch, nbytes, taken = item
+            rows = min(max_rows, batch.num_rows - taken)
+            out = batch.slice(taken, rows)
+            item[2] = taken + rows
+            if item[2] >= batch.num_rows:
+                self._items.popleft()
+                self._bytes -= nbytes
+                self._cond.notify_all()
+            return out
+
+    def close(self) -> None:
+        """Drop everything and wake both sides (close_scanner, GC, timeout)."""
+        with self._cond:
+            self._closed = True
+            self._drop()
+            self._cond.notify_all()
+
+    # ---- state ----
+    @property
+    def _stopped(self) -> bool:
+        return self._closed or self._error is not None
+
+    def _drop(self) -> None:
+        self._items.clear()
+        self._bytes = 0
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def depth(self) -> int:
+        return len(self._items)

@@ -1,0 +1,25 @@
+"""Domain errors -> TStatus: the only place BE replies get their status codes."""
+
+from __future__ import annotations
+
+from starscan.errors import StarscanError
+from starscan.thrift_defs import wire
+
+# Codes the StarRocks Java SDK knows (PROTOCOL.md 3); anything else would crash it.
+SDK_CODES = frozenset(list(range(0, 23)) + list(range(30, 48)) + [50])
+
+
+def ok():
+    return wire.TStatus(status_code=wire.TStatusCode.OK)
+
+
+def from_error(err: BaseException):
+    if isinstance(err, StarscanError):
+        code = getattr(wire.TStatusCode, err.status_code, wire.TStatusCode.INTERNAL_ERROR)
+        message = err.message
+    else:
+        code = wire.TStatusCode.INTERNAL_ERROR
+        message = f"internal error: {type(err).__name__}: {err}"
+    if code not in SDK_CODES:
+        code = wire.TStatusCode.INTERNAL_ERROR
+    return wire.TStatus(status_code=code, error_msgs=[message])

@@ -1,0 +1,3 @@
+from starscan.cli import main
+
+main()
