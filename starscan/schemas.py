@@ -35,7 +35,33 @@ class SchemaResolver:
             return hit
         if not snap.tablets:
             raise SqlInvalid(f"table {snap.qualified_name} has no data files, so it has no schema yet")
-        schema = self.spark.read.parquet(str(snap.location)).schema
+        schema = _with_footer_details(self.spark.read.parquet(str(snap.location)).schema, snap)
         with _lock:
             self._cache[key] = schema
         return schema
+
+
+SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def _with_footer_details(schema: T.StructType, snap: TableSnapshot) -> T.StructType:
+    """Spark reads file sources as all-nullable and drops char/varchar; the writer's schema in
+    the Parquet footer (first file) still has NOT NULL and the declared char/varchar types."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    first = snap.tablets[0].files[0]
+    try:
+        meta = pq.read_schema(snap.location / first.path).metadata or {}
+        written = T.StructType.fromJson(json.loads(meta[SPARK_ROW_METADATA]))
+    except Exception:  # not written by Spark, unreadable footer: keep Spark's view
+        return schema
+    by_name = {f.name: f for f in written.fields}
+    fields = []
+    for f in schema.fields:
+        w = by_name.get(f.name)
+        if w is not None and w.dataType == f.dataType:
+            f = T.StructField(f.name, f.dataType, w.nullable, {**(f.metadata or {}), **(w.metadata or {})})
+        fields.append(f)
+    return T.StructType(fields)

@@ -1,0 +1,587 @@
+"""Tablet pruning on Hive-style partition values.
+
+The WHERE predicate is evaluated once per distinct partition-value tuple with SQL's
+three-valued logic, generalised to *sets* of possible outcomes: an expression evaluates to a
+non-empty subset of {TRUE, FALSE, NULL}. A singleton is an exact result; anything that reads
+a non-partition column, or that this module cannot evaluate exactly as Spark would, widens to
+the set of outcomes it might have (``UNKNOWN`` = all three). A tablet is dropped only when
+every possible outcome is FALSE or NULL, i.e. when Spark would certainly filter out every row
+of it.
+
+Type coercion is deliberately narrow and mirrors Spark's (ANSI and non-ANSI agree on every
+case handled here):
+
+* numbers compare as numbers: integers and decimals exactly (unless Spark's widened decimal
+  type would exceed precision 38, where Spark rounds), anything with a double in floating
+  point (a decimal only when it is exactly a double);
+* strings compare as UTF-8 bytes; a string against a number is UNKNOWN;
+* dates and timestamps compare with each other and with strings that parse *strictly*
+  (``YYYY-MM-DD``, ``YYYY-MM-DD HH:MM:SS[.ffffff]``); other strings are UNKNOWN;
+* timestamps (Spark's local-time-zone kind) compare exactly only when the session time zone
+  is known to have a fixed offset (``time_zone``); otherwise only values more than 48 hours
+  apart, or equal, are decided (DST gaps and overlaps cannot change those).
+
+Pure Python: no Spark call is made.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from typing import Iterable, Mapping, Sequence
+
+from pyspark.sql import types as T
+
+from starscan.catalog import Tablet
+from starscan.expr import Expr
+
+# ---- three-valued logic over sets of outcomes ------------------------------------------
+TRUE, FALSE, NULL = "T", "F", "N"
+ALWAYS_TRUE = frozenset({TRUE})
+ALWAYS_FALSE = frozenset({FALSE})
+ALWAYS_NULL = frozenset({NULL})
+UNKNOWN = frozenset({TRUE, FALSE, NULL})
+NOT_NULL = frozenset({TRUE, FALSE})
+_DROPPABLE = frozenset({FALSE, NULL})
+
+_NOT = {TRUE: FALSE, FALSE: TRUE, NULL: NULL}
+
+
+def _and1(a: str, b: str) -> str:
+    if a == FALSE or b == FALSE:
+        return FALSE
+    if a == NULL or b == NULL:
+        return NULL
+    return TRUE
+
+
+def _or1(a: str, b: str) -> str:
+    if a == TRUE or b == TRUE:
+        return TRUE
+    if a == NULL or b == NULL:
+        return NULL
+    return FALSE
+
+
+def t_not(a: frozenset) -> frozenset:
+    return frozenset(_NOT[x] for x in a)
+
+
+def t_and(a: frozenset, b: frozenset) -> frozenset:
+    return frozenset(_and1(x, y) for x in a for y in b)
+
+
+def t_or(a: frozenset, b: frozenset) -> frozenset:
+    return frozenset(_or1(x, y) for x in a for y in b)
+
+
+# ---- values ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Val:
+    """A known SQL value. ``kind``: null, int, decimal, double, string, date, timestamp,
+    boolean. ``p``/``s``: decimal precision/scale (for ints: the decimal precision Spark
+    widens that integer type to). ``ntz``: a TIMESTAMP_NTZ value (else local time zone)."""
+
+    kind: str
+    v: object = None
+    p: int = 0
+    s: int = 0
+    ntz: bool = False
+
+
+_UNK = None  # "some value we cannot know"
+NULL_VAL = Val("null")
+
+INT_WIDTH = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
+INT_RANGE = {
+    "tinyint": (-(2**7), 2**7 - 1), "smallint": (-(2**15), 2**15 - 1),
+    "int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1),
+}
+_TYPE_ALIASES = {
+    "integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint",
+    "timestamp_ltz": "timestamp", "varchar": "string",
+}
+MAX_PRECISION = 38
+_CTX = Context(prec=200)  # exact for every decimal(38, s) operation done here
+_TS_MARGIN = _dt.timedelta(hours=48)
+
+_INT_RE = re.compile(r"-?[0-9]+")
+_DEC_RE = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+_DOUBLE_RE = re.compile(r"-?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_DATE_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+_TS_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?: ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,6}))?)?")
+_DECIMAL_TYPE_RE = re.compile(r"(?:decimal|dec|numeric)(?:\((\d+)(?:,(\d+))?\))?")
+_FIXED_ZONES = {"utc", "gmt", "z", "ut", "uct", "universal", "zulu", "etc/utc", "etc/gmt", "etc/uct",
+                "etc/universal", "etc/zulu", "etc/gmt+0", "etc/gmt-0", "etc/gmt0", "gmt0"}
+_FIXED_ZONE_RE = re.compile(r"(?:(?:utc|gmt|ut)?[+-][0-9]{1,2}(?::?[0-9]{2}(?::?[0-9]{2})?)?|etc/gmt[+-][0-9]{1,2})")
+
+
+def is_fixed_offset_zone(time_zone: str | None) -> bool:
+    """True when ``time_zone`` (a Spark session time zone id) never changes its offset."""
+    if not time_zone:
+        return False
+    tz = time_zone.strip().lower()
+    return tz in _FIXED_ZONES or bool(_FIXED_ZONE_RE.fullmatch(tz))
+
+
+def parse_date(text: str) -> _dt.date | None:
+    m = _DATE_RE.fullmatch(text)
+    if not m:
+        return None
+    try:
+        return _dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:
+        return None
+
+
+def parse_timestamp(text: str) -> _dt.datetime | None:
+    m = _TS_RE.fullmatch(text)
+    if not m:
+        return None
+    y, mo, d, hh, mm, ss, frac = m.groups()
+    try:
+        if hh is None:
+            return _dt.datetime(int(y), int(mo), int(d))
+        micro = int((frac or "").ljust(6, "0")) if frac else 0
+        return _dt.datetime(int(y), int(mo), int(d), int(hh), int(mm), int(ss), micro)
+    except ValueError:
+        return None
+
+
+def decimal_precision_scale(value: Decimal) -> tuple[Decimal, int, int]:
+    """A literal's value, precision and scale as Spark types it (java BigDecimal rules)."""
+    _, digits, exponent = value.as_tuple()
+    if exponent > 0:
+        value = value.quantize(Decimal(1), context=_CTX)
+        _, digits, exponent = value.as_tuple()
+    scale = -exponent
+    return value, max(len(digits), scale, 1), scale
+
+
+def _fits(value: Decimal, p: int, s: int) -> Decimal | None:
+    """``value`` cast to decimal(p, s) as Spark does (HALF_UP), or None on overflow."""
+    try:
+        q = value.quantize(Decimal(1).scaleb(-s, context=_CTX), rounding=ROUND_HALF_UP, context=_CTX)
+    except InvalidOperation:
+        return None
+    if q.adjusted() >= p - s and q != 0:
+        return None
+    return q
+
+
+def _canon_type(type_name: str | None) -> str:
+    t = re.sub(r"\s+", "", (type_name or "").lower())
+    return _TYPE_ALIASES.get(t, t)
+
+
+# ---- partition values --------------------------------------------------------------------
+def partition_value(raw: str | None, dt: T.DataType) -> Val | None:
+    """A raw Hive partition value read as Spark reads it for type ``dt`` (None: not sure)."""
+    if raw is None:
+        return NULL_VAL
+    if raw == "":
+        return _UNK
+    if isinstance(dt, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        name = {T.ByteType: "tinyint", T.ShortType: "smallint", T.IntegerType: "int", T.LongType: "bigint"}[type(dt)]
+        if not _INT_RE.fullmatch(raw):
+            return _UNK
+        value = int(raw)
+        lo, hi = INT_RANGE[name]
+        return Val("int", value, INT_WIDTH[name]) if lo <= value <= hi else _UNK
+    if isinstance(dt, T.DecimalType):
+        if not _DEC_RE.fullmatch(raw):
+            return _UNK
+        value = Decimal(raw)
+        q = _fits(value, dt.precision, dt.scale)
+        if q is None or q != value:
+            return _UNK
+        return Val("decimal", q, dt.precision, dt.scale)
+    if isinstance(dt, T.DoubleType):
+        if not _DOUBLE_RE.fullmatch(raw):
+            return _UNK
+        return _double(float(raw))
+    if isinstance(dt, (T.StringType, T.VarcharType)) and not isinstance(dt, T.CharType):
+        if getattr(dt, "collation", "UTF8_BINARY") not in (None, "UTF8_BINARY"):
+            return _UNK
+        return Val("string", raw)
+    if isinstance(dt, T.DateType):
+        d = parse_date(raw)
+        return Val("date", d) if d is not None else _UNK
+    if isinstance(dt, (T.TimestampType, T.TimestampNTZType)):
+        ts = parse_timestamp(raw)
+        return Val("timestamp", ts, ntz=isinstance(dt, T.TimestampNTZType)) if ts is not None else _UNK
+    if isinstance(dt, T.BooleanType):
+        return Val("boolean", raw == "true") if raw in ("true", "false") else _UNK
+    return _UNK
+
+
+def _double(x: float) -> Val | None:
+    if x != x or x in (float("inf"), float("-inf")):
+        return _UNK  # NaN / infinities: Spark's special ordering, not worth the risk
+    return Val("double", x)
+
+
+# ---- the evaluator -------------------------------------------------------------------------
+_COMPARISONS = {"=", "!=", "<", "<=", ">", ">="}
+_BOOLEAN_OPS = _COMPARISONS | {"<=>", "and", "or", "not"}
+_NUMERIC = {"int", "decimal", "double"}
+_TEMPORAL = {"date", "timestamp"}
+
+
+class _Evaluator:
+    def __init__(self, columns: Mapping[str, Val | None], ts_exact: bool):
+        self.columns = columns  # lower-cased partition column -> value (None: unknown)
+        self.ts_exact = ts_exact
+
+    # -- values --
+    def value(self, e: Expr, depth: int = 0) -> Val | None:
+        if depth > 500:
+            return _UNK
+        kind = e.kind
+        if kind == "column":
+            return self.columns.get((e.name or "").lower(), _UNK)
+        if kind == "literal":
+            return literal_value(e)
+        if kind == "cast":
+            if len(e.children) != 1:
+                return _UNK
+            inner = self.value(e.children[0], depth + 1)
+            return cast_value(inner, e.type_name, self.ts_exact) if inner is not None else _UNK
+        if kind in ("in", "between", "is_null", "like") or (kind == "op" and e.name in _BOOLEAN_OPS):
+            t = self.truth(e, depth + 1)
+            if len(t) == 1:
+                (only,) = t
+                return NULL_VAL if only == NULL else Val("boolean", only == TRUE)
+            return _UNK
+        return _UNK  # arithmetic, functions, LIKE, CASE
+
+    # -- predicates --
+    def truth(self, e: Expr, depth: int = 0) -> frozenset:
+        if depth > 500:
+            return UNKNOWN
+        out = self._truth(e, depth)
+        return t_not(out) if e.negated and e.kind in ("in", "between", "is_null", "like") else out
+
+    def _truth(self, e: Expr, depth: int) -> frozenset:
+        kind, ch = e.kind, e.children
+        if kind == "op":
+            if e.name == "and" and len(ch) == 2:
+                left = self.truth(ch[0], depth + 1)
+                if left == ALWAYS_FALSE:
+                    return ALWAYS_FALSE
+                return t_and(left, self.truth(ch[1], depth + 1))
+            if e.name == "or" and len(ch) == 2:
+                left = self.truth(ch[0], depth + 1)
+                if left == ALWAYS_TRUE:
+                    return ALWAYS_TRUE
+                return t_or(left, self.truth(ch[1], depth + 1))
+            if e.name == "not" and len(ch) == 1:
+                return t_not(self.truth(ch[0], depth + 1))
+            if e.name in _COMPARISONS and len(ch) == 2:
+                return compare(e.name, self.value(ch[0], depth + 1), self.value(ch[1], depth + 1), self.ts_exact)
+            if e.name == "<=>" and len(ch) == 2:
+                return null_safe_equal(self.value(ch[0], depth + 1), self.value(ch[1], depth + 1), self.ts_exact)
+            return UNKNOWN
+        if kind == "is_null" and len(ch) == 1:
+            v = self.value(ch[0], depth + 1)
+            if v is None:
+                return NOT_NULL
+            return ALWAYS_TRUE if v.kind == "null" else ALWAYS_FALSE
+        if kind == "between" and len(ch) == 3:
+            x, lo, hi = (self.value(c, depth + 1) for c in ch)
+            return t_and(compare(">=", x, lo, self.ts_exact), compare("<=", x, hi, self.ts_exact))
+        if kind == "in" and len(ch) >= 2:
+            return in_list([self.value(c, depth + 1) for c in ch], self.ts_exact)
+        if kind in ("column", "literal", "cast"):
+            v = self.value(e, depth + 1)
+            if v is None:
+                return UNKNOWN
+            if v.kind == "null":
+                return ALWAYS_NULL
+            if v.kind == "boolean":
+                return ALWAYS_TRUE if v.v else ALWAYS_FALSE
+            return UNKNOWN
+        return UNKNOWN
+
+
+def literal_value(e: Expr) -> Val | None:
+    lt, text = e.literal_type, e.literal_value
+    if lt == "null":
+        return NULL_VAL
+    if text is None:
+        return _UNK
+    try:
+        if lt in ("int", "bigint"):
+            value = int(text)
+            lo, hi = INT_RANGE[lt]
+            return Val("int", value, INT_WIDTH[lt]) if lo <= value <= hi else _UNK
+        if lt == "decimal":
+            value, p, s = decimal_precision_scale(Decimal(text))
+            return Val("decimal", value, p, s) if p <= MAX_PRECISION else _UNK
+        if lt == "double":
+            return _double(float(text))
+    except (ValueError, InvalidOperation):
+        return _UNK
+    if lt == "string":
+        return Val("string", text)
+    if lt == "boolean":
+        return Val("boolean", text.lower() == "true") if text.lower() in ("true", "false") else _UNK
+    if lt == "date":
+        d = parse_date(text)
+        return Val("date", d) if d is not None else _UNK
+    if lt == "timestamp":
+        ts = parse_timestamp(text)
+        return Val("timestamp", ts) if ts is not None else _UNK
+    return _UNK
+
+
+def cast_value(v: Val, type_name: str | None, ts_exact: bool) -> Val | None:
+    """CAST(v AS type_name) where the result is certain in both ANSI and legacy mode."""
+    to = _canon_type(type_name)
+    if v.kind == "null":
+        return NULL_VAL
+    if to in INT_RANGE:
+        lo, hi = INT_RANGE[to]
+        if v.kind == "int":
+            value = v.v
+        elif v.kind == "string" and _INT_RE.fullmatch(v.v):
+            value = int(v.v)
+        else:
+            return _UNK
+        return Val("int", value, INT_WIDTH[to]) if lo <= value <= hi else _UNK
+    m = _DECIMAL_TYPE_RE.fullmatch(to)
+    if m:
+        p = int(m.group(1)) if m.group(1) else 10
+        s = int(m.group(2)) if m.group(2) else 0
+        if not (1 <= p <= MAX_PRECISION and 0 <= s <= p):
+            return _UNK
+        if v.kind in ("int", "decimal"):
+            value = Decimal(v.v)
+        elif v.kind == "string" and _DEC_RE.fullmatch(v.v):
+            value = Decimal(v.v)
+        else:
+            return _UNK
+        q = _fits(value, p, s)
+        return Val("decimal", q, p, s) if q is not None else _UNK
+    if to == "double":
+        if v.kind == "int":
+            return _double(float(v.v))
+        if v.kind == "double":
+            return v
+        return _UNK
+    if to == "string":
+        if v.kind == "string":
+            return v
+        if v.kind == "int":
+            return Val("string", str(v.v))
+        if v.kind == "date":
+            return Val("string", v.v.isoformat())
+        if v.kind == "boolean":
+            return Val("string", "true" if v.v else "false")
+        return _UNK
+    if to == "date":
+        if v.kind == "date":
+            return v
+        if v.kind == "string":
+            d = parse_date(v.v)
+            return Val("date", d) if d is not None else _UNK
+        if v.kind == "timestamp" and (v.ntz or ts_exact):
+            return Val("date", v.v.date())
+        return _UNK
+    if to in ("timestamp", "timestamp_ntz"):
+        ntz = to == "timestamp_ntz"
+        if v.kind == "string":
+            ts = parse_timestamp(v.v)
+            return Val("timestamp", ts, ntz=ntz) if ts is not None else _UNK
+        if v.kind == "date":
+            return Val("timestamp", _dt.datetime.combine(v.v, _dt.time()), ntz=ntz)
+        if v.kind == "timestamp" and (v.ntz == ntz or ts_exact):
+            return Val("timestamp", v.v, ntz=ntz)
+        return _UNK
+    if to == "boolean" and v.kind == "boolean":
+        return v
+    return _UNK
+
+
+# ---- comparisons ---------------------------------------------------------------------------
+def _as_float(v: Val) -> float | None:
+    if v.kind == "double":
+        return v.v
+    if v.kind == "int":
+        return float(v.v)  # round-to-nearest, as Java's long -> double
+    if v.kind == "decimal":
+        f = float(v.v)
+        # Only when exact: no doubt about how the JVM rounds.
+        return f if Decimal(f) == v.v else None
+    return None
+
+
+def _wider_precision(vals: Iterable[Val]) -> int:
+    vals = list(vals)
+    scale = max(v.s for v in vals)
+    return scale + max(v.p - v.s for v in vals)
+
+
+def _num_cmp(a: Val, b: Val) -> int | None:
+    if a.kind == "double" or b.kind == "double":
+        fa, fb = _as_float(a), _as_float(b)
+        if fa is None or fb is None:
+            return None
+        return (fa > fb) - (fa < fb)
+    if _wider_precision((a, b)) > MAX_PRECISION:
+        return None  # Spark would round to a bounded decimal type
+    da, db = Decimal(a.v), Decimal(b.v)  # comparisons of Decimals are exact
+    return (da > db) - (da < db)
+
+
+def _ts_cmp(a: _dt.datetime, b: _dt.datetime, exact: bool) -> int | None:
+    if a == b:
+        return 0
+    if exact or abs(a - b) > _TS_MARGIN:
+        return -1 if a < b else 1
+    return None
+
+
+def _to_timestamp(v: Val) -> _dt.datetime | None:
+    if v.kind == "timestamp":
+        return v.v
+    if v.kind == "date":
+        return _dt.datetime.combine(v.v, _dt.time())
+    if v.kind == "string":
+        return parse_timestamp(v.v)
+    return None
+
+
+def order(a: Val, b: Val, ts_exact: bool) -> int | None:
+    """-1/0/1 for two known non-null values under Spark's coercion, None if not sure."""
+    ka, kb = a.kind, b.kind
+    if ka in _NUMERIC and kb in _NUMERIC:
+        return _num_cmp(a, b)
+    if ka == "string" and kb == "string":
+        ea, eb = a.v.encode("utf-8", "surrogatepass"), b.v.encode("utf-8", "surrogatepass")
+        return (ea > eb) - (ea < eb)
+    if ka == "boolean" and kb == "boolean":
+        return (a.v > b.v) - (a.v < b.v)
+    if {ka, kb} <= {"date", "string"} and "date" in (ka, kb):
+        da = a.v if ka == "date" else parse_date(a.v)
+        db = b.v if kb == "date" else parse_date(b.v)
+        if da is None or db is None:
+            return None
+        return (da > db) - (da < db)
+    if "timestamp" in (ka, kb) and {ka, kb} <= {"timestamp", "date", "string"}:
+        ta, tb = _to_timestamp(a), _to_timestamp(b)
+        if ta is None or tb is None:
+            return None
+        both_ntz = all(v.ntz for v in (a, b) if v.kind == "timestamp")
+        return _ts_cmp(ta, tb, ts_exact or both_ntz)
+    return None
+
+
+_OPS = {
+    "=": lambda c: c == 0, "!=": lambda c: c != 0, "<": lambda c: c < 0,
+    "<=": lambda c: c <= 0, ">": lambda c: c > 0, ">=": lambda c: c >= 0,
+}
+
+
+def compare(op: str, a: Val | None, b: Val | None, ts_exact: bool) -> frozenset:
+    if (a is not None and a.kind == "null") or (b is not None and b.kind == "null"):
+        return ALWAYS_NULL
+    if a is None or b is None:
+        return UNKNOWN
+    c = order(a, b, ts_exact)
+    if c is None:
+        return NOT_NULL
+    return ALWAYS_TRUE if _OPS[op](c) else ALWAYS_FALSE
+
+
+def null_safe_equal(a: Val | None, b: Val | None, ts_exact: bool) -> frozenset:
+    if a is None or b is None:
+        return NOT_NULL
+    if a.kind == "null" or b.kind == "null":
+        return ALWAYS_TRUE if a.kind == b.kind else ALWAYS_FALSE
+    c = order(a, b, ts_exact)
+    if c is None:
+        return NOT_NULL
+    return ALWAYS_TRUE if c == 0 else ALWAYS_FALSE
+
+
+def in_list(vals: list[Val | None], ts_exact: bool) -> frozenset:
+    """``x IN (v1, ...)``: TRUE if some vi = x, else NULL if x or some vi is NULL, else FALSE.
+    Spark compares in the common type of *all* operands; where that could differ from the
+    pairwise comparison, a definite non-TRUE answer is withheld."""
+    x, items = vals[0], vals[1:]
+    if x is not None and x.kind == "null":
+        return ALWAYS_NULL
+    if all(v is not None for v in vals):
+        known = [v for v in vals if v.kind != "null"]
+        kinds = {v.kind for v in known}
+        if kinds & _NUMERIC and not kinds <= _NUMERIC:
+            return UNKNOWN
+        if kinds <= _NUMERIC and "double" in kinds:
+            floats = [_as_float(v) for v in known]
+            if any(f is None for f in floats):
+                return UNKNOWN
+            known_iter = iter(floats)
+            vals = [v if v.kind == "null" else Val("double", next(known_iter)) for v in vals]
+            x, items = vals[0], vals[1:]
+        elif kinds <= _NUMERIC and known and _wider_precision(known) > MAX_PRECISION:
+            return UNKNOWN
+        elif len(kinds) > 1 and not kinds <= {"string", "date", "timestamp"}:
+            return UNKNOWN
+    out = ALWAYS_FALSE
+    for item in items:
+        out = t_or(out, compare("=", x, item, ts_exact))
+        if out == ALWAYS_TRUE:
+            break
+    return out
+
+
+# ---- entry point ---------------------------------------------------------------------------
+def prune(
+    predicate: Expr | None,
+    tablets: Sequence[Tablet],
+    partition_types: Mapping[str, T.DataType],
+    *,
+    time_zone: str | None = None,
+) -> list[Tablet]:
+    """The tablets that may hold rows matching ``predicate``, in their original order.
+
+    ``partition_types``: Spark's type of each partition column (from the table schema).
+    ``time_zone``: the Spark session time zone if known; only a fixed-offset zone (UTC, ...)
+    lets timestamps that are close together be compared exactly."""
+    tablets = list(tablets)
+    if predicate is None or not partition_types or not tablets:
+        return tablets
+    types: dict[str, T.DataType | None] = {}
+    for name, dt in partition_types.items():
+        key = name.lower()
+        types[key] = None if key in types else dt  # ambiguous by case: never evaluated
+    ts_exact = is_fixed_offset_zone(time_zone)
+    cache: dict[tuple, bool] = {}
+    kept: list[Tablet] = []
+    for tablet in tablets:
+        raw: dict[str, str | None] = {}
+        seen: set[str] = set()
+        for col, value in tablet.partition.items():
+            key = col.lower()
+            if key in seen:
+                raw.pop(key, None)  # two directories differing only in case: not sure
+                continue
+            seen.add(key)
+            raw[key] = value
+        signature = tuple(sorted(raw.items(), key=lambda kv: kv[0]))
+        keep = cache.get(signature)
+        if keep is None:
+            columns: dict[str, Val | None] = {}
+            for key, dt in types.items():
+                if dt is None or key not in raw:
+                    continue
+                columns[key] = partition_value(raw[key], dt)
+            result = _Evaluator(columns, ts_exact).truth(predicate)
+            keep = not result <= _DROPPABLE
+            cache[signature] = keep
+        if keep:
+            kept.append(tablet)
+    return kept

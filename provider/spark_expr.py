@@ -1,0 +1,245 @@
+"""``starscan.expr.Expr`` -> Spark ``Column``, built with the Column API only.
+
+No SQL text is ever handed to Spark (no ``F.expr``, ``selectExpr`` or ``spark.sql``): every
+node becomes the Catalyst expression Spark's own SQL parser would have produced for the same
+predicate, so a plan filters exactly as ``spark.sql("select ... where <predicate>")`` would.
+
+Literal typing follows Spark's SQL parser: ``int`` -> IntegerType, ``bigint`` -> LongType,
+``decimal`` text -> DecimalType(precision, scale) of that text (``1.50`` is decimal(3,2),
+``0.001`` is decimal(3,3)), ``double`` -> DoubleType, ``string`` -> StringType.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Callable
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from starscan.errors import PlanInvalid, SqlInvalid
+from starscan.expr import Expr
+
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+MAX_DECIMAL_PRECISION = 38
+
+# Functions that reach outside the row (JVM reflection, the input file): never callable,
+# whatever the plan says.
+_FORBIDDEN_FUNCTIONS = {"reflect", "java_method", "try_reflect", "input_file_name",
+                        "input_file_block_start", "input_file_block_length"}
+_FUNCTION_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+_COMPARE: dict[str, Callable[[Column, Column], Column]] = {
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,            # Not(EqualTo(a, b)), as Spark parses `a != b`
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "<=>": lambda a, b: a.eqNullSafe(b),
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,              # Divide
+    "%": lambda a, b: a % b,              # Remainder
+    "div": lambda a, b: F.call_function("div", a, b),  # IntegralDivide
+    "and": lambda a, b: a & b,
+    "or": lambda a, b: a | b,
+}
+_UNARY: dict[str, Callable[[Column], Column]] = {
+    "not": lambda a: ~a,
+    "neg": lambda a: -a,                  # UnaryMinus
+}
+
+
+def _allowed_functions() -> frozenset[str]:
+    """The function names the FE can put in a plan (planner/sql.py's whitelist)."""
+    from starscan.planner import sql as _sql
+
+    names = set(_sql._FUNCTIONS.values()) | set(_sql._ANONYMOUS) | {"rlike", "coalesce"}
+    return frozenset(n.lower() for n in names)
+
+
+_ALLOWED: frozenset[str] | None = None
+
+
+def check_function_name(name: str | None) -> str:
+    """The Spark function a ``func`` node may call, or ``SqlInvalid``."""
+    global _ALLOWED
+    fname = (name or "").lower()
+    if not fname or not _FUNCTION_NAME.fullmatch(fname):
+        raise SqlInvalid(f"bad function name {name!r}")
+    if fname in _FORBIDDEN_FUNCTIONS or "reflect" in fname or fname.startswith("input_file"):
+        raise SqlInvalid(f"function {fname} is not allowed")
+    if _ALLOWED is None:
+        _ALLOWED = _allowed_functions()
+    if fname not in _ALLOWED:
+        raise SqlInvalid(f"unknown or disallowed function {fname}")
+    return fname
+
+
+def decimal_type_of(text: str) -> tuple[Decimal, int, int]:
+    """Value, precision and scale Spark's parser gives the decimal literal ``text``
+    (java.math.BigDecimal precision; precision >= scale; no negative scale)."""
+    try:
+        value = Decimal(text.strip())
+    except (InvalidOperation, AttributeError):
+        raise PlanInvalid(f"query plan has a bad decimal literal {text!r}") from None
+    if not value.is_finite():
+        raise PlanInvalid(f"query plan has a bad decimal literal {text!r}")
+    sign, digits, exponent = value.as_tuple()
+    if exponent > 0:  # 1E+2: Spark sets the scale to 0
+        value = value.quantize(Decimal(1))
+        sign, digits, exponent = value.as_tuple()
+    scale = -exponent
+    # Leading zeros are not significant (Python's Decimal drops them, like BigDecimal).
+    precision = max(len(digits), scale, 1)
+    if precision > MAX_DECIMAL_PRECISION:
+        raise SqlInvalid(f"decimal literal {text!r}: precision {precision} exceeds max precision 38")
+    return value, precision, scale
+
+
+def _int_value(text: str | None, lo: int, hi: int, kind: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except (TypeError, ValueError):
+        raise PlanInvalid(f"query plan has a bad {kind} literal {text!r}") from None
+    if not lo <= value <= hi:
+        raise PlanInvalid(f"query plan has an out-of-range {kind} literal {text!r}")
+    return value
+
+
+def literal_column(e: Expr) -> Column:
+    lt, text = e.literal_type, e.literal_value
+    if lt == "null":
+        return F.lit(None)
+    if text is None:
+        raise PlanInvalid(f"query plan has a {lt} literal without a value")
+    if lt == "boolean":
+        low = text.strip().lower()
+        if low not in ("true", "false"):
+            raise PlanInvalid(f"query plan has a bad boolean literal {text!r}")
+        return F.lit(low == "true")
+    if lt == "int":
+        return F.lit(_int_value(text, INT_MIN, INT_MAX, "int"))
+    if lt == "bigint":
+        value = _int_value(text, LONG_MIN, LONG_MAX, "bigint")
+        if INT_MIN <= value <= INT_MAX:
+            # py4j would hand a small Python int to the JVM as an Integer.
+            return F.lit(value).cast(T.LongType())
+        return F.lit(value)
+    if lt == "decimal":
+        value, precision, scale = decimal_type_of(text)
+        return F.lit(value).cast(T.DecimalType(precision, scale))
+    if lt == "double":
+        try:
+            value = float(text)
+        except ValueError:
+            raise PlanInvalid(f"query plan has a bad double literal {text!r}") from None
+        if not math.isfinite(value):
+            # Spark's parser rejects such a literal (INVALID_NUMERIC_LITERAL_RANGE).
+            raise SqlInvalid(f"numeric literal {text!r} is outside the valid range for double")
+        return F.lit(value)
+    if lt == "string":
+        return F.lit(text)
+    if lt in ("date", "timestamp"):
+        # DATE '...' / TIMESTAMP '...': the string read as Spark reads it for that type
+        # (the session time zone and default timestamp type apply, as in Spark SQL).
+        return F.lit(text).cast(lt)
+    raise PlanInvalid(f"query plan has a literal of unknown type {lt!r}")
+
+
+def to_column(expr: Expr, resolve: Callable[[str], str]) -> Column:
+    """Build the Spark Column for ``expr``. ``resolve`` maps a column name as written in the
+    SQL to the table's canonical column name (its exceptions propagate)."""
+    return _build(expr, resolve, 0)
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _arity(e: Expr, *allowed: int, at_least: int | None = None) -> None:
+    n = len(e.children)
+    if (at_least is not None and n >= at_least) or n in allowed:
+        return
+    raise PlanInvalid(f"query plan node {e.kind} {e.name or ''} has {n} operands")
+
+
+def _build(e: Expr, resolve: Callable[[str], str], depth: int) -> Column:
+    if depth > 500:
+        raise PlanInvalid("query plan predicate is nested too deeply")
+    kind = e.kind
+
+    def sub(child: Expr) -> Column:
+        return _build(child, resolve, depth + 1)
+
+    if kind == "column":
+        if not e.name:
+            raise PlanInvalid("query plan has a column without a name")
+        return F.col(_quote(resolve(e.name)))
+    if kind == "literal":
+        return literal_column(e)
+    if kind == "op":
+        name = e.name
+        if name in _UNARY:
+            _arity(e, 1)
+            return _UNARY[name](sub(e.children[0]))
+        if name in _COMPARE:
+            _arity(e, 2)
+            return _COMPARE[name](sub(e.children[0]), sub(e.children[1]))
+        raise PlanInvalid(f"query plan has an unknown operator {name!r}")
+    if kind == "func":
+        fname = check_function_name(e.name)
+        return F.call_function(fname, *(sub(c) for c in e.children))
+    if kind == "cast":
+        _arity(e, 1)
+        type_name = (e.type_name or "").strip()
+        if not type_name:
+            raise PlanInvalid("query plan has a cast without a type")
+        child = sub(e.children[0])
+        try:
+            return child.cast(type_name)
+        except Exception as exc:  # Spark's data type parser rejected the name
+            raise SqlInvalid(f"cannot cast to {type_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if kind == "in":
+        _arity(e, at_least=2)
+        out = sub(e.children[0]).isin(*(sub(c) for c in e.children[1:]))
+    elif kind == "between":
+        _arity(e, 3)
+        out = sub(e.children[0]).between(sub(e.children[1]), sub(e.children[2]))
+    elif kind == "is_null":
+        _arity(e, 1)
+        out = sub(e.children[0]).isNull()
+    elif kind == "like":
+        _arity(e, 2, 3)
+        if e.name not in ("like", "ilike"):
+            raise PlanInvalid(f"query plan has an unknown pattern match {e.name!r}")
+        out = F.call_function(e.name, *(sub(c) for c in e.children))
+    elif kind == "case":
+        return _case(e, sub)
+    else:
+        raise PlanInvalid(f"query plan predicate has an unknown node {kind!r}")
+    return ~out if e.negated else out
+
+
+def _case(e: Expr, sub: Callable[[Expr], Column]) -> Column:
+    children = list(e.children)
+    default: Expr | None = None
+    if e.name == "else":
+        if not children:
+            raise PlanInvalid("query plan CASE has no ELSE value")
+        default = children.pop()
+    elif e.name is not None:
+        raise PlanInvalid(f"query plan has an unknown CASE form {e.name!r}")
+    if not children or len(children) % 2:
+        raise PlanInvalid("query plan CASE needs WHEN/THEN pairs")
+    out = None
+    for i in range(0, len(children), 2):
+        cond, value = sub(children[i]), sub(children[i + 1])
+        out = F.when(cond, value) if out is None else out.when(cond, value)
+    return out.otherwise(sub(default)) if default is not None else out

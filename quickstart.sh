@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One command per job on a fresh machine (Python >= 3.10 and Java 17+):
+#   ./quickstart.sh serve [starscan serve flags...]   install, then start FE :8030 + BE :9060 on local Spark
+#   ./quickstart.sh test  [pytest args...]            install with test extras, then run the whole suite
+set -euo pipefail
+cd "$(dirname "$0")"
+
+die() { printf 'error: %s\n' "$*" >&2; exit 2; }
+
+check_python() {
+  command -v python3 >/dev/null || die "python3 not found: install Python 3.10 or newer"
+  python3 - <<'PY' || die "Python 3.10 or newer is needed (found $(python3 --version 2>&1))"
+import sys
+sys.exit(0 if sys.version_info >= (3, 10) else 1)
+PY
+}
+
+check_java() {
+  local java="java"
+  [ -n "${JAVA_HOME:-}" ] && java="$JAVA_HOME/bin/java"
+  if ! command -v "$java" >/dev/null 2>&1; then
+    die "Java not found. starscan runs Spark, which needs Java 17+: apt-get install openjdk-17-jre-headless (Debian/Ubuntu), brew install openjdk@17 (macOS), or set JAVA_HOME"
+  fi
+  local major
+  major=$("$java" -version 2>&1 | sed -n 's/.*version "\([0-9]*\)\(\.\([0-9]*\)\)\{0,1\}.*/\1 \3/p' | head -n1 | awk '{ if ($1 == 1) print $2; else print $1 }')
+  if [ -z "$major" ] || [ "$major" -lt 17 ]; then
+    die "Java ${major:-unknown} found, but Spark needs Java 17+: apt-get install openjdk-17-jre-headless, or set JAVA_HOME to a JDK 17+"
+  fi
+}
+
+venv() {
+  if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv || die "could not create .venv (Debian/Ubuntu: apt-get install python3-venv)"
+  fi
+  # shellcheck disable=SC1091
+  . .venv/bin/activate
+  python -m pip install -q --upgrade pip >/dev/null
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  serve)
+    check_python; check_java; venv
+    python -m pip install -q -e .
+    exec starscan serve "$@"
+    ;;
+  test)
+    check_python; check_java
+    # The Apache Thrift compiler generates the independent client the wire tests use.
+    if ! command -v thrift >/dev/null 2>&1; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq thrift-compiler) >/dev/null \
+          || echo "warning: could not install thrift-compiler; independent-client tests will be skipped" >&2
+      else
+        echo "warning: no 'thrift' compiler (apt-get install thrift-compiler); independent-client tests will be skipped" >&2
+      fi
+    fi
+    venv
+    python -m pip install -q -e '.[test]'
+    set +e
+    python -m pytest "$@"
+    rc=$?
+    set -e
+    if [ "$rc" = 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi
+    exit "$rc"
+    ;;
+  *)
+    echo "usage: $0 serve [flags] | test [pytest args]" >&2; exit 2 ;;
+esac

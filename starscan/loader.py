@@ -1,0 +1,323 @@
+"""``starscan load``: import a CSV, JSON or Parquet file (or directory) into a warehouse table.
+
+The data goes through Spark and is written as Parquet by Spark (so the footer keeps Spark's
+schema) into the table's directory, ``<warehouse>/<db>.db/<table>`` (the ``default``
+database is the warehouse root). Each written file is a tablet; their size is bounded by
+``tablet_target_bytes``: the number of files is ``ceil(source bytes / target)``, and for a
+partitioned table ``maxRecordsPerFile`` caps each file at the rows of one target's worth.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from starscan.catalog import DEFAULT_DB, Warehouse, list_table_files
+
+FORMATS = ("csv", "parquet", "json")
+MODES = ("overwrite", "append", "error", "errorifexists", "ignore")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*\Z")
+_COMPRESSED = (".gz", ".bz2", ".zst", ".zstd", ".lz4", ".snappy", ".deflate", ".xz")
+_EXTENSIONS = {
+    ".csv": "csv", ".tsv": "csv",
+    ".json": "json", ".jsonl": "json", ".ndjson": "json",
+    ".parquet": "parquet", ".parq": "parquet", ".pq": "parquet",
+}
+_SAMPLE_BYTES = 1 << 20
+
+
+def check_name(kind: str, name: str) -> str:
+    """Database and table names: letters, digits and underscores, not starting with '_'."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(
+            f"invalid {kind} name {name!r}: use letters, digits and underscores only, "
+            f"starting with a letter or digit"
+        )
+    return name
+
+
+def _visible(name: str) -> bool:
+    # Spark ignores files and folders starting with '_' or '.' (_SUCCESS, .crc, _temporary).
+    return not (name.startswith("_") or name.startswith("."))
+
+
+def source_files(source: Path) -> list[Path]:
+    """The data files of a source: the file itself, or every visible file below a directory."""
+    if source.is_file():
+        return [source]
+    files = []
+    for directory, dirnames, filenames in os.walk(source):
+        dirnames[:] = sorted(d for d in dirnames if _visible(d))
+        files.extend(Path(directory) / f for f in sorted(filenames) if _visible(f))
+    return files
+
+
+def _data_suffix(path: Path) -> str:
+    """The extension naming the data format, compression suffixes skipped (``x.csv.gz``: .csv)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    while suffixes and suffixes[-1] in _COMPRESSED:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
+def format_of(path: Path) -> str | None:
+    """The format an extension names (``x.csv.gz`` is CSV), or None."""
+    return _EXTENSIONS.get(_data_suffix(path))
+
+
+def infer_format(source: Path, files: list[Path]) -> str:
+    if source.is_file():
+        fmt = format_of(source)
+        if fmt is None:
+            raise ValueError(f"cannot tell the format of {source} from its extension: give the format (csv, json or parquet)")
+        return fmt
+    found = {f for f in (format_of(p) for p in files) if f}
+    if len(found) == 1:
+        return found.pop()
+    if not found:
+        raise ValueError(f"no .csv, .json or .parquet files in {source}: give the format (csv, json or parquet)")
+    raise ValueError(f"{source} mixes formats ({', '.join(sorted(found))}): give the format (csv, json or parquet)")
+
+
+def _is_compressed(path: Path) -> bool:
+    return path.suffix.lower() in _COMPRESSED
+
+
+def _json_multiline(files: list[Path]) -> bool:
+    """A JSON document that is one array (``[{...}, ...]``) rather than JSON lines."""
+    for path in files:
+        if _is_compressed(path):
+            return False
+        with open(path, "rb") as fh:
+            head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+        if head:
+            return head.startswith(b"[")
+    return False
+
+
+def _estimate_rows(fmt: str, files: list[Path], total_bytes: int) -> int | None:
+    """Rows of the source without a Spark job: Parquet footers, or newlines in a sample."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return sum(pq.read_metadata(p).num_rows for p in files)
+        except Exception:
+            return None
+    if any(_is_compressed(p) for p in files):
+        return None
+    sampled = lines = 0
+    for path in files:
+        with open(path, "rb") as fh:
+            chunk = fh.read(_SAMPLE_BYTES - sampled)
+        sampled += len(chunk)
+        lines += chunk.count(b"\n")
+        if sampled >= _SAMPLE_BYTES:
+            break
+    if not sampled:
+        return 0
+    return max(1, round(total_bytes * max(lines, 1) / sampled))
+
+
+def _read(spark, fmt: str, path: str, files: list[Path], source: Path):
+    reader = spark.read
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+        if files and all(_data_suffix(p) == ".tsv" for p in files):
+            reader = reader.option("sep", "\t")
+        return reader.csv(path)
+    if fmt == "json":
+        if _json_multiline(files):
+            reader = reader.option("multiLine", "true")
+        return reader.json(path)
+    return reader.parquet(path)
+
+
+class _Progress:
+    """A rich progress bar fed by Spark's status tracker for one job group."""
+
+    def __init__(self, spark, enabled: bool):
+        self.spark = spark
+        self.enabled = enabled
+        self._progress = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
+                MofNCompleteColumn(), TextColumn("tasks"), TimeElapsedColumn(),
+                console=Console(stderr=True), transient=False,
+            )
+
+    def __enter__(self):
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()
+
+    def run(self, description: str, fn):
+        """Run ``fn()`` (Spark work); with a bar, in a thread under its own job group."""
+        if self._progress is None:
+            return fn()
+        from pyspark import InheritableThread
+
+        sc = self.spark.sparkContext
+        group = f"starscan-load-{uuid.uuid4().hex}"
+        outcome: dict = {}
+
+        def work():
+            sc.setJobGroup(group, description, interruptOnCancel=True)
+            try:
+                outcome["value"] = fn()
+            except BaseException as exc:  # handed to the caller's thread
+                outcome["error"] = exc
+
+        task = self._progress.add_task(description, total=None)
+        thread = InheritableThread(target=work, daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(0.2)
+                done, total = self._tasks(sc.statusTracker(), group)
+                if total:
+                    self._progress.update(task, completed=done, total=total)
+        except KeyboardInterrupt:
+            sc.cancelJobGroup(group)
+            thread.join()
+            raise
+        done, total = self._tasks(sc.statusTracker(), group)
+        if "error" in outcome:
+            self._progress.update(task, description=f"{description} [red]failed")
+            raise outcome["error"]
+        self._progress.update(task, completed=max(done, total or 1), total=total or 1)
+        return outcome.get("value")
+
+    @staticmethod
+    def _tasks(tracker, group: str) -> tuple[int, int]:
+        done = total = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            for stage_id in job.stageIds:
+                stage = tracker.getStageInfo(stage_id)
+                if stage is None:
+                    continue
+                # A stage skipped because its shuffle output exists never reports its tasks.
+                total += stage.numTasks
+                done += stage.numCompletedTasks
+        return done, total
+
+
+def load_table(
+    spark,
+    warehouse: Warehouse,
+    db: str,
+    table: str,
+    source: str,
+    fmt: str | None = None,
+    partition_by: list[str] | None = None,
+    tablet_target_bytes: int = 128 << 20,
+    mode: str = "overwrite",
+    progress: bool = True,
+) -> dict:
+    """Load ``source`` (a CSV/JSON/Parquet file or a directory of them) into ``db.table``.
+
+    ``mode`` is Spark's save mode: overwrite (default), append, error/errorifexists or ignore.
+    Returns ``{"rows", "files", "bytes", "seconds"}`` for the files this load wrote.
+    """
+    started = time.monotonic()
+    check_name("database", db)
+    check_name("table", table)
+    mode = (mode or "overwrite").lower()
+    if mode not in MODES:
+        raise ValueError(f"invalid mode {mode!r}: use one of {', '.join(MODES)}")
+    if tablet_target_bytes < 1:
+        raise ValueError(f"tablet_target_bytes must be positive, got {tablet_target_bytes}")
+    partition_by = list(partition_by or [])
+
+    src = Path(os.path.expanduser(str(source[len("file://"):] if str(source).startswith("file://") else source)))
+    if not src.exists():
+        raise FileNotFoundError(f"source {source} does not exist")
+    files = source_files(src)
+    if not files:
+        raise FileNotFoundError(f"source {source} holds no data files")
+    if fmt is None:
+        fmt = infer_format(src, files)
+    fmt = fmt.lower()
+    if fmt not in FORMATS:
+        raise ValueError(f"unsupported format {fmt!r}: use csv, json or parquet")
+    source_bytes = sum(p.stat().st_size for p in files)
+
+    location = warehouse.table_path(db, table)
+    if db != DEFAULT_DB:
+        location.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        warehouse.root.mkdir(parents=True, exist_ok=True)
+    if src.resolve() == location.resolve() or location.resolve() in src.resolve().parents:
+        raise ValueError(f"source {source} is inside the table {db}.{table} it would be loaded into")
+
+    num_files = max(1, math.ceil(source_bytes / tablet_target_bytes))
+    before = {(f.path, f.size, f.mtime_ns) for f in list_table_files(location)[0]}
+
+    with _Progress(spark, progress) as bar:
+        df = bar.run(f"Reading {src.name}", lambda: _read(spark, fmt, str(src.resolve()), files, src))
+        columns = df.columns
+        for col in partition_by:
+            if col not in columns:
+                raise ValueError(
+                    f"partition column {col!r} is not in the data (columns: {', '.join(columns)})"
+                )
+        if len(set(partition_by)) != len(partition_by):
+            raise ValueError(f"partition columns repeat: {', '.join(partition_by)}")
+        if partition_by and len(partition_by) >= len(columns):
+            raise ValueError("cannot partition by every column: at least one must stay in the data files")
+
+        writer_df = df
+        options: dict[str, str] = {}
+        if partition_by:
+            from pyspark.sql import functions as F
+
+            rows = _estimate_rows(fmt, files, source_bytes)
+            if rows is None:
+                rows = bar.run("Counting rows", df.count)
+            options["maxRecordsPerFile"] = str(max(1, math.ceil(rows / num_files)))
+            # All rows of a partition value in one task: one file per partition and bound.
+            writer_df = df.repartition(*[F.col(c) for c in partition_by])
+            if mode == "overwrite":
+                # Dynamic overwrite (the session default) replaces only the partitions
+                # loaded; it is right only when the table is partitioned the same way.
+                existing = list_table_files(location)[1]
+                if existing != partition_by:
+                    options["partitionOverwriteMode"] = "static"
+        else:
+            writer_df = df.repartition(num_files)
+
+        writer = writer_df.write.mode(mode).options(**options)
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        bar.run(f"Writing {db}.{table}", lambda: writer.parquet(str(location)))
+
+    warehouse.invalidate(db, table)
+    written = [f for f in list_table_files(location)[0] if (f.path, f.size, f.mtime_ns) not in before]
+    return {
+        "rows": _count_rows(location, written),
+        "files": len(written),
+        "bytes": sum(f.size for f in written),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _count_rows(location: Path, files) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(location / f.path).num_rows for f in files)

@@ -1,0 +1,122 @@
+"""Shared fixtures: one real SparkSession (local[2]) per test session, one real starscan
+server (uvicorn + thriftpy2 on 127.0.0.1, free ports) on it, and a warehouse with the demo
+database plus the PROTOCOL.md section 7 table `db1.t1`.
+
+User configuration never leaks in: STARSCAN_* variables are removed and the tests run in a
+temporary working directory (no stray starscan.conf)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+for _key in [k for k in os.environ if k.startswith("STARSCAN_")]:
+    del os.environ[_key]
+
+DEMO_SCALE = 0.005  # 30k lineitem rows: enough batches, quick to write
+
+
+@pytest.fixture(scope="session")
+def session_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("starscan")
+    os.chdir(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def warehouse_dir(session_dir) -> Path:
+    return session_dir / "warehouse"
+
+
+@pytest.fixture(scope="session")
+def base_settings(warehouse_dir):
+    from starscan.config import load_settings
+
+    return load_settings(
+        warehouse=warehouse_dir, spark_master="local[2]", http_port=0, be_port=0, bind_host="127.0.0.1",
+        advertise_host="127.0.0.1", scan_context_gc_interval_s=1.0, listing_cache_ttl_s=0,
+        spark_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"},
+    )
+
+
+@pytest.fixture(scope="session")
+def spark(base_settings):
+    from starscan.spark import build_session
+
+    session = build_session(base_settings)
+    yield session
+    session.stop()
+
+
+def write_vector_table(spark, warehouse) -> None:
+    """db1.t1(k1 INT NOT NULL, v1 VARCHAR(20), d DATE, dt DATETIME, m DECIMAL(10,2)): 3 rows, 2 files."""
+    from pyspark.sql import types as T
+
+    schema = T.StructType([
+        T.StructField("k1", T.IntegerType(), False),
+        T.StructField("v1", T.StringType(), True, {"__CHAR_VARCHAR_TYPE_STRING": "varchar(20)"}),
+        T.StructField("d", T.DateType(), True),
+        T.StructField("dt", T.TimestampType(), True),
+        T.StructField("m", T.DecimalType(10, 2), True),
+    ])
+    utc = dt.timezone.utc
+    rows = [
+        (1, "a", dt.date(2024, 1, 2), dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=utc), Decimal("12.34")),
+        (2, "b", dt.date(1969, 12, 31), dt.datetime(2024, 1, 2, 3, 4, 5, 123, tzinfo=utc), Decimal("-0.01")),
+        (3, None, None, None, None),
+    ]
+    path = str(warehouse.table_path("db1", "t1"))
+    # Two tablets: rows 1-2 in one file, row 3 in another.
+    spark.createDataFrame(rows[:2], schema).coalesce(1).write.mode("overwrite").parquet(path)
+    spark.createDataFrame(rows[2:], schema).coalesce(1).write.mode("append").parquet(path)
+    warehouse.invalidate("db1", "t1")
+
+
+def write_partitioned_table(spark, warehouse) -> None:
+    """db1.sales partitioned by region (string) and day (date): pruning fixtures."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 400).select(
+        F.col("id").cast("int").alias("id"),
+        (F.col("id") * 1.5).cast("decimal(12,2)").alias("amount"),
+        F.element_at(F.array(F.lit("eu"), F.lit("us"), F.lit("apac"), F.lit("latam")), (F.col("id") % 4 + 1).cast("int")).alias("region"),
+        F.date_add(F.lit("2024-01-01").cast("date"), (F.col("id") % 5).cast("int")).alias("day"),
+    )
+    df.write.mode("overwrite").partitionBy("region", "day").parquet(str(warehouse.table_path("db1", "sales")))
+    warehouse.invalidate("db1", "sales")
+
+
+@pytest.fixture(scope="session")
+def server(spark, base_settings):
+    from starscan.demo import create_demo
+    from starscan.server import StarscanServer
+
+    srv = StarscanServer(base_settings, spark)
+    create_demo(spark, srv.warehouse, DEMO_SCALE, 256 << 10)  # small tablets: several per table
+    write_vector_table(spark, srv.warehouse)
+    write_partitioned_table(spark, srv.warehouse)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def fe_url(server) -> str:
+    return f"http://127.0.0.1:{server.http_port}"
+
+
+@pytest.fixture(scope="session")
+def be_addr(server) -> tuple[str, int]:
+    return "127.0.0.1", server.be_port
+
+
+@pytest.fixture(scope="session")
+def client(fe_url):
+    from starscan.provider.client import StarscanClient
+
+    return StarscanClient(fe_url, "root", "")

@@ -1,0 +1,33 @@
+"""A reader pulls whole tables through starscan and gets exactly Spark's rows."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def _spark_rows(spark, warehouse, db, table, columns="*", where=None):
+    df = spark.read.parquet(str(warehouse.table_path(db, table)))
+    if where:
+        df = df.where(where)
+    return df.selectExpr(*columns.split(",")) if columns != "*" else df
+
+
+def test_lineitem_every_row(server, client, spark):
+    table = client.read("demo", "lineitem", "select * from `demo`.`lineitem`", batch_size=1024)
+    expected = spark.read.parquet(str(server.warehouse.table_path("demo", "lineitem")))
+    assert table.num_rows == expected.count() > 0
+    keys = sorted(zip(table.column("l_orderkey").to_pylist(), table.column("l_linenumber").to_pylist()))
+    want = sorted((r[0], r[1]) for r in expected.select("l_orderkey", "l_linenumber").collect())
+    assert keys == want
+    assert table.schema.field("l_shipdate").type == pa.utf8()
+    assert table.schema.field("l_quantity").type == pa.decimal128(15, 2)
+
+
+def test_filtered_projection(server, client, spark):
+    sql = "select l_orderkey, l_shipdate from demo.lineitem where l_quantity > 10"
+    table = client.read("demo", "lineitem", sql, batch_size=4096)
+    expected = spark.sql(
+        f"select l_orderkey, cast(l_shipdate as string) s from parquet.`{server.warehouse.table_path('demo', 'lineitem')}` where l_quantity > 10"
+    ).collect()
+    assert table.column_names == ["l_orderkey", "l_shipdate"]
+    assert sorted(zip(table.column(0).to_pylist(), table.column(1).to_pylist())) == sorted((r[0], r[1]) for r in expected)
