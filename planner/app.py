@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
@@ -50,9 +50,9 @@ def create_app(planner: QueryPlanner, users: UserStore) -> FastAPI:
             raise BadRequest(f"{db}/{table} must be selected")
         sql = read_sql_body(await request.body())
         await run_in_threadpool(require_select, users, user, client, db, table)
-        result = await run_in_threadpool(planner.query_plan, db, table, sql, user)
-        log.info("plan user=%s client=%s table=%s.%s tablets=%d", user, client, db, table, len(result["partitions"]))
-        return JSONResponse(result)
+        body = await run_in_threadpool(planner.query_plan_json, db, table, sql, user)
+        log.info("plan user=%s client=%s table=%s.%s bytes=%d", user, client, db, table, len(body))
+        return Response(body, media_type="application/json")
 
     async def table_schema(request: Request, db: str, table: str) -> JSONResponse:
         client = client_of(request)

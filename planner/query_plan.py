@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 
+from cachetools import LRUCache
 from pyspark.sql import types as T
 
 from starscan import expr as E
@@ -55,9 +57,15 @@ class QueryPlanner:
         self.warehouse = warehouse
         self.schemas = schemas
         self.signer = signer
+        self._parts_lock = threading.Lock()
+        self._parts_cache: LRUCache = LRUCache(maxsize=64)
 
     # ---- _query_plan ----
     def query_plan(self, db: str, table: str, sql: str, user: str) -> dict:
+        """The `_query_plan` answer as a dict (see ``query_plan_json`` for the wire bytes)."""
+        return json.loads(self.query_plan_json(db, table, sql, user))
+
+    def query_plan_json(self, db: str, table: str, sql: str, user: str) -> bytes:
         snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
         parsed = sqlmod.parse(sql, db, table)                # 400/500 (steps 8-13)
         schema = self.schemas.schema(snap)
@@ -70,9 +78,10 @@ class QueryPlanner:
         part_types = {c: cols.field(c).dataType for c in snap.partition_columns if c.lower() in cols.by_lower}
         tablets = prune(predicate, snap.tablets, part_types)
         if not tablets:
-            return {"status": 200, "opaqued_query_plan": "", "partitions": {}}
+            return b'{"status":200,"opaqued_query_plan":"","partitions":{}}'
         now_ms = int(time.time() * 1000)
         shash = schema_hash(schema)
+        plan_tablets, partitions_json = self._tablet_parts(snap, tablets, shash)
         plan = plan_idl.TScanPlan(
             query_id=str(uuid.uuid4()),
             database=db,
@@ -81,24 +90,39 @@ class QueryPlanner:
             version=snap.version,
             columns=columns,
             predicate=E.flatten(predicate) if predicate is not None else None,
-            tablets=[
-                plan_idl.TPlanTablet(
-                    tablet_id=t.tablet_id,
-                    files=[plan_idl.TPlanFile(path=f.path, size=f.size, mtime_ns=f.mtime_ns) for f in t.files],
-                )
-                for t in tablets
-            ],
+            tablets=plan_tablets,
             user=user,
             issued_at_ms=now_ms,
             expires_at_ms=now_ms + self.settings.plan_ttl_s * 1000,
             table_schema=schema.json(),
             schema_hash=shash,
         )
+        encoded = plan_codec.encode(plan, self.signer)
+        return b'{"status":200,"opaqued_query_plan":"' + encoded.encode("ascii") + b'","partitions":' + partitions_json + b"}"
+
+    def _tablet_parts(self, snap, tablets, shash: int):
+        """The plan's tablet list and the rendered `partitions` JSON, cached per table
+        version and tablet set: large tables make these the bulk of every answer."""
+        key = (str(snap.location), snap.version, shash, tuple(t.tablet_id for t in tablets))
+        with self._parts_lock:
+            hit = self._parts_cache.get(key)
+        if hit is not None:
+            return hit
+        plan_tablets = [
+            plan_idl.TPlanTablet(
+                tablet_id=t.tablet_id,
+                files=[plan_idl.TPlanFile(path=f.path, size=f.size, mtime_ns=f.mtime_ns) for f in t.files],
+            )
+            for t in tablets
+        ]
         routings = self.settings.routings
         partitions = {
             str(t.tablet_id): {"routings": list(routings), "version": snap.version, "schemaHash": shash} for t in tablets
         }
-        return {"status": 200, "opaqued_query_plan": plan_codec.encode(plan, self.signer), "partitions": partitions}
+        value = (plan_tablets, json.dumps(partitions, separators=(",", ":")).encode("ascii"))
+        with self._parts_lock:
+            self._parts_cache[key] = value
+        return value
 
     def _output_columns(self, parsed: sqlmod.ParsedQuery, schema: T.StructType, cols: ResolvedColumns) -> list:
         out = []

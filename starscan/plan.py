@@ -18,14 +18,38 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from thriftpy2.protocol import TBinaryProtocolFactory
-from thriftpy2.utils import deserialize, serialize
+from thriftpy2.protocol import TCyBinaryProtocolFactory
+from thriftpy2.protocol.binary import TBinaryProtocolFactory  # the pure-Python one
+from thriftpy2.transport import TCyMemoryBuffer
+from thriftpy2.transport.memory import TMemoryBuffer  # the pure-Python one
 
 from starscan.errors import PlanInvalid
 from starscan.thrift_defs import plan as plan_idl
 
 FORMAT_VERSION = 1
-_PROTO = TBinaryProtocolFactory()
+_PROTO = TCyBinaryProtocolFactory()
+
+
+def serialize(obj, _factory=None) -> bytes:
+    buf = TCyMemoryBuffer()
+    obj.write(_PROTO.get_protocol(buf))
+    return buf.getvalue()
+
+
+def deserialize(obj, raw: bytes, _factory=None):
+    """Fast (Cython) decoding: only for bytes whose signature was verified."""
+    obj.read(_PROTO.get_protocol(TCyMemoryBuffer(raw)))
+    return obj
+
+
+def _deserialize_untrusted(obj, raw: bytes):
+    # The pure-Python reader never allocates more than the input holds, whatever length a
+    # forged prefix declares (the Cython one allocates the declared size first).
+    obj.read(_UNTRUSTED.get_protocol(TMemoryBuffer(raw)))
+    return obj
+
+
+_UNTRUSTED = TBinaryProtocolFactory()
 
 
 def key_id(secret: bytes) -> str:
@@ -97,7 +121,7 @@ def decode(text: str, signer: PlanSigner, now_ms: int | None = None):
             f"query_plan_info: {text[:64]!r} validate error, should not be modified after returned starscan FE processed"
         ) from None
     try:
-        wrapper = deserialize(plan_idl.TSignedPlan(), raw, _PROTO)
+        wrapper = _deserialize_untrusted(plan_idl.TSignedPlan(), raw)
         if wrapper.plan is None or wrapper.signature is None or wrapper.key_id is None:
             raise ValueError("incomplete")
     except Exception:

@@ -1,0 +1,336 @@
+"""Helpers shared by the benchmarks in this folder (not a test; nothing here is imported by starscan).
+
+- ``environment()``: versions and machine facts for the results (python, pyspark, pyarrow,
+  thriftpy2, sqlglot, fastapi, uvicorn, Java, cores, memory, CPU model, kernel, git commit).
+- ``start_server(...)``: a SparkSession (``local[2]`` by default, ``SPARK_LOCAL_IP=127.0.0.1``,
+  configurable driver memory) and an in-process ``StarscanServer`` on 127.0.0.1 with free ports.
+- ``percentile`` / ``summarize``: latency statistics.
+- ``PeakRSS``: peak resident memory of this process and its children (the Spark JVM, client
+  worker processes), sampled every 50 ms by a thread with psutil.
+- ``append_results(title, conditions, table_markdown)``: appends a dated section to
+  ``bench/RESULTS.md`` (created with a short header when missing).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+
+import psutil
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+RESULTS_PATH = BENCH_DIR / "RESULTS.md"
+
+PACKAGES = ("pyspark", "pyarrow", "thriftpy2", "sqlglot", "fastapi", "uvicorn", "httpx", "psutil")
+
+RESULTS_HEADER = """# starscan benchmark results
+
+Appended by the scripts in this folder (`bench/plan_latency.py`, `bench/scan_throughput.py`;
+see `bench/README.md`). Each section is one run: its date, versions, machine and conditions,
+then its table. MB = 10^6 bytes. Numbers from different machines or loads are not comparable.
+"""
+
+
+# ---- environment -------------------------------------------------------------------------
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (out.stdout + out.stderr).strip()
+
+
+def _java_version() -> str:
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
+    text = _run([java, "-version"])
+    for line in text.splitlines():
+        if "version" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else "not found"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> str:
+    commit = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_DIR)
+    if not commit or " " in commit:
+        return "unknown"
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_DIR)
+    return commit + (" (+uncommitted changes)" if dirty else "")
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment() -> dict[str, str]:
+    """Versions and machine facts, in a stable order."""
+    nproc = _run(["nproc"]) or str(len(os.sched_getaffinity(0)))
+    mem = psutil.virtual_memory().total
+    env = {"python": platform.python_version()}
+    for name in PACKAGES:
+        env[name] = _version(name)
+    env.update({
+        "java": _java_version(),
+        "nproc": nproc,
+        "memory": f"{mem / 2**30:.1f} GiB",
+        "cpu": _cpu_model(),
+        "kernel": platform.release(),
+        "git commit": _git_commit(),
+        "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    })
+    return env
+
+
+def format_environment(env: dict[str, str] | None = None) -> str:
+    env = env or environment()
+    return "\n".join(f"- {k}: {v}" for k, v in env.items())
+
+
+# ---- server ------------------------------------------------------------------------------
+
+def start_server(warehouse: str | Path, driver_memory: str = "2g", master: str = "local[2]",
+                 spark_conf: dict[str, str] | None = None, **settings_overrides):
+    """Start a SparkSession and an in-process starscan server on 127.0.0.1 with free ports.
+
+    Returns ``(server, spark, settings)``. ``STARSCAN_*`` variables and any ``starscan.conf``
+    are ignored, so the benchmark measures the defaults plus what is passed here. Stop with
+    ``server.stop(); spark.stop()``.
+    """
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    for key in [k for k in os.environ if k.startswith("STARSCAN_")]:
+        del os.environ[key]
+    from starscan.config import load_settings
+    from starscan.server import StarscanServer
+    from starscan.spark import build_session
+
+    conf = {"spark.driver.memory": driver_memory}
+    conf.update(spark_conf or {})
+    overrides = dict(warehouse=Path(warehouse), spark_master=master, http_port=0, be_port=0,
+                     bind_host="127.0.0.1", advertise_host="127.0.0.1", spark_conf=conf, demo_scale=0)
+    overrides.update(settings_overrides)
+    # An empty conf file: a stray ./starscan.conf must not change what is measured.
+    with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as fh:
+        empty_conf = fh.name
+    try:
+        settings = load_settings(conf_file=empty_conf, **overrides)
+    finally:
+        os.unlink(empty_conf)
+    spark = build_session(settings)
+    server = StarscanServer(settings, spark).start()
+    return server, spark, server.settings
+
+
+# ---- statistics --------------------------------------------------------------------------
+
+def percentile(values, q: float) -> float:
+    """The q-th percentile (0..100), linear interpolation between closest ranks (numpy's default)."""
+    data = sorted(values)
+    if not data:
+        return float("nan")
+    if len(data) == 1:
+        return float(data[0])
+    pos = (len(data) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
+
+
+def summarize(latencies_s, wall_s: float | None = None) -> dict[str, float]:
+    """p50/p90/p99/max in ms (and req/s when the wall time is given)."""
+    ms = [x * 1000.0 for x in latencies_s]
+    out = {
+        "n": len(ms),
+        "p50": percentile(ms, 50), "p90": percentile(ms, 90), "p99": percentile(ms, 99),
+        "max": max(ms) if ms else float("nan"), "mean": sum(ms) / len(ms) if ms else float("nan"),
+    }
+    if wall_s is not None:
+        out["rps"] = len(ms) / wall_s if wall_s > 0 else float("nan")
+    return out
+
+
+def min_median(values) -> tuple[float, float]:
+    data = [v for v in values if v is not None]
+    if not data:
+        return float("nan"), float("nan")
+    return min(data), percentile(data, 50)
+
+
+def best_median(values) -> tuple[float, float]:
+    """(max, median): for rates, where higher is better."""
+    data = [v for v in values if v is not None]
+    if not data:
+        return float("nan"), float("nan")
+    return max(data), percentile(data, 50)
+
+
+def fmt(x, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:,.{digits}f}"
+
+
+def gb(nbytes) -> str:
+    return "–" if not nbytes else f"{nbytes / 1e9:.2f} GB"
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+# ---- memory ------------------------------------------------------------------------------
+
+class PeakRSS:
+    """Peak RSS of a process tree, sampled every ``interval_s`` by a daemon thread.
+
+    ``peaks`` maps a label to the peak RSS in bytes: ``root`` (the process itself, by default
+    this Python process), ``jvm`` (the largest child named ``java``: Spark's driver JVM),
+    ``tree`` (the sum over the whole tree at one instant) and any labels given to ``label(pid, name)``
+    (e.g. a client worker process). Use as a context manager.
+    """
+
+    def __init__(self, pid: int | None = None, interval_s: float = 0.05):
+        self.root = psutil.Process(pid or os.getpid())
+        self.interval_s = interval_s
+        self.peaks: dict[str, int] = {}
+        self._labels: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.samples = 0
+
+    def label(self, pid: int, name: str) -> None:
+        self._labels[pid] = name
+
+    def _bump(self, key: str, value: int) -> None:
+        if value > self.peaks.get(key, 0):
+            self.peaks[key] = value
+
+    def sample(self) -> None:
+        try:
+            procs = [self.root] + self.root.children(recursive=True)
+        except psutil.Error:
+            return
+        total = 0
+        for proc in procs:
+            try:
+                rss = proc.memory_info().rss
+                name = proc.name()
+            except psutil.Error:
+                continue
+            total += rss
+            if proc.pid == self.root.pid:
+                self._bump("root", rss)
+            elif proc.pid in self._labels:
+                self._bump(self._labels[proc.pid], rss)
+            elif name == "java":
+                self._bump("jvm", rss)
+        self._bump("tree", total)
+        self.samples += 1
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> "PeakRSS":
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="peak-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.sample()
+        return dict(self.peaks)
+
+    def __enter__(self) -> "PeakRSS":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def jvm_process(pid: int | None = None) -> psutil.Process | None:
+    """Spark's driver JVM: the child process named ``java`` of this process."""
+    try:
+        for proc in psutil.Process(pid or os.getpid()).children(recursive=True):
+            if proc.name() == "java":
+                return proc
+    except psutil.Error:
+        pass
+    return None
+
+
+def cpu_seconds(procs) -> float:
+    total = 0.0
+    for proc in procs:
+        if proc is None:
+            continue
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+# ---- results -----------------------------------------------------------------------------
+
+def append_results(title: str, conditions: dict, table_markdown: str, path: str | Path | None = None,
+                   env: dict[str, str] | None = None) -> Path:
+    """Append a dated section (title, versions/machine, conditions, table) to bench/RESULTS.md."""
+    path = Path(path) if path is not None else RESULTS_PATH
+    env = env or environment()
+    stamp = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    parts = [f"\n## {title} ({stamp})\n", "**Versions and machine**\n", format_environment(env), "",
+             "**Conditions**\n"]
+    parts += [f"- {k}: {v}" for k, v in conditions.items()]
+    parts += ["", table_markdown.rstrip(), ""]
+    text = "\n".join(parts)
+    new = not path.exists()
+    with open(path, "a", encoding="utf-8") as fh:
+        if new:
+            fh.write(RESULTS_HEADER)
+        fh.write(text)
+    return path
+
+
+def print_section(title: str, conditions: dict, table_markdown: str, env: dict[str, str] | None = None) -> None:
+    print(f"\n## {title}\n")
+    print(format_environment(env))
+    print()
+    for k, v in conditions.items():
+        print(f"- {k}: {v}")
+    print()
+    print(table_markdown)
+    sys.stdout.flush()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

@@ -1,0 +1,343 @@
+"""`_query_plan` latency on a table with many tablets (issue 2's benchmark; not a test).
+
+Builds ``bench.wide`` with N tiny Parquet files written directly with pyarrow (one tablet
+each), makes sure ``demo.lineitem`` exists as a small peer table, starts an in-process starscan
+server (FE + BE on 127.0.0.1, free ports, local Spark), then measures over real HTTP:
+
+- the first call after start (Spark reads the table's schema once per table version);
+- cold: the table's listing cache is invalidated before each call (``warehouse.invalidate``);
+- warm, 1 caller, from this process and from a separate client process;
+- warm, C concurrent callers (threads in a separate client process, each with its own
+  ``httpx.Client``; a bounded total request count and a time cap).
+
+Target (issue 2): p99 under 50 ms warm at 50 concurrent callers on the 10,000-tablet table.
+
+    python bench/plan_latency.py                      # 10,000 tablets, 2,000 requests, 50 callers
+    python bench/plan_latency.py --tablets 500 --requests 200 --no-append
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import common
+
+USER, PASSWORD = "root", ""
+WIDE_DB, WIDE_TABLE = "bench", "wide"
+PART_TABLE = "wide_part"
+WIDE_SQL = "select c_int, c_str, c_date from bench.wide where c_int > 3"
+PART_SQL = "select c_int, c_str, c_date from bench.wide_part where p = 7 and c_int > 3"
+SMALL_DB, SMALL_TABLE = "demo", "lineitem"
+SMALL_SQL = "select l_orderkey, l_shipdate from demo.lineitem where l_quantity > 10"
+ROWS_PER_FILE = 10
+
+
+def auth_header() -> dict[str, str]:
+    token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    return {"Authorization": f"Basic {token}", "Content-Type": "application/json; charset=UTF-8"}
+
+
+# ---- data --------------------------------------------------------------------------------
+
+def _tiny_table(i: int):
+    import datetime as dt
+
+    import pyarrow as pa
+
+    base = i * ROWS_PER_FILE
+    ids = list(range(base, base + ROWS_PER_FILE))
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "c_int": pa.array([x % 10 for x in ids], pa.int32()),
+        "c_str": pa.array([f"row-{x}" for x in ids], pa.string()),
+        "c_date": pa.array([dt.date(2024, 1, 1) + dt.timedelta(days=x % 365) for x in ids], pa.date32()),
+    })
+
+
+def write_wide(table_dir: Path, tablets: int, partitions: int = 0) -> None:
+    """N files of ~10 rows; with ``partitions`` > 0, spread over Hive folders ``p=0..partitions-1``."""
+    import pyarrow.parquet as pq
+
+    marker = table_dir / "_bench_layout.json"
+    layout = {"tablets": tablets, "partitions": partitions, "rows_per_file": ROWS_PER_FILE}
+    if marker.exists() and json.loads(marker.read_text()) == layout:
+        return
+    if table_dir.exists():
+        import shutil
+
+        shutil.rmtree(table_dir)
+    table_dir.mkdir(parents=True)
+    started = time.perf_counter()
+    for i in range(tablets):
+        if partitions:
+            folder = table_dir / f"p={i % partitions}"
+            folder.mkdir(exist_ok=True)
+        else:
+            folder = table_dir
+        pq.write_table(_tiny_table(i), folder / f"part-{i:05d}.parquet")
+    marker.write_text(json.dumps(layout))  # hidden from starscan and Spark (leading '_')
+    common.log(f"wrote {tablets} files into {table_dir} in {time.perf_counter() - started:.1f} s")
+
+
+def ensure_small_table(spark, warehouse, scale: float) -> None:
+    from starscan.demo import write_lineitem
+
+    path = warehouse.table_path(SMALL_DB, SMALL_TABLE)
+    if path.is_dir() and any(p.suffix == ".parquet" for p in path.iterdir()):
+        return
+    common.log(f"writing demo.lineitem at scale {scale}")
+    warehouse.database_path(SMALL_DB).mkdir(parents=True, exist_ok=True)
+    write_lineitem(spark, str(path), scale, 128 << 20)
+    warehouse.invalidate(SMALL_DB, SMALL_TABLE)
+
+
+# ---- load generation ---------------------------------------------------------------------
+
+def url_for(port: int, db: str, table: str) -> str:
+    return f"http://127.0.0.1:{port}/api/{db}/{table}/_query_plan"
+
+
+def one_call(client, url: str, body: bytes) -> tuple[float, int, int]:
+    t0 = time.perf_counter()
+    r = client.post(url, content=body, headers=auth_header())
+    content = r.content  # the whole body is read before the clock stops
+    return time.perf_counter() - t0, r.status_code, len(content)
+
+
+def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: float) -> dict:
+    """C threads, each with its own httpx.Client, share a budget of ``requests`` calls."""
+    import httpx
+
+    body = json.dumps({"sql": sql}).encode()
+    lock = threading.Lock()
+    remaining = [requests]
+    latencies: list[float] = []
+    errors: list[str] = []
+    sizes: list[int] = []
+    barrier = threading.Barrier(concurrency + 1)
+
+    def worker() -> None:
+        with httpx.Client(timeout=max(60.0, time_cap_s)) as client:
+            try:
+                one_call(client, url, body)  # connection set-up, not measured
+            except Exception as exc:  # noqa: BLE001 - reported, not raised
+                with lock:
+                    errors.append(f"warm-up: {exc!r}")
+            barrier.wait()
+            deadline = time.perf_counter() + time_cap_s
+            while time.perf_counter() < deadline:
+                with lock:
+                    if remaining[0] <= 0:
+                        return
+                    remaining[0] -= 1
+                try:
+                    lat, status, size = one_call(client, url, body)
+                except Exception as exc:  # noqa: BLE001
+                    with lock:
+                        errors.append(repr(exc))
+                    continue
+                with lock:
+                    if status == 200:
+                        latencies.append(lat)
+                        sizes.append(size)
+                    else:
+                        errors.append(f"HTTP {status}")
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for t in threads:
+        t.join(timeout=time_cap_s + 120)
+    wall = time.perf_counter() - started
+    cpu = os.times()
+    return {
+        "latencies": latencies, "errors": errors[:20], "error_count": len(errors), "wall_s": wall,
+        "resp_bytes": (sum(sizes) / len(sizes)) if sizes else 0, "capped": remaining[0] > 0,
+        "client_cpu_s": cpu.user + cpu.system,
+    }
+
+
+def run_load_in_subprocess(url: str, sql: str, concurrency: int, requests: int, time_cap_s: float) -> dict:
+    """The same load from a separate Python process: the callers do not share the server's GIL."""
+    args = json.dumps({"url": url, "sql": sql, "concurrency": concurrency, "requests": requests, "time_cap_s": time_cap_s})
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", args],
+                         capture_output=True, text=True, timeout=time_cap_s + 300)
+    if out.returncode != 0:
+        raise RuntimeError(f"client process failed (rc={out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sequential(server, db: str, table: str, sql: str, n: int, cold: bool, time_cap_s: float) -> dict:
+    import httpx
+
+    url = url_for(server.http_port, db, table)
+    body = json.dumps({"sql": sql}).encode()
+    latencies, errors, sizes = [], [], []
+    started = time.perf_counter()
+    with httpx.Client(timeout=120.0) as client:
+        one_call(client, url, body)  # connection set-up; also fills the caches once
+        started = time.perf_counter()
+        for _ in range(n):
+            if time.perf_counter() - started > time_cap_s:
+                break
+            if cold:
+                server.warehouse.invalidate(db, table)
+            lat, status, size = one_call(client, url, body)
+            if status == 200:
+                latencies.append(lat)
+                sizes.append(size)
+            else:
+                errors.append(f"HTTP {status}")
+    return {"latencies": latencies, "errors": errors, "error_count": len(errors),
+            "wall_s": time.perf_counter() - started, "resp_bytes": sum(sizes) / len(sizes) if sizes else 0,
+            "capped": len(latencies) + len(errors) < n}
+
+
+def first_call(server, db: str, table: str, sql: str) -> dict:
+    import httpx
+
+    url = url_for(server.http_port, db, table)
+    with httpx.Client(timeout=600.0) as client:
+        t0 = time.perf_counter()
+        r = client.post(url, content=json.dumps({"sql": sql}).encode(), headers=auth_header())
+        content = r.content
+        lat = time.perf_counter() - t0
+    body = json.loads(content) if r.status_code == 200 else {}
+    if r.status_code != 200 or body.get("status") != 200:
+        raise RuntimeError(f"_query_plan for {db}.{table} failed: HTTP {r.status_code} {r.text[:500]}")
+    return {"latencies": [lat], "errors": [], "error_count": 0, "wall_s": lat, "resp_bytes": len(content),
+            "capped": False, "tablets_planned": len(body["partitions"])}
+
+
+# ---- main --------------------------------------------------------------------------------
+
+def measure_table(server, label: str, db: str, table: str, sql: str, args) -> tuple[list, int]:
+    """All phases for one table: ([(table label, phase, callers, result)], tablets planned)."""
+    out = []
+    url = url_for(server.http_port, db, table)
+    common.log(f"{label}: first call after start")
+    first = first_call(server, db, table, sql)
+    out.append((label, "first call after start (schema read by Spark)", 1, first))
+    common.log(f"{label}: cold x{args.cold_requests}")
+    out.append((label, "cold (listing invalidated before each call)", 1,
+                sequential(server, db, table, sql, args.cold_requests, True, args.time_cap)))
+    common.log(f"{label}: warm sequential x{args.seq_requests}")
+    out.append((label, "warm, client in server process", 1,
+                sequential(server, db, table, sql, args.seq_requests, False, args.time_cap)))
+    out.append((label, "warm, client process", 1,
+                run_load_in_subprocess(url, sql, 1, args.seq_requests, args.time_cap)))
+    common.log(f"{label}: warm, {args.concurrency} concurrent callers, {args.requests} requests")
+    out.append((label, "warm, client process", args.concurrency,
+                run_load_in_subprocess(url, sql, args.concurrency, args.requests, args.time_cap)))
+    return out, first["tablets_planned"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tablets", type=int, default=10_000, help="tablets (files) of bench.wide (default 10000)")
+    ap.add_argument("--requests", type=int, default=2000, help="total requests of the concurrent phase (default 2000)")
+    ap.add_argument("--concurrency", type=int, default=50, help="concurrent callers (default 50)")
+    ap.add_argument("--seq-requests", type=int, default=200, help="requests of each warm sequential phase (default 200)")
+    ap.add_argument("--cold-requests", type=int, default=30, help="requests of the cold phase (default 30)")
+    ap.add_argument("--time-cap", type=float, default=120.0, help="seconds at most per phase (default 120)")
+    ap.add_argument("--warehouse", default="/tmp/starscan-bench-wh", help="warehouse dir, reused across runs")
+    ap.add_argument("--small-scale", type=float, default=0.01, help="scale of demo.lineitem when it must be written")
+    ap.add_argument("--partitioned", action="store_true",
+                    help="also bench.wide_part: the same files in 100 Hive partitions, query pruned to one")
+    ap.add_argument("--listing-ttl", type=float, default=None, help="listing_cache_ttl_s (default: the server's, 5 s)")
+    ap.add_argument("--driver-memory", default="2g")
+    ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.worker:  # client process mode
+        spec = json.loads(args.worker)
+        print(json.dumps(run_load(**spec)))
+        return 0
+
+    env = common.environment()
+    warehouse_dir = Path(args.warehouse).resolve()
+    write_wide(warehouse_dir / f"{WIDE_DB}.db" / WIDE_TABLE, args.tablets)
+    if args.partitioned:
+        write_wide(warehouse_dir / f"{WIDE_DB}.db" / PART_TABLE, args.tablets, partitions=100)
+
+    overrides = {}
+    if args.listing_ttl is not None:
+        overrides["listing_cache_ttl_s"] = args.listing_ttl
+    common.log("starting Spark and the server")
+    t0 = time.perf_counter()
+    server, spark, settings = common.start_server(warehouse_dir, driver_memory=args.driver_memory, **overrides)
+    start_s = time.perf_counter() - t0
+    rows = []
+    verdict = ""
+    try:
+        ensure_small_table(spark, server.warehouse, args.small_scale)
+        results = []
+        tables = [(f"{WIDE_DB}.{WIDE_TABLE}", WIDE_DB, WIDE_TABLE, WIDE_SQL)]
+        if args.partitioned:
+            tables.append((f"{WIDE_DB}.{PART_TABLE} (pruned to 1 of 100 partitions)", WIDE_DB, PART_TABLE, PART_SQL))
+        tables.append((f"{SMALL_DB}.{SMALL_TABLE}", SMALL_DB, SMALL_TABLE, SMALL_SQL))
+        for label, db, table, sql in tables:
+            snap = server.warehouse.snapshot(db, table)
+            measured, planned = measure_table(server, label, db, table, sql, args)
+            for entry in measured:
+                results.append((entry, len(snap.tablets), planned))
+
+        for (label, phase, callers, res), tablets, planned in results:
+            s = common.summarize(res["latencies"], res["wall_s"])
+            note = " (time cap hit)" if res.get("capped") else ""
+            rows.append([label, f"{tablets:,} / {planned:,}", phase + note, callers, s["n"], res["error_count"],
+                         common.fmt(s["p50"]), common.fmt(s["p90"]), common.fmt(s["p99"]), common.fmt(s["max"]),
+                         common.fmt(s["rps"]) if s["n"] > 1 else "–",
+                         common.fmt(res["resp_bytes"] / 1e3, 0)])
+            if label == f"{WIDE_DB}.{WIDE_TABLE}" and callers == args.concurrency and callers > 1:
+                met = s["n"] > 0 and res["error_count"] == 0 and s["p99"] < 50.0
+                scope = "" if args.tablets == 10_000 and args.concurrency == 50 else \
+                    f" (the target is defined for 10,000 tablets and 50 callers; this run: {args.tablets:,} tablets, {args.concurrency} callers)"
+                verdict = (f"Target p99 < 50 ms warm at {args.concurrency} concurrent callers on {label}: "
+                           f"**{'MET' if met else 'NOT MET'}**, p99 = {common.fmt(s['p99'])} ms, "
+                           f"{res['error_count']} errors{scope}.")
+                for err in res["errors"][:5]:
+                    verdict += f"\n  error sample: {err}"
+    finally:
+        server.stop()
+        spark.stop()
+
+    header = ["table", "tablets / planned", "phase", "callers", "n", "errors", "p50 ms", "p90 ms", "p99 ms",
+              "max ms", "req/s", "response KB"]
+    table_md = common.markdown_table(header, rows) + "\n\n" + verdict + "\n"
+    conditions = {
+        "what": "`_query_plan` latency over real HTTP to 127.0.0.1 (httpx, keep-alive, Basic auth root:''), "
+                "from sending the request until the whole body is read; HTTP 200 only",
+        "server": f"in-process StarscanServer (uvicorn FE + thriftpy2 BE), SparkSession {settings.spark_master}, "
+                  f"spark.driver.memory={args.driver_memory}, listing_cache_ttl_s={settings.listing_cache_ttl_s}; "
+                  f"server + Spark start {start_s:.1f} s",
+        "tables": f"bench.wide: {args.tablets:,} pyarrow Parquet files of {ROWS_PER_FILE} rows (id bigint, c_int int, "
+                  f"c_str string, c_date date), no partitions; demo.lineitem: written by starscan.demo (reused if present)",
+        "queries": f"`{WIDE_SQL}`; `{SMALL_SQL}`" + (f"; `{PART_SQL}`" if args.partitioned else ""),
+        "cold": f"{args.cold_requests} sequential calls, `server.warehouse.invalidate(db, table)` before each "
+                "(directory listing and plan rebuilt; the schema stays cached per table version)",
+        "warm": f"sequential: {args.seq_requests} calls; concurrent: {args.concurrency} threads in a separate client "
+                f"process, each with its own httpx.Client, {args.requests} requests in total, time cap {args.time_cap:.0f} s "
+                "per phase; each thread makes one unmeasured call first",
+    }
+    title = f"plan_latency: {args.tablets:,} tablets, {args.concurrency} callers"
+    common.print_section(title, conditions, table_md, env)
+    if not args.no_append:
+        path = common.append_results(title, conditions, table_md, env=env)
+        common.log(f"appended to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
