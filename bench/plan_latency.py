@@ -112,8 +112,12 @@ def one_call(client, url: str, body: bytes) -> tuple[float, int, int]:
     return time.perf_counter() - t0, r.status_code, len(content)
 
 
-def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: float) -> dict:
-    """C threads, each with its own httpx.Client, share a budget of ``requests`` calls."""
+def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: float, think_s: float = 0.0) -> dict:
+    """C threads, each with its own httpx.Client, share a budget of ``requests`` calls.
+
+    Closed loop: each caller sends its next request when the previous answer is read (plus
+    ``think_s``), so with no think time the latency is about callers / throughput.
+    """
     import httpx
 
     body = json.dumps({"sql": sql}).encode()
@@ -150,6 +154,8 @@ def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: fl
                         sizes.append(size)
                     else:
                         errors.append(f"HTTP {status}")
+                if think_s > 0:
+                    time.sleep(think_s)
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
     for t in threads:
@@ -167,9 +173,11 @@ def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: fl
     }
 
 
-def run_load_in_subprocess(url: str, sql: str, concurrency: int, requests: int, time_cap_s: float) -> dict:
+def run_load_in_subprocess(url: str, sql: str, concurrency: int, requests: int, time_cap_s: float,
+                           think_s: float = 0.0) -> dict:
     """The same load from a separate Python process: the callers do not share the server's GIL."""
-    args = json.dumps({"url": url, "sql": sql, "concurrency": concurrency, "requests": requests, "time_cap_s": time_cap_s})
+    args = json.dumps({"url": url, "sql": sql, "concurrency": concurrency, "requests": requests,
+                       "time_cap_s": time_cap_s, "think_s": think_s})
     out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", args],
                          capture_output=True, text=True, timeout=time_cap_s + 300)
     if out.returncode != 0:
@@ -238,7 +246,7 @@ def measure_table(server, label: str, db: str, table: str, sql: str, args) -> tu
                 run_load_in_subprocess(url, sql, 1, args.seq_requests, args.time_cap)))
     common.log(f"{label}: warm, {args.concurrency} concurrent callers, {args.requests} requests")
     out.append((label, "warm, client process", args.concurrency,
-                run_load_in_subprocess(url, sql, args.concurrency, args.requests, args.time_cap)))
+                run_load_in_subprocess(url, sql, args.concurrency, args.requests, args.time_cap, args.think_ms / 1000)))
     return out, first["tablets_planned"]
 
 
@@ -249,6 +257,8 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=int, default=50, help="concurrent callers (default 50)")
     ap.add_argument("--seq-requests", type=int, default=200, help="requests of each warm sequential phase (default 200)")
     ap.add_argument("--cold-requests", type=int, default=30, help="requests of the cold phase (default 30)")
+    ap.add_argument("--think-ms", type=float, default=0.0,
+                    help="pause of each concurrent caller between its calls (default 0: back to back)")
     ap.add_argument("--time-cap", type=float, default=120.0, help="seconds at most per phase (default 120)")
     ap.add_argument("--warehouse", default="/tmp/starscan-bench-wh", help="warehouse dir, reused across runs")
     ap.add_argument("--small-scale", type=float, default=0.01, help="scale of demo.lineitem when it must be written")
@@ -306,7 +316,7 @@ def main(argv=None) -> int:
                     f" (the target is defined for 10,000 tablets and 50 callers; this run: {args.tablets:,} tablets, {args.concurrency} callers)"
                 verdict = (f"Target p99 < 50 ms warm at {args.concurrency} concurrent callers on {label}: "
                            f"**{'MET' if met else 'NOT MET'}**, p99 = {common.fmt(s['p99'])} ms, "
-                           f"{res['error_count']} errors{scope}.")
+                           f"{res['error_count']} errors, think time {args.think_ms:g} ms{scope}.")
                 for err in res["errors"][:5]:
                     verdict += f"\n  error sample: {err}"
     finally:
@@ -329,8 +339,10 @@ def main(argv=None) -> int:
                 "(directory listing and plan rebuilt; the schema stays cached per table version)",
         "warm": f"sequential: {args.seq_requests} calls; concurrent: {args.concurrency} threads in a separate client "
                 f"process, each with its own httpx.Client, {args.requests} requests in total, time cap {args.time_cap:.0f} s "
-                "per phase; each thread makes one unmeasured call first",
+                f"per phase; closed loop with think time {args.think_ms:g} ms (with none, latency ≈ callers ÷ req/s: Little's law); "
+                "each thread makes one unmeasured call first",
     }
+    conditions["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     title = f"plan_latency: {args.tablets:,} tablets, {args.concurrency} callers"
     common.print_section(title, conditions, table_md, env)
     if not args.no_append:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 
 from thriftpy2.protocol import TCyBinaryProtocolFactory
@@ -42,7 +43,17 @@ class ThriftServer:
         log.info("BE thrift listening on %s:%d", self.socket.host, self.port)
 
     def stop(self) -> None:
+        """Stop accepting: wake the blocked accept() with a throw-away connection first, so
+        the loop sees `closed` and ends instead of failing on a closed socket."""
         self.server.closed = True
+        host = self.socket.host if self.socket.host not in (None, "", "0.0.0.0") else "127.0.0.1"
+        try:
+            with socket.create_connection((host, self.port), timeout=2):
+                pass
+        except OSError:
+            pass
+        if self._thread is not None:
+            self._thread.join(timeout=5)
         try:
             self.socket.close()
         except OSError:
