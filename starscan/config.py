@@ -67,9 +67,12 @@ class Settings(BaseSettings):
     @field_validator("time_zone")
     @classmethod
     def _check_tz(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-        ZoneInfo(value)
+        try:
+            ZoneInfo(value)
+        except ZoneInfoNotFoundError:  # a KeyError: pydantic would not report it as a bad value
+            raise ValueError(f"unknown time zone {value!r}") from None
         return value
 
     @field_validator("be_endpoints", "spark_conf", mode="before")
@@ -79,14 +82,7 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             if info.field_name == "be_endpoints":
                 return [part.strip() for part in value.split(",") if part.strip()]
-            pairs = [p for p in (x.strip() for x in value.split(";")) if p]
-            out = {}
-            for pair in pairs:
-                key, eq, val = pair.partition("=")
-                if not eq:
-                    raise ValueError(f"{pair!r} is not key=value")
-                out[key.strip()] = val.strip()
-            return out
+            return _parse_pairs(value)
         return value
 
     # ---- derived ----
@@ -110,7 +106,38 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
-        return (init_settings, env_settings, _ConfFileSource(settings_cls))
+        return (init_settings, _spark_conf_as_dict(env_settings), _ConfFileSource(settings_cls))
+
+
+def _parse_pairs(text: str) -> dict[str, str]:
+    """``"k=v; k2=v2"`` -> ``{"k": "v", "k2": "v2"}``."""
+    out = {}
+    for pair in (x.strip() for x in text.split(";")):
+        if not pair:
+            continue
+        key, eq, val = pair.partition("=")
+        if not eq:
+            raise ValueError(f"{pair!r} is not key=value")
+        out[key.strip()] = val.strip()
+    return out
+
+
+def _spark_conf_as_dict(source):
+    """The environment gives ``spark_conf`` as text; as a dict it merges key by key with the
+    other layers (file < env < overrides) instead of replacing some of them. Text that does
+    not parse is left for the validator to report."""
+
+    def env_settings() -> dict[str, Any]:
+        values = source()
+        text = values.get("spark_conf")
+        if isinstance(text, str):
+            try:
+                values = {**values, "spark_conf": _parse_pairs(text)}
+            except ValueError:
+                pass
+        return values
+
+    return env_settings
 
 
 class _ConfFileSource(PydanticBaseSettingsSource):
@@ -151,17 +178,14 @@ def parse_conf_file(path: Path) -> dict[str, Any]:
         if key not in Settings.model_fields:
             raise ConfigError(f"{path}:{lineno}: unknown configuration key {key!r}")
         values[key] = value
+    if "spark_conf" in values:
+        try:
+            values["spark_conf"] = _parse_pairs(values["spark_conf"])
+        except ValueError as exc:
+            raise ConfigError(f"{path}: bad value for 'spark_conf': {exc}") from None
     if spark_conf:
-        base = values.get("spark_conf")
-        merged = Settings._split_text(base, _FieldInfo("spark_conf")) if isinstance(base, str) else {}
-        merged.update(spark_conf)
-        values["spark_conf"] = merged
+        values["spark_conf"] = {**values.get("spark_conf", {}), **spark_conf}
     return values
-
-
-class _FieldInfo:
-    def __init__(self, name: str):
-        self.field_name = name
 
 
 def _check_env_keys(environ: dict[str, str]) -> None:

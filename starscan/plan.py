@@ -124,6 +124,10 @@ def decode(text: str, signer: PlanSigner, now_ms: int | None = None):
         wrapper = _deserialize_untrusted(plan_idl.TSignedPlan(), raw)
         if wrapper.plan is None or wrapper.signature is None or wrapper.key_id is None:
             raise ValueError("incomplete")
+        if serialize(wrapper, _PROTO) != raw:
+            # The reader stops at the struct's STOP byte and ignores whatever follows: only the
+            # exact bytes encode() produced are accepted.
+            raise ValueError("not canonical")
     except Exception:
         raise PlanInvalid(
             "query_plan_info deserialize error, should not be modified after returned starscan FE processed"

@@ -521,4 +521,9 @@ def test_docs(http):
     assert "text/html" in resp.headers["content-type"]
     spec = http.get("/openapi.json")
     assert spec.status_code == 200
-    assert any(path.endswith("/_query_plan") for path in spec.json()["paths"])
+    paths = spec.json()["paths"]
+    plan_path = next(path for path in paths if path.endswith("/_query_plan"))
+    assert {"get", "post"} <= set(paths[plan_path])
+    # OpenAPI requires unique operation ids (generated clients and the docs page rely on them).
+    op_ids = [op["operationId"] for item in paths.values() for op in item.values() if isinstance(op, dict) and "operationId" in op]
+    assert len(op_ids) == len(set(op_ids)), op_ids

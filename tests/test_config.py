@@ -1,0 +1,299 @@
+"""Settings (starscan/config.py) and the CLI around them.
+
+Precedence: defaults < conf file < STARSCAN_* environment < overrides (CLI flags).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from starscan.config import Settings, load_settings, parse_conf_file
+from starscan.errors import ConfigError
+
+
+@pytest.fixture
+def clean(monkeypatch, tmp_path):
+    """No STARSCAN_* variable and no ./starscan.conf around."""
+    for key in list(os.environ):
+        if key.startswith("STARSCAN_"):
+            monkeypatch.delenv(key)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return tmp_path
+
+
+def write_conf(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# =====================================================================================
+# Defaults and precedence
+# =====================================================================================
+def test_defaults(clean):
+    s = load_settings()
+    assert s.http_port == 8030
+    assert s.be_port == 9060
+    assert s.bind_host == "127.0.0.1"
+    assert s.advertise_host == "127.0.0.1"
+    assert s.be_endpoints == []
+    assert s.keep_alive_min == 5
+    assert s.time_zone == "UTC"
+    assert s.spark_conf == {}
+    assert s.plan_secret is None
+    assert s.routings == ["127.0.0.1:9060"]
+    assert s.gc_interval_s == 5 * 60.0
+    assert s.effective_users_file == s.warehouse / "_starscan" / "users.json"
+
+
+def test_precedence(clean, monkeypatch):
+    conf = write_conf(clean / "a.conf", "http_port = 8100\nbe_port = 9100\nkeep_alive_min = 7\nquery_timeout_s = 11\n")
+    s = load_settings(conf)
+    assert (s.http_port, s.be_port, s.keep_alive_min, s.query_timeout_s) == (8100, 9100, 7, 11)
+    monkeypatch.setenv("STARSCAN_BE_PORT", "9200")
+    monkeypatch.setenv("STARSCAN_KEEP_ALIVE_MIN", "8")
+    s = load_settings(conf)
+    assert (s.http_port, s.be_port, s.keep_alive_min, s.query_timeout_s) == (8100, 9200, 8, 11)
+    s = load_settings(conf, keep_alive_min=9, http_port=None)  # None = flag not given
+    assert (s.http_port, s.be_port, s.keep_alive_min, s.query_timeout_s) == (8100, 9200, 9, 11)
+    # Without the file, the environment still beats the defaults.
+    s = load_settings()
+    assert (s.http_port, s.be_port, s.keep_alive_min) == (8030, 9200, 8)
+
+
+def test_conf_file_from_environment_and_cwd(clean, monkeypatch):
+    named = write_conf(clean / "named.conf", "http_port = 8101\n")
+    monkeypatch.setenv("STARSCAN_CONF", str(named))
+    assert load_settings().http_port == 8101
+    monkeypatch.delenv("STARSCAN_CONF")
+    write_conf(Path("starscan.conf"), "http_port = 8102\n")
+    assert load_settings().http_port == 8102
+    # An explicit file wins over ./starscan.conf.
+    assert load_settings(named).http_port == 8101
+
+
+def test_missing_conf_file(clean):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(clean / "nope.conf")
+
+
+def test_conf_file_syntax(clean):
+    conf = write_conf(clean / "s.conf", "\n".join([
+        "# a comment",
+        "",
+        "   # an indented comment",
+        "http_port=8110",
+        "  be_port   =   9110  ",
+        'advertise_host = "10.0.0.7"',
+        "bind_host = '0.0.0.0'",
+        'warehouse = "/tmp/with space/wh"',
+        "plan_secret = a=b=c",
+        "time_zone = Europe/Berlin",
+        "be_endpoints = 10.0.0.1:9060, 10.0.0.2:9061",
+        "scan_context_gc_interval_s = 2.5",
+        "",
+    ]))
+    s = load_settings(conf)
+    assert s.http_port == 8110 and s.be_port == 9110
+    assert s.advertise_host == "10.0.0.7"
+    assert s.bind_host == "0.0.0.0"
+    assert s.warehouse == Path("/tmp/with space/wh")
+    assert s.plan_secret == "a=b=c"  # split at the first '='
+    assert s.time_zone == "Europe/Berlin"
+    assert s.be_endpoints == ["10.0.0.1:9060", "10.0.0.2:9061"]
+    assert s.routings == ["10.0.0.1:9060", "10.0.0.2:9061"]
+    assert s.gc_interval_s == 2.5
+
+
+def test_spark_keys_go_to_spark_conf(clean, monkeypatch):
+    conf = write_conf(clean / "spark.conf", "\n".join([
+        "spark.executor.memory = 4g",
+        'spark.sql.shuffle.partitions = "8"',
+        "spark_master = local[3]",
+        "spark_conf = spark.a=1; spark.b = 2",
+    ]))
+    s = load_settings(conf)
+    assert s.spark_master == "local[3]"
+    assert s.spark_conf == {"spark.executor.memory": "4g", "spark.sql.shuffle.partitions": "8", "spark.a": "1", "spark.b": "2"}
+    assert "spark.executor.memory" not in Settings.model_fields
+    # Key by key, the environment beats the file and overrides beat the environment; no
+    # layer's other keys are lost.
+    monkeypatch.setenv("STARSCAN_SPARK_CONF", "spark.executor.memory=8g; spark.x=y")
+    file_keys = {"spark.sql.shuffle.partitions": "8", "spark.a": "1", "spark.b": "2"}
+    assert load_settings(conf).spark_conf == {**file_keys, "spark.executor.memory": "8g", "spark.x": "y"}
+    s = load_settings(conf, spark_conf={"spark.executor.memory": "16g", "spark.z": "z"})
+    assert s.spark_conf == {**file_keys, "spark.executor.memory": "16g", "spark.x": "y", "spark.z": "z"}
+    monkeypatch.delenv("STARSCAN_SPARK_CONF")
+    s = load_settings(conf, spark_conf={"spark.a": "override"})
+    assert s.spark_conf == {**file_keys, "spark.executor.memory": "4g", "spark.a": "override"}
+    # spark_conf text alone in the file merges with overrides, too.
+    only = write_conf(clean / "only.conf", "spark_conf = spark.p=1\n")
+    assert load_settings(only, spark_conf={"spark.q": "2"}).spark_conf == {"spark.p": "1", "spark.q": "2"}
+    # spark conf reaches the session builder's configuration.
+    from starscan.spark import spark_conf
+
+    conf_map = spark_conf(load_settings(conf, spark_conf={"spark.ui.enabled": "true"}))
+    assert conf_map["spark.ui.enabled"] == "true"
+    assert conf_map["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_environment_values(clean, monkeypatch):
+    monkeypatch.setenv("STARSCAN_BE_ENDPOINTS", "h1:1,h2:2")
+    monkeypatch.setenv("STARSCAN_SPARK_CONF", "spark.a=1;spark.b=2")
+    monkeypatch.setenv("STARSCAN_TIME_ZONE", "Asia/Tokyo")
+    monkeypatch.setenv("STARSCAN_PLAN_TTL_S", "60")
+    s = load_settings()
+    assert s.be_endpoints == ["h1:1", "h2:2"]
+    assert s.spark_conf == {"spark.a": "1", "spark.b": "2"}
+    assert s.time_zone == "Asia/Tokyo"
+    assert s.plan_ttl_s == 60
+
+
+def test_routings_default_to_advertise_host_and_be_port(clean):
+    s = load_settings(advertise_host="192.168.1.5", be_port=9999)
+    assert s.routings == ["192.168.1.5:9999"]
+    s = load_settings(advertise_host="192.168.1.5", be_port=9999, be_endpoints=["a:1"])
+    assert s.routings == ["a:1"]
+
+
+# =====================================================================================
+# Errors name the key
+# =====================================================================================
+def test_unknown_key_in_file(clean):
+    conf = write_conf(clean / "u.conf", "http_port = 8030\nhttp_prot = 8031\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(conf)
+    assert "http_prot" in info.value.message
+    assert ":2:" in info.value.message  # the line number
+
+
+def test_line_without_equals(clean):
+    conf = write_conf(clean / "l.conf", "http_port 8030\n")
+    with pytest.raises(ConfigError, match="key = value"):
+        load_settings(conf)
+
+
+def test_unknown_environment_variable(clean, monkeypatch):
+    monkeypatch.setenv("STARSCAN_HTTP_PROT", "1")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert "http_prot" in info.value.message
+    assert "STARSCAN_HTTP_PROT" in info.value.message
+
+
+def test_unknown_override(clean):
+    with pytest.raises(ConfigError, match="no_such_flag"):
+        load_settings(no_such_flag=1)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("http_port", "abc"),
+    ("http_port", "70000"),
+    ("be_port", "-1"),
+    ("time_zone", "Nowhere/Zone"),
+    ("time_zone", "../etc/passwd"),
+    ("be_endpoints", "h"),
+    ("be_endpoints", "h:x"),
+    ("be_endpoints", "::1:9060"),
+    ("keep_alive_min", "0"),
+    ("plan_ttl_s", "1.5x"),
+    ("spark_conf", "novalue"),
+    ("listing_cache_ttl_s", "-1"),
+])
+def test_bad_value_names_the_key(clean, monkeypatch, key, value):
+    conf = write_conf(clean / "b.conf", f"{key} = {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(conf)
+    assert key in info.value.message
+    # Same via the environment and via overrides.
+    monkeypatch.setenv(f"STARSCAN_{key.upper()}", value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert key in info.value.message
+    monkeypatch.delenv(f"STARSCAN_{key.upper()}")
+    with pytest.raises(ConfigError) as info:
+        load_settings(**{key: value})
+    assert key in info.value.message
+
+
+def test_bad_spark_conf_text_next_to_spark_keys(clean):
+    conf = write_conf(clean / "sc.conf", "spark.x = 1\nspark_conf = novalue\n")
+    with pytest.raises(ConfigError, match="spark_conf"):
+        load_settings(conf)
+
+
+def test_parse_conf_file_directly(clean):
+    conf = write_conf(clean / "p.conf", "# x\nhttp_port = 1\nspark.k = v\n")
+    assert parse_conf_file(conf) == {"http_port": "1", "spark_conf": {"spark.k": "v"}}
+    with pytest.raises(ConfigError, match="cannot read"):
+        parse_conf_file(clean / "missing.conf")
+
+
+# =====================================================================================
+# The CLI
+# =====================================================================================
+def _cli(*args, cwd, timeout=120, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
+    env["COLUMNS"] = "200"
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "starscan", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_cli_serve_rejects_bad_conf_before_spark(tmp_path):
+    conf = write_conf(tmp_path / "bad.conf", "http_port = 8030\nno_such_key = 1\n")
+    started = time.monotonic()
+    out = _cli("serve", "--conf", str(conf), "--warehouse", str(tmp_path / "wh"), cwd=tmp_path, timeout=60)
+    elapsed = time.monotonic() - started
+    assert out.returncode != 0
+    assert "no_such_key" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert elapsed < 30  # no SparkSession was started
+    assert not (tmp_path / "wh").exists()
+
+
+def test_cli_serve_rejects_bad_value(tmp_path):
+    conf = write_conf(tmp_path / "bad.conf", "time_zone = Nowhere/Zone\n")
+    out = _cli("serve", "--conf", str(conf), cwd=tmp_path, timeout=60)
+    assert out.returncode != 0
+    assert "time_zone" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_cli_serve_rejects_unknown_env(tmp_path):
+    out = _cli("serve", cwd=tmp_path, timeout=60, env_extra={"STARSCAN_NOPE": "1"})
+    assert out.returncode != 0
+    assert "STARSCAN_NOPE" in out.stderr
+
+
+def test_cli_version(tmp_path):
+    from starscan import __version__
+
+    out = _cli("version", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"starscan {__version__}"
+
+
+def test_cli_tables(server, tmp_path):
+    out = _cli("tables", "--warehouse", str(server.warehouse.root), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+
+    def row(db, table):
+        return [ln for ln in lines if f" {db} " in ln and f" {table} " in ln]
+
+    assert row("demo", "lineitem"), out.stdout
+    assert row("demo", "all_types"), out.stdout
+    assert row("db1", "t1"), out.stdout
+    sales = row("db1", "sales")
+    assert sales and "region, day" in sales[0], out.stdout
+    t1 = row("db1", "t1")[0]
+    snap = server.warehouse.snapshot("db1", "t1")
+    assert f" {len(snap.tablets)} " in t1 and f" {snap.version} " in t1

@@ -1,0 +1,144 @@
+"""Package layout: the top-level folders are installed as `starscan.*` subpackages; the
+`gc/` folder never shadows Python's built-in `gc`; the IDLs are package data."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.machinery
+import importlib.resources
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = {"starscan": "starscan", "starscan.planner": "planner", "starscan.provider": "provider",
+           "starscan.gc": "gc", "starscan.idl": "idl"}
+
+
+def test_builtin_gc_is_the_builtin():
+    import gc
+
+    assert gc.__spec__.origin == "built-in"
+    assert gc.__spec__.loader is importlib.machinery.BuiltinImporter
+    assert callable(gc.collect) and callable(gc.get_objects)
+    assert isinstance(gc.collect(), int)
+    assert sys.modules["gc"] is gc
+
+
+def test_builtin_gc_with_repo_root_on_sys_path():
+    code = "\n".join([
+        "import sys",
+        f"sys.path.insert(0, {str(REPO)!r})",
+        "import gc",
+        "assert gc.__spec__.origin == 'built-in', gc.__spec__",
+        "assert isinstance(gc.collect(), int)",
+        "import starscan.gc, starscan.gc.reaper",
+        "assert starscan.gc is not gc",
+        "assert sys.modules['gc'] is gc",
+        "import gc as again",
+        "assert again is gc and again.__spec__.origin == 'built-in'",
+        "print('ok', starscan.gc.__file__)",
+    ])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ok ")
+    assert Path(out.stdout.split(" ", 1)[1].strip()) == REPO / "gc" / "__init__.py"
+
+
+def test_starscan_gc_is_the_reaper_package():
+    import gc
+
+    import starscan.gc
+    from starscan.gc import reaper
+    from starscan.gc.reaper import ScanContextReaper
+
+    assert starscan.gc is not gc
+    assert Path(starscan.gc.__file__).resolve() == REPO / "gc" / "__init__.py"
+    assert Path(reaper.__file__).resolve() == REPO / "gc" / "reaper.py"
+    assert starscan.gc.__spec__.name == "starscan.gc"
+
+    # And it works: one tick reaps an idle context, and only that one.
+    from starscan.provider.contexts import ScanContextManager
+
+    contexts = ScanContextManager()
+    idle = contexts.create(1)
+    fresh = contexts.create(1)
+    idle.last_access -= 3600
+    r = ScanContextReaper(contexts, 3600)
+    assert r.tick() == 1
+    assert [c.context_id for c in contexts.snapshot()] == [fresh.context_id]
+    assert r.reaped_total == 1
+
+
+@pytest.mark.parametrize("name, folder", sorted(FOLDERS.items()))
+def test_subpackages_come_from_their_folders(name, folder):
+    module = importlib.import_module(name)
+    assert Path(module.__file__).resolve() == REPO / folder / "__init__.py"
+
+
+@pytest.mark.parametrize("top", ["planner", "provider", "idl"])
+def test_folders_are_not_top_level_packages(tmp_path, top):
+    out = subprocess.run([sys.executable, "-c", f"import {top}"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "ModuleNotFoundError" in out.stderr
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+
+
+def test_sources_import_through_starscan_only():
+    """`from provider.x import y` would only work with the repo root on sys.path."""
+    bad = []
+    for folder in FOLDERS.values():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for lineno, module in _imports(path):
+                root = module.split(".")[0]
+                if root in ("planner", "provider", "idl") or module.startswith("gc."):
+                    bad.append(f"{path.relative_to(REPO)}:{lineno}: {module}")
+    assert bad == []
+
+
+def test_idl_files_are_package_data():
+    from starscan import thrift_defs
+
+    idl_dir = thrift_defs.IDL_DIR
+    names = {p.name for p in idl_dir.iterdir() if p.name.endswith(".thrift")}
+    assert names == {"StarrocksExternalService.thrift", "starscan_plan.thrift"}
+    assert names == {p.name for p in (REPO / "idl").glob("*.thrift")}
+    assert idl_dir == importlib.resources.files("starscan.idl")
+    for name in names:
+        text = (idl_dir / name).read_text(encoding="utf-8")
+        assert "struct" in text
+    assert "TStarrocksExternalService" in (idl_dir / "StarrocksExternalService.thrift").read_text(encoding="utf-8")
+    # Loaded from there: the wire service and the plan structs.
+    for method in ("open_scanner", "get_next", "close_scanner"):
+        assert method in thrift_defs.wire.TStarrocksExternalService.thrift_services
+    assert thrift_defs.plan.TSignedPlan and thrift_defs.plan.TScanPlan
+
+
+def test_pyproject_ships_the_folders_and_idl():
+    """A wheel built from pyproject.toml holds every folder under `starscan` and the .thrift files."""
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    st = meta["tool"]["setuptools"]
+    assert st["package-dir"] == FOLDERS
+    assert set(st["packages"]) == set(FOLDERS)
+    assert "gc" not in st["packages"]
+    patterns = st["package-data"]["starscan.idl"]
+    assert any(Path(name).match(p) for p in patterns for name in ("StarrocksExternalService.thrift",))
+    assert meta["project"]["scripts"]["starscan"] == "starscan.cli:main"
+    # Every folder is a package (has __init__.py), so setuptools picks up its modules.
+    for folder in FOLDERS.values():
+        assert (REPO / folder / "__init__.py").is_file()
