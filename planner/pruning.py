@@ -108,6 +108,7 @@ _CTX = Context(prec=200)  # exact for every decimal(38, s) operation done here
 _TS_MARGIN = _dt.timedelta(hours=48)
 
 _INT_RE = re.compile(r"-?[0-9]+")
+_LITERAL_INT_RE = re.compile(r"[+-]?[0-9]+")
 _DEC_RE = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 _DOUBLE_RE = re.compile(r"-?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _DATE_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
@@ -227,7 +228,6 @@ def _double(x: float) -> Val | None:
 _COMPARISONS = {"=", "!=", "<", "<=", ">", ">="}
 _BOOLEAN_OPS = _COMPARISONS | {"<=>", "and", "or", "not"}
 _NUMERIC = {"int", "decimal", "double"}
-_TEMPORAL = {"date", "timestamp"}
 
 
 class _Evaluator:
@@ -314,11 +314,16 @@ def literal_value(e: Expr) -> Val | None:
         return _UNK
     try:
         if lt in ("int", "bigint"):
+            if not _LITERAL_INT_RE.fullmatch(text):
+                return _UNK
             value = int(text)
             lo, hi = INT_RANGE[lt]
             return Val("int", value, INT_WIDTH[lt]) if lo <= value <= hi else _UNK
         if lt == "decimal":
-            value, p, s = decimal_precision_scale(Decimal(text))
+            parsed = Decimal(text)
+            if not parsed.is_finite():
+                return _UNK
+            value, p, s = decimal_precision_scale(parsed)
             return Val("decimal", value, p, s) if p <= MAX_PRECISION else _UNK
         if lt == "double":
             return _double(float(text))

@@ -76,7 +76,7 @@ class QueryPlanner:
             for name in predicate.columns():
                 cols.field(name)
         part_types = {c: cols.field(c).dataType for c in snap.partition_columns if c.lower() in cols.by_lower}
-        tablets = prune(predicate, snap.tablets, part_types)
+        tablets = prune(predicate, snap.tablets, part_types, time_zone=self.settings.time_zone)
         if not tablets:
             return b'{"status":200,"opaqued_query_plan":"","partitions":{}}'
         now_ms = int(time.time() * 1000)

@@ -21,14 +21,14 @@ from starscan.errors import BadRequest, SqlInvalid
 _FUNCTIONS: dict[type, str] = {
     exp.Lower: "lower", exp.Upper: "upper", exp.Length: "length", exp.Abs: "abs",
     exp.Coalesce: "coalesce", exp.Year: "year", exp.Month: "month", exp.Day: "day",
-    exp.Substring: "substring", exp.Trim: "trim", exp.Concat: "concat", exp.Round: "round",
+    exp.Substring: "substring", exp.Concat: "concat", exp.Round: "round",
     exp.Floor: "floor", exp.Ceil: "ceil", exp.Sqrt: "sqrt", exp.Ln: "ln", exp.Exp: "exp",
     exp.Pow: "pow", exp.Greatest: "greatest", exp.Least: "least", exp.If: "if",
     exp.TsOrDsToDate: "to_date", exp.Quarter: "quarter", exp.DayOfWeek: "dayofweek",
     exp.DayOfMonth: "dayofmonth", exp.DayOfYear: "dayofyear", exp.WeekOfYear: "weekofyear",
-    exp.Hour: "hour", exp.Minute: "minute", exp.Second: "second", exp.Initcap: "initcap",
+    exp.Hour: "hour", exp.Minute: "minute", exp.Second: "second",
     exp.Reverse: "reverse", exp.Nullif: "nullif", exp.StrPosition: "instr",
-    exp.Left: "left", exp.Right: "right", exp.Sign: "sign", exp.Log: "log",
+    exp.Left: "left", exp.Right: "right", exp.Sign: "sign",
     exp.ArrayContains: "array_contains", exp.ArraySize: "size",
 }
 _ANONYMOUS = {
@@ -39,8 +39,13 @@ _ANONYMOUS = {
     "negative", "cardinality", "element_at", "map_keys", "map_values", "array_max", "array_min",
     "locate", "position", "split_part", "regexp_extract", "regexp_replace", "truncate",
     "weekday", "to_timestamp", "unix_timestamp", "from_unixtime", "date_trunc", "trunc",
-    "year", "month", "day", "cast", "strleft", "strright", "money_format",
+    "year", "month", "day", "strleft", "strright", "to_date",
 }
+#: Every Spark function name a plan's ``func`` node may carry (the BE refuses others).
+SPARK_FUNCTIONS = frozenset(
+    set(_FUNCTIONS.values()) | (_ANONYMOUS - {"ifnull", "nvl"})
+    | {"rlike", "coalesce", "trim", "ltrim", "rtrim", "ln", "log", "log2", "log10", "initcap"}
+)
 _COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.NullSafeEQ: "<=>"}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "div"}
 _SCAN_ONLY = (exp.AggFunc, exp.Window, exp.Order, exp.Limit, exp.Offset, exp.Group, exp.Having, exp.Distinct, exp.Qualify)
@@ -143,17 +148,28 @@ def _number(text: str) -> E.Expr:
             return E.literal("int", str(value))
         if value <= LONG_MAX:
             return E.literal("bigint", str(value))
+        _check_decimal_digits(text)
         return E.literal("decimal", text)
     if "e" in text.lower():
         try:
-            return E.literal("double", repr(float(text)))
+            value = float(text)
         except ValueError:
             raise SqlInvalid(f"bad number {text!r}") from None
+        if value in (float("inf"), float("-inf")):
+            raise SqlInvalid(f"number {text} is out of the range of DOUBLE")
+        return E.literal("double", repr(value))
     try:
         Decimal(text)
     except InvalidOperation:
         raise SqlInvalid(f"bad number {text!r}") from None
+    _check_decimal_digits(text)
     return E.literal("decimal", text)
+
+
+def _check_decimal_digits(text: str) -> None:
+    digits = Decimal(text).as_tuple().digits
+    if len(digits) > 38:
+        raise SqlInvalid(f"number {text} has more than 38 digits")
 
 
 def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
@@ -240,6 +256,24 @@ def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
         if default is not None:
             children.append(convert(default, table, alias))
         return E.Expr("case", name="else" if default is not None else None, children=tuple(children))
+    if isinstance(node, exp.Trim):
+        # ltrim/rtrim/trim([BOTH|LEADING|TRAILING] [chars FROM] s): Spark spells these
+        # ltrim/rtrim/trim(s) and, with characters, fn(chars, s).
+        position = str(node.args.get("position") or "").upper()
+        fname = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim")
+        args = [node.this] if node.expression is None else [node.expression, node.this]
+        return E.Expr("func", name=fname, children=tuple(convert(a, table, alias) for a in args))
+    if isinstance(node, exp.Log):
+        base, arg = node.this, node.expression
+        if arg is None:
+            return E.Expr("func", name="ln", children=(convert(base, table, alias),))
+        if isinstance(base, exp.Literal) and not base.is_string and str(base.this) in ("2", "10"):
+            # log2/log10 are exact in Spark; log(b, x) is ln(x)/ln(b) and rounds differently.
+            return E.Expr("func", name=f"log{base.this}", children=(convert(arg, table, alias),))
+        return E.Expr("func", name="log", children=(convert(base, table, alias), convert(arg, table, alias)))
+    if isinstance(node, exp.Initcap):
+        # sqlglot adds a default delimiter argument that Spark's initcap does not take.
+        return E.Expr("func", name="initcap", children=(convert(node.this, table, alias),))
     if isinstance(node, exp.Anonymous):
         fname = str(node.this).lower()
         if fname not in _ANONYMOUS:

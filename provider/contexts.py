@@ -62,7 +62,8 @@ class ScanContextManager:
         with self._lock:
             ctx = self._contexts.get(context_id or "")
         if ctx is None:
-            raise NotFound(f"context_id: {context_id} not found")
+            # An unset context_id reads as "" (as the BE's C++ default), never as "None".
+            raise NotFound(f"context_id: {context_id or ''} not found")
         return ctx
 
     @contextmanager

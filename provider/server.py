@@ -25,7 +25,9 @@ class ThriftServer:
         self.server = TThreadedServer(
             TProcessor(wire.TStarrocksExternalService, handler),
             self.socket,
-            iprot_factory=TCyBinaryProtocolFactory(),
+            # Java's TBinaryProtocol.Factory default: strict write, lenient read (PROTOCOL.md 3),
+            # so old-style requests without the 0x8001 version word are served too.
+            iprot_factory=TCyBinaryProtocolFactory(strict_read=False, strict_write=True),
             itrans_factory=TCyBufferedTransportFactory(),
             daemon=True,
         )

@@ -39,7 +39,9 @@ class ScanService:
         self.settings = settings
         self.spark = spark
         self.signer = signer
-        self.contexts = contexts or ScanContextManager()
+        # `is None`, not `or`: an empty manager is falsy (it has __len__), and the server's
+        # reaper and admin views must see the same manager the service registers in.
+        self.contexts = contexts if contexts is not None else ScanContextManager()
 
     # ---- open_scanner ----
     def open(self, params) -> OpenResult:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Callable
 
 from pyspark.sql import Column
@@ -32,6 +32,7 @@ MAX_DECIMAL_PRECISION = 38
 _FORBIDDEN_FUNCTIONS = {"reflect", "java_method", "try_reflect", "input_file_name",
                         "input_file_block_start", "input_file_block_length"}
 _FUNCTION_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 _COMPARE: dict[str, Callable[[Column, Column], Column]] = {
     "=": lambda a, b: a == b,
@@ -60,8 +61,7 @@ def _allowed_functions() -> frozenset[str]:
     """The function names the FE can put in a plan (planner/sql.py's whitelist)."""
     from starscan.planner import sql as _sql
 
-    names = set(_sql._FUNCTIONS.values()) | set(_sql._ANONYMOUS) | {"rlike", "coalesce"}
-    return frozenset(n.lower() for n in names)
+    return frozenset(n.lower() for n in _sql.SPARK_FUNCTIONS)
 
 
 _ALLOWED: frozenset[str] | None = None
@@ -93,7 +93,7 @@ def decimal_type_of(text: str) -> tuple[Decimal, int, int]:
         raise PlanInvalid(f"query plan has a bad decimal literal {text!r}")
     sign, digits, exponent = value.as_tuple()
     if exponent > 0:  # 1E+2: Spark sets the scale to 0
-        value = value.quantize(Decimal(1))
+        value = value.quantize(Decimal(1), context=Context(prec=400))
         sign, digits, exponent = value.as_tuple()
     scale = -exponent
     # Leading zeros are not significant (Python's Decimal drops them, like BigDecimal).
@@ -104,10 +104,9 @@ def decimal_type_of(text: str) -> tuple[Decimal, int, int]:
 
 
 def _int_value(text: str | None, lo: int, hi: int, kind: str) -> int:
-    try:
-        value = int(str(text).strip())
-    except (TypeError, ValueError):
-        raise PlanInvalid(f"query plan has a bad {kind} literal {text!r}") from None
+    if text is None or not _INTEGER.fullmatch(text.strip()):
+        raise PlanInvalid(f"query plan has a bad {kind} literal {text!r}")
+    value = int(text.strip())
     if not lo <= value <= hi:
         raise PlanInvalid(f"query plan has an out-of-range {kind} literal {text!r}")
     return value

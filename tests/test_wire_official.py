@@ -283,7 +283,7 @@ def test_vector_18_batch_size_upper_bound_is_allowed(wire, vector_plan):
     res = wire.open(plan, tablets, batch_size=65536)
     assert res.status.status_code == OK, res.status
     tables = drain(wire, res.context_id)
-    assert [t.num_rows for t in tables] == [3]
+    assert sum(t.num_rows for t in tables) == 3
     assert wire.close_scanner(res.context_id).status.status_code == OK
 
 

@@ -1,0 +1,237 @@
+"""provider/result_queue.py on its own: real pyarrow batches, real threads.
+
+Blocking is checked with threads that are joined with a bounded timeout: a call that must
+block is seen still running after a short join, a call that must return is joined until it
+does (bounded, so a broken queue fails the test instead of hanging it).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+
+from starscan.errors import MemLimitExceeded, ScanCancelled, ScanTimeout
+from starscan.provider.result_queue import EOS, ResultQueue
+
+JOIN_S = 10.0     # upper bound for a call that must return
+BLOCKED_S = 0.3   # how long a call that must block is watched
+
+
+def batch(start: int, rows: int) -> pa.RecordBatch:
+    ids = list(range(start, start + rows))
+    return pa.record_batch({"id": pa.array(ids, pa.int64()), "s": pa.array([f"row-{i}" for i in ids])})
+
+
+class Call:
+    """Run ``fn`` in a daemon thread; keep its result or exception."""
+
+    def __init__(self, fn, *args, **kwargs):
+        self.result = None
+        self.error: BaseException | None = None
+        self.started = threading.Event()
+
+        def run():
+            self.started.set()
+            try:
+                self.result = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the test
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        assert self.started.wait(JOIN_S)
+
+    def blocked(self) -> bool:
+        self.thread.join(BLOCKED_S)
+        return self.thread.is_alive()
+
+    def wait(self):
+        self.thread.join(JOIN_S)
+        assert not self.thread.is_alive(), "the call did not return"
+        return self
+
+
+def ids_of(b: pa.RecordBatch) -> list[int]:
+    return b.column(0).to_pylist()
+
+
+# ---- put / take -----------------------------------------------------------------------
+def test_put_blocks_when_full_and_resumes_when_the_batch_is_taken():
+    q = ResultQueue(100)
+    assert Call(q.put, batch(0, 4), 60).wait().result is True
+    assert q.bytes == 60 and q.depth == 1
+
+    put = Call(q.put, batch(4, 4), 60)           # 60 + 60 > 100: must wait
+    assert put.blocked()
+    assert q.depth == 1 and q.bytes == 60
+
+    # Part of the first batch taken: its bytes are still held, so the put still waits.
+    part = q.take(3)
+    assert ids_of(part) == [0, 1, 2]
+    assert put.blocked()
+    assert q.bytes == 60
+
+    # The last row of the first batch taken: its bytes are released, the put goes in.
+    assert ids_of(q.take(3)) == [3]
+    assert put.wait().result is True
+    assert put.error is None
+    assert q.bytes == 60 and q.depth == 1
+    assert ids_of(q.take(10)) == [4, 5, 6, 7]
+    assert q.bytes == 0 and q.depth == 0
+    assert q.peak_bytes == 60
+    assert q.rows_in == 8
+
+
+def test_put_fits_exactly_at_the_limit():
+    q = ResultQueue(100)
+    assert q.put(batch(0, 1), 40)
+    assert Call(q.put, batch(1, 1), 60).wait().result is True  # 40 + 60 == 100: fits
+    assert q.bytes == 100
+    assert Call(q.put, batch(2, 1), 1).blocked()               # 101 > 100
+    q.close()
+
+
+def test_one_batch_is_always_admitted_even_over_the_limit():
+    q = ResultQueue(10)
+    big = Call(q.put, batch(0, 5), 1000).wait()
+    assert big.result is True
+    assert q.bytes == 1000 and q.peak_bytes == 1000
+
+    second = Call(q.put, batch(5, 1), 1)
+    assert second.blocked()                      # the queue holds more than its limit
+    assert ids_of(q.take(100)) == [0, 1, 2, 3, 4]
+    assert second.wait().result is True
+    assert ids_of(q.take(100)) == [5]
+
+
+def test_take_slices_to_max_rows_in_order_then_eos_after_finish():
+    q = ResultQueue(1 << 20)
+    q.put(batch(0, 10), 100)
+    q.put(batch(10, 2), 100)
+    q.finish()
+    got = []
+    sizes = []
+    while True:
+        out = q.take(3)
+        if out is EOS:
+            break
+        assert isinstance(out, pa.RecordBatch)
+        assert out.schema == batch(0, 1).schema
+        sizes.append(out.num_rows)
+        got.extend(ids_of(out))
+        assert out.column(1).to_pylist() == [f"row-{i}" for i in ids_of(out)]
+    # Slices never cross batches and never exceed max_rows.
+    assert sizes == [3, 3, 3, 1, 2]
+    assert got == list(range(12))
+    assert q.bytes == 0
+    assert q.take(3) is EOS                      # EOS again, not an error
+    assert q.take(1) is EOS
+
+
+def test_take_waits_for_data_and_a_finish():
+    q = ResultQueue(1 << 20)
+    assert q.take(5, timeout=0.05) is None       # nothing yet, not finished
+    waiting = Call(q.take, 5)
+    assert waiting.blocked()
+    q.put(batch(0, 7), 10)
+    assert ids_of(waiting.wait().result) == [0, 1, 2, 3, 4]
+    assert ids_of(q.take(5)) == [5, 6]
+    eos = Call(q.take, 5)
+    assert eos.blocked()
+    q.finish()
+    assert eos.wait().result is EOS
+
+
+def test_producer_and_consumer_threads_move_every_row_once_within_the_limit():
+    q = ResultQueue(1000)
+    sizes = [(i * 7) % 13 + 1 for i in range(300)]    # 1..13 rows a batch
+    total = sum(sizes)
+
+    def produce():
+        start = 0
+        for n in sizes:
+            assert q.put(batch(start, n), 100 + n)    # 101..113 bytes: 8-9 batches fit
+            start += n
+        q.finish()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    got: list[int] = []
+    max_rows = 1
+    while True:
+        out = q.take(max_rows, timeout=JOIN_S)
+        assert out is not None, "the consumer starved"
+        if out is EOS:
+            break
+        assert 1 <= out.num_rows <= max_rows
+        got.extend(ids_of(out))
+        max_rows = max_rows % 17 + 1
+    producer.join(JOIN_S)
+    assert not producer.is_alive()
+    assert got == list(range(total))
+    assert q.rows_in == total
+    assert 0 < q.peak_bytes <= 1000
+    assert q.bytes == 0
+
+
+# ---- fail / close -----------------------------------------------------------------------
+def test_fail_wakes_a_blocked_take_with_the_error():
+    q = ResultQueue(1 << 20)
+    waiting = Call(q.take, 10)
+    assert waiting.blocked()
+    err = ScanTimeout("the scan exceeded query_timeout of 1 s and was cancelled")
+    q.fail(err)
+    waiting.wait()
+    assert waiting.error is err
+    with pytest.raises(ScanTimeout):
+        q.take(10)
+
+
+def test_fail_wakes_a_blocked_put_and_drops_queued_data():
+    q = ResultQueue(100)
+    assert q.put(batch(0, 3), 80)
+    blocked_put = Call(q.put, batch(3, 3), 80)
+    assert blocked_put.blocked()
+    q.fail(MemLimitExceeded("too big"))
+    assert blocked_put.wait().result is False
+    assert q.bytes == 0 and q.depth == 0
+    # The first failure wins; later puts are refused.
+    q.fail(ScanCancelled("later"))
+    with pytest.raises(MemLimitExceeded):
+        q.take(1)
+    assert q.put(batch(6, 1), 1) is False
+    assert q.bytes == 0
+
+
+def test_fail_after_finish_still_reports_the_error_not_eos():
+    q = ResultQueue(1 << 20)
+    q.put(batch(0, 2), 10)
+    q.finish()
+    q.fail(ScanCancelled("closed"))
+    with pytest.raises(ScanCancelled):
+        q.take(10)
+
+
+def test_close_drops_bytes_and_wakes_both_sides():
+    q = ResultQueue(100)
+    assert q.put(batch(0, 5), 70)
+    blocked_put = Call(q.put, batch(5, 5), 70)
+    assert blocked_put.blocked()
+    assert q.bytes == 70
+    q.close()
+    assert q.bytes == 0 and q.depth == 0
+    assert blocked_put.wait().result is False
+    with pytest.raises(ScanCancelled):
+        q.take(1)
+    assert q.put(batch(10, 1), 1) is False
+    assert q.bytes == 0
+
+    q2 = ResultQueue(100)
+    waiting = Call(q2.take, 1)
+    assert waiting.blocked()
+    q2.close()
+    waiting.wait()
+    assert isinstance(waiting.error, ScanCancelled)
+

@@ -1,0 +1,298 @@
+"""Property: for random projections, WHERE predicates and batch sizes, starscan returns exactly
+the multiset of rows ``spark.sql`` returns for the same SQL text over the table's files.
+
+The SQL is built once as a template; the StarRocks request names the table `db`.`table`,
+Spark's names parquet.`<table path>`. Spark's dates and timestamps are turned into the
+StarRocks text forms before comparing (PROTOCOL.md 5.2).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import Counter
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import types as T
+
+PROPERTY_SETTINGS = settings(
+    max_examples=25, deadline=None, derandomize=True, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+MAX_BATCH = 65536
+
+# Literal kinds of the scalar columns a predicate may use.
+INTEGRAL = {T.ByteType: (-(2**7), 2**7 - 1), T.ShortType: (-(2**15), 2**15 - 1),
+            T.IntegerType: (-(2**31), 2**31 - 1), T.LongType: (-(2**63), 2**63 - 1)}
+SAFE_TEXT = "abcdefxyzAZ09 -éü日本🎉"
+
+
+# ---- canonical values ---------------------------------------------------------------------
+def _float(value: float):
+    return ("float", "nan" if math.isnan(value) else repr(value))
+
+
+def canon_spark(value, data_type, zone: str):
+    if value is None:
+        return None
+    if isinstance(data_type, T.DateType):
+        return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    if isinstance(data_type, T.TimestampType):  # naive local datetime of an instant
+        return value.astimezone(ZoneInfo(zone)).replace(tzinfo=None).isoformat(sep=" ")
+    if isinstance(data_type, T.TimestampNTZType):
+        return value.isoformat(sep=" ")
+    if isinstance(data_type, (T.FloatType, T.DoubleType)):
+        return _float(value)
+    if isinstance(data_type, T.BinaryType):
+        return bytes(value)
+    if isinstance(data_type, T.ArrayType):
+        return tuple(canon_spark(v, data_type.elementType, zone) for v in value)
+    if isinstance(data_type, T.MapType):
+        return tuple(sorted((canon_spark(k, data_type.keyType, zone), canon_spark(v, data_type.valueType, zone))
+                            for k, v in value.items()))
+    if isinstance(data_type, T.StructType):
+        return tuple(canon_spark(value[i], f.dataType, zone) for i, f in enumerate(data_type.fields))
+    return value
+
+
+def canon_arrow(value, arrow_type: pa.DataType):
+    if value is None:
+        return None
+    if pa.types.is_floating(arrow_type):
+        return _float(value)
+    if pa.types.is_map(arrow_type):
+        return tuple(sorted((canon_arrow(k, arrow_type.key_type), canon_arrow(v, arrow_type.item_type))
+                            for k, v in value))
+    if pa.types.is_list(arrow_type):
+        return tuple(canon_arrow(v, arrow_type.value_type) for v in value)
+    if pa.types.is_struct(arrow_type):
+        return tuple(canon_arrow(value[f.name], f.type) for f in arrow_type)
+    return value
+
+
+# ---- literals -------------------------------------------------------------------------------
+def sql_string(text: str) -> str:
+    assert "'" not in text and "\\" not in text
+    return f"'{text}'"
+
+
+def safe_text(text) -> bool:
+    return isinstance(text, str) and "'" not in text and "\\" not in text and all(ch >= " " for ch in text)
+
+
+def render_float(value: float) -> str:
+    return repr(float(value)).upper()  # 1.5E+38 is a double literal for both parsers
+
+
+def render_timestamp(value: dt.datetime) -> str:
+    return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+
+
+def render_date(value: dt.date) -> str:
+    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+
+
+def literal_strategy(data_type, samples: list, zone: str):
+    """SQL literal text of the column's type: sampled data values and random ones."""
+    kind = type(data_type)
+    if kind in INTEGRAL:
+        lo, hi = INTEGRAL[kind]
+        near = [v + d for v in samples for d in (-1, 0, 1) if lo <= v + d <= hi]
+        return st.one_of(st.sampled_from(near), st.integers(lo, hi)).map(str)
+    if isinstance(data_type, T.DecimalType):
+        p, s = data_type.precision, data_type.scale
+        rand = st.builds(lambda i, places: Decimal(i).scaleb(-places), st.integers(-(10**p) + 1, 10**p - 1),
+                         st.integers(0, s))
+        return st.one_of(st.sampled_from(samples), rand).map(lambda d: format(d, "f"))
+    if isinstance(data_type, (T.FloatType, T.DoubleType)):
+        finite = [v for v in samples if math.isfinite(v)] or [0.0]
+        width = 32 if isinstance(data_type, T.FloatType) else 64
+        return st.one_of(
+            st.sampled_from(finite).map(render_float),
+            st.floats(allow_nan=False, allow_infinity=False, width=width).map(render_float),
+            st.sampled_from(["CAST('NaN' AS DOUBLE)", "CAST('Infinity' AS DOUBLE)", "CAST('-Infinity' AS DOUBLE)", "0",
+                             "1.5", "-0.0"]),
+        )
+    if isinstance(data_type, T.DateType):
+        values = st.one_of(st.sampled_from(samples), st.dates())
+        return st.tuples(values, st.booleans()).map(
+            lambda t: (f"DATE '{render_date(t[0])}'" if t[1] else sql_string(render_date(t[0]))))
+    if isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
+        if isinstance(data_type, T.TimestampType):
+            samples = [v.astimezone(ZoneInfo(zone)).replace(tzinfo=None) for v in samples]
+        rand = st.datetimes(min_value=dt.datetime(1900, 1, 2), max_value=dt.datetime(9999, 12, 29))
+        return st.one_of(st.sampled_from(samples), rand).map(render_timestamp)
+    if isinstance(data_type, T.StringType):
+        texts = [v for v in samples if safe_text(v)] or [""]
+        return st.one_of(st.sampled_from(texts), st.text(alphabet=SAFE_TEXT, max_size=12)).map(sql_string)
+    if isinstance(data_type, T.BooleanType):
+        return st.sampled_from(["true", "false", "TRUE"])
+    raise AssertionError(f"no literals for {data_type}")
+
+
+@st.composite
+def like_pattern(draw, samples: list):
+    texts = [v for v in samples if safe_text(v) and v]
+    base = draw(st.sampled_from(texts)) if texts and draw(st.booleans()) else draw(st.text(alphabet=SAFE_TEXT, max_size=8))
+    form = draw(st.integers(0, 4))
+    if form == 0 and base:
+        i = draw(st.integers(0, len(base)))
+        pattern = base[:i] + "%"
+    elif form == 1 and base:
+        i = draw(st.integers(0, len(base)))
+        j = draw(st.integers(i, len(base)))
+        pattern = "%" + base[i:j] + "%"
+    elif form == 2 and base:
+        i = draw(st.integers(0, len(base) - 1))
+        pattern = base[:i] + "_" + base[i + 1:]
+    elif form == 3:
+        pattern = draw(st.text(alphabet=SAFE_TEXT + "%_", max_size=8))
+    else:
+        pattern = base
+    return sql_string(pattern)
+
+
+def quoted(name: str) -> str:
+    return f"`{name}`"
+
+
+@st.composite
+def atom(draw, columns: dict, samples: dict, zone: str):
+    name = draw(st.sampled_from(sorted(columns)))
+    data_type = columns[name]
+    col = quoted(name)
+    if isinstance(data_type, T.BinaryType):
+        return f"{col} IS {draw(st.sampled_from(['', 'NOT ']))}NULL"
+    lit = literal_strategy(data_type, samples[name], zone)
+    forms = ["cmp", "cmp", "in", "between", "null"]
+    if isinstance(data_type, T.StringType):
+        forms += ["like", "like"]
+    form = draw(st.sampled_from(forms))
+    if form == "cmp":
+        op = draw(st.sampled_from(["=", "!=", "<>", "<", "<=", ">", ">=", "<=>"]))
+        return f"{col} {op} {draw(lit)}"
+    if form == "in":
+        values = draw(st.lists(st.one_of(lit, lit, lit, st.just("NULL")), min_size=1, max_size=4))
+        neg = draw(st.sampled_from(["", "NOT "]))
+        return f"{col} {neg}IN ({', '.join(values)})"
+    if form == "between":
+        neg = draw(st.sampled_from(["", "NOT "]))
+        return f"{col} {neg}BETWEEN {draw(lit)} AND {draw(lit)}"
+    if form == "like":
+        neg = draw(st.sampled_from(["", "NOT "]))
+        return f"{col} {neg}LIKE {draw(like_pattern(samples[name]))}"
+    return f"{col} IS {draw(st.sampled_from(['', 'NOT ']))}NULL"
+
+
+def predicate(columns: dict, samples: dict, zone: str):
+    leaves = atom(columns, samples, zone)
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.tuples(inner, inner).map(lambda t: f"({t[0]}) AND ({t[1]})"),
+            st.tuples(inner, inner).map(lambda t: f"({t[0]}) OR ({t[1]})"),
+            inner.map(lambda p: f"NOT ({p})"),
+        ),
+        max_leaves=5,
+    )
+
+
+# ---- tables ---------------------------------------------------------------------------------
+class TableInfo:
+    def __init__(self, spark, server, db: str, table: str, sample_fraction: float | None):
+        self.db, self.table = db, table
+        self.zone = server.settings.time_zone
+        self.path = str(server.warehouse.table_path(db, table))
+        df = spark.read.parquet(self.path)
+        self.schema = df.schema
+        self.columns = [f.name for f in df.schema.fields]
+        self.scalar = {f.name: f.dataType for f in df.schema.fields
+                       if not isinstance(f.dataType, (T.ArrayType, T.MapType, T.StructType))}
+        rows = (df.sample(fraction=sample_fraction, seed=7) if sample_fraction else df).collect()
+        ordered = [c for c, t in self.scalar.items() if not isinstance(t, T.BinaryType)]
+        extremes = df.selectExpr(*[f"min(`{c}`) as `min_{c}`" for c in ordered],
+                                 *[f"max(`{c}`) as `max_{c}`" for c in ordered]).collect()[0]
+        self.samples: dict[str, list] = {}
+        for name in ordered:
+            values = {r[name] for r in rows if r[name] is not None}
+            values |= {v for v in (extremes[f"min_{name}"], extremes[f"max_{name}"]) if v is not None}
+            self.samples[name] = sorted(values, key=repr)
+
+    def sql(self, columns: list[str], where: str) -> str:
+        return f"select {', '.join(quoted(c) for c in columns)} from {{table}} where {where}"
+
+
+def run_both(spark, client, info: TableInfo, template: str, batch_size: int):
+    sr_sql = template.format(table=f"`{info.db}`.`{info.table}`")
+    spark_sql = template.format(table=f"parquet.`{info.path}`")
+    df = spark.sql(spark_sql)
+    want = Counter(tuple(canon_spark(v, f.dataType, info.zone) for v, f in zip(r, df.schema.fields))
+                   for r in df.collect())
+    batches = list(client.batches(info.db, info.table, sr_sql, batch_size=batch_size))
+    got: Counter = Counter()
+    for b in batches:
+        assert 1 <= b.num_rows <= batch_size, (b.num_rows, batch_size)
+        assert b.schema.names == df.columns
+        types = [f.type for f in b.schema]
+        for row in zip(*(col.to_pylist() for col in b.columns)):
+            got[tuple(canon_arrow(v, t) for v, t in zip(row, types))] += 1
+    return got, want, sr_sql
+
+
+def columns_strategy(names: list[str]):
+    return st.permutations(names).flatmap(lambda perm: st.integers(1, len(perm)).map(lambda k: list(perm[:k])))
+
+
+@pytest.fixture(scope="module")
+def all_types(spark, server) -> TableInfo:
+    return TableInfo(spark, server, "demo", "all_types", None)
+
+
+@pytest.fixture(scope="module")
+def lineitem(spark, server) -> TableInfo:
+    return TableInfo(spark, server, "demo", "lineitem", 0.01)
+
+
+def check(spark, client, info: TableInfo, columns, where, batch_size):
+    template = info.sql(columns, where)
+    got, want, sr_sql = run_both(spark, client, info, template, batch_size)
+    missing, extra = want - got, got - want
+    assert not missing and not extra, (
+        f"{sr_sql} (batch_size={batch_size}): {sum(missing.values())} rows missing, e.g. {list(missing)[:3]}; "
+        f"{sum(extra.values())} extra, e.g. {list(extra)[:3]}")
+
+
+# ---- properties -----------------------------------------------------------------------------
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_all_types_random_queries_match_spark(spark, client, all_types, data):
+    info = all_types
+    columns = data.draw(columns_strategy(info.columns), label="columns")
+    where = data.draw(predicate(info.scalar, info.samples, info.zone), label="where")
+    batch_size = data.draw(st.one_of(st.integers(1, 10), st.integers(1, 70000).map(lambda n: min(n, MAX_BATCH))),
+                           label="batch_size")
+    check(spark, client, info, columns, where, batch_size)
+
+
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_lineitem_random_queries_match_spark(spark, client, lineitem, data):
+    info = lineitem
+    columns = data.draw(columns_strategy(info.columns), label="columns")
+    where = data.draw(predicate(info.scalar, info.samples, info.zone), label="where")
+    batch_size = data.draw(st.one_of(st.integers(500, 8192), st.integers(500, 70000).map(lambda n: min(n, MAX_BATCH))),
+                           label="batch_size")
+    check(spark, client, info, columns, where, batch_size)
+
+
+def test_generators_cover_the_interesting_cases(all_types, lineitem):
+    """The samples the literals come from include the edge values of the data."""
+    assert Decimal("-9999999999999999999999999999.9999999999") in all_types.samples["c_decimal128"]
+    assert any(isinstance(v, float) and math.isnan(v) for v in all_types.samples["c_float"])
+    assert dt.date(1, 1, 1) in all_types.samples["c_date"]
+    assert "R" in lineitem.samples["l_returnflag"] and len(lineitem.samples["l_orderkey"]) > 20
