@@ -107,7 +107,8 @@ def list_table_files(location: Path) -> tuple[list[DataFile], list[str]]:
 
 
 class Warehouse:
-    """Finds databases and tables in the warehouse directory; caches file listings."""
+    """Finds databases and tables in the warehouse directory; caches file listings
+    (``listing_ttl_s``; 0 disables the cache)."""
 
     def __init__(self, root: Path, listing_ttl_s: float = 5.0):
         self.root = Path(root).resolve()
@@ -176,15 +177,22 @@ class Warehouse:
     def snapshot(self, db: str, table: str) -> TableSnapshot:
         location = self.require_table(db, table)
         key = str(location)
-        if self._listings is not None:
-            with self._lock:
-                cached = self._listings.get(key)
-            if cached is not None:
-                return cached
+        if self._listings is None:
+            return self._build_snapshot(db, table, location)
+        # A cached listing is used while the table directory itself is unchanged (files
+        # added or removed at the top level, or the directory replaced, show at once);
+        # changes deeper in partition folders show when the TTL runs out.
+        try:
+            stamp = os.stat(location).st_mtime_ns
+        except FileNotFoundError:
+            raise TableNotFound(table) from None
+        with self._lock:
+            cached = self._listings.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         snap = self._build_snapshot(db, table, location)
-        if self._listings is not None:
-            with self._lock:
-                self._listings[key] = snap
+        with self._lock:
+            self._listings[key] = (stamp, snap)
         return snap
 
     def invalidate(self, db: str, table: str) -> None:
