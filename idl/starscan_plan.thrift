@@ -39,6 +39,12 @@ struct TPlanTablet {
   2: required list<TPlanFile> files
 }
 
+// The planned tablets, serialized once per table version and tablet set and carried as
+// bytes in TScanPlan: large tables make this the bulk of every plan.
+struct TPlanTablets {
+  1: required list<TPlanTablet> tablets
+}
+
 struct TScanPlan {
   1: required string query_id
   2: required string database
@@ -47,7 +53,7 @@ struct TScanPlan {
   5: required i32 version
   6: required list<TPlanColumn> columns
   7: optional TExpr predicate
-  8: required list<TPlanTablet> tablets
+  8: required binary tablets         // TBinaryProtocol bytes of TPlanTablets
   9: required string user
   10: required i64 issued_at_ms
   11: required i64 expires_at_ms

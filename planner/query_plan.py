@@ -119,7 +119,7 @@ class QueryPlanner:
         partitions = {
             str(t.tablet_id): {"routings": list(routings), "version": snap.version, "schemaHash": shash} for t in tablets
         }
-        value = (plan_tablets, json.dumps(partitions, separators=(",", ":")).encode("ascii"))
+        value = (plan_codec.pack_tablets(plan_tablets), json.dumps(partitions, separators=(",", ":")).encode("ascii"))
         with self._parts_lock:
             self._parts_cache[key] = value
         return value

@@ -75,7 +75,8 @@ class ScanService:
         tablet_ids = list(params.tablet_ids or [])
         if not tablet_ids:
             raise InvalidArgument("tablet_ids is empty")
-        planned = {t.tablet_id for t in plan.tablets}
+        plan_tablets = plan_codec.tablets_of(plan)
+        planned = {t.tablet_id for t in plan_tablets}
         for tid in tablet_ids:
             if tid not in planned:
                 raise NotFound(f"tablet_id: {tid} not found")
@@ -87,7 +88,7 @@ class ScanService:
         if params.mem_limit and params.mem_limit > 0:
             limit = min(limit, params.mem_limit)
         queue = ResultQueue(limit)
-        scan = SparkScan(self.spark, plan, tablet_ids, queue, ctx.context_id)
+        scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id)
         ctx.queue, ctx.scan = queue, scan
         timeout_s = params.query_timeout if params.query_timeout and params.query_timeout > 0 else self.settings.query_timeout_s
         ctx.timer = threading.Timer(timeout_s, scan.timeout, args=(timeout_s,))

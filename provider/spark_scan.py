@@ -47,10 +47,10 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def check_snapshot(plan, tablet_ids: list[int]) -> list[str]:
+def check_snapshot(plan, plan_tablets: list, tablet_ids: list[int]) -> list[str]:
     """Absolute paths of the requested tablets' files, verified to be the planned ones."""
     location = Path(plan.table_location)
-    by_id = {t.tablet_id: t for t in plan.tablets}
+    by_id = {t.tablet_id: t for t in plan_tablets}
     paths = []
     for tid in tablet_ids:
         for f in by_id[tid].files:
@@ -74,7 +74,8 @@ def check_snapshot(plan, tablet_ids: list[int]) -> list[str]:
 class SparkScan:
     """Prepared at open_scanner (errors surface there), run in a producer thread."""
 
-    def __init__(self, spark, plan, tablet_ids: list[int], queue: ResultQueue, context_id: str, prefetch: bool = True):
+    def __init__(self, spark, plan, plan_tablets: list, tablet_ids: list[int], queue: ResultQueue, context_id: str,
+                 prefetch: bool = True):
         self.spark = spark
         self.plan = plan
         self.queue = queue
@@ -109,7 +110,7 @@ class SparkScan:
                 )
             out_cols.append((c.name, field))
 
-        paths = check_snapshot(plan, tablet_ids)
+        paths = check_snapshot(plan, plan_tablets, tablet_ids)
         reader = self.spark.read.schema(table_schema).option("basePath", plan.table_location)
         df = reader.parquet(*paths)
         if plan.predicate is not None:

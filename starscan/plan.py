@@ -148,6 +148,19 @@ def decode(text: str, signer: PlanSigner, now_ms: int | None = None):
     return plan
 
 
+def pack_tablets(tablets: list) -> bytes:
+    """``[TPlanTablet]`` -> the bytes carried in ``TScanPlan.tablets``."""
+    return serialize(plan_idl.TPlanTablets(tablets=tablets))
+
+
+def tablets_of(plan) -> list:
+    """The ``TPlanTablet`` list of a decoded (signature-checked) plan."""
+    try:
+        return deserialize(plan_idl.TPlanTablets(), plan.tablets or b"").tablets or []
+    except Exception:
+        raise PlanInvalid("query plan tablet list is damaged") from None
+
+
 def to_bytes(plan) -> bytes:
     return serialize(plan, _PROTO)
 
