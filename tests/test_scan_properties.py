@@ -20,6 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import types as T
 
+# Strategies over the sampled data values have long reprs; Hypothesis warns about that.
+pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
+
 PROPERTY_SETTINGS = settings(
     max_examples=25, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
@@ -85,54 +88,74 @@ def safe_text(text) -> bool:
     return isinstance(text, str) and "'" not in text and "\\" not in text and all(ch >= " " for ch in text)
 
 
-def render_float(value: float) -> str:
-    return repr(float(value)).upper()  # 1.5E+38 is a double literal for both parsers
-
-
-def render_timestamp(value: dt.datetime) -> str:
-    return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
-
-
 def render_date(value: dt.date) -> str:
     return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
 
 
-def literal_strategy(data_type, samples: list, zone: str):
-    """SQL literal text of the column's type: sampled data values and random ones."""
+def render(data_type, value) -> str:
+    """The SQL literal of a Python value of the column's type (same text for both parsers)."""
+    if isinstance(data_type, T.DecimalType):
+        return format(value, "f")
+    if isinstance(data_type, (T.FloatType, T.DoubleType)):
+        if math.isnan(value):
+            return "CAST('NaN' AS DOUBLE)"
+        if math.isinf(value):
+            return "CAST('Infinity' AS DOUBLE)" if value > 0 else "CAST('-Infinity' AS DOUBLE)"
+        return repr(float(value)).upper()  # 1.5E+38: a double literal; 1.5: a decimal one
+    if isinstance(data_type, T.DateType):
+        # Both spellings: a DATE literal, or a string Spark casts for the comparison.
+        return f"DATE '{render_date(value)}'" if value.day % 2 else sql_string(render_date(value))
+    if isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
+        return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
+    if isinstance(data_type, T.StringType):
+        return sql_string(value)
+    if isinstance(data_type, T.BooleanType):
+        return "true" if value else "FALSE"
+    return str(value)  # integral
+
+
+def value_strategy(data_type, samples: list, zone: str):
+    """Python values of the column's type: mostly values the data holds (so comparisons,
+    IN lists and BETWEEN bounds hit rows), sometimes anything of the type."""
     kind = type(data_type)
+
+    def mostly(seen: list, anything):
+        seen = st.sampled_from(seen)
+        return st.one_of(seen, seen, seen, anything)
+
     if kind in INTEGRAL:
         lo, hi = INTEGRAL[kind]
-        near = [v + d for v in samples for d in (-1, 0, 1) if lo <= v + d <= hi]
-        return st.one_of(st.sampled_from(near), st.integers(lo, hi)).map(str)
+        near = sorted({v + d for v in samples for d in (-1, 0, 1) if lo <= v + d <= hi})
+        return mostly(near, st.integers(lo, hi))
     if isinstance(data_type, T.DecimalType):
         p, s = data_type.precision, data_type.scale
-        rand = st.builds(lambda i, places: Decimal(i).scaleb(-places), st.integers(-(10**p) + 1, 10**p - 1),
-                         st.integers(0, s))
-        return st.one_of(st.sampled_from(samples), rand).map(lambda d: format(d, "f"))
+        anything = st.builds(lambda i, places: Decimal(i).scaleb(-places), st.integers(-(10**p) + 1, 10**p - 1),
+                             st.integers(0, s))
+        return mostly(samples, anything)
     if isinstance(data_type, (T.FloatType, T.DoubleType)):
-        finite = [v for v in samples if math.isfinite(v)] or [0.0]
         width = 32 if isinstance(data_type, T.FloatType) else 64
-        return st.one_of(
-            st.sampled_from(finite).map(render_float),
-            st.floats(allow_nan=False, allow_infinity=False, width=width).map(render_float),
-            st.sampled_from(["CAST('NaN' AS DOUBLE)", "CAST('Infinity' AS DOUBLE)", "CAST('-Infinity' AS DOUBLE)", "0",
-                             "1.5", "-0.0"]),
-        )
+        special = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.5]
+        return mostly(samples + special, st.floats(width=width, allow_nan=False, allow_infinity=False))
     if isinstance(data_type, T.DateType):
-        values = st.one_of(st.sampled_from(samples), st.dates())
-        return st.tuples(values, st.booleans()).map(
-            lambda t: (f"DATE '{render_date(t[0])}'" if t[1] else sql_string(render_date(t[0]))))
+        return mostly(samples, st.dates())
     if isinstance(data_type, (T.TimestampType, T.TimestampNTZType)):
-        if isinstance(data_type, T.TimestampType):
+        if isinstance(data_type, T.TimestampType):  # instants: as wall clock of the server zone
             samples = [v.astimezone(ZoneInfo(zone)).replace(tzinfo=None) for v in samples]
-        rand = st.datetimes(min_value=dt.datetime(1900, 1, 2), max_value=dt.datetime(9999, 12, 29))
-        return st.one_of(st.sampled_from(samples), rand).map(render_timestamp)
+        return mostly(samples, st.datetimes(min_value=dt.datetime(1900, 1, 2), max_value=dt.datetime(9999, 12, 29)))
     if isinstance(data_type, T.StringType):
-        texts = [v for v in samples if safe_text(v)] or [""]
-        return st.one_of(st.sampled_from(texts), st.text(alphabet=SAFE_TEXT, max_size=12)).map(sql_string)
+        return mostly([v for v in samples if safe_text(v)] or [""], st.text(alphabet=SAFE_TEXT, max_size=12))
     if isinstance(data_type, T.BooleanType):
-        return st.sampled_from(["true", "false", "TRUE"])
+        return st.booleans()
     raise AssertionError(f"no literals for {data_type}")
+
+
+def ordered(a, b) -> tuple:
+    try:
+        if not (a != a or b != b):  # NaN has no place in an order
+            return (a, b) if a <= b else (b, a)
+    except TypeError:
+        pass
+    return a, b
 
 
 @st.composite
@@ -163,30 +186,30 @@ def quoted(name: str) -> str:
 
 @st.composite
 def atom(draw, columns: dict, samples: dict, zone: str):
-    name = draw(st.sampled_from(sorted(columns)))
-    data_type = columns[name]
-    col = quoted(name)
-    if isinstance(data_type, T.BinaryType):
-        return f"{col} IS {draw(st.sampled_from(['', 'NOT ']))}NULL"
-    lit = literal_strategy(data_type, samples[name], zone)
-    forms = ["cmp", "cmp", "in", "between", "null"]
-    if isinstance(data_type, T.StringType):
-        forms += ["like", "like"]
-    form = draw(st.sampled_from(forms))
+    form = draw(st.sampled_from(["cmp", "cmp", "in", "between", "like", "null"]))
+    if form == "null":
+        name = draw(st.sampled_from(sorted(columns)))
+        return f"{quoted(name)} IS {draw(st.sampled_from(['', 'NOT ']))}NULL"
+    if form == "like":
+        name = draw(st.sampled_from(sorted(c for c, t in columns.items() if isinstance(t, T.StringType))))
+        neg = draw(st.sampled_from(["", "NOT "]))
+        return f"{quoted(name)} {neg}LIKE {draw(like_pattern(samples[name]))}"
+    name = draw(st.sampled_from(sorted(c for c, t in columns.items() if not isinstance(t, T.BinaryType))))
+    data_type, col = columns[name], quoted(name)
+    values = value_strategy(data_type, samples[name], zone)
+    lit = values.map(lambda v: render(data_type, v))
     if form == "cmp":
         op = draw(st.sampled_from(["=", "!=", "<>", "<", "<=", ">", ">=", "<=>"]))
         return f"{col} {op} {draw(lit)}"
     if form == "in":
-        values = draw(st.lists(st.one_of(lit, lit, lit, st.just("NULL")), min_size=1, max_size=4))
+        items = draw(st.lists(st.one_of(lit, lit, lit, st.just("NULL")), min_size=1, max_size=4))
         neg = draw(st.sampled_from(["", "NOT "]))
-        return f"{col} {neg}IN ({', '.join(values)})"
-    if form == "between":
-        neg = draw(st.sampled_from(["", "NOT "]))
-        return f"{col} {neg}BETWEEN {draw(lit)} AND {draw(lit)}"
-    if form == "like":
-        neg = draw(st.sampled_from(["", "NOT "]))
-        return f"{col} {neg}LIKE {draw(like_pattern(samples[name]))}"
-    return f"{col} IS {draw(st.sampled_from(['', 'NOT ']))}NULL"
+        return f"{col} {neg}IN ({', '.join(items)})"
+    lo, hi = draw(values), draw(values)
+    if draw(st.integers(0, 3)):  # mostly low <= high, so the range holds rows
+        lo, hi = ordered(lo, hi)
+    neg = draw(st.sampled_from(["", "NOT "]))
+    return f"{col} {neg}BETWEEN {render(data_type, lo)} AND {render(data_type, hi)}"
 
 
 def predicate(columns: dict, samples: dict, zone: str):

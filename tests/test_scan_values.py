@@ -257,3 +257,59 @@ def test_projection_keeps_select_order_and_types(client, spark_rows, zone):
         for col in ("c_struct", "c_date", "c_datetime", "c_decimal128"):
             want = spark_to_starrocks(src[col], schema[col].dataType, zone)
             assert same(arrow_value(row[col], table.schema.field(col).type), want), (row["id"], col)
+
+
+def test_nested_dates_and_timestamps_use_the_same_text_forms(spark, server, client, zone):
+    """demo.all_types has no date or timestamp inside a nested column: a throw-away table
+    that does, read in small batches, compared with Spark value by value."""
+    import uuid
+
+    from pyspark.sql import types as T
+
+    utc = dt.timezone.utc
+    schema = T.StructType.fromDDL(
+        "id int, a_dates array<date>, m_ts map<string,timestamp>, "
+        "s struct<d:date,t:timestamp_ntz,x:int>, a_structs array<struct<t:timestamp,n:int>>")
+    rows = [
+        (1, [dt.date(1, 1, 1), None, dt.date(2024, 2, 29)],
+         {"a": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=utc), "b": None},
+         (dt.date(1900, 1, 1), dt.datetime(1, 1, 1, 0, 0, 0), 1),
+         [(dt.datetime(2000, 1, 1, 0, 0, 0, 1, tzinfo=utc), 1), None, (None, 2)]),
+        (2, [], {}, (None, None, None), []),
+        (3, None, None, None, None),
+        (4, [dt.date(9999, 12, 31)], {"z": dt.datetime(1970, 1, 1, tzinfo=utc)},
+         (dt.date(1970, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 500000), -1),
+         [(dt.datetime(1900, 1, 1, 12, 0, 0, tzinfo=utc), None)]),
+        (5, [None], {"only": dt.datetime(2024, 2, 29, 12, 34, 56, 789012, tzinfo=utc)},
+         (dt.date(2000, 2, 29), None, 5), [(None, None)]),
+    ]
+    name = f"nested_{uuid.uuid4().hex[:8]}"
+    path = server.warehouse.table_path("scratch", name)
+    spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(path))
+    server.warehouse.invalidate("scratch", name)
+
+    table = client.read("scratch", name, f"select * from `scratch`.`{name}`", batch_size=2)
+    assert table.schema.field("a_dates").type == pa.list_(pa.field("element", pa.utf8(), True))
+    assert table.schema.field("m_ts").type == pa.map_(pa.utf8(), pa.field("value", pa.utf8(), True))
+    assert table.schema.field("s").type == pa.struct(
+        [pa.field("d", pa.utf8(), True), pa.field("t", pa.utf8(), True), pa.field("x", pa.int32(), True)])
+    assert table.schema.field("a_structs").type == pa.list_(pa.field(
+        "element", pa.struct([pa.field("t", pa.utf8(), True), pa.field("n", pa.int32(), True)]), True))
+
+    df = spark.read.parquet(str(path))
+    by_id = {r["id"]: r for r in df.collect()}
+    got_rows = {r["id"]: r for r in table.to_pylist()}
+    assert set(got_rows) == set(by_id) == {1, 2, 3, 4, 5}
+    for column in ("a_dates", "m_ts", "s", "a_structs"):
+        arrow_type = table.schema.field(column).type
+        for row_id, src in by_id.items():
+            got = arrow_value(got_rows[row_id][column], arrow_type)
+            want = spark_to_starrocks(src[column], df.schema[column].dataType, zone)
+            assert same(got, want), (column, row_id, got, want)
+    # The forms themselves, independent of the conversion above.
+    assert got_rows[1]["a_dates"] == ["0001-01-01", None, "2024-02-29"]
+    assert dict(got_rows[1]["m_ts"]) == {"a": "1969-12-31 23:59:59.999999", "b": None}
+    assert got_rows[1]["s"] == {"d": "1900-01-01", "t": "0001-01-01 00:00:00", "x": 1}
+    assert got_rows[1]["a_structs"] == [{"t": "2000-01-01 00:00:00.000001", "n": 1}, None, {"t": None, "n": 2}]
+    assert got_rows[4]["s"]["t"] == "9999-12-31 23:59:59.500000"
+    assert dict(got_rows[4]["m_ts"]) == {"z": "1970-01-01 00:00:00"}
