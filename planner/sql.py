@@ -30,21 +30,26 @@ _FUNCTIONS: dict[type, str] = {
     exp.Reverse: "reverse", exp.Nullif: "nullif", exp.StrPosition: "instr",
     exp.Left: "left", exp.Right: "right", exp.Sign: "sign",
     exp.ArrayContains: "array_contains", exp.ArraySize: "size",
+    exp.Repeat: "repeat", exp.Ascii: "ascii", exp.StartsWith: "startswith", exp.EndsWith: "endswith",
+    exp.Contains: "contains", exp.Nvl2: "nvl2", exp.LastDay: "last_day", exp.Hex: "hex",
+    exp.Unhex: "unhex", exp.MD5: "md5", exp.SHA: "sha1", exp.SHA2: "sha2", exp.BitLength: "bit_length",
+    exp.Negative: "negative", exp.MapKeys: "map_keys", exp.ArrayMax: "array_max",
+    exp.ArrayMin: "array_min", exp.RegexpReplace: "regexp_replace", exp.DateDiff: "datediff",
+    exp.SplitPart: "split_part", exp.UnixToTime: "from_unixtime",
 }
+# Functions sqlglot leaves as plain calls; same name and meaning in StarRocks and Spark.
 _ANONYMOUS = {
-    "ltrim", "rtrim", "lpad", "rpad", "repeat", "replace", "ascii", "char_length",
-    "character_length", "startswith", "endswith", "contains", "isnull", "isnotnull",
-    "nvl", "nvl2", "ifnull", "datediff", "date_add", "date_sub", "last_day", "hex", "unhex",
-    "md5", "sha1", "sha2", "crc32", "bit_length", "octet_length", "mod", "pmod", "positive",
-    "negative", "cardinality", "element_at", "map_keys", "map_values", "array_max", "array_min",
-    "locate", "position", "split_part", "regexp_extract", "regexp_replace", "truncate",
-    "weekday", "to_timestamp", "unix_timestamp", "from_unixtime", "date_trunc", "trunc",
-    "year", "month", "day", "strleft", "strright", "to_date",
+    "ltrim", "rtrim", "char_length", "character_length", "isnull", "isnotnull", "nvl", "ifnull",
+    "crc32", "octet_length", "mod", "pmod", "positive", "cardinality", "element_at", "map_values",
+    "locate", "weekday", "unix_timestamp", "year", "month", "day", "strleft", "strright", "to_date",
+    "size",
 }
+# StarRocks spellings of Spark functions.
+_RENAMED = {"ifnull": "coalesce", "nvl": "coalesce", "strleft": "left", "strright": "right"}
 #: Every Spark function name a plan's ``func`` node may carry (the BE refuses others).
 SPARK_FUNCTIONS = frozenset(
-    set(_FUNCTIONS.values()) | (_ANONYMOUS - {"ifnull", "nvl"})
-    | {"rlike", "coalesce", "trim", "ltrim", "rtrim", "ln", "log", "log2", "log10", "initcap"}
+    set(_FUNCTIONS.values()) | (_ANONYMOUS - set(_RENAMED))
+    | {"rlike", "coalesce", "trim", "ltrim", "rtrim", "ln", "log", "log2", "log10", "initcap", "lpad", "rpad"}
 )
 _COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.NullSafeEQ: "<=>"}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "div"}
@@ -271,6 +276,10 @@ def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
             # log2/log10 are exact in Spark; log(b, x) is ln(x)/ln(b) and rounds differently.
             return E.Expr("func", name=f"log{base.this}", children=(convert(arg, table, alias),))
         return E.Expr("func", name="log", children=(convert(base, table, alias), convert(arg, table, alias)))
+    if isinstance(node, exp.Pad):
+        fname = "lpad" if node.args.get("is_left") else "rpad"
+        args = [a for a in (node.this, node.expression, node.args.get("fill_pattern")) if a is not None]
+        return E.Expr("func", name=fname, children=tuple(convert(a, table, alias) for a in args))
     if isinstance(node, exp.Initcap):
         # sqlglot adds a default delimiter argument that Spark's initcap does not take.
         return E.Expr("func", name="initcap", children=(convert(node.this, table, alias),))
@@ -278,8 +287,7 @@ def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
         fname = str(node.this).lower()
         if fname not in _ANONYMOUS:
             raise SqlInvalid(f"unknown or disallowed function {fname}")
-        if fname in ("ifnull", "nvl"):
-            fname = "coalesce"
+        fname = _RENAMED.get(fname, fname)
         return E.Expr("func", name=fname, children=tuple(convert(a, table, alias) for a in node.expressions))
     name = _FUNCTIONS.get(type(node))
     if name is not None:
