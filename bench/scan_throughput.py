@@ -168,6 +168,10 @@ def measure_reference(spark, path: str, filtered: bool) -> dict:
         wall = time.perf_counter() - t0
         nbytes, rows = table.nbytes, table.num_rows
         del table
+    except Exception as exc:  # toArrow collects the whole result in the driver: it can run out of heap
+        text = str(exc)
+        reason = "TaskResultLost (driver out of memory)" if "TaskResultLost" in text else text.splitlines()[0][:120]
+        return {"errors": [reason]}
     finally:
         peaks = sampler.stop()
     cpu = common.cpu_seconds([me, jvm]) - cpu0
@@ -182,7 +186,8 @@ def row_for(case: str, reader: str, scanners: int, runs: list[dict]) -> list:
     ok = [r for r in runs if not r["errors"]]
     errors = sum(len(r["errors"]) for r in runs)
     if not ok:
-        return [case, reader, scanners, f"0 of {len(runs)} ({errors} errors)"] + ["–"] * 10
+        first_error = next((e for r in runs for e in r["errors"]), "")
+        return [case, reader, scanners, f"0 of {len(runs)} ({errors} errors: {first_error})"] + ["–"] * 10
     walls = [r["wall_s"] for r in ok]
     mbs = [r["bytes"] / 1e6 / r["wall_s"] for r in ok]
     rps = [r["rows"] / r["wall_s"] for r in ok]

@@ -88,7 +88,8 @@ class ScanService:
         if params.mem_limit and params.mem_limit > 0:
             limit = min(limit, params.mem_limit)
         queue = ResultQueue(limit)
-        scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id)
+        scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id,
+                         prefetch=self.settings.scan_prefetch)
         ctx.queue, ctx.scan = queue, scan
         timeout_s = params.query_timeout if params.query_timeout and params.query_timeout > 0 else self.settings.query_timeout_s
         ctx.timer = threading.Timer(timeout_s, scan.timeout, args=(timeout_s,))

@@ -39,6 +39,7 @@ class Settings(BaseSettings):
     scan_context_gc_interval_s: float | None = Field(None, gt=0, description="reaper tick in seconds (overrides the minutes; for tests)")
     query_timeout_s: int = Field(3600, ge=1, description="scan timeout when the client sends none")
     queue_max_bytes: int = Field(64 << 20, ge=1 << 16, description="upper bound of one scanner's result queue (mem_limit lowers it)")
+    scan_prefetch: bool = Field(True, description="let Spark compute a scanner's next partition while the current one streams (about 2x throughput, 2x JVM memory per scanner)")
     thrift_client_timeout_s: float | None = Field(None, gt=0, description="idle seconds before the BE drops a connection (none: never)")
 
     # ---- warehouse, tables, plans ----

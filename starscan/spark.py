@@ -16,13 +16,17 @@ JAVA_HELP = (
     "or set JAVA_HOME to a JDK 17+."
 )
 
-# Defaults chosen from shared/notes/perf-baseline.md: small input splits give a fast first
-# batch and bound the JVM's memory per partition; FAIR lets small scans pass big ones.
+# Defaults chosen from shared/notes/perf-baseline.md and bench/RESULTS.md: a scanner's Spark
+# partition is held whole in the driver while it streams (two with prefetch), so small input
+# splits bound the JVM's memory per scanner and give a fast first batch. A split cannot be
+# smaller than a Parquet row group, so tables this session writes (demo, `starscan load`) get
+# 16 MiB row groups. FAIR lets small scans pass big ones.
 DEFAULT_SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.scheduler.mode": "FAIR",
-    "spark.sql.files.maxPartitionBytes": str(32 << 20),
+    "spark.sql.files.maxPartitionBytes": str(16 << 20),
+    "spark.hadoop.parquet.block.size": str(16 << 20),
     "spark.sql.execution.arrow.maxRecordsPerBatch": "4096",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
     "spark.driver.memory": "2g",
