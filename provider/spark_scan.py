@@ -31,7 +31,6 @@ from starscan.errors import (
     ScanFailed,
     ScanTimeout,
     SnapshotGone,
-    SqlInvalid,
     StarscanError,
 )
 from starscan.expr import unflatten
@@ -229,4 +228,4 @@ def _short(exc: BaseException) -> str:
     return first[:500]
 
 
-__all__ = ["SparkScan", "check_snapshot", "SqlInvalid"]
+__all__ = ["SparkScan", "check_snapshot"]

@@ -66,25 +66,35 @@ def flatten(expr: Expr):
     return plan_idl.TExpr(nodes=nodes)
 
 
-def unflatten(texpr) -> Expr:
-    """TExpr -> Expr; rejects malformed node lists."""
-    nodes = list(texpr.nodes or [])
-    pos = 0
+MAX_DEPTH = 500
 
-    def take(depth: int) -> Expr:
-        nonlocal pos
-        if depth > 500:
-            raise PlanInvalid("query plan predicate is nested too deeply")
-        if pos >= len(nodes):
-            raise PlanInvalid("query plan predicate is truncated")
-        n = nodes[pos]
-        pos += 1
+
+def unflatten(texpr) -> Expr:
+    """TExpr -> Expr; rejects malformed node lists. Iterative, so a hostile depth cannot
+    exhaust the interpreter's stack."""
+    nodes = list(texpr.nodes or [])
+    if not nodes:
+        raise PlanInvalid("query plan predicate is truncated")
+    # Each open frame: [node, children built so far].
+    stack: list[list] = []
+    root: Expr | None = None
+    for pos, n in enumerate(nodes):
+        if root is not None:
+            raise PlanInvalid("query plan predicate has trailing nodes")
         if n.kind not in KINDS or n.num_children is None or n.num_children < 0:
             raise PlanInvalid(f"query plan predicate has an unknown node {n.kind!r}")
-        children = tuple(take(depth + 1) for _ in range(n.num_children))
-        return Expr(n.kind, n.name, children, n.literal_type, n.literal_value, bool(n.negated), n.type_name)
-
-    root = take(0)
-    if pos != len(nodes):
-        raise PlanInvalid("query plan predicate has trailing nodes")
+        stack.append([n, []])
+        if len(stack) > MAX_DEPTH:
+            raise PlanInvalid("query plan predicate is nested too deeply")
+        # Close every frame whose children are complete.
+        while stack and len(stack[-1][1]) == stack[-1][0].num_children:
+            node, children = stack.pop()
+            built = Expr(node.kind, node.name, tuple(children), node.literal_type, node.literal_value,
+                         bool(node.negated), node.type_name)
+            if stack:
+                stack[-1][1].append(built)
+            else:
+                root = built
+    if root is None:
+        raise PlanInvalid("query plan predicate is truncated")
     return root
