@@ -334,3 +334,11 @@ def print_section(title: str, conditions: dict, table_markdown: str, env: dict[s
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def report(title: str, conditions: dict, table_md: str, env: dict, append: bool) -> None:
+    """Print a run's section and, unless told not to, append it to RESULTS.md."""
+    conditions["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print_section(title, conditions, table_md, env)
+    if append:
+        log(f"appended to {append_results(title, conditions, table_md, env=env)}")

@@ -342,12 +342,8 @@ def main(argv=None) -> int:
                 f"per phase; closed loop with think time {args.think_ms:g} ms (with none, latency ≈ callers ÷ req/s: Little's law); "
                 "each thread makes one unmeasured call first",
     }
-    conditions["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     title = f"plan_latency: {args.tablets:,} tablets, {args.concurrency} callers"
-    common.print_section(title, conditions, table_md, env)
-    if not args.no_append:
-        path = common.append_results(title, conditions, table_md, env=env)
-        common.log(f"appended to {path}")
+    common.report(title, conditions, table_md, env, append=not args.no_append)
     return 0
 
 

@@ -299,12 +299,8 @@ def main(argv=None) -> int:
                   "client = the client process; cores = CPU s of server + JVM + client ÷ wall, of "
                   f"{env.get('nproc')}",
     }
-    conditions["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     title = f"scan_throughput: demo.lineitem scale {args.scale}, scanners {args.concurrency}"
-    common.print_section(title, conditions, table_md, env)
-    if not args.no_append:
-        out = common.append_results(title, conditions, table_md, env=env)
-        common.log(f"appended to {out}")
+    common.report(title, conditions, table_md, env, append=not args.no_append)
     return 0
 
 
