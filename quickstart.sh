@@ -55,6 +55,24 @@ case "$cmd" in
         echo "warning: no 'thrift' compiler (apt-get install thrift-compiler); independent-client tests will be skipped" >&2
       fi
     fi
+    # The MySQL-port tests drive Debian's mariadb command-line client.
+    if ! command -v mariadb >/dev/null 2>&1 && ! command -v mysql >/dev/null 2>&1; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-client) >/dev/null \
+          || echo "warning: could not install mariadb-client; the mysql command-line tests will be skipped" >&2
+      else
+        echo "warning: no 'mariadb' client (apt-get install mariadb-client); the mysql command-line tests will be skipped" >&2
+      fi
+    fi
+    # The admin-page test drives Debian's chromium through Playwright (which downloads no browser).
+    if ! command -v chromium >/dev/null 2>&1; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+          || echo "warning: could not install chromium; the admin page browser test will be skipped (it fails with CI set)" >&2
+      else
+        echo "warning: no 'chromium' (apt-get install chromium); the admin page browser test will be skipped (it fails with CI set)" >&2
+      fi
+    fi
     venv
     python -m pip install -q -e '.[test]'
     set +e

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from starscan.logs import scan_fields
+
 log = logging.getLogger("starscan.gc")
 
 
@@ -18,6 +20,7 @@ class ScanContextReaper:
         self.contexts = contexts
         self.interval_s = interval_s
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set_interval: the new interval applies at once
         self._thread: threading.Thread | None = None
         self.reaped_total = 0
 
@@ -28,12 +31,25 @@ class ScanContextReaper:
             log.info(
                 "reclaimed idle scan context context_id=%s user=%s table=%s idle_s=%.1f keep_alive_s=%.0f rows_sent=%d",
                 ctx.context_id, ctx.user or "-", ctx.table or "-", idle, ctx.keep_alive_s, ctx.rows_sent,
+                extra=scan_fields(ctx),
             )
         self.reaped_total += len(victims)
         return len(victims)
 
+    def set_interval(self, interval_s: float) -> None:
+        """Change the tick at run time (POST /api/update_config): the next tick is
+        ``interval_s`` from now, not from the last one."""
+        self.interval_s = interval_s
+        self._wake.set()
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while True:
+            woken = self._wake.wait(self.interval_s)
+            if self._stop.is_set():
+                return
+            if woken:
+                self._wake.clear()
+                continue
             try:
                 self.tick()
             except Exception:  # never let the reaper die
@@ -45,5 +61,6 @@ class ScanContextReaper:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)

@@ -59,6 +59,7 @@ struct TScanPlan {
   11: required i64 expires_at_ms
   12: required string table_schema    // the table's full Spark schema as JSON
   13: required i32 schema_hash
+  14: optional string sql             // the client's SQL (truncated), for audit lines only: never executed
 }
 
 // What actually goes on the wire (base64 of its binary serialization).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -10,11 +11,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
 from starscan import __version__
-from starscan.errors import BadRequest, StarscanError
-from starscan.planner.auth import authenticate, require_select
+from starscan.audit import AuditLog
+from starscan.config import Settings
+from starscan.errors import BadRequest, RequestTooLarge, StarscanError, TooManyRequests
+from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
 from starscan.planner.query_plan import QueryPlanner, read_sql_body
-from starscan.users import UserStore
+from starscan.ratelimit import TokenBuckets
 
 log = logging.getLogger("starscan.planner")
 
@@ -34,32 +37,60 @@ class _Segment(Convertor):
 register_url_convertor("seg", _Segment())
 
 
-def create_app(planner: QueryPlanner, users: UserStore) -> FastAPI:
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing (413) more than ``limit`` bytes before reading them all."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestTooLarge(f"request body is {declared} bytes, more than max_request_body_bytes={limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(f"request body is more than max_request_body_bytes={limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(planner: QueryPlanner, auth: Authenticator, settings: Settings, audit: AuditLog | None = None) -> FastAPI:
     app = FastAPI(title="starscan FE", version=__version__, description="StarRocks FE scan-planning endpoints served from Spark tables.")
     app.add_exception_handler(StarscanError, handle_starscan_error)
     app.state.planner = planner
-    app.state.users = users
+    app.state.auth = auth
+    plan_rate = TokenBuckets(settings.plan_rate_per_user, settings.plan_rate_burst)
 
     def client_of(request: Request) -> str:
         return request.client.host if request.client else "unknown"
 
-    async def query_plan(request: Request, db: str, table: str) -> JSONResponse:
+    async def query_plan(request: Request, db: str, table: str) -> Response:
         client = client_of(request)
-        user = await run_in_threadpool(authenticate, users, request.headers.get("authorization"), client)
-        if not db or not table:
-            raise BadRequest(f"{db}/{table} must be selected")
-        sql = read_sql_body(await request.body())
-        await run_in_threadpool(require_select, users, user, client, db, table)
-        body = await run_in_threadpool(planner.query_plan_json, db, table, sql, user)
-        log.info("plan user=%s client=%s table=%s.%s bytes=%d", user, client, db, table, len(body))
+        started = time.monotonic()
+        info: dict = {}
+        user = None
+        try:
+            user = await run_in_threadpool(auth.authenticate, request.headers.get("authorization"), client)
+            wait = plan_rate.acquire(user)
+            if wait:
+                raise TooManyRequests(
+                    f"user {user} is over plan_rate_per_user={settings.plan_rate_per_user:g}/s "
+                    f"(burst {settings.plan_rate_burst}): retry in {wait:.2f} s", retry_after_s=wait)
+            if not db or not table:
+                raise BadRequest(f"{db}/{table} must be selected")
+            sql = read_sql_body(await read_body(request, settings.max_request_body_bytes), settings.max_sql_length)
+            info["sql"] = sql
+            await run_in_threadpool(auth.require_select, user, client, db, table)
+            body = await run_in_threadpool(planner.query_plan_json, db, table, sql, user, info)
+        except StarscanError as exc:
+            _audit_plan(audit, user, client, db, table, info, started, exc.http_status, exc.message)
+            raise
+        _audit_plan(audit, user, client, db, table, info, started, 200, None)
         return Response(body, media_type="application/json")
 
     async def table_schema(request: Request, db: str, table: str) -> JSONResponse:
         client = client_of(request)
-        user = await run_in_threadpool(authenticate, users, request.headers.get("authorization"), client)
+        user = await run_in_threadpool(auth.authenticate, request.headers.get("authorization"), client)
         if not db or not table:
             raise BadRequest("No database or table selected.")
-        await run_in_threadpool(require_select, users, user, client, db, table)
+        await run_in_threadpool(auth.require_select, user, client, db, table)
         return JSONResponse(await run_in_threadpool(planner.table_schema, db, table))
 
     # One route per method: a route with two methods gets one operationId twice in the OpenAPI document.
@@ -81,3 +112,12 @@ def create_app(planner: QueryPlanner, users: UserStore) -> FastAPI:
         return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
 
     return app
+
+
+def _audit_plan(audit: AuditLog | None, user, client, db, table, info: dict, started: float, status: int, error) -> None:
+    log.info("plan user=%s client=%s table=%s.%s status=%d query_id=%s", user, client, db, table, status, info.get("query_id"))
+    if audit is None:
+        return
+    audit.record("plan", user=user, client=client, table=f"{db}.{table}", query_id=info.get("query_id"),
+                 sql=info.get("sql"), columns=info.get("columns"), tablets=info.get("tablets"), version=info.get("version"),
+                 duration_ms=round((time.monotonic() - started) * 1000, 1), status=status, error=error)

@@ -1,4 +1,5 @@
-"""HTTP Basic authentication as StarRocks' FE parses it."""
+"""Who is calling: HTTP Basic (as StarRocks' FE parses it) or a signed bearer token, with
+failed logins rate-limited per user and client address."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import base64
 import binascii
 
 from starscan.errors import Unauthorized
+from starscan.ratelimit import LoginGuard
+from starscan.tokens import TokenVerifier
 from starscan.users import UserStore
 
 
@@ -27,11 +30,36 @@ def parse_basic(header: str | None) -> tuple[str, str]:
     return user, password
 
 
-def authenticate(users: UserStore, header: str | None, client: str) -> str:
-    user, password = parse_basic(header)
-    if not users.authenticate(user, password):
-        raise Unauthorized(f"Access denied for {user}@{client}")
-    return user
+class Authenticator:
+    def __init__(self, users: UserStore, guard: LoginGuard, tokens: TokenVerifier | None = None):
+        self.users = users
+        self.guard = guard
+        self.tokens = tokens
+
+    def authenticate(self, header: str | None, client: str) -> str:
+        """The user name, or Unauthorized / TooManyRequests."""
+        if header and header[:7].lower() == "bearer ":
+            return self._bearer(header[7:].strip(), client)
+        user, password = parse_basic(header)
+        self.guard.check(user, client)
+        if not self.users.authenticate(user, password):
+            self.guard.failed(user, client)
+            raise Unauthorized(f"Access denied for {user}@{client}")
+        self.guard.succeeded(user, client)
+        return user
+
+    def _bearer(self, token: str, client: str) -> str:
+        if self.tokens is None:
+            raise Unauthorized("bearer tokens are not enabled on this server (set jwt_key); use Basic auth")
+        # No lockout here: a token's signature cannot be guessed, and an expired token from a
+        # batch job must not lock out the address for everyone else.
+        user = self.tokens.user_of(token)
+        if not self.users.exists(user):
+            raise Unauthorized(f"Access denied for {user}@{client}: the token's user is not in the users file")
+        return user
+
+    def require_select(self, user: str, client: str, db: str, table: str) -> None:
+        require_select(self.users, user, client, db, table)
 
 
 def require_select(users: UserStore, user: str, client: str, db: str, table: str) -> None:

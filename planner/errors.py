@@ -7,7 +7,9 @@ import logging
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from starscan.errors import SqlInvalid, StarscanError, Unauthorized
+import math
+
+from starscan.errors import SqlInvalid, StarscanError, TooManyRequests, Unauthorized
 
 log = logging.getLogger("starscan.planner")
 
@@ -22,7 +24,8 @@ def error_response(err: StarscanError) -> JSONResponse:
         )
     if isinstance(err, SqlInvalid) and err.detail:
         log.info("invalid SQL: %s", err.detail)
-    return JSONResponse({"status": err.http_status, "exception": err.message}, status_code=err.http_status)
+    headers = {"Retry-After": str(max(1, math.ceil(err.retry_after_s)))} if isinstance(err, TooManyRequests) else None
+    return JSONResponse({"status": err.http_status, "exception": err.message}, status_code=err.http_status, headers=headers)
 
 
 async def handle_starscan_error(request: Request, exc: StarscanError) -> JSONResponse:

@@ -15,7 +15,7 @@ from starscan import expr as E
 from starscan import plan as plan_codec
 from starscan.catalog import Warehouse
 from starscan.config import Settings
-from starscan.errors import BadRequest, SqlInvalid
+from starscan.errors import BadRequest, RequestTooLarge, SqlInvalid
 from starscan.planner import sql as sqlmod
 from starscan.planner.pruning import prune
 from starscan.schemas import SchemaResolver, schema_hash
@@ -34,7 +34,10 @@ class ResolvedColumns:
         return found
 
 
-def read_sql_body(body: bytes) -> str:
+AUDIT_SQL_CHARS = 2000
+
+
+def read_sql_body(body: bytes, max_sql_length: int | None = None) -> str:
     """Steps 2-4 of the ladder: the body must be a JSON object with a non-empty `sql`."""
     if not body or not body.strip():
         raise BadRequest("POST body must contains [sql] root object")
@@ -48,6 +51,8 @@ def read_sql_body(body: bytes) -> str:
     sql = doc.get("sql")
     if not isinstance(sql, str) or not sql.strip():
         raise BadRequest("POST body must contains [sql] root object")
+    if max_sql_length is not None and len(sql) > max_sql_length:
+        raise RequestTooLarge(f"sql is {len(sql)} characters, more than max_sql_length={max_sql_length}")
     return sql
 
 
@@ -65,7 +70,9 @@ class QueryPlanner:
         """The `_query_plan` answer as a dict (see ``query_plan_json`` for the wire bytes)."""
         return json.loads(self.query_plan_json(db, table, sql, user))
 
-    def query_plan_json(self, db: str, table: str, sql: str, user: str) -> bytes:
+    def query_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None) -> bytes:
+        """The answer's bytes. ``audit``, when given, is filled with what the audit line needs."""
+        audit = {} if audit is None else audit
         snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
         parsed = sqlmod.parse(sql, db, table)                # 400/500 (steps 8-13)
         schema = self.schemas.schema(snap)
@@ -77,6 +84,11 @@ class QueryPlanner:
                 cols.field(name)
         part_types = {c: cols.field(c).dataType for c in snap.partition_columns if c.lower() in cols.by_lower}
         tablets = prune(predicate, snap.tablets, part_types, time_zone=self.settings.time_zone)
+        audit.update(columns=[c.name for c in columns], tablets=len(tablets), version=snap.version)
+        if len(tablets) > self.settings.max_tablets_per_plan:
+            raise BadRequest(
+                f"the scan covers {len(tablets)} tablets, more than max_tablets_per_plan={self.settings.max_tablets_per_plan}: "
+                "add a WHERE clause on partition columns, or raise the limit")
         if not tablets:
             return b'{"status":200,"opaqued_query_plan":"","partitions":{}}'
         now_ms = int(time.time() * 1000)
@@ -96,7 +108,9 @@ class QueryPlanner:
             expires_at_ms=now_ms + self.settings.plan_ttl_s * 1000,
             table_schema=schema.json(),
             schema_hash=shash,
+            sql=sql[:AUDIT_SQL_CHARS],
         )
+        audit["query_id"] = plan.query_id
         encoded = plan_codec.encode(plan, self.signer)
         return b'{"status":200,"opaqued_query_plan":"' + encoded.encode("ascii") + b'","partitions":' + partitions_json + b"}"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -16,8 +17,9 @@ import httpx
 import pyarrow as pa
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.rpc import make_client
-from thriftpy2.transport import TCyBufferedTransportFactory
+from thriftpy2.transport import TCyBufferedTransportFactory, TTransportException
 
+from starscan.provider.status import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
 from starscan.thrift_defs import wire
 
 
@@ -28,6 +30,17 @@ class ScanError(Exception):
         self.messages = list(status.error_msgs or [])
         name = wire.TStatusCode._VALUES_TO_NAMES.get(status.status_code, str(status.status_code))
         super().__init__(f"{call}: {name}: {'; '.join(self.messages)}")
+
+
+class ScanIntegrityError(Exception):
+    """The server's end-of-scan row count differs from the rows this client received."""
+
+    def __init__(self, context_id: str, received: int, reported: int):
+        self.context_id, self.received, self.reported = context_id, received, reported
+        super().__init__(
+            f"scan {context_id} ended with {received} rows received but the server produced {reported}: "
+            f"{abs(reported - received)} rows {'missing' if reported > received else 'too many'}; "
+            "the result is incomplete, read it again")
 
 
 class PlanError(Exception):
@@ -45,24 +58,84 @@ class ScanStats:
     scanners: int = 0
     first_batch_s: float | None = None
     columns: list = field(default_factory=list)
+    retries: int = 0        # calls repeated on a new connection after the connection failed
+    verified: int = 0       # scanners whose end-of-scan row count the server reported and matched
 
 
-def thrift_client(host: str, port: int, timeout_s: float = 60.0):
+def _verify_eos(st, context_id: str, received: int, stats: ScanStats) -> None:
+    """Check the opt-in row count in the eos reply (absent from StarRocks and older servers)."""
+    for msg in st.error_msgs or []:
+        if msg.startswith(EOS_ROWS_PREFIX):
+            reported = int(msg[len(EOS_ROWS_PREFIX):])
+            if reported != received:
+                raise ScanIntegrityError(context_id, received, reported)
+            stats.verified += 1
+            return
+
+
+class _Connection:
+    """One BE connection that is re-opened when it fails; calls are repeated as they were."""
+
+    def __init__(self, host: str, port: int, timeout_s: float, retries: int, stats: ScanStats,
+                 ssl_context: ssl.SSLContext | None = None):
+        self.host, self.port, self.timeout_s, self.retries, self.stats = host, port, timeout_s, retries, stats
+        self.ssl_context = ssl_context
+        self.client = None
+
+    def call(self, method: str, params, retries: int | None = None):
+        attempts = (self.retries if retries is None else retries) + 1
+        for attempt in range(attempts):
+            try:
+                if self.client is None:
+                    self.client = thrift_client(self.host, self.port, self.timeout_s, self.ssl_context)
+                return getattr(self.client, method)(params)
+            except (TTransportException, OSError, EOFError):
+                self.close()
+                if attempt + 1 >= attempts:
+                    raise
+                self.stats.retries += 1
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+            self.client = None
+
+
+def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ssl.SSLContext | None = None):
+    """A thriftpy2 client of the BE; ``ssl_context`` for a BE with `be_tls` on."""
     return make_client(
         wire.TStarrocksExternalService, host, port,
         proto_factory=TCyBinaryProtocolFactory(), trans_factory=TCyBufferedTransportFactory(),
-        timeout=int(timeout_s * 1000),
+        timeout=int(timeout_s * 1000), ssl_context=ssl_context,
     )
 
 
 class StarscanClient:
-    def __init__(self, fe: str, user: str = "root", password: str = "", timeout_s: float = 60.0):
-        self.fe = fe if fe.startswith("http") else f"http://{fe}"
+    """``retries``: how often a BE call is repeated on a new connection after a connection
+    failure (the same offset, so no row is lost or doubled). ``be_host_mapping``: routing
+    ``host:port`` -> the address to connect to (as Flink's ``scan.be-host-mapping-list``)."""
+
+    def __init__(self, fe: str, user: str = "root", password: str = "", timeout_s: float = 60.0,
+                 retries: int = 3, be_host_mapping: dict[str, str] | None = None,
+                 ssl_context: ssl.SSLContext | None = None, token: str | None = None):
+        """``ssl_context``: TLS for both ports (an ``https://`` FE and a `be_tls` BE);
+        ``token``: a bearer token for the FE instead of the password."""
+        self.fe = fe if fe.startswith("http") else f"{'https' if ssl_context else 'http'}://{fe}"
         self.user = user
         self.password = password
+        self.ssl_context = ssl_context
+        self.token = token
         self.timeout_s = timeout_s
+        self.retries = retries
+        self.be_host_mapping = dict(be_host_mapping or {})
 
     def _auth(self) -> str:
+        if self.token:
+            return f"Bearer {self.token}"
         return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
 
     def plan(self, db: str, table: str, sql: str) -> dict:
@@ -71,6 +144,7 @@ class StarscanClient:
             content=json.dumps({"sql": sql}),
             headers={"Authorization": self._auth(), "Content-Type": "application/json; charset=UTF-8"},
             timeout=self.timeout_s,
+            verify=self.ssl_context if self.ssl_context is not None else True,
         )
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text)
@@ -91,14 +165,16 @@ class StarscanClient:
         for tablet, info in plan["partitions"].items():
             groups.setdefault(info["routings"][0], []).append(int(tablet))
         for endpoint, tablets in groups.items():
-            host, port = endpoint.split(":")
-            client = thrift_client(host, int(port), self.timeout_s)
+            host, port = self.be_host_mapping.get(endpoint, endpoint).split(":")
+            conn = _Connection(host, int(port), self.timeout_s, self.retries, stats, self.ssl_context)
             try:
-                opened = client.open_scanner(wire.TScanOpenParams(
+                opened = conn.call("open_scanner", wire.TScanOpenParams(
                     cluster="default_cluster", database=db, table=table, tablet_ids=tablets,
                     opaqued_query_plan=plan["opaqued_query_plan"], batch_size=batch_size,
-                    user=self.user, passwd=self.password, keep_alive_min=keep_alive_min,
+                    user=None if self.token else self.user, passwd=None if self.token else self.password,
+                    keep_alive_min=keep_alive_min,
                     mem_limit=mem_limit, query_timeout=query_timeout,
+                    properties={EOS_ROWS_PROPERTY: "true"},
                 ))
                 if opened.status.status_code != wire.TStatusCode.OK:
                     raise ScanError("open_scanner", opened.status)
@@ -107,10 +183,14 @@ class StarscanClient:
                 offset = 0
                 try:
                     while True:
-                        res = client.get_next(wire.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
+                        # A dropped connection is re-opened and the same offset asked again: the
+                        # server answers a repeated offset with the same batch (DESIGN.md).
+                        res = conn.call("get_next", wire.TScanNextBatchParams(context_id=opened.context_id,
+                                                                              offset=offset))
                         if res.status.status_code != wire.TStatusCode.OK:
                             raise ScanError("get_next", res.status)
                         if res.eos:
+                            _verify_eos(res.status, opened.context_id, offset, stats)
                             break
                         reader = pa.ipc.open_stream(res.rows)
                         for batch in reader:
@@ -123,11 +203,11 @@ class StarscanClient:
                             yield batch
                 finally:
                     try:
-                        client.close_scanner(wire.TScanCloseParams(context_id=opened.context_id))
+                        conn.call("close_scanner", wire.TScanCloseParams(context_id=opened.context_id))
                     except Exception:
                         pass
             finally:
-                client.close()
+                conn.close()
 
     def read(self, db: str, table: str, sql: str, batch_size: int = 4096, **kwargs) -> pa.Table:
         batches = list(self.batches(db, table, sql, batch_size, **kwargs))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 import time
 import uuid
@@ -28,32 +30,79 @@ class ScanContext:
     queue: object | None = None       # ResultQueue
     open_error: Exception | None = None
     eos: bool = False
+    report_rows: bool = False         # the client asked for the row count at eos
     rows_sent: int = 0
     bytes_sent: int = 0
     in_use: int = 0
+    admitted: bool = False           # counted against the scanner caps
+    client: str = ""                 # peer address of the connection that opened it
+    info: dict = field(default_factory=dict, repr=False)  # what the audit line reports
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     timer: threading.Timer | None = field(default=None, repr=False)
 
     def idle_seconds(self, now: float | None = None) -> float:
         return (time.monotonic() if now is None else now) - self.last_access
 
-    def release(self) -> None:
-        """Cancel the scan and free the queue. Idempotent."""
+    def release(self, reason=None) -> None:
+        """Cancel the scan and free the queue (``reason``: the error a waiting reader gets). Idempotent."""
         if self.timer is not None:
             self.timer.cancel()
         if self.scan is not None:
-            self.scan.cancel()
+            self.scan.cancel(reason)
         if self.queue is not None:
+            if reason is not None:
+                self.queue.fail(reason)
             self.queue.close()
 
 
+# Context ids are random UUIDs (PROTOCOL.md 4.1) that also say which server run issued them:
+# 10 random bytes, 3 bytes of this run's epoch, 3 check bytes. An id that is not registered
+# but carries a valid check and another epoch was opened before a restart, and the reply says
+# so (any other unknown id gets StarRocks' exact message). Check bytes are not a secret: they
+# only choose the wording of an error.
+_EPOCH_BYTES, _CHECK_BYTES = 3, 3
+
+
+def _uuid_bits(raw: bytes) -> bytes:
+    b = bytearray(raw)
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return bytes(b)
+
+
+def _check(head: bytes) -> bytes:
+    return hashlib.blake2b(head, digest_size=_CHECK_BYTES, person=b"starscan-ctx").digest()
+
+
+def _new_context_id(epoch: bytes) -> str:
+    head = _uuid_bits(os.urandom(10) + epoch)
+    return str(uuid.UUID(bytes=head + _check(head)))
+
+
+def _context_epoch(context_id: str) -> bytes | None:
+    """The epoch an id of ours was issued in; None for ids that are not ours."""
+    try:
+        raw = uuid.UUID(context_id).bytes
+    except (ValueError, AttributeError, TypeError):
+        return None
+    if len(context_id) != 36 or context_id != str(uuid.UUID(bytes=raw)):
+        return None
+    head, check = raw[:16 - _CHECK_BYTES], raw[16 - _CHECK_BYTES:]
+    return head[10:] if _check(head) == check else None
+
+
 class ScanContextManager:
-    def __init__(self):
+    def __init__(self, on_removed=None):
         self._lock = threading.Lock()
         self._contexts: dict[str, ScanContext] = {}
+        # Called as on_removed(ctx, how) once a context is gone: how is "closed", "reaped"
+        # or "shutdown" (the audit line is written there).
+        self.on_removed = on_removed
+        # This run's epoch, with the version/variant bits applied as they are in the ids.
+        self.epoch = _uuid_bits(bytes(10) + os.urandom(_EPOCH_BYTES))[10:]
 
     def create(self, keep_alive_min: int) -> ScanContext:
-        ctx = ScanContext(context_id=str(uuid.uuid4()), keep_alive_s=keep_alive_min * 60.0)
+        ctx = ScanContext(context_id=_new_context_id(self.epoch), keep_alive_s=keep_alive_min * 60.0)
         with self._lock:
             self._contexts[ctx.context_id] = ctx
         return ctx
@@ -63,7 +112,12 @@ class ScanContextManager:
             ctx = self._contexts.get(context_id or "")
         if ctx is None:
             # An unset context_id reads as "" (as the BE's C++ default), never as "None".
-            raise NotFound(f"context_id: {context_id or ''} not found")
+            message = f"context_id: {context_id or ''} not found"
+            epoch = _context_epoch(context_id or "")
+            if epoch is not None and epoch != self.epoch:
+                message += ("; it was opened before the server restarted and its scan is gone: "
+                            "open a new scanner with the same plan (a new one if it expired) and read again from offset 0")
+            raise NotFound(message)
         return ctx
 
     @contextmanager
@@ -84,7 +138,17 @@ class ScanContextManager:
             ctx = self._contexts.pop(context_id or "", None)
         if ctx is not None:
             ctx.release()
+            self._removed(ctx, "closed")
         return ctx
+
+    def _removed(self, ctx: ScanContext, how: str) -> None:
+        if self.on_removed is not None:
+            try:
+                self.on_removed(ctx, how)
+            except Exception:  # an audit failure must not break close/GC
+                import logging
+
+                logging.getLogger("starscan.provider").exception("on_removed listener failed")
 
     def reap_idle(self, now: float | None = None) -> list[tuple[ScanContext, float]]:
         """Remove every context idle past its keep-alive and not inside a call."""
@@ -97,6 +161,7 @@ class ScanContextManager:
                     victims.append((self._contexts.pop(cid), idle))
         for ctx, _ in victims:
             ctx.release()
+            self._removed(ctx, "reaped")
         return victims
 
     def snapshot(self) -> list[ScanContext]:
@@ -107,9 +172,10 @@ class ScanContextManager:
         with self._lock:
             return len(self._contexts)
 
-    def close_all(self) -> None:
+    def close_all(self, reason=None) -> None:
         with self._lock:
             contexts = list(self._contexts.values())
             self._contexts.clear()
         for ctx in contexts:
-            ctx.release()
+            ctx.release(reason)
+            self._removed(ctx, "shutdown")

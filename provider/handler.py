@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from starscan.provider import status
+from starscan.provider.peer import current_peer
 from starscan.provider.service import ScanService
 from starscan.thrift_defs import wire
 
@@ -19,9 +20,13 @@ class ExternalServiceHandler:
     def __init__(self, service: ScanService):
         self.service = service
 
+    # A call without its params struct reads as one with every field unset, as the BE's C++
+    # default-constructed struct does.
+
     def open_scanner(self, params):
+        params = params if params is not None else wire.TScanOpenParams()
         try:
-            result = self.service.open(params)
+            result = self.service.open(params, client=current_peer())
         except Exception as exc:  # pragma: no cover - service.open already catches
             log.exception("open_scanner")
             return wire.TScanOpenResult(status=status.from_error(exc), context_id="", selected_columns=[])
@@ -30,15 +35,20 @@ class ExternalServiceHandler:
         return wire.TScanOpenResult(status=st, context_id=result.context_id, selected_columns=columns)
 
     def get_next(self, params):
+        params = params if params is not None else wire.TScanNextBatchParams()
         try:
             result = self.service.next(params.context_id, params.offset)
         except Exception as exc:
             if not hasattr(exc, "status_code"):
                 log.exception("get_next")
             return wire.TScanBatchResult(status=status.from_error(exc))
-        return wire.TScanBatchResult(status=status.ok(), eos=result.eos, rows=result.rows)
+        st = status.ok()
+        if result.rows_total is not None:  # opt-in row count at eos (service.EOS_ROWS_PROPERTY)
+            st.error_msgs = [f"{status.EOS_ROWS_PREFIX}{result.rows_total}"]
+        return wire.TScanBatchResult(status=st, eos=result.eos, rows=result.rows)
 
     def close_scanner(self, params):
+        params = params if params is not None else wire.TScanCloseParams()
         try:
             self.service.close(params.context_id)
         except Exception:

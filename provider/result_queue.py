@@ -8,6 +8,7 @@ only when its last row has been taken, which is what the process really holds.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 
 import pyarrow as pa
@@ -17,9 +18,32 @@ from starscan.errors import ScanCancelled, StarscanError
 EOS = object()  # returned by take() when the scan finished and everything was taken
 
 
-class ResultQueue:
+class QueueBudget:
+    """Bytes held by all result queues together (``total_queue_max_bytes``).
+
+    A queue over the shared budget pauses its producer unless it is empty: every scanner
+    can always hold one batch, so a budget filled by idle scanners slows the others
+    instead of stopping them (the bound is the budget plus one batch per scanner)."""
+
+    POLL_S = 0.05
+
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self.used = 0
+
+    def would_exceed(self, nbytes: int) -> bool:
+        return self.used + nbytes > self.max_bytes
+
+    def add(self, nbytes: int) -> None:
+        with self._lock:
+            self.used += nbytes
+
+
+class ResultQueue:
+    def __init__(self, max_bytes: int, budget: QueueBudget | None = None):
+        self.max_bytes = max_bytes
+        self.budget = budget
         self._cond = threading.Condition()
         self._items: deque[list] = deque()  # [batch, nbytes, rows_taken]
         self._bytes = 0
@@ -28,19 +52,31 @@ class ResultQueue:
         self._closed = False
         self.rows_in = 0
         self.peak_bytes = 0
+        self.largest_batch = 0
+        # Profiles: seconds the producer (Spark) waited for room, and the reader for a batch.
+        self.put_wait_s = 0.0
+        self.take_wait_s = 0.0
 
     # ---- producer side ----
     def put(self, batch: pa.RecordBatch, nbytes: int) -> bool:
         """Add a batch; blocks while full. False when the queue was closed or failed."""
         with self._cond:
-            while self._items and self._bytes + nbytes > self.max_bytes and not self._stopped:
-                self._cond.wait()
+            waited_from = time.monotonic()
+            while self._items and not self._stopped:
+                if self._bytes + nbytes > self.max_bytes:
+                    self._cond.wait()
+                elif self.budget is not None and self.budget.would_exceed(nbytes):
+                    self._cond.wait(QueueBudget.POLL_S)  # others free the budget: no shared wake-up
+                else:
+                    break
+            self.put_wait_s += time.monotonic() - waited_from
             if self._stopped:
                 return False
             self._items.append([batch, nbytes, 0])
-            self._bytes += nbytes
+            self._account(nbytes)
             self.rows_in += batch.num_rows
             self.peak_bytes = max(self.peak_bytes, self._bytes)
+            self.largest_batch = max(self.largest_batch, nbytes)
             self._cond.notify_all()
             return True
 
@@ -61,9 +97,12 @@ class ResultQueue:
     def take(self, max_rows: int, timeout: float | None = None):
         """Up to ``max_rows`` rows as one RecordBatch, or EOS. Raises the scan's error."""
         with self._cond:
+            waited_from = time.monotonic()
             while not self._items and not self._finished and not self._stopped:
                 if not self._cond.wait(timeout):
+                    self.take_wait_s += time.monotonic() - waited_from
                     return None
+            self.take_wait_s += time.monotonic() - waited_from
             if self._error is not None:
                 raise self._error
             if self._closed:
@@ -77,7 +116,7 @@ class ResultQueue:
             item[2] = taken + rows
             if item[2] >= batch.num_rows:
                 self._items.popleft()
-                self._bytes -= nbytes
+                self._account(-nbytes)
                 self._cond.notify_all()
             return out
 
@@ -95,7 +134,16 @@ class ResultQueue:
 
     def _drop(self) -> None:
         self._items.clear()
-        self._bytes = 0
+        self._account(-self._bytes)
+
+    def _account(self, delta: int) -> None:
+        self._bytes += delta
+        if self.budget is not None and delta:
+            self.budget.add(delta)
+
+    @property
+    def error(self) -> StarscanError | None:
+        return self._error
 
     @property
     def bytes(self) -> int:

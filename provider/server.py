@@ -1,35 +1,119 @@
-"""The BE Thrift server: unframed TBinaryProtocol on be_port, a thread per connection."""
+"""The BE Thrift server: unframed TBinaryProtocol on be_port, a thread per connection.
+
+Per connection, in its own thread (so a slow or hostile peer never holds up accept()):
+the optional TLS handshake, the peer address for audit lines, and a read limit that
+refuses any field declaring more than ``max_thrift_message_bytes`` before the bytes are
+read (the Cython reader would otherwise allocate and wait for whatever length it is told).
+"""
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.server import TThreadedServer
 from thriftpy2.thrift import TProcessor
-from thriftpy2.transport import TCyBufferedTransportFactory, TServerSocket
+from thriftpy2.transport import TCyBufferedTransport, TServerSocket, TSocket, TTransportException
 
 from starscan.provider.handler import ExternalServiceHandler
+from starscan.provider.peer import set_peer
 from starscan.thrift_defs import wire
 
 log = logging.getLogger("starscan.provider")
 
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class ReadLimitExceeded(TTransportException):
+    pass
+
+
+class _LimitedSocket(TSocket):
+    """TSocket whose reads may not ask for more than ``limit`` bytes at once.
+
+    TCyBufferedTransport asks its socket for (about) the size of the largest field it has
+    to read, so a forged string length shows up here as a huge read request."""
+
+    def __init__(self, sock, limit: int):
+        super().__init__(sock=sock)
+        self.limit = limit
+
+    def read(self, sz):
+        if sz > self.limit:
+            raise ReadLimitExceeded(
+                type=TTransportException.UNKNOWN,
+                message=f"a request field declares {sz} bytes, more than max_thrift_message_bytes={self.limit}")
+        return super().read(sz)
+
+
+class _Server(TThreadedServer):
+    def __init__(self, *args, max_read: int, ssl_context: ssl.SSLContext | None, client_timeout_s: float | None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_read = max_read
+        self.ssl_context = ssl_context
+        self.client_timeout_s = client_timeout_s
+
+    def handle(self, client: TSocket) -> None:
+        raw = client.sock
+        try:
+            address = raw.getpeername()[0]
+        except OSError:
+            address = "unknown"
+        set_peer(address)
+        try:
+            if self.ssl_context is not None:
+                raw.settimeout(HANDSHAKE_TIMEOUT_S)
+                try:
+                    raw = self.ssl_context.wrap_socket(raw, server_side=True)
+                except (ssl.SSLError, OSError) as exc:
+                    log.info("BE TLS handshake with %s failed: %s", address, exc)
+                    _close(raw)
+                    return
+            raw.settimeout(self.client_timeout_s)
+            trans = TCyBufferedTransport(_LimitedSocket(raw, self.max_read))
+            iprot = self.iprot_factory.get_protocol(trans)
+            oprot = self.oprot_factory.get_protocol(trans)
+            try:
+                while True:
+                    self.processor.process(iprot, oprot)
+            except ReadLimitExceeded as exc:
+                log.warning("BE dropped a connection from %s: %s", address, exc.message)
+            except TTransportException:
+                pass  # the peer went away
+            except Exception as exc:  # garbage on the wire: drop this connection only
+                log.info("BE dropped a connection from %s: %s: %s", address, type(exc).__name__, exc)
+            trans.close()
+        finally:
+            set_peer("")
+
+
+def _close(sock) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
 
 class ThriftServer:
-    def __init__(self, handler: ExternalServiceHandler, host: str, port: int, client_timeout_s: float | None = None):
-        # client_timeout in ms; None = a reader may pause between calls as long as it likes.
-        timeout_ms = int(client_timeout_s * 1000) if client_timeout_s else None
-        self.socket = TServerSocket(host=host, port=port, client_timeout=timeout_ms)
-        self.server = TThreadedServer(
+    def __init__(self, handler: ExternalServiceHandler, host: str, port: int, client_timeout_s: float | None = None,
+                 max_read_bytes: int = 64 << 20, ssl_context: ssl.SSLContext | None = None):
+        self.socket = TServerSocket(host=host, port=port)  # timeouts are set per connection
+        self.tls = ssl_context is not None
+        self.server = _Server(
             TProcessor(wire.TStarrocksExternalService, handler),
             self.socket,
             # Java's TBinaryProtocol.Factory default: strict write, lenient read (PROTOCOL.md 3),
             # so old-style requests without the 0x8001 version word are served too.
             iprot_factory=TCyBinaryProtocolFactory(strict_read=False, strict_write=True),
-            itrans_factory=TCyBufferedTransportFactory(),
+            oprot_factory=TCyBinaryProtocolFactory(strict_read=False, strict_write=True),
             daemon=True,
+            max_read=max_read_bytes,
+            ssl_context=ssl_context,
+            # None = a reader may pause between calls as long as it likes.
+            client_timeout_s=client_timeout_s,
         )
         self._thread: threading.Thread | None = None
 
@@ -42,7 +126,7 @@ class ThriftServer:
         self.server.trans.listen = lambda: None  # already listening (port known before serve)
         self._thread = threading.Thread(target=self.server.serve, name="be-thrift-accept", daemon=True)
         self._thread.start()
-        log.info("BE thrift listening on %s:%d", self.socket.host, self.port)
+        log.info("BE thrift listening on %s:%d%s", self.socket.host, self.port, " (TLS)" if self.tls else "")
 
     def stop(self) -> None:
         """Stop accepting: wake the blocked accept() with a throw-away connection first, so

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from starscan import plan as plan_codec
 from starscan.config import Settings
-from starscan.errors import InvalidArgument, NotAuthorized, NotFound, StarscanError
+from starscan.errors import InternalError, InvalidArgument, NotFound, ScanCancelled, StarscanError
 from starscan.provider.contexts import ScanContext, ScanContextManager
-from starscan.provider.result_queue import EOS, ResultQueue
+from starscan.audit import AuditLog
+from starscan.logs import scan_fields
+from starscan.provider.admission import Admission
+from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
 from starscan.provider.spark_scan import SparkScan
+from starscan.provider.status import EOS_ROWS_PROPERTY
 
 log = logging.getLogger("starscan.provider")
 
@@ -27,36 +32,55 @@ class OpenResult:
 
 
 class NextResult:
-    __slots__ = ("rows", "eos")
+    __slots__ = ("rows", "eos", "rows_total")
 
-    def __init__(self, rows: bytes | None, eos: bool):
+    def __init__(self, rows: bytes | None, eos: bool, rows_total: int | None = None):
         self.rows = rows
         self.eos = eos
+        self.rows_total = rows_total  # set on eos when the client asked for the row count
 
 
 class ScanService:
-    def __init__(self, settings: Settings, spark, signer: plan_codec.PlanSigner, contexts: ScanContextManager | None = None):
+    def __init__(self, settings: Settings, spark, signer: plan_codec.PlanSigner, contexts: ScanContextManager | None = None,
+                 admission: Admission | None = None, audit: AuditLog | None = None):
         self.settings = settings
         self.spark = spark
         self.signer = signer
+        self.admission = admission or Admission(settings, None)
+        self.audit = audit
+        self.budget = QueueBudget(settings.total_queue_max_bytes)
         # `is None`, not `or`: an empty manager is falsy (it has __len__), and the server's
         # reaper and admin views must see the same manager the service registers in.
         self.contexts = contexts if contexts is not None else ScanContextManager()
+        self.contexts.on_removed = self._audit_removed
 
     # ---- open_scanner ----
-    def open(self, params) -> OpenResult:
+    def open(self, params, client: str = "") -> OpenResult:
         keep_alive = params.keep_alive_min if params.keep_alive_min and params.keep_alive_min > 0 else self.settings.keep_alive_min
+        keep_alive = min(keep_alive, 32767)
         ctx = self.contexts.create(keep_alive)
+        if not (params.keep_alive_min and params.keep_alive_min > 0) and self.settings.keep_alive_s:
+            ctx.keep_alive_s = self.settings.keep_alive_s
+        ctx.client = client
         try:
             columns = self._open(ctx, params)
         except Exception as exc:  # a failed open stays registered until GC, as in StarRocks
             ctx.open_error = exc
+            self._bound_failed_contexts(ctx)
             if isinstance(exc, StarscanError):
-                log.info("open_scanner refused context_id=%s: %s", ctx.context_id, exc.message)
+                log.info("open_scanner refused context_id=%s client=%s: %s", ctx.context_id, client, exc.message,
+                         extra=scan_fields(ctx))
                 return OpenResult(ctx.context_id, [], exc)
             log.exception("open_scanner failed unexpectedly")
             return _internal(ctx, exc)
         return OpenResult(ctx.context_id, columns)
+
+    def _bound_failed_contexts(self, ctx: ScanContext) -> None:
+        """Failed opens stay so get_next can repeat their error, but a flood of bad opens
+        must not grow memory: past max_scanners of them, a new one is dropped at once."""
+        failed = sum(1 for c in self.contexts.snapshot() if c.open_error is not None)
+        if failed > self.settings.max_scanners:
+            self.contexts.remove(ctx.context_id)
 
     def _open(self, ctx: ScanContext, params) -> list[tuple[str, int]]:
         if params.batch_size is None:
@@ -65,9 +89,12 @@ class ScanService:
             raise InvalidArgument(
                 f"batch_size is out of range, it must be in the range (0, {MAX_BATCH_SIZE}], current value is [{params.batch_size}]"
             )
+        for name in ("opaqued_query_plan", "user", "passwd", "database", "table", "cluster"):
+            _check_text(getattr(params, name, None), name)
         plan = plan_codec.decode(params.opaqued_query_plan or "", self.signer)
-        if params.user and params.user != plan.user:
-            raise NotAuthorized(f"user {params.user!r} may not use a plan issued to {plan.user!r}")
+        ctx.info.update(query_id=plan.query_id, user=plan.user, table=f"{plan.database}.{plan.table}",
+                        columns=[c.name for c in plan.columns], sql=plan.sql)
+        self.admission.check_identity(plan, params.user, params.passwd, ctx.client)
         if (params.database and params.database != plan.database) or (params.table and params.table != plan.table):
             raise InvalidArgument(
                 f"the plan is for {plan.database}.{plan.table}, not {params.database}.{params.table}"
@@ -75,33 +102,45 @@ class ScanService:
         tablet_ids = list(params.tablet_ids or [])
         if not tablet_ids:
             raise InvalidArgument("tablet_ids is empty")
+        if len(tablet_ids) > self.settings.max_tablets_per_scanner:
+            raise InvalidArgument(
+                f"{len(tablet_ids)} tablet_ids in one open_scanner, more than max_tablets_per_scanner="
+                f"{self.settings.max_tablets_per_scanner}: split them over several scanners")
         plan_tablets = plan_codec.tablets_of(plan)
         planned = {t.tablet_id for t in plan_tablets}
         for tid in tablet_ids:
             if tid not in planned:
                 raise NotFound(f"tablet_id: {tid} not found")
         tablet_ids = list(dict.fromkeys(tablet_ids))
+        ctx.info["tablets"] = len(tablet_ids)
+        with self.admission.lock:
+            self.admission.check_caps(self.contexts.snapshot(), plan.user)
+            ctx.admitted = True
         ctx.user = plan.user
         ctx.table = f"{plan.database}.{plan.table}"
         ctx.batch_size = params.batch_size
+        ctx.report_rows = str((params.properties or {}).get(EOS_ROWS_PROPERTY, "")).lower() == "true"
         limit = self.settings.queue_max_bytes
         if params.mem_limit and params.mem_limit > 0:
             limit = min(limit, params.mem_limit)
-        queue = ResultQueue(limit)
+        queue = ResultQueue(limit, self.budget)
         scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id,
                          prefetch=self.settings.scan_prefetch)
         ctx.queue, ctx.scan = queue, scan
         timeout_s = params.query_timeout if params.query_timeout and params.query_timeout > 0 else self.settings.query_timeout_s
+        timeout_s = min(timeout_s, self.settings.query_timeout_max_s)
         ctx.timer = threading.Timer(timeout_s, scan.timeout, args=(timeout_s,))
         ctx.timer.daemon = True
         scan.start()
         ctx.timer.start()
         log.info("open context_id=%s query_id=%s user=%s table=%s tablets=%d batch_size=%d",
-                 ctx.context_id, plan.query_id, plan.user, ctx.table, len(tablet_ids), params.batch_size)
+                 ctx.context_id, plan.query_id, plan.user, ctx.table, len(tablet_ids), params.batch_size,
+                 extra=scan_fields(ctx))
         return [(c.name, c.primitive_type) for c in plan.columns]
 
     # ---- get_next ----
     def next(self, context_id: str | None, offset: int | None) -> NextResult:
+        _check_text(context_id, "context_id")
         with self.contexts.using(context_id) as ctx, ctx.lock:
             if ctx.open_error is not None:
                 raise ctx.open_error if isinstance(ctx.open_error, StarscanError) else NotFound(
@@ -110,12 +149,18 @@ class ScanService:
                 raise InvalidArgument("offset is not set")
             if offset == ctx.offset:
                 if ctx.eos:
-                    return NextResult(None, True)
+                    return self._eos(ctx)
                 batch = ctx.queue.take(ctx.batch_size)
                 if batch is EOS:
+                    produced = ctx.queue.rows_in
+                    if produced != ctx.offset:  # never eos on a partial result
+                        log.error("scan %s ended with %d rows handed out of %d produced", ctx.context_id, ctx.offset,
+                                  produced, extra=scan_fields(ctx))
+                        raise InternalError(f"scan integrity check failed: the scan produced {produced} rows "
+                                            f"but {ctx.offset} were handed out; read the scan again")
                     ctx.eos = True
                     ctx.prev_offset, ctx.prev_rows = None, None
-                    return NextResult(None, True)
+                    return self._eos(ctx)
                 rows = ctx.scan.converter.ipc_stream(batch)
                 ctx.prev_offset, ctx.prev_rows = ctx.offset, rows
                 ctx.offset += batch.num_rows
@@ -127,12 +172,51 @@ class ScanService:
                 return NextResult(ctx.prev_rows, False)
             raise NotFound(f"context_id={ctx.context_id}, send_offset={offset}, context_offset={ctx.offset}")
 
+    def _eos(self, ctx: ScanContext) -> NextResult:
+        return NextResult(None, True, self._rows_scanned(ctx) if ctx.report_rows else None)
+
+    @staticmethod
+    def _rows_scanned(ctx: ScanContext) -> int:
+        return ctx.queue.rows_in
+
     # ---- close_scanner ----
     def close(self, context_id: str | None) -> None:
+        if not isinstance(context_id, (str, type(None))):
+            return  # not a context id of ours: nothing to close
         ctx = self.contexts.remove(context_id)
         if ctx is not None:
             log.info("close context_id=%s user=%s table=%s rows=%d bytes=%d", ctx.context_id, ctx.user, ctx.table,
-                     ctx.rows_sent, ctx.bytes_sent)
+                     ctx.rows_sent, ctx.bytes_sent, extra=scan_fields(ctx))
+
+    def _audit_removed(self, ctx: ScanContext, how: str) -> None:
+        """The scanner's audit line, written once when its context goes (close, GC, shutdown)."""
+        if self.audit is None:
+            return
+        outcome, error = _outcome(ctx, how)
+        info = ctx.info
+        self.audit.record(
+            "scan", context_id=ctx.context_id, query_id=info.get("query_id"), user=info.get("user"), client=ctx.client,
+            table=info.get("table"), columns=info.get("columns"), sql=info.get("sql"), tablets=info.get("tablets"),
+            rows=ctx.rows_sent, bytes=ctx.bytes_sent, duration_ms=round((time.monotonic() - ctx.created) * 1000, 1),
+            outcome=outcome, error=error, profile=info.get("profile"))
+
+
+def _check_text(value, name: str) -> None:
+    """thriftpy2 hands over a string field that is not valid UTF-8 as bytes."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgument(f"{name} is not valid UTF-8 text")
+
+
+def _outcome(ctx: ScanContext, how: str) -> tuple[str, str | None]:
+    if ctx.open_error is not None:
+        err = ctx.open_error
+        return "refused", getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+    if ctx.eos:
+        return "complete", None
+    error = getattr(ctx.queue, "error", None)
+    if error is not None and not isinstance(error, ScanCancelled):  # a cancel is how close/GC stop a scan
+        return "failed", getattr(error, "message", str(error))
+    return {"closed": "closed_before_eos", "reaped": "reaped_idle", "shutdown": "server_shutdown"}.get(how, how), None
 
 
 def _internal(ctx: ScanContext, exc: Exception) -> OpenResult:

@@ -34,6 +34,7 @@ from starscan.errors import (
     StarscanError,
 )
 from starscan.expr import unflatten
+from starscan.logs import scan_fields
 from starscan.provider.arrow_convert import BatchConverter
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.spark_expr import to_column
@@ -109,6 +110,7 @@ class SparkScan:
                 )
             out_cols.append((c.name, field))
 
+        self._plan_tablets, self._tablet_ids = plan_tablets, tablet_ids
         paths = check_snapshot(plan, plan_tablets, tablet_ids)
         reader = self.spark.read.schema(table_schema).option("basePath", plan.table_location)
         df = reader.parquet(*paths)
@@ -172,8 +174,11 @@ class SparkScan:
                 self.queue.finish()
         except Exception as exc:
             if self._cancelled is None:
-                log.warning("scan %s failed: %s", self.context_id, _short(exc))
-                self.queue.fail(exc if isinstance(exc, StarscanError) else ScanFailed(f"Spark scan failed: {_short(exc)}"))
+                error = exc if isinstance(exc, StarscanError) else self._failure(exc)
+                log.warning("scan %s failed: %s", self.context_id, error, extra=scan_fields(
+                    context_id=self.context_id, query_id=self.plan.query_id, user=self.plan.user,
+                    table=f"{self.plan.database}.{self.plan.table}"))
+                self.queue.fail(error)
         finally:
             self.done.set()
             try:
@@ -186,6 +191,18 @@ class SparkScan:
                         closable.close()
                 except OSError:
                     pass
+
+    def _failure(self, exc: BaseException) -> StarscanError:
+        """The error a reader gets when Spark failed: "version ... is gone" when the planned
+        files were removed or rewritten under the scan, else Spark's own reason."""
+        try:
+            check_snapshot(self.plan, self._plan_tablets, self._tablet_ids)
+        except SnapshotGone as gone:
+            return SnapshotGone(gone.message.replace(" was removed;", " was removed during the scan;")
+                                .replace(" was rewritten;", " was rewritten during the scan;"))
+        except Exception:  # noqa: BLE001 - the original failure is what matters
+            pass
+        return ScanFailed(f"Spark scan failed: {_spark_reason(exc)}")
 
     def _pump(self, sockfile, server) -> None:
         serializer = NoOpSerializer()
@@ -220,6 +237,22 @@ class SparkScan:
             sockfile.flush()
         except OSError:
             pass
+
+
+def _spark_reason(exc: BaseException) -> str:
+    """The root cause of a Py4J error (its own text is only "An error occurred while calling ...")."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            root, seen = java, 0
+            while root.getCause() is not None and seen < 20:
+                root, seen = root.getCause(), seen + 1
+            text = str(root.toString()).strip()
+            if text:
+                return text.splitlines()[0][:500]
+        except Exception:  # noqa: BLE001 - the gateway may be gone
+            pass
+    return _short(exc)
 
 
 def _short(exc: BaseException) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import getpass
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -19,6 +21,10 @@ from starscan.errors import StarscanError
 app = typer.Typer(add_completion=False, help="Serve Spark tables to StarRocks readers.", no_args_is_help=True)
 user_app = typer.Typer(help="Manage users and grants in the users file.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
+secret_app = typer.Typer(help="Manage the plan-signing secret.", no_args_is_help=True)
+app.add_typer(secret_app, name="secret")
+
+SHUTDOWN_GRACE_S = 30  # serve: longest stop after SIGTERM/SIGINT before the process exits regardless
 
 ConfOpt = typer.Option(None, "--conf", help="starscan.conf file (key = value)")
 WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse directory")
@@ -37,10 +43,10 @@ def _settings(conf: Optional[Path], **overrides) -> Settings:
         raise  # unreachable
 
 
-def _logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+def _logging(fmt: str = "human", level: str = "INFO") -> None:
+    from starscan.logs import setup_logging
+
+    setup_logging(fmt, level)
 
 
 def _spark(settings: Settings):
@@ -58,27 +64,20 @@ def version() -> None:
     typer.echo(f"starscan {__version__}")
 
 
-@app.command()
-def serve(
-    conf: Optional[Path] = ConfOpt,
-    http_port: Optional[int] = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
-    be_port: Optional[int] = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
-    warehouse: Optional[Path] = WarehouseOpt,
-    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[*])"),
-    demo_scale: Optional[float] = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
-    bind_host: Optional[str] = typer.Option(None, "--bind-host", help="address to listen on"),
-    advertise_host: Optional[str] = typer.Option(None, "--advertise-host", help="host put in routings"),
-) -> None:
-    """Start FE (HTTP) and BE (Thrift) on one SparkSession; create the demo database in an empty warehouse."""
-    settings = _settings(conf, http_port=http_port, be_port=be_port, warehouse=warehouse, spark_master=spark_master,
-                         demo_scale=demo_scale, bind_host=bind_host, advertise_host=advertise_host)
-    _logging()
+LogFormatOpt = typer.Option(None, "--log-format", help="human (default) or json: one JSON object per log line")
+
+
+def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
+    settings = _settings(conf, log_format=log_format, **overrides)
+    _logging(settings.log_format, settings.log_level)
     log = logging.getLogger("starscan")
     spark = _spark(settings)
+    from starscan.logs import quiet_spark
     from starscan.server import StarscanServer
 
-    server = StarscanServer(settings, spark)
-    if settings.demo_scale > 0 and not any(server.warehouse.tables(db) for db in server.warehouse.databases()):
+    quiet_spark(spark)
+    server = StarscanServer(settings, spark, fe=fe, be=be)
+    if fe and settings.demo_scale > 0 and not any(server.warehouse.tables(db) for db in server.warehouse.databases()):
         from starscan.demo import create_demo
 
         started = time.monotonic()
@@ -88,20 +87,85 @@ def serve(
         server.start()
     except OSError as exc:
         _fail(f"cannot listen: {exc}", 4)
-    log.info("starscan %s ready: FE http://%s:%d  BE %s:%d  warehouse %s", __version__, settings.bind_host,
-             server.http_port, settings.bind_host, server.be_port, settings.warehouse.resolve())
+    parts = []
+    if fe:
+        parts.append(f"FE http{'s' if settings.http_tls else ''}://{settings.bind_host}:{server.http_port}  "
+                     f"MySQL {settings.bind_host}:{server.query_port}")
+    if be:
+        parts.append(f"BE {settings.bind_host}:{server.be_port}")
+    log.info("starscan %s ready: %s  warehouse %s", __version__, "  ".join(parts), settings.warehouse.resolve())
     stop = {"now": False}
 
     def _on_signal(signum, frame):
+        if stop["now"]:  # a second SIGTERM/SIGINT: no more waiting
+            log.warning("second signal: exiting now")
+            os._exit(1)
         stop["now"] = True
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     while not stop["now"]:
         time.sleep(0.2)
-    log.info("stopping")
+    log.info("stopping: cancelling in-flight scans (at most %d s)", SHUTDOWN_GRACE_S)
+    # Bounded: if Spark or a connection hangs the stop, exit anyway (the JVM child follows,
+    # as it exits when its stdin, our pipe, closes).
+    watchdog = threading.Timer(SHUTDOWN_GRACE_S, lambda: (log.error("stop took over %d s: exiting", SHUTDOWN_GRACE_S),
+                                                          os._exit(1)))
+    watchdog.daemon = True
+    watchdog.start()
     server.stop()
     spark.stop()
+    watchdog.cancel()
+    log.info("stopped")
+
+
+@app.command()
+def serve(
+    conf: Optional[Path] = ConfOpt,
+    http_port: Optional[int] = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
+    be_port: Optional[int] = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
+    query_port: Optional[int] = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
+    warehouse: Optional[Path] = WarehouseOpt,
+    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[*])"),
+    demo_scale: Optional[float] = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
+    bind_host: Optional[str] = typer.Option(None, "--bind-host", help="address to listen on"),
+    advertise_host: Optional[str] = typer.Option(None, "--advertise-host", help="host put in routings"),
+    log_format: Optional[str] = LogFormatOpt,
+) -> None:
+    """Start FE (HTTP + MySQL) and BE (Thrift) on one SparkSession; create the demo database in an empty warehouse."""
+    _run_server(True, True, conf, log_format, http_port=http_port, be_port=be_port, query_port=query_port,
+                warehouse=warehouse, spark_master=spark_master, demo_scale=demo_scale, bind_host=bind_host,
+                advertise_host=advertise_host)
+
+
+@app.command()
+def fe(
+    conf: Optional[Path] = ConfOpt,
+    http_port: Optional[int] = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
+    query_port: Optional[int] = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
+    warehouse: Optional[Path] = WarehouseOpt,
+    demo_scale: Optional[float] = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
+    bind_host: Optional[str] = typer.Option(None, "--bind-host", help="address to listen on"),
+    be_endpoints: Optional[str] = typer.Option(None, "--be-endpoints", help="the BEs as host:port, host:port (routings)"),
+    log_format: Optional[str] = LogFormatOpt,
+) -> None:
+    """Start only the FE (HTTP + MySQL): plans point at --be-endpoints; share the warehouse and plan secret with the BEs."""
+    _run_server(True, False, conf, log_format, http_port=http_port, query_port=query_port, warehouse=warehouse,
+                demo_scale=demo_scale, bind_host=bind_host, be_endpoints=be_endpoints)
+
+
+@app.command()
+def be(
+    conf: Optional[Path] = ConfOpt,
+    be_port: Optional[int] = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
+    warehouse: Optional[Path] = WarehouseOpt,
+    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[*])"),
+    bind_host: Optional[str] = typer.Option(None, "--bind-host", help="address to listen on"),
+    log_format: Optional[str] = LogFormatOpt,
+) -> None:
+    """Start only a BE (Thrift scanners on Spark); it verifies plans with the shared plan secret."""
+    _run_server(False, True, conf, log_format, be_port=be_port, warehouse=warehouse, spark_master=spark_master,
+                bind_host=bind_host)
 
 
 @app.command()
@@ -164,6 +228,7 @@ def scan(
 ) -> None:
     """Read a table through a running server like a StarRocks connector; print rows, bytes, MB/s."""
     from starscan.provider.client import PlanError, ScanError, ScanStats, StarscanClient
+    import httpx
 
     db, _, name = table.partition(".")
     if not name:
@@ -177,8 +242,8 @@ def scan(
             pass
     except (PlanError, ScanError) as exc:
         _fail(str(exc), 1)
-    except OSError as exc:
-        _fail(f"cannot reach starscan at {fe}: {exc}", 1)
+    except (OSError, httpx.HTTPError) as exc:
+        _fail(f"cannot reach starscan at {fe}: {exc}", 5)
     seconds = time.perf_counter() - started
     mb = stats.bytes / 1e6
     first = f"{stats.first_batch_s:.3f} s" if stats.first_batch_s is not None else "-"
@@ -204,11 +269,12 @@ def _ask_password(password: Optional[str]) -> str:
 @user_app.command("add")
 def user_add(name: str, password: Optional[str] = typer.Option(None, "--password", help="(read from stdin/prompt if omitted)"),
              grant: Optional[list[str]] = typer.Option(None, "--grant", help="db.table, db.* or *.* (repeatable)"),
+             no_password: bool = typer.Option(False, "--no-password", help="a user who signs in with bearer tokens only"),
              conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
     """Add a user."""
     store = _users(conf, warehouse)
     try:
-        store.set_password(name, _ask_password(password), create=True)
+        store.set_password(name, None if no_password else _ask_password(password), create=True)
         for g in grant or []:
             store.grant(name, g)
     except ValueError as exc:
@@ -241,11 +307,178 @@ def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* 
     typer.echo(f"{'revoked' if revoke else 'granted'} SELECT on {grant} {'from' if revoke else 'to'} {name}")
 
 
+@user_app.command("revoke")
+def user_revoke(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
+                conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
+    """Revoke SELECT on db.table, db.* or *.* (running servers notice at once)."""
+    user_grant(name, grant, revoke=True, conf=conf, warehouse=warehouse)
+
+
+@secret_app.command("rotate")
+def secret_rotate(conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
+    """Make a new plan-signing secret. Running servers switch to it within a second and still
+    accept plans signed with the previous one for plan_secret_grace_s."""
+    from starscan.plan_secrets import rotate_secret
+
+    settings = _settings(conf, warehouse=warehouse)
+    if settings.plan_secret is not None:
+        _fail("plan_secret is set in the configuration: rotate it there (move the old value to plan_secret_previous)")
+    kid = rotate_secret(settings.state_dir)
+    typer.echo(f"new plan secret {kid} in {settings.state_dir}; the previous one is accepted for "
+               f"{settings.plan_secret_grace_s} s")
+
+
 @user_app.command("list")
 def user_list(conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
     """List users and their grants."""
     for name, grants in sorted(_users(conf, warehouse).users().items()):
         typer.echo(f"{name}\t{', '.join(grants)}")
+
+
+# ---- commands that talk to a running server over HTTP ------------------------------------
+# Exit codes (README "CLI"): 0 done; 1 the server answered with an error (not found, bad
+# value, refused change); 2 bad usage or configuration; 3 Java/Spark cannot start; 4 a port
+# cannot be bound; 5 the server cannot be reached; 6 authentication or permission refused.
+EXIT_SERVER_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_AUTH = 1, 2, 5, 6
+
+scanners_app = typer.Typer(help="List and close the scanners of a running server (admin).", no_args_is_help=True)
+app.add_typer(scanners_app, name="scanners")
+config_app = typer.Typer(help="Show (`config` / `config show`) or change (`config set KEY VALUE`) a running server's "
+                              "configuration (admin).", invoke_without_command=True)
+app.add_typer(config_app, name="config")
+
+FeOpt = typer.Option("127.0.0.1:8030", "--fe", help="FE address: host:port or http(s)://host:port")
+UserOpt = typer.Option("root", "--user", "-u", help="user (admin for scanners and config)")
+PasswordOpt = typer.Option("", "--password", "-p", help="password ('-': read it from stdin)")
+CaOpt = typer.Option(None, "--cacert", help="CA bundle to verify an https FE with")
+
+
+def _fe_url(fe: str) -> str:
+    return fe.rstrip("/") if "://" in fe else f"http://{fe}"
+
+
+def _http(method: str, fe: str, path: str, user: str, password: str, cacert: Optional[Path] = None, **kwargs):
+    """One request to the FE; failures become the documented exit codes."""
+    import httpx
+
+    if password == "-":
+        password = sys.stdin.readline().rstrip("\n")
+    try:
+        resp = httpx.request(method, _fe_url(fe) + path, auth=(user, password), timeout=30,
+                             verify=str(cacert) if cacert else True, **kwargs)
+    except httpx.HTTPError as exc:
+        _fail(f"cannot reach starscan at {_fe_url(fe)}: {exc}", EXIT_UNREACHABLE)
+    if resp.status_code in (401, 403):
+        _fail(f"refused ({resp.status_code}): {_message(resp)}", EXIT_AUTH)
+    if resp.status_code >= 400:
+        _fail(f"{_message(resp)} (HTTP {resp.status_code})", EXIT_SERVER_ERROR)
+    return resp
+
+
+def _message(resp) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:500]
+    if isinstance(body, dict):
+        return str(body.get("exception") or body.get("msg") or body.get("message") or body)
+    return str(body)
+
+
+@app.command()
+def plan(
+    table: str = typer.Argument(..., help="db.table"),
+    columns: str = typer.Option("*", "--columns", help="comma-separated columns"),
+    where: Optional[str] = typer.Option(None, "--where", help="WHERE predicate"),
+    sql: Optional[str] = typer.Option(None, "--sql", help="the whole SELECT instead of --columns/--where"),
+    fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Optional[Path] = CaOpt,
+) -> None:
+    """Ask the FE for a scan plan (_query_plan) and print its JSON answer: the opaque plan and the tablets with their routings."""
+    import json
+
+    db, _, name = table.partition(".")
+    if not name:
+        _fail("table must be db.table", EXIT_USAGE)
+    if sql is None:
+        cols = ", ".join(f"`{c.strip()}`" if c.strip() != "*" else "*" for c in columns.split(","))
+        sql = f"select {cols} from `{db}`.`{name}`" + (f" where {where}" if where else "")
+    resp = _http("POST", fe, f"/api/{db}/{name}/_query_plan", user, password, cacert, content=json.dumps({"sql": sql}))
+    typer.echo(resp.text)
+
+
+@scanners_app.command("list")
+def scanners_list(fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Optional[Path] = CaOpt,
+                  as_json: bool = typer.Option(False, "--json", help="print the JSON answer")) -> None:
+    """List the open scanners: user, table, rows and bytes sent, throughput, age, idle time, Spark jobs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from starscan.planner.admin import human_bytes
+
+    body = _http("GET", fe, "/api/scanners", user, password, cacert).json()
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(body, indent=2))
+        return
+    out = Table("context_id", "user", "table", "rows", "bytes", "throughput", "age", "idle", "state", "spark jobs")
+    for s in body["scanners"]:
+        out.add_row(s["context_id"], str(s["user"] or "-"), str(s["table"] or "-"), f"{s['rows_sent']:,}",
+                    human_bytes(s["bytes_sent"]), human_bytes(s["throughput_bytes_s"]) + "/s", f"{s['age_s']:.0f} s",
+                    f"{s['idle_s']:.0f} s", s["state"], ", ".join(map(str, s["spark_jobs"])) or "-")
+    Console(width=200).print(out)
+
+
+@scanners_app.command("close")
+def scanners_close(context_id: str = typer.Argument(..., help="the scanner's context_id"), fe: str = FeOpt,
+                   user: str = UserOpt, password: str = PasswordOpt, cacert: Optional[Path] = CaOpt) -> None:
+    """Close a scanner: its Spark job is cancelled and its reader gets NOT_FOUND. Exit 1 if there is no such scanner."""
+    body = _http("POST", fe, f"/api/scanners/{context_id}/close", user, password, cacert).json()
+    typer.echo(f"closed {context_id} after {body.get('rows_sent', 0):,} rows")
+
+
+@config_app.callback()
+def config_main(ctx: typer.Context, fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt,
+                cacert: Optional[Path] = CaOpt) -> None:
+    """Show a running server's effective configuration (GET /varz; secrets masked)."""
+    ctx.obj = {"fe": fe, "user": user, "password": password, "cacert": cacert}
+    if ctx.invoked_subcommand is None:
+        _config_show(ctx.obj)
+
+
+def _config_show(conn: dict) -> None:
+    body = _http("GET", conn["fe"], "/varz", conn["user"], conn["password"], conn["cacert"]).json()
+    runtime = set(body.get("runtime_changeable", []))
+    for key, value in sorted(body["config"].items()):
+        mark = "  # can change at run time" if key in runtime else ""
+        typer.echo(f"{key} = {_conf_value(value)}{mark}")
+
+
+def _conf_value(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return "; ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+@config_app.command("show")
+def config_show(ctx: typer.Context) -> None:
+    """Print every key = value (keys that can change at run time are marked)."""
+    _config_show(ctx.obj)
+
+
+@config_app.command("set")
+def config_set(ctx: typer.Context, key: str = typer.Argument(..., help="configuration key"),
+               value: str = typer.Argument(..., help="new value")) -> None:
+    """Change a key on the running server (POST /api/update_config). Keys that need a restart are refused (exit 1)."""
+    conn = ctx.obj
+    _http("POST", conn["fe"], "/api/update_config", conn["user"], conn["password"], conn["cacert"], params={key: value})
+    typer.echo(f"{key} = {value}")
 
 
 def main() -> None:

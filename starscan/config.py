@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from starscan.errors import ConfigError
@@ -26,6 +26,8 @@ class Settings(BaseSettings):
     # ---- ports and addresses (StarRocks names) ----
     http_port: int = Field(8030, ge=0, le=65535, description="FE HTTP port (_query_plan, _schema)")
     be_port: int = Field(9060, ge=0, le=65535, description="BE Thrift port (open_scanner/get_next/close_scanner)")
+    query_port: int = Field(9030, ge=0, le=65535, description="FE MySQL protocol port (metadata, plain SELECTs)")
+    query_max_rows: int = Field(10000, ge=1, description="rows a SELECT on the MySQL port returns at most")
     bind_host: str = Field("127.0.0.1", description="address both ports listen on (0.0.0.0 for all)")
     advertise_host: str = Field("127.0.0.1", description="host put in `routings`; must be an IP or name clients reach")
     be_endpoints: list[str] = Field(
@@ -35,6 +37,7 @@ class Settings(BaseSettings):
 
     # ---- scan contexts (StarRocks names and defaults) ----
     keep_alive_min: int = Field(5, ge=1, le=32767, description="idle minutes before a context is reaped, when the client sends none")
+    keep_alive_s: float | None = Field(None, gt=0, description="keep-alive in seconds when the client sends none (overrides the minutes; for tests and soaks)")
     scan_context_gc_interval_min: int = Field(5, ge=1, description="minutes between reaper ticks")
     scan_context_gc_interval_s: float | None = Field(None, gt=0, description="reaper tick in seconds (overrides the minutes; for tests)")
     query_timeout_s: int = Field(3600, ge=1, description="scan timeout when the client sends none")
@@ -47,10 +50,46 @@ class Settings(BaseSettings):
     tablet_target_bytes: int = Field(128 << 20, ge=1 << 10, description="target Parquet bytes per tablet written by `starscan load`")
     listing_cache_ttl_s: float = Field(5.0, ge=0, description="seconds a table's file listing is cached")
     plan_ttl_s: int = Field(86400, ge=1, description="seconds an issued plan stays valid")
-    plan_secret: str | None = Field(None, description="HMAC secret for plans (generated and kept in the warehouse if unset)")
+    plan_secret: SecretStr | None = Field(None, description="HMAC secret for plans (generated and kept in the warehouse if unset)")
     users_file: Path | None = Field(None, description="users and grants (default: <warehouse>/_starscan/users.json)")
     time_zone: str = Field("UTC", description="time zone DATETIME values are rendered in")
     demo_scale: float = Field(0.01, ge=0, le=100, description="TPC-H scale factor of demo.lineitem created in an empty warehouse (0: no demo)")
+
+    # ---- security (README "Security") ----
+    plan_secret_previous: SecretStr | None = Field(None, description="previous plan secret, still accepted (rolling rotation of a configured plan_secret)")
+    plan_secret_grace_s: int = Field(86400, ge=0, description="seconds the previous plan secret is still accepted after `starscan secret rotate`")
+    jwt_key: SecretStr | None = Field(None, description="bearer tokens: HMAC secret, or path to a PEM public key (RS*/ES*/EdDSA); unset: tokens refused")
+    jwt_issuer: str | None = Field(None, description="bearer tokens: required `iss` claim")
+    jwt_audience: str | None = Field(None, description="bearer tokens: required `aud` claim (unset: not checked)")
+    jwt_algorithms: list[str] = Field(default_factory=lambda: ["HS256"], description="bearer tokens: accepted algorithms")
+    login_max_failures: int = Field(5, ge=1, description="failed logins per user and client address before a lockout")
+    login_lockout_s: float = Field(60.0, gt=0, description="window and lockout time for failed logins")
+    tls_cert_file: Path | None = Field(None, description="PEM certificate (chain) for TLS on the enabled ports")
+    tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file")
+    tls_ca_file: Path | None = Field(None, description="CA bundle that client certificates must chain to (enables tls_client_auth)")
+    tls_client_auth: str = Field("none", pattern="^(none|optional|required)$", description="client certificates: none, optional, required")
+    http_tls: bool = Field(False, description="serve the HTTP port over TLS (https)")
+    be_tls: bool = Field(False, description="serve the Thrift port over TLS")
+    audit_log: Path | None = Field(None, description="audit log file (default: <warehouse>/_starscan/audit.log; '-' for stderr)")
+
+    # ---- limits (README "Limits") ----
+    plan_rate_per_user: float = Field(50.0, ge=0, description="_query_plan calls per second per user, sustained (0: no cap)")
+    plan_rate_burst: int = Field(100, ge=1, description="_query_plan calls a user may make at once before the rate applies")
+    max_scanners: int = Field(256, ge=1, description="open scan contexts in total")
+    max_scanners_per_user: int = Field(64, ge=1, description="open scan contexts per user")
+    total_queue_max_bytes: int = Field(1 << 30, ge=1 << 16, description="all result queues together (each may still hold one batch)")
+    query_timeout_max_s: int = Field(86400, ge=1, description="largest query_timeout a client may ask for (larger values are lowered to it)")
+    max_tablets_per_scanner: int = Field(10000, ge=1, description="tablet_ids in one open_scanner")
+    max_tablets_per_plan: int = Field(100000, ge=1, description="tablets one _query_plan may return")
+    max_sql_length: int = Field(1 << 20, ge=16, description="characters of `sql` in _query_plan")
+    max_request_body_bytes: int = Field(4 << 20, ge=1024, description="bytes of an HTTP request body")
+    max_thrift_message_bytes: int = Field(64 << 20, ge=1 << 16, description="largest field a Thrift request may declare (bytes)")
+
+    # ---- operations (README "Operations") ----
+    enable_profile_for_external_plan: bool = Field(False, description="keep a profile per scan (GET /api/scans/{context_id}/profile; summary in the audit line)")
+    profile_retention_s: float = Field(3600.0, ge=0, description="seconds a finished scan's profile stays available")
+    log_format: str = Field("human", pattern="^(human|json)$", description="application log lines: human or json")
+    log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="application log level")
 
     # ---- Spark ----
     spark_master: str = Field("local[*]", description="Spark master URL: local[N], spark://, k8s://, yarn")
@@ -74,6 +113,13 @@ class Settings(BaseSettings):
             ZoneInfo(value)
         except ZoneInfoNotFoundError:  # a KeyError: pydantic would not report it as a bad value
             raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+    @field_validator("jwt_algorithms", mode="before")
+    @classmethod
+    def _split_algorithms(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
     @field_validator("be_endpoints", "spark_conf", mode="before")
@@ -100,6 +146,13 @@ class Settings(BaseSettings):
     @property
     def state_dir(self) -> Path:
         return self.warehouse / "_starscan"
+
+    @property
+    def effective_audit_log(self) -> Path | None:
+        """None means stderr."""
+        if self.audit_log is not None and str(self.audit_log) == "-":
+            return None
+        return self.audit_log or self.state_dir / "audit.log"
 
     @property
     def effective_users_file(self) -> Path:

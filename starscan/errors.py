@@ -135,3 +135,22 @@ class ScanFailed(StarscanError):
 
 class InternalError(StarscanError):
     status_code = "INTERNAL_ERROR"
+
+
+# ---- limits -------------------------------------------------------------------------
+class TooManyRequests(StarscanError):
+    """A rate limit (plan requests per user, failed logins) was hit: HTTP 429."""
+
+    http_status = 429
+    status_code = "TOO_MANY_TASKS"
+
+    def __init__(self, message: str, retry_after_s: float = 1.0):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RequestTooLarge(StarscanError):
+    """An HTTP body or SQL text over its configured maximum."""
+
+    http_status = 413
+    status_code = "INVALID_ARGUMENT"

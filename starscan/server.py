@@ -9,11 +9,17 @@ import time
 
 import uvicorn
 
-from starscan import plan as plan_codec
+from starscan import tls
+from starscan.audit import AuditLog
 from starscan.catalog import Warehouse
 from starscan.config import Settings
 from starscan.gc.reaper import ScanContextReaper
+from starscan.plan_secrets import RotatingPlanSigner
 from starscan.planner.app import create_app
+from starscan.planner.auth import Authenticator
+from starscan.provider.admission import Admission
+from starscan.ratelimit import LoginGuard
+from starscan.tokens import TokenVerifier
 from starscan.planner.query_plan import QueryPlanner
 from starscan.provider.contexts import ScanContextManager
 from starscan.provider.handler import ExternalServiceHandler
@@ -25,6 +31,10 @@ from starscan.users import UserStore
 log = logging.getLogger("starscan")
 
 
+def _reveal(secret) -> str | None:
+    return secret.get_secret_value() if secret is not None else None
+
+
 class StarscanServer:
     """FE (uvicorn) + BE (thriftpy2) + reaper in one process. Ports 0 pick free ports."""
 
@@ -33,8 +43,12 @@ class StarscanServer:
         self.spark = spark
         settings.warehouse.mkdir(parents=True, exist_ok=True)
         self.warehouse = Warehouse(settings.warehouse, settings.listing_cache_ttl_s)
-        self.signer = plan_codec.PlanSigner(plan_codec.load_or_create_secret(settings.state_dir, settings.plan_secret))
+        self.signer = RotatingPlanSigner(settings.state_dir, _reveal(settings.plan_secret),
+                                         _reveal(settings.plan_secret_previous), settings.plan_secret_grace_s)
         self.users = UserStore(settings.effective_users_file)
+        tls.check(settings)
+        self.audit = AuditLog(settings.effective_audit_log)
+        self.login_guard = LoginGuard(settings.login_max_failures, settings.login_lockout_s)
         self.contexts = ScanContextManager()
         self.fe_enabled, self.be_enabled = fe, be
         self._uvicorn: uvicorn.Server | None = None
@@ -43,14 +57,22 @@ class StarscanServer:
         self.reaper: ScanContextReaper | None = None
         self.http_port: int | None = None
         self.be_port: int | None = None
-        self.service = ScanService(settings, spark, self.signer, self.contexts)
+        self.query_port: int | None = None
+        self.mysql = None  # starscan.planner.mysql.MysqlPort when the FE runs
+        self.service = ScanService(settings, spark, self.signer, self.contexts,
+                                   Admission(settings, self.users, self.login_guard), self.audit)
         self.planner = QueryPlanner(settings, self.warehouse, SchemaResolver(spark), self.signer)
+        from starscan.ops import Operations  # metrics, profiles, admin page, runtime config
+
+        self.ops = Operations(self)
 
     def start(self) -> "StarscanServer":
         self.users.warn_if_default_root()
         if self.be_enabled:
-            self.thrift = ThriftServer(ExternalServiceHandler(self.service), self.settings.bind_host,
-                                       self.settings.be_port, self.settings.thrift_client_timeout_s)
+            self.thrift = ThriftServer(self.ops.instrument(ExternalServiceHandler(self.service)), self.settings.bind_host,
+                                       self.settings.be_port, self.settings.thrift_client_timeout_s,
+                                       max_read_bytes=self.settings.max_thrift_message_bytes,
+                                       ssl_context=tls.server_context(self.settings) if self.settings.be_tls else None)
             self.thrift.start()
             self.be_port = self.thrift.port
             if self.settings.be_port == 0 and not self.settings.be_endpoints:
@@ -64,8 +86,15 @@ class StarscanServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.settings.bind_host, self.settings.http_port))
             self.http_port = sock.getsockname()[1]
-            app = create_app(self.planner, self.users)
-            config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+            tokens = None
+            if self.settings.jwt_key is not None:
+                tokens = TokenVerifier(self.settings.jwt_key.get_secret_value(), self.settings.jwt_algorithms,
+                                       self.settings.jwt_issuer, self.settings.jwt_audience)
+            auth = Authenticator(self.users, self.login_guard, tokens)
+            app = create_app(self.planner, auth, self.settings, self.audit)
+            self.ops.install(app)
+            config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                    h11_max_incomplete_event_size=64 << 10, **tls.uvicorn_options(self.settings))
             self._uvicorn = uvicorn.Server(config)
             self._uvicorn_thread = threading.Thread(target=self._uvicorn.run, kwargs={"sockets": [sock]},
                                                     name="fe-http", daemon=True)
@@ -73,10 +102,18 @@ class StarscanServer:
             deadline = time.monotonic() + 30
             while not self._uvicorn.started and time.monotonic() < deadline:
                 time.sleep(0.02)
-            log.info("FE http listening on %s:%d", self.settings.bind_host, self.http_port)
+            log.info("FE http%s listening on %s:%d", "s" if self.settings.http_tls else "", self.settings.bind_host,
+                     self.http_port)
+            from starscan.planner.mysql import MysqlPort
+
+            self.mysql = MysqlPort(self.settings, self.warehouse, self.planner.schemas, self.users, self.spark,
+                                   self.login_guard).start()
+            self.query_port = self.mysql.port
         return self
 
     def stop(self) -> None:
+        if self.mysql is not None:
+            self.mysql.stop()
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True
             if self._uvicorn_thread is not None:
@@ -85,7 +122,11 @@ class StarscanServer:
             self.thrift.stop()
         if self.reaper is not None:
             self.reaper.stop()
-        self.contexts.close_all()
+        from starscan.errors import ScanCancelled
+
+        # Readers inside get_next get this status now; their next call gets NOT_FOUND.
+        self.contexts.close_all(ScanCancelled("the server is shutting down: open a new scanner when it is back"))
+        self.audit.close()
 
     def wait(self) -> None:
         while True:

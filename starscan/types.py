@@ -128,3 +128,63 @@ def needs_conversion(dt: T.DataType) -> bool:
     if isinstance(dt, T.StructType):
         return any(needs_conversion(f.dataType) for f in dt.fields)
     return False
+
+
+# ---- information_schema.COLUMNS (the MySQL port) ------------------------------------
+# StarRocks' spellings: DATA_TYPE is ``Type.toMysqlDataTypeString`` (lower-case type name,
+# BOOLEAN -> tinyint, every decimal -> decimal), COLUMN_TYPE is ``toMysqlColumnTypeString``,
+# COLUMN_SIZE is ``Type.getColumnSize`` (numeric precision, or char/varchar length) and
+# DECIMAL_DIGITS is ``Type.getDecimalDigits`` (0 for integers, 7/15 for float/double, the
+# decimal scale); types without one get NULL.
+STRING_LENGTH = 65533  # StarRocks' STRING is VARCHAR(65533)
+
+_MYSQL_NUMERIC: dict[str, tuple[str, int | None, int]] = {
+    # name: (COLUMN_TYPE, COLUMN_SIZE, DECIMAL_DIGITS)
+    "BOOLEAN": ("tinyint(1)", None, 0),
+    "TINYINT": ("tinyint(4)", 3, 0),
+    "SMALLINT": ("smallint(6)", 5, 0),
+    "INT": ("int(11)", 10, 0),
+    "BIGINT": ("bigint(20)", 19, 0),
+    "FLOAT": ("float", 7, 7),
+    "DOUBLE": ("double", 15, 15),
+}
+
+
+@dataclass(frozen=True)
+class MysqlColumnType:
+    """How one column reads in StarRocks' information_schema.COLUMNS."""
+
+    data_type: str            # DATA_TYPE
+    column_type: str          # COLUMN_TYPE (also DESC's Type)
+    column_size: int | None   # COLUMN_SIZE
+    decimal_digits: int | None  # DECIMAL_DIGITS
+
+
+def mysql_column_type(field: T.StructField) -> MysqlColumnType:
+    dt = field.dataType
+    if isinstance(dt, (T.ArrayType, T.MapType, T.StructType)):
+        kind = {T.ArrayType: "array", T.MapType: "map", T.StructType: "struct"}[type(dt)]
+        return MysqlColumnType(kind, _complex_sql(dt), None, None)
+    srt = starrocks_type(field)
+    name = srt.name
+    if name in _MYSQL_NUMERIC:
+        column_type, size, digits = _MYSQL_NUMERIC[name]
+        return MysqlColumnType("tinyint" if name == "BOOLEAN" else name.lower(), column_type, size, digits)
+    if srt.is_decimal:
+        return MysqlColumnType("decimal", f"decimal({srt.precision},{srt.scale})", srt.precision, srt.scale)
+    if name in ("CHAR", "VARCHAR"):
+        length = srt.column_size if srt.column_size is not None else STRING_LENGTH
+        return MysqlColumnType(name.lower(), f"{name.lower()}({length})", length, None)
+    if name in ("DATE", "DATETIME", "VARBINARY", "NULL_TYPE"):
+        return MysqlColumnType(name.lower(), name.lower(), None, None)
+    return MysqlColumnType("unknown", "unknown", None, None)
+
+
+def _complex_sql(dt: T.DataType) -> str:
+    if isinstance(dt, T.ArrayType):
+        return f"array<{_complex_sql(dt.elementType)}>"
+    if isinstance(dt, T.MapType):
+        return f"map<{_complex_sql(dt.keyType)},{_complex_sql(dt.valueType)}>"
+    if isinstance(dt, T.StructType):
+        return "struct<" + ", ".join(f"{f.name} {_complex_sql(f.dataType)}" for f in dt.fields) + ">"
+    return mysql_column_type(T.StructField("_", dt)).column_type

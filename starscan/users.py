@@ -26,6 +26,12 @@ _hasher = PasswordHasher()
 ALL = "*.*"
 
 
+def mysql_native_hash(password: str) -> str:
+    """What MySQL's ``mysql_native_password`` needs the server to hold: SHA1(SHA1(password)),
+    hex. Stored beside the argon2 hash (key ``mysql_native_password``) for the MySQL port."""
+    return hashlib.sha1(hashlib.sha1(password.encode("utf-8")).digest()).hexdigest()
+
+
 def grant_matches(grant: str, db: str, table: str) -> bool:
     gdb, _, gtable = grant.partition(".")
     return (gdb == "*" or gdb == db) and (gtable == "*" or gtable == table)
@@ -45,7 +51,8 @@ class UserStore:
     def _ensure(self) -> None:
         if not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._write({"root": {"password_hash": _hasher.hash(""), "grants": [ALL]}})
+            self._write({"root": {"password_hash": _hasher.hash(""), "mysql_native_password": mysql_native_hash(""),
+                                  "grants": [ALL]}})
         self._reload()
 
     def _reload(self) -> None:
@@ -87,11 +94,28 @@ class UserStore:
         key = hmac.new(self._cache_key, f"{user}\0{password}\0{record.get('password_hash')}".encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
         if key in self._verified:
             return True
+        if not record.get("password_hash"):
+            _hasher.hash(password)  # a token-only user has no password to log in with
+            return False
         ok = self._check_hash(record.get("password_hash", ""), password)
         if ok:
             with self._lock:
                 self._verified[key] = True
         return ok
+
+    def exists(self, user: str) -> bool:
+        self._reload()
+        return user in self._users
+
+    def has_password(self, user: str) -> bool:
+        self._reload()
+        return bool((self._users.get(user) or {}).get("password_hash"))
+
+    def mysql_native_password(self, user: str) -> str | None:
+        """The user's SHA1(SHA1(password)) for the MySQL port, or None (unknown user, a
+        token-only user, or a password set before the MySQL port existed)."""
+        self._reload()
+        return (self._users.get(user) or {}).get("mysql_native_password") or None
 
     def can_select(self, user: str, db: str, table: str) -> bool:
         self._reload()
@@ -103,7 +127,8 @@ class UserStore:
         return {name: list(rec.get("grants", [])) for name, rec in self._users.items()}
 
     # ---- changes (CLI) ----
-    def set_password(self, user: str, password: str, create: bool = False) -> None:
+    def set_password(self, user: str, password: str | None, create: bool = False) -> None:
+        """``password=None``: a user who can only sign in with a bearer token."""
         self._reload()
         users = dict(self._users)
         if user not in users and not create:
@@ -111,7 +136,8 @@ class UserStore:
         if user in users and create:
             raise ValueError(f"user {user!r} already exists")
         record = dict(users.get(user, {"grants": []}))
-        record["password_hash"] = _hasher.hash(password)
+        record["password_hash"] = _hasher.hash(password) if password is not None else None
+        record["mysql_native_password"] = mysql_native_hash(password) if password is not None else None
         users[user] = record
         self._write(users)
         self._reload()
@@ -120,7 +146,7 @@ class UserStore:
         self._reload()
         if user not in self._users:
             raise KeyError(user)
-        if grant.count(".") != 1:
+        if grant != "admin" and grant.count(".") != 1:  # "admin": the admin page, /varz, update_config
             raise ValueError(f"grant {grant!r} is not db.table, db.* or *.*")
         users = dict(self._users)
         record = dict(users[user])

@@ -38,8 +38,11 @@ def base_settings(warehouse_dir):
     from starscan.config import load_settings
 
     return load_settings(
-        warehouse=warehouse_dir, spark_master="local[2]", http_port=0, be_port=0, bind_host="127.0.0.1",
+        warehouse=warehouse_dir, spark_master="local[2]", http_port=0, be_port=0, query_port=0, bind_host="127.0.0.1",
         advertise_host="127.0.0.1", scan_context_gc_interval_s=1.0, listing_cache_ttl_s=0,
+        # The shared server must not lock anyone out or rate-limit the suite: tests/test_limits.py
+        # and tests/test_security.py check those limits on servers of their own.
+        plan_rate_per_user=0, login_max_failures=1_000_000,
         spark_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"},
     )
 

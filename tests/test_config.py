@@ -105,7 +105,7 @@ def test_conf_file_syntax(clean):
     assert s.advertise_host == "10.0.0.7"
     assert s.bind_host == "0.0.0.0"
     assert s.warehouse == Path("/tmp/with space/wh")
-    assert s.plan_secret == "a=b=c"  # split at the first '='
+    assert s.plan_secret.get_secret_value() == "a=b=c"  # split at the first "="
     assert s.time_zone == "Europe/Berlin"
     assert s.be_endpoints == ["10.0.0.1:9060", "10.0.0.2:9061"]
     assert s.routings == ["10.0.0.1:9060", "10.0.0.2:9061"]

@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = {"starscan": "starscan", "starscan.planner": "planner", "starscan.provider": "provider",
-           "starscan.gc": "gc", "starscan.idl": "idl"}
+           "starscan.gc": "gc", "starscan.idl": "idl", "starscan.planner.mysql": "planner/mysql"}
 
 
 def test_builtin_gc_is_the_builtin():

@@ -1,0 +1,89 @@
+"""MySQL logins against the users file (``mysql_native_password``).
+
+The server holds SHA1(SHA1(password)) for each user (``UserStore.mysql_native_password``,
+written whenever a password is set). An empty password is checked against the argon2
+hash directly, so a user whose entry predates the MySQL port can still log in with an
+empty password; any other password needs the double-SHA1, i.e. the password set again.
+Unknown users, wrong passwords and missing hashes all get the same MySQL error 1045.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from typing import Optional, Sequence
+
+from mysql_mimic import IdentityProvider, NativePasswordAuthPlugin, User
+from mysql_mimic.auth import AuthInfo, AuthPlugin, AuthState, Forbidden, Success
+from mysql_mimic import utils as mimic_utils
+
+from starscan.errors import TooManyRequests
+from starscan.ratelimit import LoginGuard
+from starscan.users import UserStore
+
+# The peer address of the connection being served (set per connection task by the port),
+# so failed logins count per user and client address as on the other ports.
+client_address: contextvars.ContextVar[str] = contextvars.ContextVar("mysql_client_address", default="unknown")
+
+log = logging.getLogger("starscan.mysql")
+
+
+class UsersFilePasswordPlugin(NativePasswordAuthPlugin):
+    """``mysql_native_password`` whose verdict comes from the users file."""
+
+    def __init__(self, users: UserStore, guard: LoginGuard | None = None):
+        self.users = users
+        self.guard = guard
+
+    async def auth(self, auth_info: Optional[AuthInfo] = None) -> AuthState:
+        if auth_info and auth_info.handshake_plugin_name == self.name and auth_info.handshake_auth_data:
+            nonce = auth_info.handshake_auth_data.rstrip(b"\x00")
+        else:
+            nonce = mimic_utils.nonce(20)
+            auth_info = yield nonce + b"\x00"
+        assert auth_info is not None
+        name = auth_info.username
+        client = client_address.get()
+        if self.guard is not None:
+            try:
+                self.guard.check(name, client)
+            except TooManyRequests as exc:
+                yield Forbidden(exc.message)
+                return
+        if self._check(name, auth_info.data, nonce):
+            if self.guard is not None:
+                self.guard.succeeded(name, client)
+            yield Success(name)
+        else:
+            if self.guard is not None:
+                self.guard.failed(name, client)
+            using = "YES" if auth_info.data else "NO"
+            yield Forbidden(f"Access denied for user '{name}' (using password: {using})")
+
+    def _check(self, name: str, scramble: bytes, nonce: bytes) -> bool:
+        if name not in self.users.users():
+            return False
+        if not scramble:
+            # Empty password: the client sends no scramble; argon2 decides.
+            return self.users.authenticate(name, "")
+        stored = self.users.mysql_native_password(name)
+        if stored is None:
+            log.warning("MySQL login of user %r refused: the users file has no mysql_native_password hash for "
+                        "it (its password was set before the MySQL port existed, or it is token-only); "
+                        "set the password again with `starscan user passwd %s`", name, name)
+            return False
+        return self.verify_scramble(stored, scramble, nonce)
+
+
+class UsersFileIdentity(IdentityProvider):
+    def __init__(self, users: UserStore, guard: LoginGuard | None = None):
+        self.users = users
+        self._plugin = UsersFilePasswordPlugin(users, guard)
+
+    def get_plugins(self) -> Sequence[AuthPlugin]:
+        return [self._plugin]
+
+    async def get_user(self, username: str) -> Optional[User]:
+        # Every name gets a user record, so an unknown name fails exactly like a wrong
+        # password (1045) instead of mysql-mimic's "user does not exist".
+        return User(name=username, auth_plugin=self._plugin.name)

@@ -1,0 +1,103 @@
+"""Application logging: human-readable lines by default, one JSON object per line with
+``log_format = json`` (``--log-format json``). Standard library only.
+
+Every line about a scan carries ``context_id``, ``query_id``, ``user`` and ``table``
+(``db.table``): callers pass ``extra=scan_fields(ctx)``; the JSON formatter writes them as
+keys, the human one appends ``key=value`` for those the message does not already name.
+Spark and py4j are kept at WARN, and the lines Spark logs when a scan is cancelled on
+purpose (close, GC, timeout: killed tasks, broken local sockets) are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+SCAN_KEYS = ("context_id", "query_id", "user", "table")
+_RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+# JVM loggers that report a deliberately cancelled scan as an error with a stack trace.
+_CANCEL_NOISE_LOGGERS = (
+    "org.apache.spark.api.python.PythonRDD",
+    "org.apache.spark.security.SocketAuthServer",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.executor.Executor",
+)
+
+
+def scan_fields(ctx=None, *, context_id=None, query_id=None, user=None, table=None) -> dict:
+    """The fields every scan line carries, from a ScanContext (or given one by one)."""
+    if ctx is not None:
+        info = getattr(ctx, "info", {}) or {}
+        context_id = context_id or ctx.context_id
+        query_id = query_id or info.get("query_id")
+        user = user or getattr(ctx, "user", "") or info.get("user")
+        table = table or getattr(ctx, "table", "") or info.get("table")
+    return {"context_id": context_id, "query_id": query_id, "user": user or None, "table": table or None}
+
+
+def _extras(record: logging.LogRecord) -> dict:
+    return {k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in _extras(record).items():
+            if value is not None:
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+class HumanFormatter(logging.Formatter):
+    def __init__(self):
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        message = record.getMessage()
+        tail = [f"{k}={v}" for k, v in _extras(record).items() if v is not None and f"{k}=" not in message]
+        if tail:
+            head, nl, rest = line.partition("\n")  # keep a traceback below the fields
+            line = head + " " + " ".join(tail) + nl + rest
+        return line
+
+
+def setup_logging(fmt: str = "human", level: str = "INFO", stream=None) -> None:
+    """Configure the root logger once for the process (the CLI calls this)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else HumanFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for noisy in ("py4j", "pyspark", "py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def set_level(level: str) -> None:
+    logging.getLogger().setLevel(level)
+
+
+def quiet_spark(spark) -> None:
+    """Spark at WARN, and silence the JVM loggers whose only output for a cancelled scan is
+    a stack trace (a real failure still reaches the reader and our own log line)."""
+    try:
+        spark.sparkContext.setLogLevel("WARN")
+        jvm = spark.sparkContext._jvm
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in _CANCEL_NOISE_LOGGERS:
+            configurator.setLevel(name, off)
+    except Exception:  # noqa: BLE001 - a remote or stopping Spark: leave its logging alone
+        logging.getLogger("starscan").debug("could not adjust Spark's log levels", exc_info=True)

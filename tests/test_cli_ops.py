@@ -1,0 +1,94 @@
+"""The CLI against the running shared server, as a script would use it: `python -m starscan`
+in a subprocess, and the documented exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ops_helpers import NOT_FOUND, Reader, plan_for
+from starscan import __version__
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "starscan", *args], capture_output=True, text=True, timeout=120,
+                          input=stdin)
+
+
+@pytest.fixture(scope="module")
+def fe(server) -> str:
+    return f"127.0.0.1:{server.http_port}"
+
+
+def test_version_and_help():
+    out = cli("version")
+    assert out.returncode == 0 and out.stdout.strip() == f"starscan {__version__}"
+    for command in (["serve"], ["fe"], ["be"], ["load"], ["tables"], ["plan"], ["scan"], ["scanners", "list"],
+                    ["scanners", "close"], ["user", "add"], ["user", "passwd"], ["user", "grant"], ["user", "revoke"],
+                    ["config"], ["config", "set"], ["version"]):
+        helped = cli(*command, "--help")
+        assert helped.returncode == 0, (command, helped.stderr)
+        assert "Usage" in helped.stdout
+    assert cli("no-such-command").returncode == 2
+
+
+def test_scanners_list_and_close(server, fe, be_addr, client):
+    plan_b64, tablets = plan_for(client, "demo", "lineitem", "select l_orderkey from demo.lineitem")
+    reader = Reader(be_addr)
+    try:
+        cid = reader.open_ok("demo", "lineitem", plan_b64, tablets, batch_size=500)
+        reader.next_batch(cid, 0)
+        listed = cli("scanners", "list", "--fe", fe)
+        assert listed.returncode == 0, listed.stderr
+        assert cid in listed.stdout and "demo.lineitem" in listed.stdout
+        as_json = json.loads(cli("scanners", "list", "--fe", fe, "--json").stdout)
+        mine = [s for s in as_json["scanners"] if s["context_id"] == cid]
+        assert mine and mine[0]["rows_sent"] == 500 and mine[0]["user"] == "root"
+
+        closed = cli("scanners", "close", cid, "--fe", fe, "--password", "-", stdin="\n")
+        assert closed.returncode == 0, closed.stderr
+        assert f"closed {cid}" in closed.stdout
+        assert reader.next(cid, 500).status.status_code == NOT_FOUND
+        again = cli("scanners", "close", cid, "--fe", fe)
+        assert again.returncode == 1 and "not found" in again.stderr
+    finally:
+        reader.close()
+
+
+def test_exit_codes_for_auth_and_unreachable(server, fe):
+    refused = cli("scanners", "list", "--fe", fe, "--password", "wrong")
+    assert refused.returncode == 6 and "401" in refused.stderr
+    unreachable = cli("scanners", "list", "--fe", "127.0.0.1:1")
+    assert unreachable.returncode == 5 and "cannot reach" in unreachable.stderr
+    assert cli("config", "--fe", "127.0.0.1:1").returncode == 5
+    assert cli("scan", "db1.t1", "--fe", "127.0.0.1:1").returncode == 5
+
+
+def test_config_show_and_set(server, fe):
+    shown = cli("config", "--fe", fe)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert f"http_port = {server.http_port}" in lines
+    assert "max_scanners = 256  # can change at run time" in lines
+    assert cli("config", "--fe", fe, "show").stdout == shown.stdout
+    changed = cli("config", "--fe", fe, "set", "query_timeout_max_s", "7200")
+    assert changed.returncode == 0, changed.stderr
+    try:
+        assert "query_timeout_max_s = 7200  # can change at run time" in cli("config", "--fe", fe).stdout
+    finally:
+        assert cli("config", "--fe", fe, "set", "query_timeout_max_s", "86400").returncode == 0
+    restart = cli("config", "--fe", fe, "set", "http_port", "1")
+    assert restart.returncode == 1 and "restart" in restart.stderr
+
+
+def test_plan(server, fe):
+    planned = cli("plan", "db1.t1", "--columns", "k1,v1", "--where", "k1 > 1", "--fe", fe)
+    assert planned.returncode == 0, planned.stderr
+    body = json.loads(planned.stdout)
+    assert body["status"] == 200 and body["opaqued_query_plan"] and body["partitions"]
+    missing = cli("plan", "db1.nope", "--fe", fe)
+    assert missing.returncode == 1 and "does not exists" in missing.stderr
+    assert cli("plan", "nodot", "--fe", fe).returncode == 2

@@ -1,0 +1,100 @@
+"""Application log lines about scans carry context_id, query_id, user and db.table, in the
+human format (key=value appended) and in JSON (one object per line). The lines come from
+real scans on the shared server; the formatters are the ones `setup_logging` installs."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from ops_helpers import Reader, plan_for
+from starscan.logs import HumanFormatter, JsonFormatter, setup_logging
+
+
+@pytest.fixture
+def captured():
+    def attach(formatter):
+        stream = io.StringIO()
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(formatter)
+        logger = logging.getLogger("starscan")
+        logger.addHandler(handler)
+        old = logger.level
+        logger.setLevel(logging.INFO)
+        attached.append((logger, handler, old))
+        return stream
+
+    attached = []
+    yield attach
+    for logger, handler, old in attached:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+
+
+def scan_and_close_early(client, be_addr) -> tuple[str, str]:
+    body = client.plan("db1", "t1", "select k1, v1 from db1.t1")
+    plan_b64, tablets = body["opaqued_query_plan"], [int(t) for t in body["partitions"]]
+    reader = Reader(be_addr)
+    try:
+        cid = reader.open_ok("db1", "t1", plan_b64, tablets, batch_size=1)
+        reader.next_batch(cid, 0)
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    return cid, plan_b64
+
+
+def test_json_scan_lines_carry_the_ids(server, client, be_addr, captured):
+    stream = captured(JsonFormatter())
+    cid, _ = scan_and_close_early(client, be_addr)
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    mine = [r for r in records if r.get("context_id") == cid]
+    assert {r["msg"].split(" ")[0] for r in mine} >= {"open", "close"}
+    query_ids = {r["query_id"] for r in mine}
+    assert len(query_ids) == 1 and None not in query_ids
+    for r in mine:
+        assert r["user"] == "root" and r["table"] == "db1.t1" and r["level"] == "INFO" and r["ts"].endswith("Z")
+
+
+def test_human_scan_lines_carry_the_ids(server, client, be_addr, captured):
+    stream = captured(HumanFormatter())
+    cid, _ = scan_and_close_early(client, be_addr)
+    lines = [line for line in stream.getvalue().splitlines() if cid in line]
+    close = [line for line in lines if " close context_id=" in line]
+    assert len(close) == 1
+    # The message names context_id, user and table itself; query_id is appended once.
+    assert "query_id=" in close[0] and close[0].count("context_id=") == 1 and close[0].count("user=") == 1
+    assert " INFO starscan.provider: " in close[0]
+
+
+def test_refused_open_line_carries_what_is_known(server, be_addr, captured):
+    stream = captured(JsonFormatter())
+    reader = Reader(be_addr)
+    try:
+        refused = reader.open("db1", "t1", "bm90IGEgcGxhbg==", [1])
+    finally:
+        reader.close()
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    line = next(r for r in records if r.get("context_id") == refused.context_id)
+    assert line["msg"].startswith("open_scanner refused")
+
+
+def test_setup_logging_formats_and_quiets_py4j():
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    stream = io.StringIO()
+    try:
+        setup_logging("json", "INFO", stream=stream)
+        logging.getLogger("py4j.clientserver").info("chatter")
+        logging.getLogger("starscan.test").info("hello %s", "world", extra={"context_id": "c1"})
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved[0]:
+            root.addHandler(h)
+        root.setLevel(saved[1])
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert lines == [{**lines[0], "level": "INFO", "logger": "starscan.test", "msg": "hello world", "context_id": "c1"}]

@@ -1,0 +1,121 @@
+"""Scan profiles (enable_profile_for_external_plan): a real scan over real sockets, then
+GET /api/scans/{context_id}/profile and the profile summary in the scan's audit line."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from extra_servers import basic, own_warehouse, running_server, wait_until
+from ops_helpers import Reader, plan_for
+from starscan.provider.client import StarscanClient
+from starscan.users import UserStore
+
+SQL = "select k1, v1, m from db1.t1"
+
+
+@pytest.fixture(scope="module")
+def profiled(spark, base_settings, tmp_path_factory):
+    warehouse = own_warehouse(spark, tmp_path_factory.mktemp("profiles") / "warehouse")
+    users = UserStore(warehouse / "_starscan" / "users.json")
+    users.set_password("alice", "alice-pw", create=True)
+    users.grant("alice", "db1.*")
+    settings = base_settings.model_copy(update={"warehouse": warehouse, "enable_profile_for_external_plan": True,
+                                                "http_port": 0, "be_port": 0, "query_port": 0})
+    with running_server(spark, settings) as srv:
+        yield srv
+
+
+def urls(srv):
+    return f"http://127.0.0.1:{srv.http_port}", ("127.0.0.1", srv.be_port)
+
+
+def get_profile(fe_url, cid, auth=("root", "")):
+    return httpx.get(f"{fe_url}/api/scans/{cid}/profile", auth=auth, timeout=30)
+
+
+def test_profile_of_a_complete_scan(profiled):
+    fe_url, be_addr = urls(profiled)
+    plan_b64, tablets = plan_for(StarscanClient(fe_url, "root", ""), "db1", "t1", SQL)
+    reader = Reader(be_addr)
+    try:
+        cid = reader.open_ok("db1", "t1", plan_b64, tablets, batch_size=2)
+        assert reader.drain(cid) == 3
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    resp = get_profile(fe_url, cid)
+    assert resp.status_code == 200, resp.text
+    p = resp.json()
+    assert p["context_id"] == cid and p["user"] == "root" and p["table"] == "db1.t1"
+    assert p["columns"] == ["k1", "v1", "m"] and p["tablets"] == 2
+    assert p["outcome"] == "complete" and p["error"] is None
+    assert p["rows"] == 3 and p["bytes"] > 0 and p["batches"] >= 2  # batch_size 2: at least two batches
+    assert p["open_ms"] > 0 and p["first_batch_ms"] is not None and p["first_batch_ms"] >= p["open_ms"]
+    assert p["rpc"]["open_scanner"]["calls"] == 1 and p["rpc"]["close_scanner"]["calls"] == 1
+    assert p["rpc"]["get_next"]["calls"] == p["batches"] + 1  # the last call says eos
+    assert p["reader_waited_on_spark_ms"] >= 0 and p["spark_waited_on_reader_ms"] >= 0
+    assert p["duration_ms"] >= p["open_ms"]
+    # Job and stage ids come from Spark's status store once the scan has ended.
+    done = wait_until(lambda: (q := get_profile(fe_url, cid).json())["spark_job_ids"] and q, what="Spark job ids")
+    assert done["spark_stage_ids"] and done["spark_job_ms"] is not None
+
+    audit = profiled.settings.effective_audit_log
+
+    def audit_line():
+        for line in audit.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            if entry.get("event") == "scan" and entry.get("context_id") == cid:
+                return entry
+        return None
+
+    line = wait_until(audit_line, what="the scan's audit line")
+    assert line["profile"]["batches"] == p["batches"]
+    assert set(line["profile"]) >= {"open_ms", "first_batch_ms", "reader_waited_on_spark_ms", "spark_waited_on_reader_ms"}
+
+
+def test_live_profile_and_a_slow_reader(profiled):
+    """A reader that does not read: Spark fills the queue and waits on it, which the profile shows."""
+    fe_url, be_addr = urls(profiled)
+    wh = profiled.warehouse
+    # A table of its own big enough to fill a small queue.
+    spark = profiled.spark
+    path = wh.table_path("db1", "wide")
+    spark.range(0, 200_000, numPartitions=1).selectExpr("id", "repeat('x', 40) as pad").write.mode("overwrite").parquet(str(path))
+    wh.invalidate("db1", "wide")
+    plan_b64, tablets = plan_for(StarscanClient(fe_url, "root", ""), "db1", "wide", "select id, pad from db1.wide")
+    reader = Reader(be_addr)
+    try:
+        cid = reader.open_ok("db1", "wide", plan_b64, tablets, batch_size=1000, mem_limit=256 << 10)
+        first = reader.next_batch(cid, 0)
+        live = get_profile(fe_url, cid).json()
+        assert live["outcome"] == "running" and live["rows"] == first.num_rows and live["batches"] == 1
+        wait_until(lambda: get_profile(fe_url, cid).json()["spark_waited_on_reader_ms"] > 0,
+                   what="Spark to wait on the full queue")
+        assert reader.drain(cid, first.num_rows) == 200_000
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    p = get_profile(fe_url, cid).json()
+    assert p["outcome"] == "complete" and p["rows"] == 200_000 and p["spark_waited_on_reader_ms"] > 0
+
+
+def test_profile_access(profiled, fe_url):
+    fe, be_addr = urls(profiled)
+    plan_b64, tablets = plan_for(StarscanClient(fe, "root", ""), "db1", "t1", SQL)
+    reader = Reader(be_addr)
+    try:
+        cid = reader.open_ok("db1", "t1", plan_b64, tablets)
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    assert get_profile(fe, cid).json()["outcome"] == "closed_before_eos"
+    other = get_profile(fe, cid, auth=("alice", "alice-pw"))
+    assert other.status_code == 403 and "another user" in other.text
+    assert get_profile(fe, cid, auth=("alice", "wrong")).status_code == 401
+    assert get_profile(fe, "00000000-0000-4000-8000-000000000000").status_code == 404
+    # The shared server runs with profiles off (the default): the answer says how to turn them on.
+    off = httpx.get(f"{fe_url}/api/scans/{cid}/profile", auth=("root", ""), timeout=30)
+    assert off.status_code == 404 and "enable_profile_for_external_plan" in off.text

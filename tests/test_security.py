@@ -1,0 +1,279 @@
+"""Security on a server of its own (own warehouse, users file, plan secret, audit log):
+the BE's own identity and grant checks, login lockout, bearer tokens, plan-secret rotation,
+unguessable context ids, the audit trail, and secrets kept out of logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+
+import httpx
+import jwt
+import pytest
+
+from extra_servers import basic, own_warehouse, plan, running_server, wait_until
+from starscan.plan_secrets import RotatingPlanSigner, rotate_secret
+from starscan.provider.client import StarscanClient, thrift_client
+from starscan.thrift_defs import wire
+
+OK = wire.TStatusCode.OK
+NOT_AUTHORIZED = wire.TStatusCode.NOT_AUTHORIZED
+NOT_FOUND = wire.TStatusCode.NOT_FOUND
+T1_SQL = "select k1, v1 from db1.t1"
+JWT_KEY = "jwt-test-key-" + "k" * 32
+ISSUER = "https://idp.example"
+ALICE_PW = "pässwörd✓ with spaces"
+
+
+@pytest.fixture(scope="module")
+def secure(spark, base_settings, tmp_path_factory):
+    path = own_warehouse(spark, tmp_path_factory.mktemp("secure-wh"))
+    settings = base_settings.model_copy(update={
+        "warehouse": path, "users_file": None, "audit_log": path / "audit.log",
+        "login_max_failures": 3, "login_lockout_s": 600.0, "plan_secret_grace_s": 4,
+        "jwt_key": __import__("pydantic").SecretStr(JWT_KEY), "jwt_issuer": ISSUER, "jwt_algorithms": ["HS256"],
+    })
+    with running_server(spark, settings) as srv:
+        srv.users.set_password("alice", ALICE_PW, create=True)
+        srv.users.grant("alice", "db1.*")
+        srv.users.set_password("tokenonly", None, create=True)
+        srv.users.grant("tokenonly", "db1.t1")
+        yield srv
+
+
+def fe(srv) -> str:
+    return f"http://127.0.0.1:{srv.http_port}"
+
+
+def open_params(body: dict, **kwargs) -> wire.TScanOpenParams:
+    args = dict(cluster="default_cluster", database="db1", table="t1", tablet_ids=[int(t) for t in body["partitions"]],
+                opaqued_query_plan=body["opaqued_query_plan"], batch_size=1024)
+    args.update(kwargs)
+    return wire.TScanOpenParams(**args)
+
+
+def open_scanner(srv, body: dict, **kwargs):
+    conn = thrift_client("127.0.0.1", srv.be_port)
+    try:
+        result = conn.open_scanner(open_params(body, **kwargs))
+        if result.status.status_code == OK:
+            conn.close_scanner(wire.TScanCloseParams(context_id=result.context_id))
+        return result
+    finally:
+        conn.close()
+
+
+def alice_plan(srv, table: str = "t1") -> dict:
+    resp = plan(fe(srv), "db1", table, f"select k1, v1 from db1.{table}", basic("alice", ALICE_PW))
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def message(result) -> str:
+    return " ".join(result.status.error_msgs or [])
+
+
+# ---- BE identity checks ----------------------------------------------------------------
+def test_be_checks_the_sent_password_against_the_users_file(secure):
+    body = alice_plan(secure)
+    assert open_scanner(secure, body, user="alice", passwd=ALICE_PW).status.status_code == OK
+    assert open_scanner(secure, body).status.status_code == OK  # nothing sent: the signed plan's identity
+    wrong = open_scanner(secure, body, user="alice", passwd="guess")
+    assert wrong.status.status_code == NOT_AUTHORIZED
+    assert "passwd does not match" in message(wrong) and "guess" not in message(wrong)
+    other = open_scanner(secure, body, user="root", passwd="")
+    assert other.status.status_code == NOT_AUTHORIZED and "issued to 'alice'" in message(other)
+
+
+def test_non_ascii_password_works_on_both_ports(secure):
+    rows = StarscanClient(fe(secure), "alice", ALICE_PW).read("db1", "t1", T1_SQL)
+    assert sorted(rows.column("k1").to_pylist()) == [1, 2, 3]
+
+
+def test_revoked_grant_takes_effect_at_open_without_restart(secure):
+    secure.users.set_password("bob", "bob-pw", create=True)
+    secure.users.grant("bob", "db2.t2")
+    resp = plan(fe(secure), "db2", "t2", "select k1 from db2.t2", basic("bob", "bob-pw"))
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    params = dict(database="db2", table="t2", user="bob", passwd="bob-pw")
+    assert open_scanner(secure, body, **params).status.status_code == OK
+    secure.users.grant("bob", "db2.t2", revoke=True)
+    refused = open_scanner(secure, body, **params)
+    assert refused.status.status_code == NOT_AUTHORIZED
+    assert "no longer has the SELECT privilege on db2.t2" in message(refused)
+    # ... and the FE refuses new plans.
+    assert plan(fe(secure), "db2", "t2", "select k1 from db2.t2", basic("bob", "bob-pw")).status_code == 401
+    secure.users.grant("bob", "db2.t2")
+    assert open_scanner(secure, body, **params).status.status_code == OK
+
+
+def test_context_ids_are_random_and_name_only_their_own_scan(secure):
+    body = alice_plan(secure)
+    conn = thrift_client("127.0.0.1", secure.be_port)
+    try:
+        ids = []
+        for _ in range(20):
+            opened = conn.open_scanner(open_params(body, batch_size=1))
+            assert opened.status.status_code == OK
+            ids.append(opened.context_id)
+        assert len(set(ids)) == 20
+        for cid in ids:
+            parsed = uuid.UUID(cid)
+            assert parsed.version == 4 and str(parsed) == cid
+        # Neighbouring ids share no guessable structure: a changed character is unknown.
+        probe = ids[0][:-1] + ("0" if ids[0][-1] != "0" else "1")
+        res = conn.get_next(wire.TScanNextBatchParams(context_id=probe, offset=0))
+        assert res.status.status_code == NOT_FOUND
+        # Closing one context leaves the others readable.
+        conn.close_scanner(wire.TScanCloseParams(context_id=ids[0]))
+        res = conn.get_next(wire.TScanNextBatchParams(context_id=ids[1], offset=0))
+        assert res.status.status_code == OK and res.rows
+        for cid in ids[1:]:
+            conn.close_scanner(wire.TScanCloseParams(context_id=cid))
+    finally:
+        conn.close()
+
+
+# ---- login lockout ------------------------------------------------------------------------
+def test_failed_logins_are_rate_limited_per_user_and_address(secure):
+    secure.users.set_password("carol", "carol-pw", create=True)
+    secure.users.grant("carol", "db1.t1")
+    for _ in range(3):
+        assert plan(fe(secure), "db1", "t1", T1_SQL, basic("carol", "nope")).status_code == 401
+    locked = plan(fe(secure), "db1", "t1", T1_SQL, basic("carol", "carol-pw"))
+    assert locked.status_code == 429
+    assert "too many failed logins for carol@127.0.0.1" in locked.json()["exception"]
+    assert int(locked.headers["retry-after"]) > 0
+    # Another client address is not locked out, nor is another user from this address.
+    transport = httpx.HTTPTransport(local_address="127.0.0.2")
+    with httpx.Client(transport=transport, timeout=60) as other:
+        assert plan(fe(secure), "db1", "t1", T1_SQL, basic("carol", "carol-pw"), client=other).status_code == 200
+    assert plan(fe(secure), "db1", "t1", T1_SQL, basic("alice", ALICE_PW)).status_code == 200
+
+
+# ---- bearer tokens ------------------------------------------------------------------------
+def token(sub: str = "tokenonly", key: str = JWT_KEY, **claims) -> str:
+    payload = {"sub": sub, "iss": ISSUER, "exp": int(time.time()) + 300}
+    payload.update(claims)
+    return jwt.encode(payload, key, algorithm="HS256")
+
+
+def test_bearer_token_plans_and_scans(secure):
+    client = StarscanClient(fe(secure), user="tokenonly", token=token())
+    rows = client.read("db1", "t1", T1_SQL)
+    assert sorted(rows.column("k1").to_pylist()) == [1, 2, 3]
+    # The token's user has the token user's grants only.
+    resp = plan(fe(secure), "db1", "sales", "select k1 from db1.sales", f"Bearer {token()}")
+    assert resp.status_code == 401
+    # A token-only user has no password to log in with.
+    assert plan(fe(secure), "db1", "t1", T1_SQL, basic("tokenonly", "")).status_code == 401
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (lambda: token(exp=int(time.time()) - 10), "expired"),
+    (lambda: token(key="another-key-" + "x" * 32), "Signature verification failed"),
+    (lambda: token(iss="https://evil.example"), "issuer"),
+    (lambda: token(sub="nobody-here"), "not in the users file"),
+    (lambda: "not.a.jwt", "bearer token rejected"),
+    (lambda: jwt.encode({"sub": "tokenonly", "iss": ISSUER, "exp": int(time.time()) + 60}, None, algorithm="none"),
+     "bearer token rejected"),
+])
+def test_bad_bearer_tokens_are_refused(secure, bad, reason):
+    resp = plan(fe(secure), "db1", "t1", T1_SQL, f"Bearer {bad()}")
+    assert resp.status_code == 401, resp.text
+    assert reason in resp.json()["msg"]
+
+
+def test_bearer_tokens_refused_where_not_configured(fe_url):
+    resp = plan(fe_url, "db1", "t1", T1_SQL, f"Bearer {token()}")
+    assert resp.status_code == 401 and "bearer tokens are not enabled" in resp.json()["msg"]
+
+
+# ---- plan secret rotation -------------------------------------------------------------
+def test_plan_secret_rotates_without_downtime(secure):
+    before = alice_plan(secure)
+    old_kid = RotatingPlanSigner(secure.settings.state_dir).sign(b"x")[1]
+    new_kid = rotate_secret(secure.settings.state_dir)
+    assert new_kid != old_kid
+    # The running server notices within a second: new plans carry the new key ...
+    wait_until(lambda: secure.signer.sign(b"x")[1] == new_kid, 10, what="the server to load the new secret")
+    after = alice_plan(secure)
+    assert open_scanner(secure, after).status.status_code == OK
+    # ... and a plan signed just before the rotation still opens during the grace period (4 s).
+    assert open_scanner(secure, before).status.status_code == OK
+    # After it, the old plan is refused with a clear reason.
+    wait_until(lambda: open_scanner(secure, before).status.status_code != OK, 20, interval_s=0.5,
+               what="the grace period to end")
+    refused = open_scanner(secure, before)
+    assert "signature does not match" in message(refused)
+    assert open_scanner(secure, after).status.status_code == OK
+
+
+# ---- audit and secrets --------------------------------------------------------------------
+def audit_lines(srv) -> list[dict]:
+    path = srv.settings.effective_audit_log
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_audit_says_who_read_what(secure):
+    StarscanClient(fe(secure), "alice", ALICE_PW).read("db1", "t1", "select k1 from db1.t1 where k1 > 1")
+    bad = plan(fe(secure), "db1", "t1", "select nope from db1.t1", basic("alice", ALICE_PW))
+    assert bad.status_code == 500
+
+    def find():
+        lines = audit_lines(secure)
+        plans = [x for x in lines if x["event"] == "plan" and x.get("sql") == "select k1 from db1.t1 where k1 > 1"]
+        if not plans:
+            return None
+        scans = [x for x in lines if x["event"] == "scan" and x.get("query_id") == plans[-1]["query_id"]]
+        return (plans[-1], scans) if scans else None
+
+    plan_line, scans = wait_until(find, 30, what="audit lines for the scan")
+    assert plan_line["user"] == "alice" and plan_line["client"] == "127.0.0.1" and plan_line["table"] == "db1.t1"
+    assert plan_line["status"] == 200 and plan_line["columns"] == ["k1"] and plan_line["tablets"] >= 1
+    assert sum(s["rows"] for s in scans) == 2
+    for s in scans:
+        assert s["user"] == "alice" and s["client"] == "127.0.0.1" and s["outcome"] == "complete"
+        assert s["sql"] == "select k1 from db1.t1 where k1 > 1" and s["bytes"] > 0 and s["duration_ms"] >= 0
+    failed = [x for x in audit_lines(secure) if x["event"] == "plan" and x.get("sql") == "select nope from db1.t1"]
+    assert failed and failed[-1]["status"] == 500 and failed[-1]["query_id"] is None
+
+
+def test_secrets_never_reach_logs_or_errors(secure, caplog):
+    caplog.set_level(logging.DEBUG)
+    tok = token()
+    StarscanClient(fe(secure), "alice", ALICE_PW).read("db1", "t1", T1_SQL)
+    StarscanClient(fe(secure), user="tokenonly", token=tok).read("db1", "t1", T1_SQL)
+    wrong = open_scanner(secure, alice_plan(secure), user="alice", passwd="wr0ng-secret-pw")
+    assert wrong.status.status_code == NOT_AUTHORIZED
+    plan(fe(secure), "db1", "t1", T1_SQL, basic("alice", "another-wr0ng-pw"))
+    secret = secure.signer.secret.decode()
+    texts = [caplog.text, secure.settings.effective_audit_log.read_text(encoding="utf-8"), message(wrong),
+             repr(secure.settings), str(secure.settings.model_dump())]
+    for text in texts:
+        for needle in (ALICE_PW, "wr0ng-secret-pw", "another-wr0ng-pw", tok, JWT_KEY, secret):
+            assert needle not in text
+
+
+def test_mysql_port_failed_logins_count_too(secure):
+    import pymysql
+
+    secure.users.set_password("dave", "dave-pw", create=True)
+    secure.users.grant("dave", "db1.t1")
+
+    def connect(password):
+        return pymysql.connect(host="127.0.0.1", port=secure.query_port, user="dave", password=password,
+                               connect_timeout=30)
+
+    for _ in range(3):
+        with pytest.raises(pymysql.err.OperationalError) as info:
+            connect("wrong")
+        assert info.value.args[0] == 1045
+    with pytest.raises(pymysql.err.OperationalError) as info:
+        connect("dave-pw")
+    assert "too many failed logins for dave@127.0.0.1" in str(info.value)
+    # The HTTP port shares the count: dave is locked out there too, from this address.
+    assert plan(fe(secure), "db1", "t1", T1_SQL, basic("dave", "dave-pw")).status_code == 429
