@@ -20,6 +20,7 @@ from thriftpy2.transport import TCyBufferedTransport, TServerSocket, TSocket, TT
 
 from starscan.provider.handler import ExternalServiceHandler
 from starscan.provider.peer import set_peer
+from starscan.provider.request_protocol import request_protocol_factory
 from starscan.thrift_defs import wire
 
 log = logging.getLogger("starscan.provider")
@@ -107,7 +108,7 @@ class ThriftServer:
             self.socket,
             # Java's TBinaryProtocol.Factory default: strict write, lenient read (PROTOCOL.md 3),
             # so old-style requests without the 0x8001 version word are served too.
-            iprot_factory=TCyBinaryProtocolFactory(strict_read=False, strict_write=True),
+            iprot_factory=request_protocol_factory(),
             oprot_factory=TCyBinaryProtocolFactory(strict_read=False, strict_write=True),
             daemon=True,
             max_read=max_read_bytes,

@@ -14,14 +14,13 @@ import hashlib
 import hmac
 import os
 import secrets
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from thriftpy2.protocol import TCyBinaryProtocolFactory
-from thriftpy2.protocol.binary import TBinaryProtocolFactory  # the pure-Python one
 from thriftpy2.transport import TCyMemoryBuffer
-from thriftpy2.transport.memory import TMemoryBuffer  # the pure-Python one
 
 from starscan.errors import PlanInvalid
 from starscan.thrift_defs import plan as plan_idl
@@ -42,14 +41,42 @@ def deserialize(obj, raw: bytes, _factory=None):
     return obj
 
 
-def _deserialize_untrusted(obj, raw: bytes):
-    # The pure-Python reader never allocates more than the input holds, whatever length a
-    # forged prefix declares (the Cython one allocates the declared size first).
-    obj.read(_UNTRUSTED.get_protocol(TMemoryBuffer(raw)))
-    return obj
+def _read_signed_envelope(raw: bytes):
+    """``TSignedPlan`` from untrusted bytes, read by hand in exactly the layout ``encode``
+    writes (fields 1-4 in order, then STOP; anything else is refused).
 
+    Neither thriftpy2 reader is safe here: the Cython one allocates whatever length a forged
+    prefix declares, and the pure-Python one, told to skip a forged list of two billion
+    zero-width elements, spins for minutes. This reads at most ``len(raw)`` bytes, once."""
+    view = memoryview(raw)
+    pos = 0
 
-_UNTRUSTED = TBinaryProtocolFactory()
+    def take(n: int) -> bytes:
+        nonlocal pos
+        if n < 0 or pos + n > len(view):
+            raise ValueError("truncated")
+        out = view[pos:pos + n].tobytes()
+        pos += n
+        return out
+
+    def field(ttype: int, fid: int) -> None:
+        if take(3) != struct.pack(">bh", ttype, fid):
+            raise ValueError(f"field {fid} expected")
+
+    def binary() -> bytes:
+        return take(struct.unpack(">i", take(4))[0])
+
+    field(6, 1)
+    version = struct.unpack(">h", take(2))[0]
+    field(11, 2)
+    body = binary()
+    field(11, 3)
+    signature = binary()
+    field(11, 4)
+    kid = binary().decode("utf-8")
+    if take(1) != b"\x00" or pos != len(view):
+        raise ValueError("trailing bytes")
+    return plan_idl.TSignedPlan(format_version=version, plan=body, signature=signature, key_id=kid)
 
 
 def key_id(secret: bytes) -> str:
@@ -121,7 +148,7 @@ def decode(text: str, signer: PlanSigner, now_ms: int | None = None):
             f"query_plan_info: {text[:64]!r} validate error, should not be modified after returned starscan FE processed"
         ) from None
     try:
-        wrapper = _deserialize_untrusted(plan_idl.TSignedPlan(), raw)
+        wrapper = _read_signed_envelope(raw)
         if wrapper.plan is None or wrapper.signature is None or wrapper.key_id is None:
             raise ValueError("incomplete")
         if serialize(wrapper, _PROTO) != raw:

@@ -311,3 +311,21 @@ def test_unicode_and_backticked_identifiers(fe_url, still_serving, db, table, sq
     assert resp.status_code == status, resp.text[:300]
     if status == 404:
         assert db in resp.json()["exception"]
+
+
+@pytest.mark.parametrize("elem_type", [0, 1, 5, 7, 9, 17])
+def test_a_list_of_zero_width_elements_is_refused_at_once(be_addr, still_serving, elem_type):
+    """An unknown field holding a list of two billion elements of a type with no bytes on the
+    wire: skipping it element by element would hold the server for minutes. The connection
+    is dropped without a reply instead."""
+    args = (b"\x0c\x00\x01" + b"\x0b\x00\x01" + _s(b"0badc0de-0000-4000-8000-00000000feed")
+            + b"\x0f\x00\x63" + bytes([elem_type]) + _i32(2**31 - 1) + b"\x00\x00")
+    with socket.create_connection(be_addr, timeout=60) as sock:
+        sock.sendall(_call(b"get_next", args))
+        data = b""
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass
+    assert data == b""

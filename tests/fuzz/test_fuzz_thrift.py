@@ -18,6 +18,7 @@ from thriftpy2.transport import TCyBufferedTransport, TSocket
 
 from fuzzing import fuzz_settings
 from starscan.provider.handler import ExternalServiceHandler
+from starscan.provider.request_protocol import request_protocol_factory
 from starscan.provider.server import _LimitedSocket
 from starscan.thrift_defs import wire
 
@@ -68,9 +69,9 @@ def run_bytes(handler: ExternalServiceHandler, data: bytes) -> tuple[bytes, Base
     ours.settimeout(10)
     theirs.settimeout(10)
     processor = TProcessor(wire.TStarrocksExternalService, handler)
-    proto = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
     trans = TCyBufferedTransport(_LimitedSocket(ours, 1 << 20))
-    iprot, oprot = proto.get_protocol(trans), proto.get_protocol(trans)
+    iprot = request_protocol_factory().get_protocol(trans)
+    oprot = TCyBinaryProtocolFactory(strict_read=False, strict_write=True).get_protocol(trans)
     outcome: list[BaseException | None] = [None]
 
     def serve():
