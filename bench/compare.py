@@ -1,0 +1,688 @@
+"""starscan side by side with Spark Connect, Arrow Flight and plain pyarrow (issue 6; not a test).
+
+One run, one process tree, the same generated data (``demo.lineitem`` written by
+``starscan.demo.create_demo`` at ``--scale``, default 1 = ~6 M rows):
+
+- **starscan** (in this process: FE over HTTP + BE over Thrift on local Spark), read through the
+  protocol by ``provider/client.py`` (thriftpy2) and by a client that Debian's Apache Thrift
+  compiler generates from ``idl/StarrocksExternalService.thrift`` at run time (the official
+  ``thrift`` library, as ``tests/test_wire_official.py``);
+- **Spark Connect**: a local Spark Connect server (``spark-submit --class ...SparkConnectServer``
+  from pyspark's own jars, child process, 127.0.0.1, the same Spark settings as starscan's
+  session) read with ``spark.read.parquet(path)[...].toArrow()``;
+- **Arrow Flight**: a ``pyarrow.flight`` server (child process, 127.0.0.1) that reads the same
+  Parquet files with ``pyarrow.dataset`` per request (projection and filter pushed down) and streams
+  the batches;
+- **pyarrow**: the reader process reads the files itself with ``pyarrow.dataset`` (no server).
+
+Workloads: the full scan and a 4-column scan with a selective filter; per system and query the
+first run on the freshly started server ("cold", 1 reader), then ``--repeats`` runs ("warm") with
+1 and with 4 concurrent readers (``--concurrency``). Readers are threads in a separate client
+process (one per run), each reading the whole result; batches are counted and dropped.
+
+Reported: MB/s of Arrow delivered (sum of ``RecordBatch.nbytes`` / wall, aggregate), rows/s, time
+to first batch p50 / p95 (from the request; ``toArrow()`` has no first batch: = total), the
+server's peak RSS (its processes sampled every 50 ms) and CPU seconds, and the ratios to Spark
+Connect and to Flight for the same workload. Appended to ``bench/RESULTS.md`` (``--no-append``).
+
+    python bench/compare.py                              # SF1, 1 and 4 readers, 2 warm repeats
+    python bench/compare.py --scale 0.01 --repeats 1 --no-append    # quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+import common
+
+DB, TABLE = "demo", "lineitem"
+FILTER_COLUMNS = ["l_orderkey", "l_quantity", "l_extendedprice", "l_shipdate"]
+SYSTEMS = ("starscan", "starscan-official-thrift", "spark-connect", "flight", "pyarrow")
+LABELS = {
+    "starscan": "starscan (thriftpy2 client)",
+    "starscan-official-thrift": "starscan (Apache Thrift client)",
+    "spark-connect": "Spark Connect toArrow()",
+    "flight": "Arrow Flight (pyarrow, Parquet per request)",
+    "pyarrow": "pyarrow reads the files (no server)",
+}
+IDL = common.REPO_DIR / "idl" / "StarrocksExternalService.thrift"
+
+
+def queries(filter_date: str) -> dict[str, dict]:
+    return {
+        "full": {"sql": f"select * from {DB}.{TABLE}", "columns": None, "filter_date": None},
+        "filter": {"sql": f"select {', '.join(FILTER_COLUMNS)} from {DB}.{TABLE} where l_shipdate >= '{filter_date}'",
+                   "columns": FILTER_COLUMNS, "filter_date": filter_date},
+    }
+
+
+# ======================================================================================
+# reader process: one run of one system with N concurrent readers
+# ======================================================================================
+
+def _read_starscan(spec: dict, stats: dict) -> None:
+    from starscan.provider.client import ScanStats, StarscanClient
+
+    s = ScanStats()
+    client = StarscanClient(spec["fe"], "root", "", timeout_s=spec["timeout"])
+    t0 = time.perf_counter()
+    for _ in client.batches(DB, TABLE, spec["sql"], spec["batch_size"], stats=s):
+        pass
+    stats.update(rows=s.rows, bytes=s.bytes, batches=s.batches, first_batch_s=s.first_batch_s,
+                 wall_s=time.perf_counter() - t0)
+
+
+def _read_official(spec: dict, stats: dict) -> None:
+    """Plan over HTTP (httpx), then the generated Apache Thrift client: plain TSocket, buffered,
+    binary protocol, as the Java connectors; offsets advanced by the rows received."""
+    import httpx
+    import pyarrow as pa
+
+    sys.path.insert(0, spec["gen_dir"])
+    from starscan_wire import TStarrocksExternalService as service  # noqa: E402
+    from starscan_wire import ttypes  # noqa: E402
+    from thrift.protocol import TBinaryProtocol
+    from thrift.transport import TSocket, TTransport
+
+    proto_cls = getattr(TBinaryProtocol, "TBinaryProtocolAccelerated", TBinaryProtocol.TBinaryProtocol)
+    t0 = time.perf_counter()
+    r = httpx.post(f"http://{spec['fe']}/api/{DB}/{TABLE}/_query_plan", json={"sql": spec["sql"]},
+                   auth=("root", ""), timeout=spec["timeout"])
+    r.raise_for_status()
+    plan = r.json()
+    groups: dict[str, list[int]] = {}
+    for tablet, info in plan["partitions"].items():
+        groups.setdefault(info["routings"][0], []).append(int(tablet))
+    rows = nbytes = batches = 0
+    first = None
+    for endpoint, tablets in groups.items():
+        host, port = endpoint.rsplit(":", 1)
+        sock = TSocket.TSocket(host, int(port))
+        sock.setTimeout(int(spec["timeout"] * 1000))
+        transport = TTransport.TBufferedTransport(sock)
+        client = service.Client(proto_cls(transport, strictRead=False, strictWrite=True))
+        transport.open()
+        try:
+            opened = client.open_scanner(ttypes.TScanOpenParams(
+                cluster="default_cluster", database=DB, table=TABLE, tablet_ids=tablets,
+                opaqued_query_plan=plan["opaqued_query_plan"], batch_size=spec["batch_size"],
+                query_timeout=3600, mem_limit=2147483648, user="root", passwd=""))
+            if opened.status.status_code != 0:
+                raise RuntimeError(f"open_scanner: {opened.status.error_msgs}")
+            offset = 0
+            try:
+                for _ in range(10_000_000):  # bounded: far more calls than any scan here needs
+                    res = client.get_next(ttypes.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
+                    if res.status.status_code != 0:
+                        raise RuntimeError(f"get_next: {res.status.error_msgs}")
+                    if res.eos:
+                        break
+                    for batch in pa.ipc.open_stream(res.rows):
+                        if first is None:
+                            first = time.perf_counter() - t0
+                        offset += batch.num_rows
+                        rows += batch.num_rows
+                        nbytes += batch.nbytes
+                        batches += 1
+            finally:
+                client.close_scanner(ttypes.TScanCloseParams(context_id=opened.context_id))
+        finally:
+            transport.close()
+    stats.update(rows=rows, bytes=nbytes, batches=batches, first_batch_s=first, wall_s=time.perf_counter() - t0)
+
+
+def _read_connect(spec: dict, stats: dict, session) -> None:
+    from pyspark.sql import functions as F
+
+    t0 = time.perf_counter()
+    df = session.read.parquet(spec["path"])
+    if spec["filter_date"]:
+        df = df.where(F.col("l_shipdate") >= F.lit(spec["filter_date"]).cast("date")).select(*spec["columns"])
+    table = df.toArrow()
+    wall = time.perf_counter() - t0
+    stats.update(rows=table.num_rows, bytes=table.nbytes, batches=None, first_batch_s=wall, wall_s=wall)
+
+
+def _read_flight(spec: dict, stats: dict) -> None:
+    import pyarrow.flight as flight
+
+    t0 = time.perf_counter()
+    client = flight.connect(f"grpc://127.0.0.1:{spec['flight_port']}")
+    ticket = flight.Ticket(json.dumps({"columns": spec["columns"], "filter_date": spec["filter_date"]}).encode())
+    reader = client.do_get(ticket)
+    rows = nbytes = batches = 0
+    first = None
+    for _ in range(100_000_000):  # bounded
+        try:
+            chunk = reader.read_chunk()
+        except StopIteration:
+            break
+        batch = chunk.data
+        if batch is None:
+            continue
+        if first is None:
+            first = time.perf_counter() - t0
+        rows += batch.num_rows
+        nbytes += batch.nbytes
+        batches += 1
+    client.close()
+    stats.update(rows=rows, bytes=nbytes, batches=batches, first_batch_s=first, wall_s=time.perf_counter() - t0)
+
+
+def _dataset_scanner(path: str, columns, filter_date):
+    import pyarrow.dataset as ds
+
+    dataset = ds.dataset(path, format="parquet")
+    flt = ds.field("l_shipdate") >= dt.date.fromisoformat(filter_date) if filter_date else None
+    return dataset.scanner(columns=columns, filter=flt)
+
+
+def _read_pyarrow(spec: dict, stats: dict) -> None:
+    t0 = time.perf_counter()
+    rows = nbytes = batches = 0
+    first = None
+    for batch in _dataset_scanner(spec["path"], spec["columns"], spec["filter_date"]).to_batches():
+        if batch.num_rows == 0:
+            continue
+        if first is None:
+            first = time.perf_counter() - t0
+        rows += batch.num_rows
+        nbytes += batch.nbytes
+        batches += 1
+    stats.update(rows=rows, bytes=nbytes, batches=batches, first_batch_s=first, wall_s=time.perf_counter() - t0)
+
+
+def run_readers(spec: dict) -> dict:
+    """``spec['readers']`` threads, each reading the whole result once."""
+    n = spec["readers"]
+    system = spec["system"]
+    sessions = [None] * n
+    if system == "spark-connect":  # sessions are made before the clock starts
+        from pyspark.sql import SparkSession
+
+        sessions = [SparkSession.builder.remote(spec["connect_url"]).create() for _ in range(n)]
+    fn = {"starscan": _read_starscan, "starscan-official-thrift": _read_official, "flight": _read_flight,
+          "pyarrow": _read_pyarrow}.get(system)
+    barrier = threading.Barrier(n + 1)
+    results: list[dict] = [{} for _ in range(n)]
+
+    def reader(i: int) -> None:
+        barrier.wait()
+        try:
+            if system == "spark-connect":
+                _read_connect(spec, results[i], sessions[i])
+            else:
+                fn(spec, results[i])
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            results[i]["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+        results[i]["end"] = time.perf_counter()
+
+    threads = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for t in threads:
+        t.join(spec["timeout"])
+    wall = max(r.get("end", time.perf_counter()) for r in results) - started
+    for r in results:
+        r.pop("end", None)
+        if "wall_s" not in r and "error" not in r:
+            r["error"] = "reader did not finish in time"
+    for s in sessions:
+        if s is not None:
+            try:
+                s.stop()
+            except Exception:  # noqa: BLE001
+                pass
+    times = os.times()
+    return {"wall_s": wall, "readers": results, "client_cpu_s": times.user + times.system}
+
+
+# ======================================================================================
+# Flight server process
+# ======================================================================================
+
+def flight_server(spec: dict) -> int:
+    import pyarrow.flight as flight
+
+    class ParquetFlight(flight.FlightServerBase):
+        def do_get(self, context, ticket):
+            req = json.loads(ticket.ticket.decode())
+            scanner = _dataset_scanner(spec["path"], req.get("columns"), req.get("filter_date"))
+            return flight.RecordBatchStream(scanner.to_reader())
+
+    server = ParquetFlight("grpc://127.0.0.1:0")
+    print(json.dumps({"port": server.port}), flush=True)
+    server.serve()
+    return 0
+
+
+# ======================================================================================
+# the orchestrating process
+# ======================================================================================
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server process exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout_s:.0f} s")
+
+
+def start_connect(spark_conf: dict[str, str], driver_memory: str, log_path: Path) -> tuple[subprocess.Popen, int]:
+    import pyspark
+
+    home = Path(pyspark.__file__).resolve().parent
+    port = free_port()
+    conf = {
+        "spark.master": "local[2]", "spark.driver.memory": driver_memory,
+        "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+    }
+    for key in ("spark.ui.enabled", "spark.sql.files.maxPartitionBytes", "spark.sql.execution.arrow.maxRecordsPerBatch",
+                "spark.sql.session.timeZone", "spark.scheduler.mode"):
+        if key in spark_conf:
+            conf[key] = spark_conf[key]
+    cmd = [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+           "--name", "compare-spark-connect"]
+    for k, v in conf.items():
+        cmd += ["--conf", f"{k}={v}"]
+    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    logf = open(log_path, "w")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    wait_port(port, proc, 180)
+    return proc, port
+
+
+def start_flight(path: str) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--flight-server", json.dumps({"path": path})],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError("the Flight server did not start")
+    return proc, json.loads(line)["port"]
+
+
+def gen_official_client(out: Path) -> str | None:
+    """Generate the Apache Thrift client; None (with the reason logged) when unavailable."""
+    compiler = shutil.which("thrift")
+    try:
+        import thrift  # noqa: F401
+    except ImportError:
+        common.log("official Thrift library not installed (pip install thrift): skipping that client")
+        return None
+    if compiler is None:
+        common.log("no `thrift` compiler (apt-get install thrift-compiler): skipping the official client")
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([compiler, "--gen", "py", "-out", str(out), str(IDL)], capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode != 0:
+        common.log(f"thrift --gen py failed: {proc.stderr[-500:]}")
+        return None
+    return str(out)
+
+
+class ServerMeter:
+    """Peak RSS (sum over the server's processes, sampled every 50 ms) and CPU seconds."""
+
+    def __init__(self, procs_fn):
+        self.procs_fn = procs_fn
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = None
+        self._cpu0 = 0.0
+
+    def _procs(self):
+        out = []
+        for p in self.procs_fn():
+            if p is None:
+                continue
+            out.append(p)
+        return out
+
+    def _sample(self):
+        total = 0
+        for p in self._procs():
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        self.peak = max(self.peak, total)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(0.05)
+
+    def __enter__(self):
+        self._cpu0 = common.cpu_seconds(self._procs())
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+        self._sample()
+        self.cpu_s = common.cpu_seconds(self._procs()) - self._cpu0
+
+
+def tree(proc: psutil.Process | None, exclude: set[int] = frozenset()):
+    def procs():
+        if proc is None:
+            return []
+        try:
+            kids = proc.children(recursive=True)
+        except psutil.Error:
+            kids = []
+        return [proc] + [k for k in kids if k.pid not in exclude]
+    return procs
+
+
+def measure(system: str, spec: dict, meter_fn, timeout_s: float) -> dict:
+    proc = None
+    with ServerMeter(meter_fn) as meter:
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        spec_pid = proc.pid
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return {"error": f"client process timed out after {timeout_s:.0f} s", "client_pid": spec_pid}
+    if proc.returncode != 0:
+        return {"error": f"client process rc={proc.returncode}: {err.strip().splitlines()[-1][:300] if err.strip() else ''}"}
+    res = json.loads(out.strip().splitlines()[-1])
+    res["server_rss"] = meter.peak
+    res["server_cpu_s"] = meter.cpu_s
+    errors = [r["error"] for r in res["readers"] if r.get("error")]
+    res["error"] = errors[0] if errors else None
+    res["errors"] = len(errors)
+    return res
+
+
+def summarize(runs: list[dict]) -> dict | None:
+    ok = [r for r in runs if not r.get("error")]
+    if not ok:
+        return None
+    mbs = [sum(x["bytes"] for x in r["readers"]) / 1e6 / r["wall_s"] for r in ok]
+    rps = [sum(x["rows"] for x in r["readers"]) / r["wall_s"] for r in ok]
+    first = [x["first_batch_s"] for r in ok for x in r["readers"] if x.get("first_batch_s") is not None]
+    rows_each = {x["rows"] for r in ok for x in r["readers"]}
+    return {
+        "runs": len(ok), "failed": len(runs) - len(ok),
+        "rows_each": sorted(rows_each), "mb_each": ok[0]["readers"][0]["bytes"] / 1e6,
+        "mbs": common.percentile(mbs, 50), "mbs_best": max(mbs), "rps": common.percentile(rps, 50),
+        "ttfb50": common.percentile(first, 50), "ttfb95": common.percentile(first, 95),
+        "rss": max(r["server_rss"] for r in ok), "cpu_s": common.percentile([r["server_cpu_s"] for r in ok], 50),
+        "wall": common.percentile([r["wall_s"] for r in ok], 50),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale of demo.lineitem (default 1.0: ~6 M rows)")
+    ap.add_argument("--repeats", type=int, default=2, help="warm runs per system, query and reader count (default 2)")
+    ap.add_argument("--concurrency", default="1,4", help="reader counts for the warm runs (default 1,4)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    ap.add_argument("--batch-size", type=int, default=4096, help="open_scanner batch_size (default 4096)")
+    ap.add_argument("--filter-date", default="1998-01-01",
+                    help="the filtered scan keeps l_shipdate >= this (default 1998-01-01: about 12 %% of the rows)")
+    ap.add_argument("--warehouse", default="/tmp/starscan-compare-wh",
+                    help="parent of the per-scale warehouses, reused across runs (default /tmp/starscan-compare-wh)")
+    ap.add_argument("--tablet-target-bytes", type=int, default=32 << 20,
+                    help="Parquet bytes per lineitem file when the data is written (default 32 MiB)")
+    ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory of starscan and of Spark Connect (2g)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds at most per measured run (default 900)")
+    ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--flight-server", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.worker:
+        print(json.dumps(run_readers(json.loads(args.worker))))
+        return 0
+    if args.flight_server:
+        return flight_server(json.loads(args.flight_server))
+
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = set(systems) - set(SYSTEMS)
+    if unknown:
+        ap.error(f"unknown systems: {sorted(unknown)}")
+    concurrency = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    qs = queries(args.filter_date)
+    env = common.environment()
+    tmp = Path(tempfile.mkdtemp(prefix="starscan-compare-"))
+    warehouse_dir = Path(args.warehouse).resolve() / f"sf{args.scale:g}-{args.tablet_target_bytes}"
+    warehouse_dir.mkdir(parents=True, exist_ok=True)
+
+    common.log(f"starting starscan (warehouse {warehouse_dir})")
+    t0 = time.perf_counter()
+    server, spark, settings = common.start_server(warehouse_dir, driver_memory=args.driver_memory,
+                                                  tablet_target_bytes=args.tablet_target_bytes)
+    start_s = time.perf_counter() - t0
+    me = psutil.Process()
+    starscan_jvm = common.jvm_process()
+    extra_procs: list[subprocess.Popen] = []
+    results: dict[tuple, list[dict]] = {}
+    notes = {}
+    loads: list[str] = []
+    try:
+        from starscan.demo import create_demo
+
+        t0 = time.perf_counter()
+        created = create_demo(spark, server.warehouse, args.scale, args.tablet_target_bytes)
+        write_s = time.perf_counter() - t0
+        path = str(server.warehouse.table_path(DB, TABLE))
+        snap = server.warehouse.snapshot(DB, TABLE)
+        parquet_bytes = sum(f.size for t in snap.tablets for f in t.files)
+        notes["data"] = (f"demo.lineitem scale {args.scale:g} by starscan.demo.create_demo "
+                         f"({'written in this run, ' + format(write_s, '.1f') + ' s' if created else 'reused'}): "
+                         f"{len(snap.tablets)} Parquet files, {parquet_bytes / 1e6:,.1f} MB; page cache warm "
+                         "(the files were just written or read)")
+        spark_conf = dict(spark.sparkContext.getConf().getAll())
+
+        fe = f"127.0.0.1:{server.http_port}"
+        base = {"fe": fe, "path": path, "batch_size": args.batch_size, "timeout": args.timeout}
+        gen_dir = gen_official_client(tmp / "gen") if "starscan-official-thrift" in systems else None
+        if "starscan-official-thrift" in systems and gen_dir is None:
+            systems.remove("starscan-official-thrift")
+
+        for system in systems:
+            loads.append(f"{system} {os.getloadavg()[0]:.2f}")
+            if system in ("starscan", "starscan-official-thrift"):
+                meter_fn = lambda: [me, starscan_jvm]  # noqa: E731 - this process + its JVM
+                spec0 = dict(base, gen_dir=gen_dir)
+                # A fresh server is cold only for the first reader; the official client runs second.
+            elif system == "spark-connect":
+                common.log("starting the Spark Connect server")
+                t1 = time.perf_counter()
+                proc, port = start_connect(spark_conf, args.driver_memory, tmp / "connect.log")
+                extra_procs.append(proc)
+                notes["spark connect start"] = f"{time.perf_counter() - t1:.1f} s"
+                meter_fn = tree(psutil.Process(proc.pid))
+                spec0 = dict(base, connect_url=f"sc://127.0.0.1:{port}")
+            elif system == "flight":
+                proc, port = start_flight(path)
+                extra_procs.append(proc)
+                meter_fn = tree(psutil.Process(proc.pid))
+                spec0 = dict(base, flight_port=port)
+            else:
+                meter_fn = lambda: []  # noqa: E731 - no server
+                spec0 = dict(base)
+            for qname, q in qs.items():
+                spec = dict(spec0, system=system, sql=q["sql"], columns=q["columns"], filter_date=q["filter_date"])
+                common.log(f"{system}: {qname}, cold, 1 reader")
+                results[(system, qname, "cold", 1)] = [measure(system, dict(spec, readers=1), meter_fn, args.timeout)]
+                for n in concurrency:
+                    runs = []
+                    for i in range(args.repeats):
+                        common.log(f"{system}: {qname}, warm, {n} reader(s), run {i + 1}/{args.repeats}")
+                        runs.append(measure(system, dict(spec, readers=n), meter_fn, args.timeout))
+                    results[(system, qname, "warm", n)] = runs
+                for key in [k for k in results if k[0] == system and k[1] == qname]:
+                    for r in results[key]:
+                        if r.get("error"):
+                            common.log(f"  {key}: {r['error']}")
+            if system == "spark-connect" and extra_procs:
+                _stop(extra_procs.pop())
+    finally:
+        for proc in extra_procs:
+            _stop(proc)
+        server.stop()
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    table_md, targets = render(results, systems, qs, concurrency)
+    conditions = {
+        "what": "MB/s = Arrow bytes delivered (sum of RecordBatch.nbytes) ÷ wall time, MB = 10^6 B, aggregate over "
+                "the readers (each reads the whole result); rows/s likewise; first batch from the request (plan "
+                "included for starscan; toArrow() has none: = its total); server RSS = peak of the sum over the "
+                "server's processes (starscan: this Python process + its JVM; Connect: the spark-submit tree; Flight: "
+                "its process), sampled every 50 ms; CPU s = the server's CPU seconds in the run (median); "
+                "ratios = MB/s (rows/s) ÷ the same workload's Spark Connect or Flight MB/s (rows/s)",
+        "data": notes.get("data", ""),
+        "queries": f"full `{qs['full']['sql']}`; filter `{qs['filter']['sql']}` (same projection/filter for "
+                   "Connect, Flight and pyarrow)",
+        "types": "starscan sends DATE as text (PROTOCOL.md §5), the others keep date32: the same rows are more "
+                 "MB for starscan; compare rows/s too",
+        "starscan": f"in-process StarscanServer, SparkSession {settings.spark_master}, spark.driver.memory="
+                    f"{args.driver_memory}, starscan's Spark defaults, queue_max_bytes={settings.queue_max_bytes >> 20} "
+                    f"MiB, per-user limits at their defaults; batch_size {args.batch_size}; start {start_s:.1f} s; "
+                    "official client: `thrift --gen py` from idl/StarrocksExternalService.thrift, TSocket + "
+                    "TBufferedTransport + TBinaryProtocolAccelerated",
+        "spark connect": f"spark-submit SparkConnectServer, local[2], spark.driver.memory={args.driver_memory}, "
+                         "the same maxPartitionBytes / maxRecordsPerBatch / time zone as starscan's session, "
+                         f"127.0.0.1; started in {notes.get('spark connect start', '–')}; a new session per reader",
+        "flight": "pyarrow.flight server (one process), each do_get scans the Parquet with pyarrow.dataset "
+                  "(projection + filter pushed down) and streams the batches",
+        "runs": f"cold = the first run of the query on a freshly started server (1 reader; for the official "
+                f"client, after the thriftpy2 client's runs); warm = {args.repeats} run(s) per reader count, median",
+        "client": "readers are threads in a separate client process (one per run); batches counted and dropped",
+    }
+    conditions["1-min load average when each system started"] = "; ".join(loads)
+    title = f"compare: starscan vs Spark Connect vs Flight, lineitem scale {args.scale:g}"
+    common.report(title, conditions, table_md + "\n" + targets, env, append=not args.no_append)
+    return 0
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        parent = psutil.Process(proc.pid)
+        kids = parent.children(recursive=True)
+    except psutil.Error:
+        kids = []
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    for k in kids:
+        try:
+            k.kill()
+        except psutil.Error:
+            pass
+
+
+HEADER = ["system", "scan", "phase", "readers", "runs", "rows per reader", "Arrow MB per reader",
+          "MB/s median (best)", "M rows/s", "first batch p50 / p95 s", "server peak RSS", "server CPU s",
+          "× Connect MB/s (rows/s)", "× Flight MB/s (rows/s)"]
+
+
+def _ratio(a: dict | None, b: dict | None) -> str:
+    if not a or not b or not b["mbs"] or not b["rps"]:
+        return "–"
+    return f"{a['mbs'] / b['mbs']:.2f} ({a['rps'] / b['rps']:.2f})"
+
+
+def render(results: dict, systems: list[str], qs: dict, concurrency: list[int]) -> tuple[str, str]:
+    rows = []
+    summ = {k: summarize(v) for k, v in results.items()}
+    for qname in qs:
+        for phase, ns in (("cold", [1]), ("warm", concurrency)):
+            for n in ns:
+                for system in systems:
+                    key = (system, qname, phase, n)
+                    if key not in results:
+                        continue
+                    s = summ[key]
+                    if s is None:
+                        err = results[key][0].get("error", "?")
+                        rows.append([LABELS[system], qname, phase, n, f"0 of {len(results[key])}: {err}"] + ["–"] * 9)
+                        continue
+                    con = summ.get(("spark-connect", qname, phase, n))
+                    fl = summ.get(("flight", qname, phase, n))
+                    rows.append([
+                        LABELS[system], qname, phase, n,
+                        f"{s['runs']}" + (f" ({s['failed']} failed)" if s["failed"] else ""),
+                        " / ".join(f"{r:,}" for r in s["rows_each"]) + (" (differ!)" if len(s["rows_each"]) > 1 else ""),
+                        common.fmt(s["mb_each"]), f"{common.fmt(s['mbs'])} ({common.fmt(s['mbs_best'])})",
+                        common.fmt(s["rps"] / 1e6, 2),
+                        f"{common.fmt(s['ttfb50'], 2)} / {common.fmt(s['ttfb95'], 2)}"
+                        + (" (= total)" if system == "spark-connect" else ""),
+                        common.gb(s["rss"]) if s["rss"] else "– (none)", common.fmt(s["cpu_s"]),
+                        _ratio(s, con) if system != "spark-connect" else "1.00",
+                        _ratio(s, fl) if system != "flight" else "1.00",
+                    ])
+    # Targets (issue 6), from this run.
+    g = lambda *k: summ.get(k)  # noqa: E731
+    lines = ["", "**Targets (issue 6), from this run**", ""]
+
+    def verdict(ok: bool | None) -> str:
+        return "–" if ok is None else ("**MET**" if ok else "**NOT MET**")
+
+    ss, con = g("starscan", "full", "cold", 1), g("spark-connect", "full", "cold", 1)
+    r = ss["mbs"] / con["mbs"] if ss and con else None
+    lines.append(f"- cold full scan ≥ 1.5× Spark Connect toArrow() MB/s: {verdict(r >= 1.5 if r else None)}, "
+                 f"{'–' if r is None else f'{r:.2f}×'} ({common.fmt(ss and ss['mbs'])} vs {common.fmt(con and con['mbs'])} MB/s; "
+                 f"rows/s {'–' if not (ss and con) else format(ss['rps'] / con['rps'], '.2f')}×)")
+    f = g("starscan", "filter", "warm", 1)
+    lines.append(f"- filtered scan, first batch p50 < 0.5 s: {verdict(f['ttfb50'] < 0.5 if f else None)}, "
+                 f"p50 {common.fmt(f and f['ttfb50'], 2)} s, p95 {common.fmt(f and f['ttfb95'], 2)} s (warm, 1 reader)")
+    w, fl = g("starscan", "full", "warm", 1), g("flight", "full", "warm", 1)
+    ok = (w["mbs"] >= 1000 and fl is not None and w["mbs"] >= 0.8 * fl["mbs"]) if w else None
+    lines.append(f"- warm repeated full scan ≥ 1 GB/s and ≥ 0.8× Flight: {verdict(ok)}, {common.fmt(w and w['mbs'])} MB/s, "
+                 f"{'–' if not (w and fl) else format(w['mbs'] / fl['mbs'], '.2f')}× Flight ({common.fmt(fl and fl['mbs'])} MB/s)")
+    if len(concurrency) > 1:
+        hi = max(concurrency)
+        w4 = g("starscan", "full", "warm", hi)
+        r4 = w4["mbs"] / w["mbs"] if w and w4 else None
+        lines.append(f"- {hi} concurrent readers ≥ 1.5× one reader (aggregate, full scan): "
+                     f"{verdict(r4 >= 1.5 if r4 else None)}, {'–' if r4 is None else f'{r4:.2f}×'}")
+    peak = max((s["rss"] for k, s in summ.items() if s and k[0] == "starscan"), default=None)
+    lines.append(f"- server peak RSS (starscan Python + JVM) in this run: {common.gb(peak)}; "
+                 "compare with a run at another --scale for the 10× table-growth target")
+    return common.markdown_table(HEADER, rows) + "\n", "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
