@@ -68,6 +68,8 @@ class FaultProxy:
             try:
                 up = socket.create_connection(self.upstream, timeout=30)
                 up.settimeout(None)
+                for end in (client, up):  # forward each write at once, as the direct path would
+                    end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 _kill(client)
                 continue

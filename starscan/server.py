@@ -82,7 +82,11 @@ class StarscanServer:
             self.reaper = ScanContextReaper(self.contexts, self.settings.gc_interval_s)
             self.reaper.start()
         if self.fe_enabled:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            # proto=IPPROTO_TCP, not the default 0: asyncio turns Nagle's algorithm off
+            # (TCP_NODELAY) only on sockets whose proto says TCP, and uvicorn writes a reply's
+            # headers and body separately; with Nagle on, every keep-alive request after the
+            # first waited ~40 ms for the client's delayed ACK.
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.settings.bind_host, self.settings.http_port))
             self.http_port = sock.getsockname()[1]

@@ -31,3 +31,16 @@ def test_filtered_projection(server, client, spark):
     ).collect()
     assert table.column_names == ["l_orderkey", "l_shipdate"]
     assert sorted(zip(table.column(0).to_pylist(), table.column(1).to_pylist())) == sorted((r[0], r[1]) for r in expected)
+
+
+def test_http_port_turns_nagle_off(server):
+    """uvicorn writes a reply's headers and body with two sends. asyncio disables Nagle's
+    algorithm (TCP_NODELAY) on accepted sockets only when the listening socket's proto is
+    IPPROTO_TCP; with proto 0 every keep-alive request after the first waited ~40 ms for
+    the client's delayed ACK (found in bench/plan_latency.py: 44 ms for a 4 KB plan)."""
+    import socket
+
+    listening = [s for srv in server._uvicorn.servers for s in srv.sockets]
+    assert listening, "the FE is not listening"
+    for sock in listening:
+        assert sock.proto == socket.IPPROTO_TCP
