@@ -68,6 +68,12 @@ class StarscanServer:
 
     def start(self) -> "StarscanServer":
         self.users.warn_if_default_root()
+        if self.be_enabled and self.settings.warmup_rows > 0:
+            from starscan.warmup import warm_up
+
+            seconds = warm_up(self.spark, self.settings.warehouse, self.settings.warmup_rows)
+            log.info("JVM warmed up in %.1f s (%d rows written and scanned; warmup_rows=0 turns this off)", seconds,
+                     self.settings.warmup_rows)
         if self.be_enabled:
             self.thrift = ThriftServer(self.ops.instrument(ExternalServiceHandler(self.service)), self.settings.bind_host,
                                        self.settings.be_port, self.settings.thrift_client_timeout_s,

@@ -17,6 +17,9 @@ import pytest
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 for _key in [k for k in os.environ if k.startswith("STARSCAN_")]:
     del os.environ[_key]
+# Servers the tests start as subprocesses (`starscan serve`) skip the start-up warm-up scan:
+# it is worth its seconds to a reader, not to a test. tests/test_warmup.py checks it.
+os.environ["STARSCAN_WARMUP_ROWS"] = "0"
 
 DEMO_SCALE = 0.005  # 30k lineitem rows: enough batches, quick to write
 
@@ -42,7 +45,7 @@ def base_settings(warehouse_dir):
         advertise_host="127.0.0.1", scan_context_gc_interval_s=1.0, listing_cache_ttl_s=0,
         # The shared server must not lock anyone out or rate-limit the suite: tests/test_limits.py
         # and tests/test_security.py check those limits on servers of their own.
-        plan_rate_per_user=0, login_max_failures=1_000_000,
+        plan_rate_per_user=0, login_max_failures=1_000_000, warmup_rows=0,
         spark_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"},
     )
 

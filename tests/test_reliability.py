@@ -745,6 +745,7 @@ def test_10_sigterm_stops_serve_cleanly(tmp_path):
     http_port, be_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["STARSCAN_WARMUP_ROWS"] = "0"  # the start-up warm-up is not what this test is about
     from starscan.config import Settings
 
     if "query_port" in Settings.model_fields:  # the MySQL port, when this build has one

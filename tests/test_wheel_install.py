@@ -69,7 +69,8 @@ def test_wheel_serves_a_table(fresh_venv, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
     env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WAREHOUSE=str(tmp_path / "warehouse"), STARSCAN_DEMO_SCALE="0.001",
                STARSCAN_SPARK_MASTER="local[1]", STARSCAN_SPARK_CONF="spark.driver.memory=1g",
-               STARSCAN_QUERY_PORT=str(query_port), STARSCAN_ENABLE_PROFILE_FOR_EXTERNAL_PLAN="true")
+               STARSCAN_QUERY_PORT=str(query_port), STARSCAN_ENABLE_PROFILE_FOR_EXTERNAL_PLAN="true",
+               STARSCAN_WARMUP_ROWS="20000")  # the warm-up runs from the wheel too, on a small table
     log_path = tmp_path / "serve.log"
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen([str(fresh_venv / "bin" / "starscan"), "serve", "--http-port", str(http_port),

@@ -1,0 +1,80 @@
+"""Warm the JVM before the first reader comes.
+
+A freshly started JVM runs the first scan far slower than the next ones: Spark's Parquet
+reader, whole-stage code generation and the Arrow writer are still being class-loaded and
+JIT-compiled (bench/RESULTS.md, issue 6: the first SF1 full scan after start gave its first
+batch after 9.0 s and ran at 56.6 MB/s, the next one 1.3 s and 117.5 MB/s). So before the
+server says it is ready, it writes a small throw-away Parquet table with one column of each
+type family a StarRocks reader sees, and streams it back through the same path a scan takes
+(Parquet -> filter -> Arrow batches -> Python). The table lives under the warehouse (a
+hidden directory the catalog ignores) so that executors of a Spark cluster can read it too,
+and it is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+
+from pyspark.serializers import NoOpSerializer, read_int, write_int
+from pyspark.util import _create_local_socket
+
+log = logging.getLogger("starscan.warmup")
+
+# Column expressions over spark.range's `id`: the type families of PROTOCOL.md section 5.
+_COLUMNS = (
+    "cast(id as int) as c_int",
+    "id as c_bigint",
+    "cast(id % 100 as tinyint) as c_tinyint",
+    "cast(id * 1.5 as double) as c_double",
+    "cast(id * 0.25 as float) as c_float",
+    "cast(id / 100 as decimal(15,2)) as c_decimal",
+    "concat('warm-', cast(id % 1000 as string)) as c_string",
+    "date_add(date'1992-01-01', cast(id % 2500 as int)) as c_date",
+    "timestamp_seconds(id) as c_timestamp",
+    "id % 2 = 0 as c_boolean",
+)
+
+
+def warm_up(spark, warehouse, rows: int) -> float:
+    """Write ``rows`` rows under ``warehouse`` and stream them back twice; returns seconds."""
+    started = time.monotonic()
+    path = warehouse / f".starscan-warmup-{uuid.uuid4().hex[:12]}"
+    sc = spark.sparkContext
+    try:
+        sc.setJobGroup("starscan-warmup", "starscan warm-up scan", True)
+        spark.range(rows, numPartitions=2).selectExpr(*_COLUMNS).write.mode("overwrite").parquet(str(path))
+        for _ in range(2):
+            df = spark.read.parquet(str(path)).where("c_bigint >= 0 and c_date >= date'1992-01-01'")
+            _drain(sc, df)
+    finally:
+        try:
+            sc.setJobGroup(None, None)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - the context may be stopping
+            pass
+        shutil.rmtree(path, ignore_errors=True)
+    return time.monotonic() - started
+
+
+def _drain(sc, df) -> int:
+    """Stream the DataFrame's Arrow batches to Python the way a scan does; count the bytes."""
+    port, secret, server = sc._jvm.PythonRDD.toLocalIteratorAndServe(df._jdf.toArrowBatchRdd(), True)
+    sockfile, sock = _create_local_socket((port, secret))
+    total = 0
+    try:
+        while True:
+            write_int(1, sockfile)
+            sockfile.flush()
+            status = read_int(sockfile)
+            if status == 0:
+                return total
+            if status == -1:
+                server.getResult()  # raises the JVM's error
+                return total
+            for raw in NoOpSerializer().load_stream(sockfile):
+                total += len(raw)
+    finally:
+        sockfile.close()
+        sock.close()
