@@ -98,10 +98,22 @@ def _close(sock) -> None:
         pass
 
 
+class _ExclusiveServerSocket(TServerSocket):
+    """thriftpy2's server socket sets SO_REUSEPORT, which lets a second server bind the same
+    port without an error and the kernel then splits the connections between the two: a
+    reader's get_next could land on a BE that never saw its open_scanner. A port in use must
+    fail the start instead (SO_REUSEADDR stays: restarts do not wait out TIME_WAIT)."""
+
+    def _init_sock(self):
+        super()._init_sock()
+        if hasattr(socket, "SO_REUSEPORT") and self.sock.family in (socket.AF_INET, socket.AF_INET6):
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 0)
+
+
 class ThriftServer:
     def __init__(self, handler: ExternalServiceHandler, host: str, port: int, client_timeout_s: float | None = None,
                  max_read_bytes: int = 64 << 20, ssl_context: ssl.SSLContext | None = None):
-        self.socket = TServerSocket(host=host, port=port)  # timeouts are set per connection
+        self.socket = _ExclusiveServerSocket(host=host, port=port)  # timeouts are set per connection
         self.tls = ssl_context is not None
         self.server = _Server(
             TProcessor(wire.TStarrocksExternalService, handler),

@@ -44,3 +44,17 @@ def test_http_port_turns_nagle_off(server):
     assert listening, "the FE is not listening"
     for sock in listening:
         assert sock.proto == socket.IPPROTO_TCP
+
+
+def test_a_second_be_cannot_bind_a_port_in_use(server, spark, base_settings):
+    """thriftpy2 sets SO_REUSEPORT on its server socket; with it a second BE would bind the
+    same port silently and the kernel would split the readers between the two."""
+    import pytest
+
+    from starscan.server import StarscanServer
+
+    settings = base_settings.model_copy(update={"be_port": server.be_port})
+    second = StarscanServer(settings, spark, fe=False, be=True)
+    with pytest.raises(OSError):
+        second.start()
+    second.stop()
