@@ -76,7 +76,7 @@ class ScanMetrics:
         self.plan_requests = Counter("starscan_plan_requests", "_query_plan requests by HTTP status", ["status"], registry=r)
         self.spark_job_seconds = Histogram("starscan_spark_job_duration_seconds",
                                            "Duration of the Spark jobs that ran scans", buckets=_JOB_BUCKETS, registry=r)
-        self.auth_failures = Counter("starscan_auth_failures", "Refused logins and permissions (HTTP 401/403, BE NOT_AUTHORIZED)",
+        self.auth_failures = Counter("starscan_auth_failures", "Refused logins and permissions (HTTP 401/403, BE NOT_AUTHORIZED, MySQL access denied)",
                                      ["port"], registry=r)
         r.register(_LiveCollector(contexts, budget_of))
         self._lock = threading.Lock()

@@ -117,7 +117,7 @@ class StarscanServer:
             from starscan.planner.mysql import MysqlPort
 
             self.mysql = MysqlPort(self.settings, self.warehouse, self.planner.schemas, self.users, self.spark,
-                                   self.login_guard).start()
+                                   self.login_guard, on_refused=self.ops.metrics.auth_failures.labels("mysql").inc).start()
             self.query_port = self.mysql.port
         return self
 

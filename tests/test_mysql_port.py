@@ -109,15 +109,20 @@ def test_root_with_empty_password_connects_and_version_is_starrocks_like(port):
         assert rows(conn, "select 1 + 1") == [(2,)]
 
 
-def test_password_login_and_wrong_password(port, alice):
+def test_password_login_and_wrong_password(port, alice, fe_url):
+    from ops_helpers import scrape, value
+
     user, pw = alice
     with connect(port, user, pw) as conn:
         assert rows(conn, "select current_user()") == [(user,)]
+    before = value(scrape(fe_url), "starscan_auth_failures_total", port="mysql")
     for bad_user, bad_pw in [(user, "wrong"), (user, ""), ("nobody", "x"), ("nobody", "")]:
         with pytest.raises(pymysql.err.OperationalError) as err:
             connect(port, bad_user, bad_pw)
         assert err.value.args[0] == 1045
         assert f"Access denied for user '{bad_user}'" in err.value.args[1]
+    # Refused MySQL logins are counted with the HTTP and BE ones.
+    assert value(scrape(fe_url), "starscan_auth_failures_total", port="mysql") - before == 4
 
 
 def test_password_set_before_the_mysql_port_must_be_set_again(server, port):

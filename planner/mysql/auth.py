@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from mysql_mimic import IdentityProvider, NativePasswordAuthPlugin, User
 from mysql_mimic.auth import AuthInfo, AuthPlugin, AuthState, Forbidden, Success
@@ -31,9 +31,10 @@ log = logging.getLogger("starscan.mysql")
 class UsersFilePasswordPlugin(NativePasswordAuthPlugin):
     """``mysql_native_password`` whose verdict comes from the users file."""
 
-    def __init__(self, users: UserStore, guard: LoginGuard | None = None):
+    def __init__(self, users: UserStore, guard: LoginGuard | None = None, on_refused: Callable[[], None] | None = None):
         self.users = users
         self.guard = guard
+        self.on_refused = on_refused  # counts refused logins (starscan_auth_failures_total{port="mysql"})
 
     async def auth(self, auth_info: Optional[AuthInfo] = None) -> AuthState:
         if auth_info and auth_info.handshake_plugin_name == self.name and auth_info.handshake_auth_data:
@@ -48,6 +49,7 @@ class UsersFilePasswordPlugin(NativePasswordAuthPlugin):
             try:
                 self.guard.check(name, client)
             except TooManyRequests as exc:
+                self._refused()
                 yield Forbidden(exc.message)
                 return
         if self._check(name, auth_info.data, nonce):
@@ -57,8 +59,13 @@ class UsersFilePasswordPlugin(NativePasswordAuthPlugin):
         else:
             if self.guard is not None:
                 self.guard.failed(name, client)
+            self._refused()
             using = "YES" if auth_info.data else "NO"
             yield Forbidden(f"Access denied for user '{name}' (using password: {using})")
+
+    def _refused(self) -> None:
+        if self.on_refused is not None:
+            self.on_refused()
 
     def _check(self, name: str, scramble: bytes, nonce: bytes) -> bool:
         if name not in self.users.users():
@@ -76,9 +83,9 @@ class UsersFilePasswordPlugin(NativePasswordAuthPlugin):
 
 
 class UsersFileIdentity(IdentityProvider):
-    def __init__(self, users: UserStore, guard: LoginGuard | None = None):
+    def __init__(self, users: UserStore, guard: LoginGuard | None = None, on_refused: Callable[[], None] | None = None):
         self.users = users
-        self._plugin = UsersFilePasswordPlugin(users, guard)
+        self._plugin = UsersFilePasswordPlugin(users, guard, on_refused)
 
     def get_plugins(self) -> Sequence[AuthPlugin]:
         return [self._plugin]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from typing import Callable
 
 from mysql_mimic import MysqlServer
 
@@ -37,14 +38,14 @@ class MysqlPort:
     closes the listener and every open connection."""
 
     def __init__(self, settings: Settings, warehouse: Warehouse, schemas: SchemaResolver, users: UserStore, spark,
-                 guard: LoginGuard | None = None):
+                 guard: LoginGuard | None = None, on_refused: Callable[[], None] | None = None):
         self.host = settings.bind_host
         self.requested_port = settings.query_port
         self.ctx = PortContext(warehouse=warehouse, schemas=schemas, users=users, spark=spark,
                                variables=global_variables(settings.time_zone), max_rows=settings.query_max_rows)
         self.port: int | None = None
         self._server = _Server(session_factory=lambda: StarscanSession(self.ctx),
-                               identity_provider=UsersFileIdentity(users, guard))
+                               identity_provider=UsersFileIdentity(users, guard, on_refused))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
