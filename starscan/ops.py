@@ -201,7 +201,10 @@ class Operations:
     def _spark_lookups(self) -> None:
         """Spark job ids, stage ids and durations of ended scans (py4j calls, off the RPC path)."""
         while True:
-            context_id, profile = self._jobs.get()
+            item = self._jobs.get()
+            if item is None:  # stop()
+                return
+            context_id, profile = item
             try:
                 for _ in range(25):  # the status store hears of the jobs' end asynchronously
                     job_ids, stage_ids, durations, done = spark_jobs(self.server.spark, context_id)
@@ -216,6 +219,14 @@ class Operations:
                         profile.spark_job_ms = sum(durations) * 1000 if durations else None
             except Exception:  # noqa: BLE001 - Spark stopping, or the gateway gone
                 log.debug("Spark job lookup failed for %s", context_id, exc_info=True)
+
+    def stop(self) -> None:
+        """End the Spark-job lookup thread (after the lookups already queued)."""
+        try:
+            self._jobs.put(None, timeout=5)
+        except queue.Full:
+            return
+        self._worker.join(timeout=10)
 
     def live_spark_jobs(self, context_id: str) -> list[int]:
         try:

@@ -136,6 +136,7 @@ class StarscanServer:
 
         # Readers inside get_next get this status now; their next call gets NOT_FOUND.
         self.contexts.close_all(ScanCancelled("the server is shutting down: open a new scanner when it is back"))
+        self.ops.stop()
         self.audit.close()
 
     def wait(self) -> None:

@@ -58,3 +58,16 @@ def test_a_second_be_cannot_bind_a_port_in_use(server, spark, base_settings):
     with pytest.raises(OSError):
         second.start()
     second.stop()
+
+
+def test_stop_ends_the_servers_threads(spark, base_settings):
+    """A stopped server leaves no thread of its own behind (tests start many servers)."""
+    from starscan.server import StarscanServer
+
+    srv = StarscanServer(base_settings, spark, fe=False, be=True).start()
+    worker = srv.ops._worker
+    assert worker.is_alive()
+    srv.stop()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert not srv.reaper._thread.is_alive()
