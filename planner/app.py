@@ -18,6 +18,7 @@ from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
 from starscan.planner.query_plan import QueryPlanner, read_sql_body
 from starscan.ratelimit import TokenBuckets
+from starscan.spark import spark_problem
 
 log = logging.getLogger("starscan.planner")
 
@@ -100,14 +101,22 @@ def create_app(planner: QueryPlanner, auth: Authenticator, settings: Settings, a
                       operation_id="query_plan_get")
     app.add_api_route("/api/{db:seg}/{table:seg}/_schema", table_schema, methods=["GET"], summary="Table schema")
 
-    @app.get("/api/health", summary="Liveness, as StarRocks' BE answers it")
-    async def health() -> dict:
-        return {"status": "OK", "msg": "To Be Added"}
+    @app.get("/api/health", summary="Liveness, as StarRocks' BE answers it; 503 when Spark is gone")
+    async def health() -> JSONResponse:
+        problem = await run_in_threadpool(spark_problem, planner.schemas.spark)
+        if problem is not None:
+            return JSONResponse({"status": "FAILED", "msg": problem}, status_code=503)
+        return JSONResponse({"status": "OK", "msg": "To Be Added"})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        from starscan.errors import InternalError, SparkUnavailable
+
+        problem = await run_in_threadpool(spark_problem, planner.schemas.spark)
+        if problem is not None:
+            log.error("%s failed: Spark is unavailable: %s", request.url.path, problem)
+            return error_response(SparkUnavailable(f"Spark is unavailable: {problem}"))
         log.exception("unexpected error on %s", request.url.path)
-        from starscan.errors import InternalError
 
         return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
 

@@ -8,7 +8,8 @@ import time
 
 from starscan import plan as plan_codec
 from starscan.config import Settings
-from starscan.errors import InternalError, InvalidArgument, NotFound, ScanCancelled, StarscanError
+from starscan.errors import InternalError, InvalidArgument, NotFound, ScanCancelled, SparkUnavailable, StarscanError
+from starscan.spark import spark_problem
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.audit import AuditLog
 from starscan.logs import scan_fields
@@ -71,6 +72,11 @@ class ScanService:
                 log.info("open_scanner refused context_id=%s client=%s: %s", ctx.context_id, client, exc.message,
                          extra=scan_fields(ctx))
                 return OpenResult(ctx.context_id, [], exc)
+            problem = spark_problem(self.spark)
+            if problem is not None:
+                log.error("open_scanner context_id=%s: Spark is unavailable: %s", ctx.context_id, problem)
+                ctx.open_error = SparkUnavailable(f"Spark is unavailable: {problem}")
+                return OpenResult(ctx.context_id, [], ctx.open_error)
             log.exception("open_scanner failed unexpectedly")
             return _internal(ctx, exc)
         return OpenResult(ctx.context_id, columns)

@@ -133,6 +133,14 @@ class ScanFailed(StarscanError):
     status_code = "INTERNAL_ERROR"
 
 
+class SparkUnavailable(StarscanError):
+    """This process's Spark is gone (its JVM died or the context stopped): nothing can run
+    until starscan is restarted. Health checks answer 503 for the same reason."""
+
+    http_status = 503
+    status_code = "SERVICE_UNAVAILABLE"
+
+
 class InternalError(StarscanError):
     status_code = "INTERNAL_ERROR"
 

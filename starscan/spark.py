@@ -68,6 +68,19 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
+def spark_problem(spark) -> str | None:
+    """Why this process's Spark cannot run scans, or None when it can. A JVM that died (an
+    OutOfMemoryError in a task makes Spark exit it) or a stopped SparkContext fails every
+    later scan, so health checks must see it and let the orchestrator restart us."""
+    try:
+        jsc = spark.sparkContext._jsc
+        if jsc is None or jsc.sc().isStopped():
+            return "the SparkContext is stopped: restart starscan"
+    except Exception as exc:  # noqa: BLE001 - py4j cannot reach the JVM
+        return f"Spark's JVM does not answer ({type(exc).__name__}): restart starscan"
+    return None
+
+
 def build_session(settings: Settings):
     """Start (or join) the process's SparkSession with starscan's settings."""
     check_java()
