@@ -24,7 +24,6 @@ app.add_typer(user_app, name="user")
 secret_app = typer.Typer(help="Manage the plan-signing secret.", no_args_is_help=True)
 app.add_typer(secret_app, name="secret")
 
-SHUTDOWN_GRACE_S = 30  # serve: longest stop after SIGTERM/SIGINT before the process exits regardless
 
 ConfOpt = typer.Option(None, "--conf", help="starscan.conf file (key = value)")
 WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse directory")
@@ -106,10 +105,11 @@ def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
     signal.signal(signal.SIGINT, _on_signal)
     while not stop["now"]:
         time.sleep(0.2)
-    log.info("stopping: cancelling in-flight scans (at most %d s)", SHUTDOWN_GRACE_S)
+    grace = settings.shutdown_grace_s
+    log.info("stopping: cancelling in-flight scans (at most %g s)", grace)
     # Bounded: if Spark or a connection hangs the stop, exit anyway (the JVM child follows,
     # as it exits when its stdin, our pipe, closes).
-    watchdog = threading.Timer(SHUTDOWN_GRACE_S, lambda: (log.error("stop took over %d s: exiting", SHUTDOWN_GRACE_S),
+    watchdog = threading.Timer(grace, lambda: (log.error("stop took over %g s: exiting", grace),
                                                           os._exit(1)))
     watchdog.daemon = True
     watchdog.start()

@@ -44,6 +44,7 @@ class Settings(BaseSettings):
     queue_max_bytes: int = Field(64 << 20, ge=1 << 16, description="upper bound of one scanner's result queue (mem_limit lowers it)")
     scan_prefetch: bool = Field(True, description="let Spark compute a scanner's next partition while the current one streams (about 2x throughput, 2x JVM memory per scanner)")
     thrift_client_timeout_s: float | None = Field(None, gt=0, description="idle seconds before the BE drops a connection (none: never)")
+    shutdown_grace_s: float = Field(30, gt=0, le=3600, description="after SIGTERM/SIGINT: longest wait for in-flight scans to be cancelled and Spark to stop before the process exits regardless")
     warmup_rows: int = Field(1_000_000, ge=0, le=100_000_000, description="rows of a throw-away table the BE writes and scans once at start, so the first reader does not pay the JVM's class loading and JIT (0: off)")
 
     # ---- warehouse, tables, plans ----

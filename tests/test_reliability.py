@@ -792,7 +792,7 @@ def test_10_sigterm_stops_serve_cleanly(tmp_path):
         t.start()
         assert reading.wait(120)
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(90)  # the grace period is bounded (serve: 30 s, then it forces the exit)
+        code = proc.wait(90)  # the grace period is bounded (serve: shutdown_grace_s, 30 s, then it forces the exit)
         t.join(120)
         assert not t.is_alive()
         assert code == 0, (tmp_path / "serve.log").read_text()[-3000:]
