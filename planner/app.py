@@ -58,6 +58,7 @@ def create_app(planner: QueryPlanner, auth: Authenticator, settings: Settings, a
     app.state.planner = planner
     app.state.auth = auth
     plan_rate = TokenBuckets(settings.plan_rate_per_user, settings.plan_rate_burst)
+    app.state.plan_rate = plan_rate  # update_config changes its limits
 
     def client_of(request: Request) -> str:
         return request.client.host if request.client else "unknown"

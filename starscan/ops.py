@@ -35,7 +35,8 @@ RUNTIME_KEYS = (
     "enable_profile_for_external_plan", "scan_context_gc_interval_s", "scan_context_gc_interval_min",
     "keep_alive_min", "query_timeout_s", "query_timeout_max_s", "queue_max_bytes", "total_queue_max_bytes",
     "max_scanners", "max_scanners_per_user", "max_tablets_per_scanner", "max_tablets_per_plan", "max_sql_length",
-    "max_request_body_bytes", "log_level",
+    "max_request_body_bytes", "log_level", "plan_rate_per_user", "plan_rate_burst", "login_max_failures",
+    "login_lockout_s",
 )
 _SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "key")
 
@@ -173,6 +174,7 @@ class Operations:
         from starscan.planner.ops_routes import install_routes
 
         install_routes(app, self)
+        self._app = app
 
     # ---- scan ends ----
     def _removed(self, ctx, how: str) -> None:
@@ -289,6 +291,11 @@ class Operations:
             srv.service.budget.max_bytes = parsed["total_queue_max_bytes"]
         if "log_level" in parsed:
             logs.set_level(parsed["log_level"])
+        plan_rate = getattr(getattr(getattr(self, "_app", None), "state", None), "plan_rate", None)
+        if plan_rate is not None and ({"plan_rate_per_user", "plan_rate_burst"} & parsed.keys()):
+            plan_rate.configure(self.settings.plan_rate_per_user, self.settings.plan_rate_burst)
+        if {"login_max_failures", "login_lockout_s"} & parsed.keys():
+            srv.login_guard.configure(self.settings.login_max_failures, self.settings.login_lockout_s)
         log.info("configuration changed at run time: %s", ", ".join(f"{k}={v}" for k, v in parsed.items()))
         return parsed
 

@@ -16,12 +16,17 @@ class TokenBuckets:
     """``rate`` tokens per second per key, at most ``burst`` saved up. rate 0 = no limit."""
 
     def __init__(self, rate: float, burst: int, max_keys: int = 100_000):
-        self.rate = rate
-        self.burst = burst
         self._lock = threading.Lock()
+        self._max_keys = max_keys
+        self.configure(rate, burst)
+
+    def configure(self, rate: float, burst: int) -> None:
+        """New limits (update_config); every bucket starts full again."""
         # An idle bucket refills completely after burst/rate seconds: it can be forgotten then.
         ttl = (burst / rate + 1.0) if rate > 0 else 1.0
-        self._buckets: TTLCache = TTLCache(maxsize=max_keys, ttl=ttl)
+        with self._lock:
+            self.rate, self.burst = rate, burst
+            self._buckets: TTLCache = TTLCache(maxsize=self._max_keys, ttl=ttl)
 
     def acquire(self, key: str) -> float:
         """Take one token; 0.0 when allowed, else the seconds until one is available."""
@@ -44,10 +49,15 @@ class LoginGuard:
     checking the password (no guessing oracle, and argon2's cost is not spent on them)."""
 
     def __init__(self, max_failures: int, lockout_s: float, max_keys: int = 100_000):
-        self.max_failures = max_failures
-        self.lockout_s = lockout_s
         self._lock = threading.Lock()
-        self._failures: TTLCache = TTLCache(maxsize=max_keys, ttl=lockout_s)
+        self._max_keys = max_keys
+        self.configure(max_failures, lockout_s)
+
+    def configure(self, max_failures: int, lockout_s: float) -> None:
+        """New limits (update_config); failures counted so far are forgotten."""
+        with self._lock:
+            self.max_failures, self.lockout_s = max_failures, lockout_s
+            self._failures: TTLCache = TTLCache(maxsize=self._max_keys, ttl=lockout_s)
 
     def check(self, user: str, client: str) -> None:
         with self._lock:

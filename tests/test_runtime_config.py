@@ -106,3 +106,25 @@ def test_update_config_refusals(srv):
     assert httpx.get(f"{fe(srv)}/varz", auth=("root", "")).json()["config"]["max_scanners_per_user"] == 64
     assert update(srv, auth=("bob", "bob-pw"), max_scanners="5").status_code == 403
     assert update(srv).status_code == 400  # nothing to change
+
+
+def test_plan_rate_and_login_lockout_change_at_run_time(srv):
+    """Both limits live in objects built at start; update_config reconfigures them."""
+    url = f"{fe(srv)}/api/db1/t1/_query_plan"
+    body = {"sql": "select k1 from db1.t1"}
+    try:
+        # One plan per 100 s, no burst: bob's first plan passes, the second is refused.
+        assert update(srv, plan_rate_per_user="0.01", plan_rate_burst="1").status_code == 200
+        assert httpx.post(url, json=body, auth=("bob", "bob-pw"), timeout=30).status_code == 200
+        refused = httpx.post(url, json=body, auth=("bob", "bob-pw"), timeout=30)
+        assert refused.status_code == 429 and "plan_rate_per_user=0.01" in refused.text
+        # Two failed logins lock bob out from this address, even with the right password.
+        assert update(srv, plan_rate_per_user="0", login_max_failures="2").status_code == 200
+        for _ in range(2):
+            assert httpx.post(url, json=body, auth=("bob", "wrong"), timeout=30).status_code == 401
+        locked = httpx.post(url, json=body, auth=("bob", "bob-pw"), timeout=30)
+        assert locked.status_code == 429 and "too many failed logins" in locked.text
+    finally:
+        # Back to the module's settings; reconfiguring the guard also forgets bob's failures.
+        assert update(srv, plan_rate_per_user="0", login_max_failures="1000000").status_code == 200
+    assert httpx.post(url, json=body, auth=("bob", "bob-pw"), timeout=30).status_code == 200
