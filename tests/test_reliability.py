@@ -739,32 +739,41 @@ def port_free(port: int) -> bool:
         return True
 
 
-def test_10_sigterm_stops_serve_cleanly(tmp_path):
+def start_serve(tmp_path):
+    """`starscan serve` as a user runs it (own process, own JVM, small demo, no warm-up),
+    waited for until /api/health answers. Returns (process, http_port, be_port, log file)."""
     import httpx
 
     http_port, be_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    env["STARSCAN_WARMUP_ROWS"] = "0"  # the start-up warm-up is not what this test is about
-    from starscan.config import Settings
-
-    if "query_port" in Settings.model_fields:  # the MySQL port, when this build has one
-        env["STARSCAN_QUERY_PORT"] = str(free_port())
+    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_QUERY_PORT=str(free_port()))
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
         [str(REPO / ".venv" / "bin" / "starscan"), "serve", "--http-port", str(http_port), "--be-port", str(be_port),
          "--warehouse", str(tmp_path / "wh"), "--demo-scale", "0.002", "--spark-master", "local[1]",
          "--bind-host", "127.0.0.1"],
         cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        def ready():
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
 
+    def ready():
+        assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+        try:
+            return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
         wait_until(ready, timeout_s=300, interval_s=0.5, what="starscan serve to start")
+    except BaseException:
+        proc.kill()
+        proc.wait(30)
+        log.close()
+        raise
+    return proc, http_port, be_port, log
+
+
+def test_10_sigterm_stops_serve_cleanly(tmp_path):
+    proc, http_port, be_port, log = start_serve(tmp_path)
+    try:
         java = [p for p in psutil.Process(proc.pid).children(recursive=True) if "java" in p.name()]
         assert java, "precondition: Spark's JVM is a child of serve"
         client = StarscanClient(f"127.0.0.1:{http_port}", retries=0, timeout_s=120)
@@ -827,25 +836,9 @@ def test_11_a_dead_jvm_fails_health_and_scans_clearly(tmp_path):
     and a reader gets an error status, not a hang."""
     import httpx
 
-    http_port, be_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_QUERY_PORT=str(free_port()))
-    log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "starscan"), "serve", "--http-port", str(http_port), "--be-port", str(be_port),
-         "--warehouse", str(tmp_path / "wh"), "--demo-scale", "0.002", "--spark-master", "local[1]",
-         "--bind-host", "127.0.0.1"],
-        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc, http_port, be_port, log = start_serve(tmp_path)
     health = f"http://127.0.0.1:{http_port}/api/health"
     try:
-        def ready():
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                return httpx.get(health, timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, timeout_s=300, interval_s=0.5, what="starscan serve to start")
         client = StarscanClient(f"127.0.0.1:{http_port}", retries=0, timeout_s=60)
         sql = "select * from `demo`.`lineitem`"
         plan, tablets = plan_for(client, "demo", "lineitem", sql)
