@@ -29,7 +29,7 @@ LINEITEM_SQL = "select l_orderkey, l_comment from demo.lineitem"
 @pytest.fixture(scope="module")
 def limited(server, spark, base_settings):
     settings = base_settings.model_copy(update={
-        "plan_rate_per_user": 0.25, "plan_rate_burst": 3,
+        "plan_rate_per_user": 0.25, "plan_rate_burst": 3, "plan_concurrency": 1,
         "max_scanners": 4, "max_scanners_per_user": 2,
         "max_tablets_per_scanner": 2, "max_tablets_per_plan": 10,
         "max_sql_length": 2000, "max_request_body_bytes": 8192,
@@ -93,6 +93,38 @@ def test_plan_rate_is_capped_per_user(limited):
     assert plan(fe(limited), "db1", "t1", "select k1 from db1.t1", other).status_code == 200
     time.sleep(float(refused.headers["retry-after"]))
     assert plan(fe(limited), "db1", "t1", "select k1 from db1.t1", auth).status_code == 200
+
+
+def test_plans_are_made_one_at_a_time_with_plan_concurrency_1(limited, monkeypatch):
+    """Concurrent _query_plan calls all get their plan, but no more than plan_concurrency are
+    planned at once (the rest wait). The spy holds each planning 0.2 s so that without the
+    bound the calls would overlap."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    planner = limited.planner
+    real = planner.query_plan_json
+    lock = threading.Lock()
+    state = {"now": 0, "most": 0}
+
+    def spy(*args, **kwargs):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        try:
+            time.sleep(0.2)
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(planner, "query_plan_json", spy)
+    users = [new_user(limited)[1] for _ in range(5)]
+    with ThreadPoolExecutor(5) as pool:
+        codes = list(pool.map(lambda auth: plan(fe(limited), "db1", "t1", "select k1 from db1.t1", auth).status_code,
+                              users))
+    assert codes == [200] * 5
+    assert state["most"] == 1
 
 
 def test_scanner_caps_per_user_and_in_total(limited):
@@ -264,6 +296,6 @@ def test_limits_are_listed_in_the_readme():
     for key in ("plan_rate_per_user", "plan_rate_burst", "max_scanners", "max_scanners_per_user",
                 "total_queue_max_bytes", "query_timeout_max_s", "max_tablets_per_scanner", "max_tablets_per_plan",
                 "max_sql_length", "max_request_body_bytes", "max_thrift_message_bytes", "login_max_failures",
-                "login_lockout_s"):
+                "login_lockout_s", "plan_concurrency"):
         assert key in Settings.model_fields
         assert f"`{key}`" in readme, f"{key} is not documented in README.md"
