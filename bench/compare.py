@@ -50,9 +50,10 @@ import common
 
 DB, TABLE = "demo", "lineitem"
 FILTER_COLUMNS = ["l_orderkey", "l_quantity", "l_extendedprice", "l_shipdate"]
-SYSTEMS = ("starscan", "starscan-official-thrift", "spark-connect", "flight", "pyarrow")
+SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "spark-connect", "flight", "pyarrow")
 LABELS = {
     "starscan": "starscan (thriftpy2 client)",
+    "starscan-cache": "starscan, result cache on (thriftpy2 client)",
     "starscan-official-thrift": "starscan (Apache Thrift client)",
     "spark-connect": "Spark Connect toArrow()",
     "flight": "Arrow Flight (pyarrow, Parquet per request)",
@@ -214,7 +215,8 @@ def run_readers(spec: dict) -> dict:
         from pyspark.sql import SparkSession
 
         sessions = [SparkSession.builder.remote(spec["connect_url"]).create() for _ in range(n)]
-    fn = {"starscan": _read_starscan, "starscan-official-thrift": _read_official, "flight": _read_flight,
+    fn = {"starscan": _read_starscan, "starscan-cache": _read_starscan, "starscan-official-thrift": _read_official,
+          "flight": _read_flight,
           "pyarrow": _read_pyarrow}.get(system)
     barrier = threading.Barrier(n + 1)
     results: list[dict] = [{} for _ in range(n)]
@@ -461,6 +463,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tablet-target-bytes", type=int, default=32 << 20,
                     help="Parquet bytes per lineitem file when the data is written (default 32 MiB)")
     ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory of starscan and of Spark Connect (2g)")
+    ap.add_argument("--cache-bytes", type=int, default=2 << 30,
+                    help="result_cache_max_bytes (and per-entry cap) while starscan-cache runs (default 2 GiB: an "
+                         "SF1 full result is ~1.2 GB of IPC)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds at most per measured run (default 900)")
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -518,9 +523,12 @@ def main(argv=None) -> int:
 
         for system in systems:
             loads.append(f"{system} {os.getloadavg()[0]:.2f}")
-            if system in ("starscan", "starscan-official-thrift"):
+            cache = server.service.result_cache
+            cache.configure(args.cache_bytes if system == "starscan-cache" else 0, args.cache_bytes, ["*.*"])
+            if system in ("starscan", "starscan-official-thrift", "starscan-cache"):
                 meter_fn = lambda: [me, starscan_jvm]  # noqa: E731 - this process + its JVM
                 spec0 = dict(base, gen_dir=gen_dir)
+                # starscan-cache: the cold run is the Spark scan that fills the cache, warm runs are hits.
                 # A fresh server is cold only for the first reader; the official client runs second.
             elif system == "spark-connect":
                 common.log("starting the Spark Connect server")
@@ -582,6 +590,9 @@ def main(argv=None) -> int:
         "spark connect": f"spark-submit SparkConnectServer, local[2], spark.driver.memory={args.driver_memory}, "
                          "the same maxPartitionBytes / maxRecordsPerBatch / time zone as starscan's session, "
                          f"127.0.0.1; started in {notes.get('spark connect start', '–')}; a new session per reader",
+        "starscan-cache": f"the same server with result_cache_max_bytes={args.cache_bytes} (and that per-entry cap) "
+                          "for these runs only (0 for the others): the cold run fills the cache, the warm runs are "
+                          "answered from it without Spark",
         "flight": "pyarrow.flight server (one process), each do_get scans the Parquet with pyarrow.dataset "
                   "(projection + filter pushed down) and streams the batches",
         "runs": f"cold = the first run of the query on a freshly started server (1 reader; for the official "
@@ -672,6 +683,11 @@ def render(results: dict, systems: list[str], qs: dict, concurrency: list[int]) 
     ok = (w["mbs"] >= 1000 and fl is not None and w["mbs"] >= 0.8 * fl["mbs"]) if w else None
     lines.append(f"- warm repeated full scan ≥ 1 GB/s and ≥ 0.8× Flight: {verdict(ok)}, {common.fmt(w and w['mbs'])} MB/s, "
                  f"{'–' if not (w and fl) else format(w['mbs'] / fl['mbs'], '.2f')}× Flight ({common.fmt(fl and fl['mbs'])} MB/s)")
+    wc = g("starscan-cache", "full", "warm", 1)
+    if wc:
+        okc = wc["mbs"] >= 1000 and fl is not None and wc["mbs"] >= 0.8 * fl["mbs"]
+        lines.append(f"- the same with the result cache on: {verdict(okc)}, {common.fmt(wc['mbs'])} MB/s, "
+                     f"{'–' if not fl else format(wc['mbs'] / fl['mbs'], '.2f')}× Flight")
     if len(concurrency) > 1:
         hi = max(concurrency)
         w4 = g("starscan", "full", "warm", hi)

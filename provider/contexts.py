@@ -28,6 +28,9 @@ class ScanContext:
     prev_rows: bytes | None = None
     scan: object | None = None        # SparkScan, when open succeeded
     queue: object | None = None       # ResultQueue
+    replay: object | None = None      # CachedResult: a scan answered from the result cache
+    replay_index: int = 0             # next reply of `replay` to hand out
+    cache_fill: object | None = None  # CacheFill: this scan's replies on their way to the cache
     open_error: Exception | None = None
     eos: bool = False
     report_rows: bool = False         # the client asked for the row count at eos

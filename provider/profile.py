@@ -62,6 +62,7 @@ class ScanProfile:
     outcome: str = "running"
     error: str | None = None
     duration_ms: float | None = None
+    result_cache: str | None = None     # "hit" (no Spark job), "miss" (filling), None (not cached)
     queue: object | None = field(default=None, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -88,6 +89,7 @@ class ScanProfile:
                 "spark_job_ms": None if self.spark_job_ms is None else round(self.spark_job_ms, 3),
                 "outcome": self.outcome, "error": self.error,
                 "duration_ms": None if self.duration_ms is None else round(self.duration_ms, 3),
+                "result_cache": self.result_cache,
             }
 
     def summary(self) -> dict:
@@ -114,7 +116,8 @@ class ProfileStore:
         profile = ScanProfile(context_id=ctx.context_id, query_id=info.get("query_id"), user=ctx.user, table=ctx.table,
                               columns=list(info.get("columns") or []), tablets=info.get("tablets"),
                               batch_size=ctx.batch_size, opened_at=time.time() - (time.monotonic() - started),
-                              started=started, open_ms=open_s * 1000, queue=ctx.queue)
+                              started=started, open_ms=open_s * 1000, queue=ctx.queue,
+                              result_cache=info.get("result_cache"))
         profile.rpc["open_scanner"].add(open_s)
         with self._lock:
             self._live[ctx.context_id] = profile

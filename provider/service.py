@@ -8,14 +8,16 @@ import time
 
 from starscan import plan as plan_codec
 from starscan.config import Settings
-from starscan.errors import InternalError, InvalidArgument, NotFound, ScanCancelled, SparkUnavailable, StarscanError
+from starscan.errors import (InternalError, InvalidArgument, NotFound, ScanCancelled, SnapshotGone, SparkUnavailable,
+                             StarscanError)
 from starscan.spark import spark_problem
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.audit import AuditLog
 from starscan.logs import scan_fields
 from starscan.provider.admission import Admission
 from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
-from starscan.provider.spark_scan import SparkScan
+from starscan.provider.result_cache import ResultCache, cache_key
+from starscan.provider.spark_scan import SparkScan, check_snapshot
 from starscan.provider.status import EOS_ROWS_PROPERTY
 
 log = logging.getLogger("starscan.provider")
@@ -50,10 +52,12 @@ class ScanService:
         self.admission = admission or Admission(settings, None)
         self.audit = audit
         self.budget = QueueBudget(settings.total_queue_max_bytes)
+        self.result_cache = ResultCache(settings.result_cache_max_bytes, settings.result_cache_max_entry_bytes,
+                                        settings.result_cache_tables)
         # `is None`, not `or`: an empty manager is falsy (it has __len__), and the server's
         # reaper and admin views must see the same manager the service registers in.
         self.contexts = contexts if contexts is not None else ScanContextManager()
-        self.contexts.on_removed = self._audit_removed
+        self.contexts.on_removed = self._removed
 
     # ---- open_scanner ----
     def open(self, params, client: str = "") -> OpenResult:
@@ -126,6 +130,23 @@ class ScanService:
         ctx.table = f"{plan.database}.{plan.table}"
         ctx.batch_size = params.batch_size
         ctx.report_rows = str((params.properties or {}).get(EOS_ROWS_PROPERTY, "")).lower() == "true"
+        columns = [(c.name, c.primitive_type) for c in plan.columns]
+        cache = self.result_cache
+        if cache.enabled_for(plan.database, plan.table):
+            # Every check above has passed (signature, identity, grants, tablets, caps); the
+            # planned files must still be there, exactly as a Spark scan would require.
+            check_snapshot(plan, plan_tablets, tablet_ids)
+            key = cache_key(plan, plan_tablets, tablet_ids, params.batch_size, self.settings.time_zone)
+            hit = cache.get(key, plan.table_location, plan.version)
+            if hit is not None:
+                ctx.replay = hit
+                ctx.info["result_cache"] = "hit"
+                log.info("open context_id=%s query_id=%s user=%s table=%s tablets=%d batch_size=%d: from the result "
+                         "cache (%d rows, %d bytes)", ctx.context_id, plan.query_id, plan.user, ctx.table,
+                         len(tablet_ids), params.batch_size, hit.rows, hit.nbytes, extra=scan_fields(ctx))
+                return columns
+            ctx.cache_fill = cache.fill(key, plan.table_location, plan.version)
+            ctx.info["result_cache"] = "miss"
         limit = self.settings.queue_max_bytes
         if params.mem_limit and params.mem_limit > 0:
             limit = min(limit, params.mem_limit)
@@ -142,7 +163,7 @@ class ScanService:
         log.info("open context_id=%s query_id=%s user=%s table=%s tablets=%d batch_size=%d",
                  ctx.context_id, plan.query_id, plan.user, ctx.table, len(tablet_ids), params.batch_size,
                  extra=scan_fields(ctx))
-        return [(c.name, c.primitive_type) for c in plan.columns]
+        return columns
 
     # ---- get_next ----
     def next(self, context_id: str | None, offset: int | None) -> NextResult:
@@ -156,6 +177,8 @@ class ScanService:
             if offset == ctx.offset:
                 if ctx.eos:
                     return self._eos(ctx)
+                if ctx.replay is not None:
+                    return self._next_cached(ctx)
                 batch = ctx.queue.take(ctx.batch_size)
                 if batch is EOS:
                     produced = ctx.queue.rows_in
@@ -166,8 +189,12 @@ class ScanService:
                                             f"but {ctx.offset} were handed out; read the scan again")
                     ctx.eos = True
                     ctx.prev_offset, ctx.prev_rows = None, None
+                    if ctx.cache_fill is not None:
+                        ctx.cache_fill.complete()
                     return self._eos(ctx)
                 rows = ctx.scan.converter.ipc_stream(batch)
+                if ctx.cache_fill is not None:
+                    ctx.cache_fill.add(batch.num_rows, rows)
                 ctx.prev_offset, ctx.prev_rows = ctx.offset, rows
                 ctx.offset += batch.num_rows
                 ctx.rows_sent += batch.num_rows
@@ -178,12 +205,28 @@ class ScanService:
                 return NextResult(ctx.prev_rows, False)
             raise NotFound(f"context_id={ctx.context_id}, send_offset={offset}, context_offset={ctx.offset}")
 
+    def _next_cached(self, ctx: ScanContext) -> NextResult:
+        """The next reply of a scan answered from the result cache: the same bytes, offsets,
+        replay and eos as the scan that filled it."""
+        replies = ctx.replay.replies
+        if ctx.replay_index >= len(replies):
+            ctx.eos = True
+            ctx.prev_offset, ctx.prev_rows = None, None
+            return self._eos(ctx)
+        count, rows = replies[ctx.replay_index]
+        ctx.replay_index += 1
+        ctx.prev_offset, ctx.prev_rows = ctx.offset, rows
+        ctx.offset += count
+        ctx.rows_sent += count
+        ctx.bytes_sent += len(rows)
+        return NextResult(rows, False)
+
     def _eos(self, ctx: ScanContext) -> NextResult:
         return NextResult(None, True, self._rows_scanned(ctx) if ctx.report_rows else None)
 
     @staticmethod
     def _rows_scanned(ctx: ScanContext) -> int:
-        return ctx.queue.rows_in
+        return ctx.replay.rows if ctx.replay is not None else ctx.queue.rows_in
 
     # ---- close_scanner ----
     def close(self, context_id: str | None) -> None:
@@ -193,6 +236,16 @@ class ScanService:
         if ctx is not None:
             log.info("close context_id=%s user=%s table=%s rows=%d bytes=%d", ctx.context_id, ctx.user, ctx.table,
                      ctx.rows_sent, ctx.bytes_sent, extra=scan_fields(ctx))
+
+    def _removed(self, ctx: ScanContext, how: str) -> None:
+        """A context went (close, GC, shutdown): a fill that did not reach eos is dropped."""
+        fill = ctx.cache_fill
+        if fill is not None:
+            fill.abandon()
+            error = getattr(ctx.queue, "error", None)
+            if isinstance(error, SnapshotGone):  # the table's files changed: its entries are stale
+                self.result_cache.drop_table(fill.location)
+        self._audit_removed(ctx, how)
 
     def _audit_removed(self, ctx: ScanContext, how: str) -> None:
         """The scanner's audit line, written once when its context goes (close, GC, shutdown)."""
@@ -204,7 +257,7 @@ class ScanService:
             "scan", context_id=ctx.context_id, query_id=info.get("query_id"), user=info.get("user"), client=ctx.client,
             table=info.get("table"), columns=info.get("columns"), sql=info.get("sql"), tablets=info.get("tablets"),
             rows=ctx.rows_sent, bytes=ctx.bytes_sent, duration_ms=round((time.monotonic() - ctx.created) * 1000, 1),
-            outcome=outcome, error=error, profile=info.get("profile"))
+            outcome=outcome, error=error, result_cache=info.get("result_cache"), profile=info.get("profile"))
 
 
 def _check_text(value, name: str) -> None:

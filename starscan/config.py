@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     scan_context_gc_interval_s: float | None = Field(None, gt=0, description="reaper tick in seconds (overrides the minutes; for tests)")
     query_timeout_s: int = Field(3600, ge=1, description="scan timeout when the client sends none")
     queue_max_bytes: int = Field(64 << 20, ge=1 << 16, description="upper bound of one scanner's result queue (mem_limit lowers it)")
+    result_cache_max_bytes: int = Field(0, ge=0, description="bytes of get_next replies kept for repeated scans of the same plan content (0: no result cache)")
+    result_cache_max_entry_bytes: int = Field(256 << 20, ge=1, description="a scan whose replies pass this many bytes is not cached")
+    result_cache_tables: list[str] = Field(default_factory=lambda: ["*.*"], description="tables whose scans may be cached: db.table, db.* or *.*, comma-separated")
     scan_prefetch: bool = Field(True, description="let Spark compute a scanner's next partition while the current one streams (about 2x throughput, 2x JVM memory per scanner)")
     thrift_client_timeout_s: float | None = Field(None, gt=0, description="idle seconds before the BE drops a connection (none: never)")
     shutdown_grace_s: float = Field(30, gt=0, le=3600, description="after SIGTERM/SIGINT: longest wait for in-flight scans to be cancelled and Spark to stop before the process exits regardless")
@@ -118,7 +121,12 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r}") from None
         return value
 
-    @field_validator("jwt_algorithms", mode="before")
+    @field_validator("result_cache_tables")
+    @classmethod
+    def _table_patterns(cls, value: list[str]) -> list[str]:
+        return table_patterns(value)
+
+    @field_validator("jwt_algorithms", "result_cache_tables", mode="before")
     @classmethod
     def _split_algorithms(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -177,6 +185,17 @@ def _parse_pairs(text: str) -> dict[str, str]:
             raise ValueError(f"{pair!r} is not key=value")
         out[key.strip()] = val.strip()
     return out
+
+
+def table_patterns(value: list[str] | str) -> list[str]:
+    """``db.table``, ``db.*`` or ``*.*`` patterns, from a list or comma-separated text."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    for pattern in value:
+        db, dot, table = pattern.partition(".")
+        if not dot or not db or not table:
+            raise ValueError(f"{pattern!r} is not db.table, db.* or *.*")
+    return list(value)
 
 
 def _spark_conf_as_dict(source):

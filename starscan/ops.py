@@ -21,7 +21,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from starscan import logs
 from starscan.errors import StarscanError
+from starscan.config import table_patterns
 from starscan.provider.metrics import ScanMetrics
+from starscan.provider.result_cache import CacheMetrics
 from starscan.provider.profile import ProfileStore, spark_jobs
 from starscan.thrift_defs import wire
 
@@ -36,7 +38,7 @@ RUNTIME_KEYS = (
     "keep_alive_min", "query_timeout_s", "query_timeout_max_s", "queue_max_bytes", "total_queue_max_bytes",
     "max_scanners", "max_scanners_per_user", "max_tablets_per_scanner", "max_tablets_per_plan", "max_sql_length",
     "max_request_body_bytes", "log_level", "plan_rate_per_user", "plan_rate_burst", "login_max_failures",
-    "login_lockout_s",
+    "login_lockout_s", "result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables",
 )
 _SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "key")
 
@@ -138,6 +140,7 @@ class Operations:
     def __init__(self, server):
         self.server = server
         self.metrics = ScanMetrics(server.contexts, lambda: getattr(server.service, "budget", None))
+        self.metrics.registry.register(CacheMetrics(lambda: getattr(server.service, "result_cache", None)))
         self.profiles = ProfileStore(server.settings.profile_retention_s)
         self.recent_plans: deque = deque(maxlen=RECENT_PLANS)
         self._capture = _PlanCapture(self.recent_plans)
@@ -276,11 +279,16 @@ class Operations:
                     f"{key!r} cannot change at run time: set it in starscan.conf (or STARSCAN_{key.upper()}) and restart; "
                     f"keys that can: {', '.join(RUNTIME_KEYS)}")
             try:
+                if key == "result_cache_tables":
+                    parsed[key] = table_patterns(raw)
+                    continue
                 kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
                 adapter = TypeAdapter(kind)
                 parsed[key] = adapter.validate_python(raw)
             except ValidationError as exc:
                 raise ConfigChangeRefused(f"bad value for {key!r}: {exc.errors()[0]['msg']} (got {raw!r})") from None
+            except ValueError as exc:
+                raise ConfigChangeRefused(f"bad value for {key!r}: {exc} (got {raw!r})") from None
         for obj in self._settings_objects():
             for key, value in parsed.items():
                 setattr(obj, key, value)
@@ -294,6 +302,10 @@ class Operations:
         plan_rate = getattr(getattr(getattr(self, "_app", None), "state", None), "plan_rate", None)
         if plan_rate is not None and ({"plan_rate_per_user", "plan_rate_burst"} & parsed.keys()):
             plan_rate.configure(self.settings.plan_rate_per_user, self.settings.plan_rate_burst)
+        if {"result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables"} & parsed.keys():
+            s = self.settings
+            srv.service.result_cache.configure(s.result_cache_max_bytes, s.result_cache_max_entry_bytes,
+                                               s.result_cache_tables)
         if {"login_max_failures", "login_lockout_s"} & parsed.keys():
             srv.login_guard.configure(self.settings.login_max_failures, self.settings.login_lockout_s)
         log.info("configuration changed at run time: %s", ", ".join(f"{k}={v}" for k, v in parsed.items()))
