@@ -61,8 +61,9 @@ def create_app(planner: QueryPlanner, auth: Authenticator, settings: Settings, a
     plan_rate = TokenBuckets(settings.plan_rate_per_user, settings.plan_rate_burst)
     app.state.plan_rate = plan_rate  # update_config changes its limits
     # Planning is CPU work under the GIL: many plans at once only share the same cores, and
-    # without a bound 50 callers of a 10,000-tablet table got p50 0.8 s but p99 21 s at 24
-    # plans/s; with 2 slots (FIFO) p99 1.4 s at 55 plans/s (bench/RESULTS.md).
+    # without a bound (anyio's 40 threads) 50 callers of a 10,000-tablet table got p50 0.8 s
+    # but p99 21 s at 24 plans/s; with 2 or 8 slots (FIFO) p99 1.4 s at 55-60 plans/s. Under
+    # the mixed locust load 8 slots planned 46/s against 2 slots' 36/s (bench/RESULTS.md).
     planning = asyncio.Semaphore(settings.plan_concurrency)
 
     def client_of(request: Request) -> str:

@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     audit_log: Path | None = Field(None, description="audit log file (default: <warehouse>/_starscan/audit.log; '-' for stderr)")
 
     # ---- limits (README "Limits") ----
-    plan_concurrency: int = Field(2, ge=1, le=256, description="_query_plan requests planned at once; the others wait their turn in arrival order")
+    plan_concurrency: int = Field(8, ge=1, le=256, description="_query_plan requests planned at once; the others wait their turn in arrival order")
     plan_rate_per_user: float = Field(50.0, ge=0, description="_query_plan calls per second per user, sustained (0: no cap)")
     plan_rate_burst: int = Field(100, ge=1, description="_query_plan calls a user may make at once before the rate applies")
     max_scanners: int = Field(256, ge=1, description="open scan contexts in total")
