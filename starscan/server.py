@@ -71,9 +71,14 @@ class StarscanServer:
         if self.be_enabled and self.settings.warmup_rows > 0:
             from starscan.warmup import warm_up
 
-            seconds = warm_up(self.spark, self.settings.warehouse, self.settings.warmup_rows)
-            log.info("JVM warmed up in %.1f s (%d rows written and scanned; warmup_rows=0 turns this off)", seconds,
-                     self.settings.warmup_rows)
+            try:
+                seconds = warm_up(self.spark, self.settings.warehouse, self.settings.warmup_rows)
+            except Exception as exc:  # noqa: BLE001 - a cold JVM is slower, not broken
+                log.warning("JVM warm-up skipped: %s: %s (the first scans will be slower; warmup_rows=0 turns the "
+                            "warm-up off)", type(exc).__name__, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")
+            else:
+                log.info("JVM warmed up in %.1f s (%d rows written and scanned; warmup_rows=0 turns this off)", seconds,
+                         self.settings.warmup_rows)
         if self.be_enabled:
             self.thrift = ThriftServer(self.ops.instrument(ExternalServiceHandler(self.service)), self.settings.bind_host,
                                        self.settings.be_port, self.settings.thrift_client_timeout_s,

@@ -8,7 +8,8 @@ server says it is ready, it writes a small throw-away Parquet table with one col
 type family a StarRocks reader sees, and streams it back through the same path a scan takes
 (Parquet -> filter -> Arrow batches -> Python). The table lives under the warehouse (a
 hidden directory the catalog ignores) so that executors of a Spark cluster can read it too,
-and it is removed afterwards.
+and it is removed afterwards. A warm-up that fails (a read-only warehouse, say) only costs
+the first reader its speed: the server logs why and starts anyway.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pyspark.serializers import NoOpSerializer, read_int, write_int
 from pyspark.util import _create_local_socket
 
 log = logging.getLogger("starscan.warmup")
+
+WARMUP_DIR = ".starscan-warmup"  # under the warehouse; hidden names are not tables (catalog.py)
 
 # Column expressions over spark.range's `id`: the type families of PROTOCOL.md section 5.
 _COLUMNS = (
@@ -41,7 +44,8 @@ _COLUMNS = (
 def warm_up(spark, warehouse, rows: int) -> float:
     """Write ``rows`` rows under ``warehouse`` and stream them back twice; returns seconds."""
     started = time.monotonic()
-    path = warehouse / f".starscan-warmup-{uuid.uuid4().hex[:12]}"
+    parent = warehouse / WARMUP_DIR
+    path = parent / uuid.uuid4().hex[:12]
     sc = spark.sparkContext
     try:
         sc.setJobGroup("starscan-warmup", "starscan warm-up scan", True)
@@ -55,6 +59,10 @@ def warm_up(spark, warehouse, rows: int) -> float:
         except Exception:  # noqa: BLE001 - the context may be stopping
             pass
         shutil.rmtree(path, ignore_errors=True)
+        try:
+            parent.rmdir()  # only when empty: another server may be warming up in it
+        except OSError:
+            pass
     return time.monotonic() - started
 
 

@@ -18,6 +18,25 @@ def test_warm_up_scans_and_cleans_up(spark, warehouse_dir, server):
     assert not any(name.startswith(".starscan-warmup") for name in server.warehouse.databases())
 
 
+def test_a_failed_warm_up_does_not_stop_the_start(spark, base_settings, tmp_path, caplog):
+    """Here a file stands where the warm-up table would go; the BE logs it and serves."""
+    from starscan.server import StarscanServer
+    from starscan.warmup import WARMUP_DIR
+
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    (warehouse / WARMUP_DIR).write_text("in the way")
+    settings = base_settings.model_copy(update={"warehouse": warehouse, "warmup_rows": 1000})
+    srv = StarscanServer(settings, spark, fe=False, be=True)
+    with caplog.at_level("WARNING", logger="starscan"):
+        srv.start()
+    try:
+        assert srv.be_port and srv.thrift is not None
+        assert any("JVM warm-up skipped" in r.getMessage() for r in caplog.records)
+    finally:
+        srv.stop()
+
+
 def test_warm_up_is_on_by_default_and_can_be_turned_off():
     from starscan.config import Settings
 
