@@ -128,7 +128,7 @@ class Settings(BaseSettings):
 
     @field_validator("jwt_algorithms", "result_cache_tables", mode="before")
     @classmethod
-    def _split_algorithms(cls, value: Any) -> Any:
+    def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
