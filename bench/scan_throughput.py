@@ -15,6 +15,7 @@ first batch (from the plan request), peak RSS of the server's Python process and
 
     python bench/scan_throughput.py                                   # scale 1, 1 and 4 scanners
     python bench/scan_throughput.py --scale 0.02 --repeats 1 --no-append
+    python bench/scan_throughput.py --batch-size 1024,4096,16384,65536 --concurrency 1   # reply sizes
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def scan_in_subprocess(fe: str, sql: str, concurrency: int, batch_size: int, tim
     return json.loads(out.strip().splitlines()[-1])
 
 
-def measure_starscan(server, sql: str, concurrency: int, args) -> dict:
+def measure_starscan(server, sql: str, concurrency: int, args, batch_size: int) -> dict:
     fe = f"127.0.0.1:{server.http_port}"
     jvm = common.jvm_process()
     me = psutil.Process()
@@ -127,11 +128,11 @@ def measure_starscan(server, sql: str, concurrency: int, args) -> dict:
     sampler = common.PeakRSS().start()
     try:
         if args.client_in_process:
-            res = run_scanners(fe, sql, concurrency, args.batch_size)
+            res = run_scanners(fe, sql, concurrency, batch_size)
             res["client_cpu_s"] = 0.0  # counted with the server process
             res["client_max_rss"] = None
         else:
-            res = scan_in_subprocess(fe, sql, concurrency, args.batch_size, args.timeout, sampler)
+            res = scan_in_subprocess(fe, sql, concurrency, batch_size, args.timeout, sampler)
     finally:
         peaks = sampler.stop()
     cpu = common.cpu_seconds([me, jvm]) - cpu0 + res["client_cpu_s"]
@@ -182,12 +183,12 @@ def measure_reference(spark, path: str, filtered: bool) -> dict:
 
 # ---- report ------------------------------------------------------------------------------
 
-def row_for(case: str, reader: str, scanners: int, runs: list[dict]) -> list:
+def row_for(case: str, reader: str, scanners: int, runs: list[dict], batch_size: int | None = None) -> list:
     ok = [r for r in runs if not r["errors"]]
     errors = sum(len(r["errors"]) for r in runs)
     if not ok:
         first_error = next((e for r in runs for e in r["errors"]), "")
-        return [case, reader, scanners, f"0 of {len(runs)} ({errors} errors: {first_error})"] + ["–"] * 10
+        return [case, reader, batch_size or "–", scanners, f"0 of {len(runs)} ({errors} errors: {first_error})"] + ["–"] * 11
     walls = [r["wall_s"] for r in ok]
     mbs = [r["bytes"] / 1e6 / r["wall_s"] for r in ok]
     rps = [r["rows"] / r["wall_s"] for r in ok]
@@ -200,8 +201,10 @@ def row_for(case: str, reader: str, scanners: int, runs: list[dict]) -> list:
     mb_each = ok[0]["bytes_per_scanner"][0] / 1e6
     consistent = all(r["rows_per_scanner"] == [rows_each] * len(r["rows_per_scanner"]) for r in ok)
     runs_text = f"{len(ok)}" + (f" ({errors} errors)" if errors else "") + ("" if consistent else " (row counts differ!)")
+    replies = ok[0]["batches"]
     return [
-        case, reader, scanners, runs_text, f"{rows_each:,}", common.fmt(mb_each),
+        case, reader, batch_size or "–", scanners, runs_text, f"{rows_each:,}",
+        "–" if replies is None else f"{replies // scanners:,}", common.fmt(mb_each),
         f"{common.fmt(w_min, 2)} / {common.fmt(w_med, 2)}",
         f"{common.fmt(mb_best)} / {common.fmt(mb_med)}",
         common.fmt(rps_med / 1e6, 2),
@@ -213,7 +216,8 @@ def row_for(case: str, reader: str, scanners: int, runs: list[dict]) -> list:
     ]
 
 
-HEADER = ["scan", "reader", "scanners", "runs", "rows per scanner", "Arrow MB per scanner", "wall s min / median",
+HEADER = ["scan", "reader", "batch_size", "scanners", "runs", "rows per scanner", "get_next replies per scanner",
+          "Arrow MB per scanner", "wall s min / median",
           "MB/s best / median (aggregate)", "M rows/s median (aggregate)", "first batch s min / median",
           "server Python peak RSS", "JVM peak RSS", "client peak RSS", "cores median"]
 
@@ -222,7 +226,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale of demo.lineitem (default 1.0: ~6M rows)")
     ap.add_argument("--concurrency", default="1,4", help="comma-separated scanner counts (default 1,4)")
-    ap.add_argument("--batch-size", type=int, default=4096, help="open_scanner batch_size (default 4096)")
+    ap.add_argument("--batch-size", default="4096",
+                    help="open_scanner batch_size, comma-separated for several (default 4096); the filtered "
+                         "scan uses the first")
     ap.add_argument("--repeats", type=int, default=3, help="measured runs per case (default 3)")
     ap.add_argument("--warehouse", default="/tmp/starscan-bench-wh", help="warehouse dir, reused across runs")
     ap.add_argument("--tablet-target-bytes", type=int, default=32 << 20,
@@ -242,6 +248,7 @@ def main(argv=None) -> int:
         return 0
 
     concurrencies = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    batch_sizes = [int(x) for x in args.batch_size.split(",") if x.strip()]
     env = common.environment()
     warehouse_dir = Path(args.warehouse).resolve()
     common.log("starting Spark and the server")
@@ -256,17 +263,19 @@ def main(argv=None) -> int:
         parquet_bytes = sum(f.size for t in snap.tablets for f in t.files)
 
         common.log("warm-up: starscan full scan, 1 scanner")
-        rows.append(row_for("warm-up: full", "starscan", 1, [measure_starscan(server, FULL_SQL, 1, args)]))
+        rows.append(row_for("warm-up: full", "starscan", 1, [measure_starscan(server, FULL_SQL, 1, args, batch_sizes[0])],
+                            batch_sizes[0]))
         common.log("warm-up: reference full toArrow")
         rows.append(row_for("warm-up: full", "Spark toArrow (in-process)", 1, [measure_reference(spark, path, False)]))
 
         for case, sql, filtered in (("full", FULL_SQL, False), ("4 columns + filter", FILTER_SQL, True)):
-            for c in concurrencies:
-                runs = []
-                for i in range(args.repeats):
-                    common.log(f"{case}: starscan, {c} scanner(s), run {i + 1}/{args.repeats}")
-                    runs.append(measure_starscan(server, sql, c, args))
-                rows.append(row_for(case, "starscan", c, runs))
+            for batch_size in (batch_sizes if not filtered else batch_sizes[:1]):
+                for c in concurrencies:
+                    runs = []
+                    for i in range(args.repeats):
+                        common.log(f"{case}: starscan, batch_size {batch_size}, {c} scanner(s), run {i + 1}/{args.repeats}")
+                        runs.append(measure_starscan(server, sql, c, args, batch_size))
+                    rows.append(row_for(case, "starscan", c, runs, batch_size))
             runs = []
             for i in range(args.repeats):
                 common.log(f"{case}: reference toArrow, run {i + 1}/{args.repeats}")
@@ -288,9 +297,10 @@ def main(argv=None) -> int:
                 f"{len(snap.tablets)} Parquet files, {parquet_bytes / 1e6:,.1f} MB; page cache warm after the warm-up",
         "queries": f"full `{FULL_SQL}`; filtered `{FILTER_SQL}`",
         "server": f"in-process StarscanServer, SparkSession {settings.spark_master}, spark.driver.memory={args.driver_memory}, "
-                  f"starscan's Spark defaults (maxPartitionBytes 32m, maxRecordsPerBatch 4096, FAIR), "
-                  f"queue_max_bytes={settings.queue_max_bytes >> 20} MiB; server + Spark start {start_s:.1f} s",
-        "client": f"{client_where}; batch_size={args.batch_size}",
+                  f"starscan's Spark defaults (maxPartitionBytes 16m, maxRecordsPerBatch 4096, FAIR), "
+                  f"queue_max_bytes={settings.queue_max_bytes >> 20} MiB, reply_fill_wait_s={settings.reply_fill_wait_s}; "
+                  f"server + Spark start {start_s:.1f} s",
+        "client": f"{client_where}; batch_size as in the table",
         "reference": "spark.read.parquet(path)[.where(l_shipdate >= date'1995-01-01').select(4 columns)].toArrow() "
                      "in the server's process and SparkSession (the server idle meanwhile). Its Arrow types differ "
                      "(DATE stays date32; starscan sends DATE as a string per the protocol), so compare rows/s too",

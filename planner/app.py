@@ -14,7 +14,7 @@ from starlette.convertors import Convertor, register_url_convertor
 from starscan import __version__
 from starscan.audit import AuditLog
 from starscan.config import Settings
-from starscan.errors import BadRequest, RequestTooLarge, StarscanError, TooManyRequests
+from starscan.errors import BadRequest, RequestTooLarge, StarscanError, TooManyRequests, unexpected_error_message
 from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
 from starscan.planner.query_plan import QueryPlanner, read_sql_body
@@ -126,7 +126,7 @@ def create_app(planner: QueryPlanner, auth: Authenticator, settings: Settings, a
             return error_response(SparkUnavailable(f"Spark is unavailable: {problem}"))
         log.exception("unexpected error on %s", request.url.path)
 
-        return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
+        return error_response(InternalError(unexpected_error_message(exc)))
 
     return app
 

@@ -36,6 +36,7 @@ from pyspark.sql import types as T
 
 from starscan.catalog import Tablet
 from starscan.expr import Expr
+from starscan.hadoop_paths import unescape_path_name
 
 # ---- three-valued logic over sets of outcomes ------------------------------------------
 TRUE, FALSE, NULL = "T", "F", "N"
@@ -179,11 +180,15 @@ def _canon_type(type_name: str | None) -> str:
 
 # ---- partition values --------------------------------------------------------------------
 def partition_value(raw: str | None, dt: T.DataType) -> Val | None:
-    """A raw Hive partition value read as Spark reads it for type ``dt`` (None: not sure)."""
+    """A partition folder's value, as spelled, read as Spark reads it for type ``dt``
+    (None: not sure). Spark decodes ``%XX`` escapes in string and timestamp values and
+    parses dates, numbers and booleans as they stand (``starscan.hadoop_paths``)."""
     if raw is None:
         return NULL_VAL
     if raw == "":
         return _UNK
+    if isinstance(dt, (T.StringType, T.TimestampType, T.TimestampNTZType)):
+        raw = unescape_path_name(raw)
     if isinstance(dt, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
         name = {T.ByteType: "tinyint", T.ShortType: "smallint", T.IntegerType: "int", T.LongType: "bigint"}[type(dt)]
         if not _INT_RE.fullmatch(raw):
@@ -569,7 +574,7 @@ def prune(
     for tablet in tablets:
         raw: dict[str, str | None] = {}
         seen: set[str] = set()
-        for col, value in tablet.partition.items():
+        for col, value in tablet.raw_partition.items():
             key = col.lower()
             if key in seen:
                 raw.pop(key, None)  # two directories differing only in case: not sure

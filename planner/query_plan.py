@@ -26,11 +26,12 @@ from starscan.types import starrocks_type
 @dataclass(frozen=True)
 class ResolvedColumns:
     by_lower: dict[str, T.StructField]
+    table: str  # db.table, for messages
 
     def field(self, name: str) -> T.StructField:
         found = self.by_lower.get(name.lower())
         if found is None:
-            raise SqlInvalid(f"unknown column {name!r}")
+            raise SqlInvalid(f"unknown column '{name}' in {self.table}")
         return found
 
 
@@ -76,7 +77,7 @@ class QueryPlanner:
         snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
         parsed = sqlmod.parse(sql, db, table)                # 400/500 (steps 8-13)
         schema = self.schemas.schema(snap)
-        cols = ResolvedColumns({f.name.lower(): f for f in schema.fields})
+        cols = ResolvedColumns({f.name.lower(): f for f in schema.fields}, f"{db}.{table}")
         columns = self._output_columns(parsed, schema, cols)
         predicate = parsed.predicate
         if predicate is not None:

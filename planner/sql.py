@@ -76,13 +76,24 @@ class ParsedQuery:
     predicate: E.Expr | None
 
 
+def syntax_error(exc: ParseError | TokenError) -> str:
+    """Where the SQL stops parsing, in words (sqlglot's own text carries terminal colours)."""
+    errors = getattr(exc, "errors", None) or []
+    if errors:
+        first = errors[0]
+        near = (first.get("highlight") or "").strip()
+        where = f" at line {first.get('line')}, column {first.get('col')}"
+        return f"syntax error{where}" + (f" near '{near[:100]}'" if near else "")
+    return "syntax error: a string, quoted name or comment is not closed, or a character is not SQL"
+
+
 def parse(sql: str, path_db: str, path_table: str) -> ParsedQuery:
     """Steps 8-13 of PROTOCOL.md 2.4 (syntax, statement kind, scan-only, one table, no
     nesting, same table as the path). Column analysis happens in ``analyze``."""
     try:
         statements = [s for s in sqlglot.parse(sql, read="starrocks") if s is not None]
     except (ParseError, TokenError) as exc:
-        raise SqlInvalid(f"syntax error: {exc}") from None
+        raise SqlInvalid(syntax_error(exc)) from None
     except RecursionError:
         raise SqlInvalid("statement nested too deeply") from None
     if len(statements) != 1:

@@ -12,6 +12,7 @@ import json
 import ssl
 from dataclasses import dataclass, field
 from typing import Iterator
+from urllib.parse import quote
 
 import httpx
 import pyarrow as pa
@@ -140,7 +141,7 @@ class StarscanClient:
 
     def plan(self, db: str, table: str, sql: str) -> dict:
         r = httpx.post(
-            f"{self.fe}/api/{db}/{table}/_query_plan",
+            f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_query_plan",
             content=json.dumps({"sql": sql}),
             headers={"Authorization": self._auth(), "Content-Type": "application/json; charset=UTF-8"},
             timeout=self.timeout_s,

@@ -3,6 +3,12 @@
 Bounded in bytes: ``put`` blocks while the queue holds ``max_bytes`` or more (a single
 batch is always admitted, so a large batch cannot deadlock). A batch's bytes are released
 only when its last row has been taken, which is what the process really holds.
+
+``take`` hands out replies of the size the reader asked for, whatever size the producer's
+batches have: rows of several queued batches are joined into one (one reply's worth of
+extra memory). A reply is shorter only at the end of the scan, when the producer waits for
+room (the queue cannot fill further), or when the rows there have waited ``fill_wait_s``
+for the rest, so a slow producer never holds a reader's reply back for long.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ class ResultQueue:
         self._cond = threading.Condition()
         self._items: deque[list] = deque()  # [batch, nbytes, rows_taken]
         self._bytes = 0
+        self._rows = 0             # rows queued and not yet taken
+        self._puts_waiting = 0     # producers waiting for room
         self._finished = False
         self._error: StarscanError | None = None
         self._closed = False
@@ -62,18 +70,25 @@ class ResultQueue:
         """Add a batch; blocks while full. False when the queue was closed or failed."""
         with self._cond:
             waited_from = time.monotonic()
-            while self._items and not self._stopped:
-                if self._bytes + nbytes > self.max_bytes:
-                    self._cond.wait()
-                elif self.budget is not None and self.budget.would_exceed(nbytes):
-                    self._cond.wait(QueueBudget.POLL_S)  # others free the budget: no shared wake-up
-                else:
-                    break
+            self._puts_waiting += 1
+            try:
+                while self._items and not self._stopped:
+                    if self._bytes + nbytes > self.max_bytes:
+                        self._cond.notify_all()  # a reader waiting to fill its reply gets what is here
+                        self._cond.wait()
+                    elif self.budget is not None and self.budget.would_exceed(nbytes):
+                        self._cond.notify_all()
+                        self._cond.wait(QueueBudget.POLL_S)  # others free the budget: no shared wake-up
+                    else:
+                        break
+            finally:
+                self._puts_waiting -= 1
             self.put_wait_s += time.monotonic() - waited_from
             if self._stopped:
                 return False
             self._items.append([batch, nbytes, 0])
             self._account(nbytes)
+            self._rows += batch.num_rows
             self.rows_in += batch.num_rows
             self.peak_bytes = max(self.peak_bytes, self._bytes)
             self.largest_batch = max(self.largest_batch, nbytes)
@@ -94,14 +109,31 @@ class ResultQueue:
             self._cond.notify_all()
 
     # ---- consumer side ----
-    def take(self, max_rows: int, timeout: float | None = None):
-        """Up to ``max_rows`` rows as one RecordBatch, or EOS. Raises the scan's error."""
+    def take(self, max_rows: int, timeout: float | None = None, fill_wait_s: float = 0.0):
+        """``max_rows`` rows as one RecordBatch (fewer: see the module's docstring), or EOS.
+        Waits for the first row at most ``timeout`` seconds (None: no bound; then None is
+        returned), then at most ``fill_wait_s`` more for the rest. Raises the scan's error."""
         with self._cond:
             waited_from = time.monotonic()
-            while not self._items and not self._finished and not self._stopped:
-                if not self._cond.wait(timeout):
-                    self.take_wait_s += time.monotonic() - waited_from
-                    return None
+            fill_deadline = None
+            while not self._stopped and not self._finished and self._rows < max_rows:
+                now = time.monotonic()
+                if self._rows and self._puts_waiting:
+                    break  # the producer waits for room: the queue cannot fill further
+                if self._rows:
+                    if fill_deadline is None:
+                        fill_deadline = now + fill_wait_s
+                    if now >= fill_deadline:
+                        break
+                    wait = fill_deadline - now
+                elif timeout is not None:
+                    wait = waited_from + timeout - now
+                    if wait <= 0:
+                        self.take_wait_s += now - waited_from
+                        return None
+                else:
+                    wait = None
+                self._cond.wait(wait)
             self.take_wait_s += time.monotonic() - waited_from
             if self._error is not None:
                 raise self._error
@@ -109,16 +141,21 @@ class ResultQueue:
                 raise ScanCancelled("the scanner was closed")
             if not self._items:
                 return EOS
-            item = self._items[0]
-            batch, nbytes, taken = item
-            rows = min(max_rows, batch.num_rows - taken)
-            out = batch.slice(taken, rows)
-            item[2] = taken + rows
-            if item[2] >= batch.num_rows:
-                self._items.popleft()
-                self._account(-nbytes)
-                self._cond.notify_all()
-            return out
+            parts = []
+            wanted = max_rows
+            while wanted and self._items:
+                item = self._items[0]
+                batch, nbytes, taken = item
+                rows = min(wanted, batch.num_rows - taken)
+                parts.append(batch.slice(taken, rows))
+                wanted -= rows
+                item[2] = taken + rows
+                if item[2] >= batch.num_rows:
+                    self._items.popleft()
+                    self._account(-nbytes)
+            self._rows -= max_rows - wanted
+            self._cond.notify_all()
+            return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
 
     def close(self) -> None:
         """Drop everything and wake both sides (close_scanner, GC, timeout)."""
@@ -134,6 +171,7 @@ class ResultQueue:
 
     def _drop(self) -> None:
         self._items.clear()
+        self._rows = 0
         self._account(-self._bytes)
 
     def _account(self, delta: int) -> None:

@@ -173,13 +173,13 @@ class ScanService:
                 raise ctx.open_error if isinstance(ctx.open_error, StarscanError) else NotFound(
                     "fragment_instance_id does not exists")
             if offset is None:
-                raise InvalidArgument("offset is not set")
+                offset = 0  # as StarRocks' BE: an unset offset is 0
             if offset == ctx.offset:
                 if ctx.eos:
                     return self._eos(ctx)
                 if ctx.replay is not None:
                     return self._next_cached(ctx)
-                batch = ctx.queue.take(ctx.batch_size)
+                batch = ctx.queue.take(ctx.batch_size, fill_wait_s=self.settings.reply_fill_wait_s)
                 if batch is EOS:
                     produced = ctx.queue.rows_in
                     if produced != ctx.offset:  # never eos on a partial result
@@ -234,8 +234,9 @@ class ScanService:
             return  # not a context id of ours: nothing to close
         ctx = self.contexts.remove(context_id)
         if ctx is not None:
-            log.info("close context_id=%s user=%s table=%s rows=%d bytes=%d", ctx.context_id, ctx.user, ctx.table,
-                     ctx.rows_sent, ctx.bytes_sent, extra=scan_fields(ctx))
+            # A close before eos (a reader's first() or LIMIT) is normal: this line is its only trace.
+            log.info("close context_id=%s user=%s table=%s rows=%d bytes=%d%s", ctx.context_id, ctx.user, ctx.table,
+                     ctx.rows_sent, ctx.bytes_sent, "" if ctx.eos else " before eos", extra=scan_fields(ctx))
 
     def _removed(self, ctx: ScanContext, how: str) -> None:
         """A context went (close, GC, shutdown): a fill that did not reach eos is dropped."""

@@ -38,6 +38,7 @@ from starscan.logs import scan_fields
 from starscan.provider.arrow_convert import BatchConverter
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.spark_expr import to_column
+from starscan.spark import read_parquet_files
 from starscan.types import is_supported
 
 log = logging.getLogger("starscan.provider.scan")
@@ -83,7 +84,6 @@ class SparkScan:
         self.prefetch = prefetch
         self._cancelled: StarscanError | None = None
         self._lock = threading.Lock()
-        self._sock = None
         self._thread: threading.Thread | None = None
         self.rows_produced = 0
         self.done = threading.Event()
@@ -112,8 +112,7 @@ class SparkScan:
 
         self._plan_tablets, self._tablet_ids = plan_tablets, tablet_ids
         paths = check_snapshot(plan, plan_tablets, tablet_ids)
-        reader = self.spark.read.schema(table_schema).option("basePath", plan.table_location)
-        df = reader.parquet(*paths)
+        df = read_parquet_files(self.spark, table_schema, plan.table_location, paths)
         if plan.predicate is not None:
             try:
                 df = df.filter(to_column(unflatten(plan.predicate), resolve))
@@ -133,23 +132,32 @@ class SparkScan:
         self._thread.start()
 
     def cancel(self, reason: StarscanError | None = None) -> None:
-        """Stop the Spark job and the producer. Safe to call more than once, from any thread."""
+        """Stop the Spark job and the producer. Safe to call more than once, from any thread.
+
+        A cancel is a normal end (close before eos, GC, timeout), so it must not look like a
+        failure in Spark's log: the running jobs of the scan are cancelled (a job waiting to
+        be served ends with an error the producer reads and drops), and the producer reads
+        the rest of a partition the JVM is writing before it says stop, instead of cutting
+        the socket under the JVM's writer (which logs "ERROR Utils: Aborting task ...
+        Broken pipe")."""
         with self._lock:
             if self._cancelled is not None:
                 return
             self._cancelled = reason or ScanCancelled("the scan was cancelled")
-            sock = self._sock
         if not self.done.is_set():
-            try:
-                self.spark.sparkContext.cancelJobGroup(self.context_id)
-            except Exception:  # the SparkContext may be stopping
-                log.debug("cancelJobGroup failed for %s", self.context_id, exc_info=True)
-        if sock is not None:
-            try:
-                sock.shutdown(2)
-            except OSError:
-                pass
+            self._cancel_running_jobs()
         self.queue.fail(self._cancelled)
+
+    def _cancel_running_jobs(self) -> None:
+        sc = self.spark.sparkContext
+        try:
+            tracker = sc.statusTracker()
+            running = [j for j in tracker.getJobIdsForGroup(self.context_id)
+                       if (info := tracker.getJobInfo(j)) is not None and info.status == "RUNNING"]
+            if running:  # cancelling a group without jobs makes Spark warn
+                sc.cancelJobGroup(self.context_id)
+        except Exception:  # the SparkContext may be stopping
+            log.debug("cancelJobGroup failed for %s", self.context_id, exc_info=True)
 
     def timeout(self, seconds: int) -> None:
         if not self.done.is_set():
@@ -164,11 +172,6 @@ class SparkScan:
             jrdd = self.df._jdf.toArrowBatchRdd()
             port, secret, server = sc._jvm.PythonRDD.toLocalIteratorAndServe(jrdd, self.prefetch)
             sockfile, sock = _create_local_socket((port, secret))
-            with self._lock:
-                self._sock = sock
-                cancelled = self._cancelled is not None
-            if cancelled:
-                return
             self._pump(sockfile, server)
             if self._cancelled is None:
                 self.queue.finish()
@@ -205,6 +208,9 @@ class SparkScan:
         return ScanFailed(f"Spark scan failed: {_spark_reason(exc)}")
 
     def _pump(self, sockfile, server) -> None:
+        """Ask the JVM for one partition at a time and queue its batches. After a cancel the
+        rest of the partition being written is read and dropped, then the JVM is told to
+        stop: its writer ends normally."""
         serializer = NoOpSerializer()
         schema = self.spark_arrow_schema
         limit = self.queue.max_bytes
@@ -215,9 +221,13 @@ class SparkScan:
             if status == 0:
                 return
             if status == -1:
+                if self._cancelled is not None:
+                    return  # the job was cancelled on purpose: its error is expected
                 server.getResult()  # raises the JVM's error
                 raise ScanFailed("Spark ended the scan with an error")
             for raw in serializer.load_stream(sockfile):
+                if self._cancelled is not None:
+                    continue  # drain the partition the JVM is writing
                 batch = pa.ipc.read_record_batch(pa.py_buffer(raw), schema)
                 if batch.num_rows == 0:
                     continue
@@ -228,12 +238,12 @@ class SparkScan:
                         f"one batch of {batch.num_rows} rows needs {nbytes} bytes, more than the scanner's memory limit "
                         f"of {limit} bytes; raise mem_limit"
                     )
-                if not self.queue.put(out, nbytes):
-                    return
-                self.rows_produced += out.num_rows
-        # Cancelled: tell the JVM to stop serving if it still listens.
+                if self.queue.put(out, nbytes):
+                    self.rows_produced += out.num_rows
+                elif self._cancelled is None:  # the queue was closed without a cancel
+                    self.cancel()
         try:
-            write_int(0, sockfile)
+            write_int(0, sockfile)  # cancelled between partitions: stop serving
             sockfile.flush()
         except OSError:
             pass

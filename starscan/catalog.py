@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,10 +22,10 @@ from typing import Callable
 from cachetools import TTLCache
 
 from starscan.errors import DatabaseNotFound, TableNotFound
+from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
 
 DEFAULT_DB = "default"
 DB_SUFFIX = ".db"
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 def _hidden(name: str) -> bool:
@@ -45,7 +44,10 @@ class DataFile:
     path: str            # relative to the table directory, '/'-separated
     size: int
     mtime_ns: int
-    partition: tuple[tuple[str, str | None], ...] = ()  # raw partition values from the path
+    # (column, value) of each partition folder above the file: the column name decoded as
+    # Spark decodes it, the value exactly as the folder spells it (None: Hive's NULL folder).
+    # How a value reads depends on the column's type: see starscan.hadoop_paths.
+    partition: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,14 @@ class Tablet:
     files: tuple[DataFile, ...]
 
     @property
-    def partition(self) -> dict[str, str | None]:
+    def raw_partition(self) -> dict[str, str | None]:
+        """Partition column -> the folder's value as spelled (None: NULL)."""
         return dict(self.files[0].partition) if self.files else {}
+
+    @property
+    def partition(self) -> dict[str, str | None]:
+        """Partition column -> its value as Spark reads it into a string column."""
+        return {col: None if raw is None else unescape_path_name(raw) for col, raw in self.raw_partition.items()}
 
 
 @dataclass(frozen=True)
@@ -90,10 +98,11 @@ def list_table_files(location: Path) -> tuple[list[DataFile], list[str]]:
             if _hidden(entry.name):
                 continue
             if entry.is_dir(follow_symlinks=False):
-                col, eq, raw = entry.name.partition("=")
+                spelled, eq, raw = entry.name.partition("=")
                 if not eq:
                     continue  # not a partition directory: Spark ignores it as well
-                value = None if raw == HIVE_NULL else urllib.parse.unquote(raw)
+                col = unescape_path_name(spelled)
+                value = None if raw == HIVE_DEFAULT_PARTITION else raw
                 if col not in part_cols:
                     part_cols.append(col)
                 walk(entry.path, f"{rel}{entry.name}/", partition + ((col, value),))

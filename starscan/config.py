@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     result_cache_max_bytes: int = Field(0, ge=0, description="bytes of get_next replies kept for repeated scans of the same plan content (0: no result cache)")
     result_cache_max_entry_bytes: int = Field(256 << 20, ge=1, description="a scan whose replies pass this many bytes is not cached")
     result_cache_tables: list[str] = Field(default_factory=lambda: ["*.*"], description="tables whose scans may be cached: db.table, db.* or *.*, comma-separated")
+    reply_fill_wait_s: float = Field(0.2, ge=0, le=60, description="how long a get_next reply that has rows but fewer than batch_size waits for the rest while the scan produces them (0: send what is there)")
     scan_prefetch: bool = Field(True, description="let Spark compute a scanner's next partition while the current one streams (about 2x throughput, 2x JVM memory per scanner)")
     thrift_client_timeout_s: float | None = Field(None, gt=0, description="idle seconds before the BE drops a connection (none: never)")
     shutdown_grace_s: float = Field(30, gt=0, le=3600, description="after SIGTERM/SIGINT: longest wait for in-flight scans to be cancelled and Spark to stop before the process exits regardless")

@@ -68,15 +68,27 @@ class TableNotFound(StarscanError):
 
 
 class SqlInvalid(StarscanError):
-    """Parse/analysis failure. The HTTP body says only ``The Sql is invalid`` (as StarRocks
-    does); ``detail`` keeps the reason for the log."""
+    """Parse/analysis failure. The message starts with StarRocks' own text, ``The Sql is
+    invalid``, so anything matching it still does, and goes on with the reason
+    (``The Sql is invalid: unknown column 'x' in db.t``). ``detail`` is the reason alone;
+    it names only what the SQL and the table's schema say, never a path or a secret."""
 
     http_status = 500
     status_code = "ANALYSIS_ERROR"
+    PREFIX = "The Sql is invalid"
 
     def __init__(self, detail: str = ""):
-        super().__init__("The Sql is invalid")
+        super().__init__(f"{self.PREFIX}: {detail}" if detail else self.PREFIX)
         self.detail = detail
+
+
+class TableUnreadable(StarscanError):
+    """A table whose files or folders Spark cannot read as they are (a file name Hadoop
+    cannot open, an empty partition value, an unreadable footer). Refused at plan time, so
+    a reader never gets part of a table."""
+
+    http_status = 500
+    status_code = "INTERNAL_ERROR"
 
 
 # ---- plans ------------------------------------------------------------------------
@@ -162,3 +174,9 @@ class RequestTooLarge(StarscanError):
 
     http_status = 413
     status_code = "INVALID_ARGUMENT"
+
+
+def unexpected_error_message(exc: BaseException) -> str:
+    """What a client reads when something failed that no error kind models: the kind of
+    failure only. Its text (a JVM stack trace, file paths) goes to the server log."""
+    return f"internal error ({type(exc).__name__}); the server log has the details"

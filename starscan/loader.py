@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from starscan.catalog import DEFAULT_DB, Warehouse, list_table_files
+from starscan.hadoop_paths import literal
 
 FORMATS = ("csv", "parquet", "json")
 MODES = ("overwrite", "append", "error", "errorifexists", "ignore")
@@ -270,7 +271,7 @@ def load_table(
     before = {(f.path, f.size, f.mtime_ns) for f in list_table_files(location)[0]}
 
     with _Progress(spark, progress) as bar:
-        df = bar.run(f"Reading {src.name}", lambda: _read(spark, fmt, str(src.resolve()), files, src))
+        df = bar.run(f"Reading {src.name}", lambda: _read(spark, fmt, literal(str(src.resolve())), files, src))
         columns = df.columns
         for col in partition_by:
             if col not in columns:

@@ -19,14 +19,6 @@ SCAN_KEYS = ("context_id", "query_id", "user", "table")
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 # JVM loggers that report a deliberately cancelled scan as an error with a stack trace.
-_CANCEL_NOISE_LOGGERS = (
-    "org.apache.spark.api.python.PythonRDD",
-    "org.apache.spark.security.SocketAuthServer",
-    "org.apache.spark.scheduler.TaskSetManager",
-    "org.apache.spark.executor.Executor",
-)
-
-
 def scan_fields(ctx=None, *, context_id=None, query_id=None, user=None, table=None) -> dict:
     """The fields every scan line carries, from a ScanContext (or given one by one)."""
     if ctx is not None:
@@ -90,14 +82,10 @@ def set_level(level: str) -> None:
 
 
 def quiet_spark(spark) -> None:
-    """Spark at WARN, and silence the JVM loggers whose only output for a cancelled scan is
-    a stack trace (a real failure still reaches the reader and our own log line)."""
+    """Spark's JVM logs at WARN. Nothing more is silenced: a scan closed early or reaped
+    ends without an error in Spark's log (provider/spark_scan.py stops it cleanly), and a
+    real task failure must stay visible there."""
     try:
         spark.sparkContext.setLogLevel("WARN")
-        jvm = spark.sparkContext._jvm
-        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-        off = jvm.org.apache.logging.log4j.Level.OFF
-        for name in _CANCEL_NOISE_LOGGERS:
-            configurator.setLevel(name, off)
     except Exception:  # noqa: BLE001 - a remote or stopping Spark: leave its logging alone
         logging.getLogger("starscan").debug("could not adjust Spark's log levels", exc_info=True)

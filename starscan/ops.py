@@ -39,6 +39,7 @@ RUNTIME_KEYS = (
     "max_scanners", "max_scanners_per_user", "max_tablets_per_scanner", "max_tablets_per_plan", "max_sql_length",
     "max_request_body_bytes", "log_level", "plan_rate_per_user", "plan_rate_burst", "login_max_failures",
     "login_lockout_s", "result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables",
+    "reply_fill_wait_s",
 )
 _SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "key")
 

@@ -8,7 +8,9 @@ from cachetools import LRUCache
 from pyspark.sql import types as T
 
 from starscan.catalog import TableSnapshot
-from starscan.errors import SqlInvalid
+from starscan.errors import SqlInvalid, TableUnreadable
+from starscan.hadoop_paths import check_openable, literal
+from starscan.spark import spark_problem
 
 _lock = threading.Lock()
 
@@ -35,10 +37,27 @@ class SchemaResolver:
             return hit
         if not snap.tablets:
             raise SqlInvalid(f"table {snap.qualified_name} has no data files, so it has no schema yet")
-        schema = _with_footer_details(self.spark.read.parquet(str(snap.location)).schema, snap)
+        check_openable(snap.qualified_name, str(snap.location), (f.path for t in snap.tablets for f in t.files))
+        try:
+            spark_schema = self.spark.read.parquet(literal(str(snap.location))).schema
+        except Exception as exc:
+            if spark_problem(self.spark) is not None:
+                raise  # Spark itself is gone: the caller reports that
+            raise TableUnreadable(f"table {snap.qualified_name} cannot be read by Spark: "
+                                  f"{_reason(exc, str(snap.location))}") from None
+        schema = _with_footer_details(spark_schema, snap)
         with _lock:
             self._cache[key] = schema
         return schema
+
+
+def _reason(exc: BaseException, location: str) -> str:
+    """The first line of Spark's message, with the table's location left out."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    for prefix in (f"file:{location}/", f"file://{location}/", f"{location}/"):
+        first = first.replace(prefix, "")
+    return first[:500]
 
 
 SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"

@@ -9,6 +9,7 @@ import subprocess
 
 from starscan.config import Settings
 from starscan.errors import JavaMissingError
+from starscan.hadoop_paths import literal
 
 JAVA_HELP = (
     "starscan needs Java 17 or newer for Spark. Install it, e.g. "
@@ -94,3 +95,13 @@ def build_session(settings: Settings):
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+
+
+def read_parquet_files(spark, schema, base: str, paths: list[str]):
+    """A DataFrame over exactly these Parquet files of the table at ``base`` (names never
+    read as glob patterns), partition columns from the folders between ``base`` and each
+    file, typed by ``schema``."""
+    # basePath is compared with the files' parents as it is, never globbed.
+    return spark.read.schema(schema).option("basePath", base).parquet(*[literal(p) for p in paths])

@@ -22,6 +22,8 @@ import uuid
 from pyspark.serializers import NoOpSerializer, read_int, write_int
 from pyspark.util import _create_local_socket
 
+from starscan.hadoop_paths import literal
+
 log = logging.getLogger("starscan.warmup")
 
 WARMUP_DIR = ".starscan-warmup"  # under the warehouse; hidden names are not tables (catalog.py)
@@ -51,7 +53,7 @@ def warm_up(spark, warehouse, rows: int) -> float:
         sc.setJobGroup("starscan-warmup", "starscan warm-up scan", True)
         spark.range(rows, numPartitions=2).selectExpr(*_COLUMNS).write.mode("overwrite").parquet(str(path))
         for _ in range(2):
-            df = spark.read.parquet(str(path)).where("c_bigint >= 0 and c_date >= date'1992-01-01'")
+            df = spark.read.parquet(literal(str(path))).where("c_bigint >= 0 and c_date >= date'1992-01-01'")
             _drain(sc, df)
     finally:
         try:

@@ -98,3 +98,68 @@ def test_setup_logging_formats_and_quiets_py4j():
         root.setLevel(saved[1])
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert lines == [{**lines[0], "level": "INFO", "logger": "starscan.test", "msg": "hello world", "context_id": "c1"}]
+
+
+def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path):
+    """`starscan serve` as a user runs it: readers that close before eos (mid-partition, the
+    JVM still writing) leave one INFO close line each and nothing from Spark; a task that
+    really fails (a planned file corrupted in place) still shows in Spark's log."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from starscan.provider.client import StarscanClient
+    from starscan.thrift_defs import wire
+    from test_reliability import start_serve
+
+    proc, http_port, be_port, log = start_serve(tmp_path)
+    try:
+        client = StarscanClient(f"127.0.0.1:{http_port}", retries=0, timeout_s=120)
+        for sql in ("select * from demo.lineitem", "select l_orderkey from demo.lineitem where l_quantity > 5"):
+            for _ in range(3):
+                plan, tablets = plan_for(client, "demo", "lineitem", sql)
+                reader = Reader(("127.0.0.1", be_port))
+                try:
+                    # A small mem_limit keeps the queue full, so the JVM is mid-partition at the close.
+                    cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=100, mem_limit=1 << 20)
+                    reader.next_batch(cid, 0)
+                    reader.close_scanner(cid)
+                finally:
+                    reader.close()
+        quiet_end = (tmp_path / "serve.log").read_text()
+
+        # A real failure: a planned file overwritten in place with garbage (same size and mtime).
+        location = tmp_path / "wh" / "logs.db" / "broken"
+        location.mkdir(parents=True)
+        for i in range(2):
+            pq.write_table(pa.table({"id": list(range(i * 1000, i * 1000 + 1000))}), location / f"part-{i}.parquet")
+        body = client.plan("logs", "broken", "select id from logs.broken")
+        victim = location / "part-1.parquet"
+        st = victim.stat()
+        victim.write_bytes(b"\x00" * st.st_size)
+        os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+        reader = Reader(("127.0.0.1", be_port))
+        try:
+            cid = reader.open_ok("logs", "broken", body["opaqued_query_plan"], [int(t) for t in body["partitions"]])
+            offset, status = 0, None
+            for _ in range(100):
+                res = reader.next(cid, offset)
+                if res.status.status_code != wire.TStatusCode.OK or res.eos:
+                    status = res.status
+                    break
+                offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+            assert status is not None and status.status_code == wire.TStatusCode.INTERNAL_ERROR, status
+        finally:
+            reader.close()
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+    text = (tmp_path / "serve.log").read_text()
+    early = quiet_end[quiet_end.index(" ready: "):]
+    assert early.count(" before eos") == 6
+    for noise in ("ERROR", "Exception", "Broken pipe", "WARN"):
+        assert noise not in early, early
+    failure = text[len(quiet_end):]
+    assert "ERROR" in failure and "part-1.parquet" in failure  # Spark's own report of the task

@@ -106,7 +106,7 @@ def test_one_batch_is_always_admitted_even_over_the_limit():
     assert ids_of(q.take(100)) == [5]
 
 
-def test_take_slices_to_max_rows_in_order_then_eos_after_finish():
+def test_take_joins_batches_to_max_rows_in_order_then_eos_after_finish():
     q = ResultQueue(1 << 20)
     q.put(batch(0, 10), 100)
     q.put(batch(10, 2), 100)
@@ -122,8 +122,8 @@ def test_take_slices_to_max_rows_in_order_then_eos_after_finish():
         sizes.append(out.num_rows)
         got.extend(ids_of(out))
         assert out.column(1).to_pylist() == [f"row-{i}" for i in ids_of(out)]
-    # Slices never cross batches and never exceed max_rows.
-    assert sizes == [3, 3, 3, 1, 2]
+    # Replies join rows of several batches: max_rows each, fewer only at the end.
+    assert sizes == [3, 3, 3, 3]
     assert got == list(range(12))
     assert q.bytes == 0
     assert q.take(3) is EOS                      # EOS again, not an error
@@ -137,7 +137,7 @@ def test_take_waits_for_data_and_a_finish():
     assert waiting.blocked()
     q.put(batch(0, 7), 10)
     assert ids_of(waiting.wait().result) == [0, 1, 2, 3, 4]
-    assert ids_of(q.take(5)) == [5, 6]
+    assert ids_of(q.take(5)) == [5, 6]       # fill_wait_s=0: what is there, at once
     eos = Call(q.take, 5)
     assert eos.blocked()
     q.finish()
@@ -174,6 +174,47 @@ def test_producer_and_consumer_threads_move_every_row_once_within_the_limit():
     assert q.rows_in == total
     assert 0 < q.peak_bytes <= 1000
     assert q.bytes == 0
+
+
+def test_a_reply_waits_for_batch_size_rows_while_the_producer_keeps_up():
+    q = ResultQueue(1 << 20)
+    q.put(batch(0, 3), 10)
+    waiting = Call(q.take, 10, fill_wait_s=JOIN_S)
+    assert waiting.blocked()                          # 3 of 10 rows: waits for the rest
+    q.put(batch(3, 4), 10)
+    assert waiting.blocked()                          # 7 of 10
+    q.put(batch(7, 5), 10)
+    assert ids_of(waiting.wait().result) == list(range(10))  # one reply from three batches
+    assert q.bytes == 10 and q.depth == 1             # the third batch's last 2 rows still held
+    q.finish()
+    assert ids_of(q.take(10, fill_wait_s=JOIN_S)) == [10, 11]  # the end of the scan: fewer
+    assert q.take(10) is EOS
+
+
+def test_a_reply_is_sent_short_when_the_fill_wait_ends():
+    q = ResultQueue(1 << 20)
+    q.put(batch(0, 3), 10)
+    short = Call(q.take, 10, fill_wait_s=0.2).wait()
+    assert ids_of(short.result) == [0, 1, 2]
+
+
+def test_a_reply_is_sent_short_when_the_producer_waits_for_room():
+    """The queue is full below batch_size rows: waiting would deadlock, so what is there goes."""
+    q = ResultQueue(100)
+    assert q.put(batch(0, 3), 80)
+    blocked_put = Call(q.put, batch(3, 3), 80)
+    assert blocked_put.blocked()
+    assert ids_of(Call(q.take, 10, fill_wait_s=JOIN_S).wait().result) == [0, 1, 2]
+    assert blocked_put.wait().result is True
+    waiting = Call(q.take, 10, fill_wait_s=JOIN_S)  # not full now: waits for more or the end
+    assert waiting.blocked()
+    q.finish()
+    assert ids_of(waiting.wait().result) == [3, 4, 5]
+
+
+def test_a_reply_never_is_empty_while_the_scan_runs():
+    q = ResultQueue(1 << 20)
+    assert q.take(10, timeout=0.1, fill_wait_s=0) is None  # no row: no reply yet, never an empty one
 
 
 # ---- fail / close -----------------------------------------------------------------------

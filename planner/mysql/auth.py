@@ -24,6 +24,9 @@ from starscan.users import UserStore
 # The peer address of the connection being served (set per connection task by the port),
 # so failed logins count per user and client address as on the other ports.
 client_address: contextvars.ContextVar[str] = contextvars.ContextVar("mysql_client_address", default="unknown")
+# Whether the connection's latest login (the handshake or a COM_CHANGE_USER) was refused:
+# set per connection task by the password plugin, read by the session.
+login_refused: contextvars.ContextVar[bool] = contextvars.ContextVar("mysql_login_refused", default=False)
 
 log = logging.getLogger("starscan.mysql")
 
@@ -55,6 +58,7 @@ class UsersFilePasswordPlugin(NativePasswordAuthPlugin):
         if self._check(name, auth_info.data, nonce):
             if self.guard is not None:
                 self.guard.succeeded(name, client)
+            login_refused.set(False)
             yield Success(name)
         else:
             if self.guard is not None:
@@ -64,6 +68,7 @@ class UsersFilePasswordPlugin(NativePasswordAuthPlugin):
             yield Forbidden(f"Access denied for user '{name}' (using password: {using})")
 
     def _refused(self) -> None:
+        login_refused.set(True)
         if self.on_refused is not None:
             self.on_refused()
 

@@ -8,6 +8,8 @@ from mysql_mimic.errors import ErrorCode, MysqlError
 from sqlglot.errors import ParseError, TokenError
 
 from starscan import errors as E
+from starscan.errors import unexpected_error_message
+from starscan.planner.sql import syntax_error
 
 log = logging.getLogger("starscan.mysql")
 
@@ -44,8 +46,7 @@ def to_mysql(exc: BaseException) -> MysqlError:
     if isinstance(exc, MysqlError):
         return exc
     if isinstance(exc, (ParseError, TokenError)):
-        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        return MysqlError(f"You have an error in your SQL syntax: {first}", code=ErrorCode.PARSE_ERROR)
+        return MysqlError(f"You have an error in your SQL syntax: {syntax_error(exc)}", code=ErrorCode.PARSE_ERROR)
     if isinstance(exc, E.DatabaseNotFound):
         return unknown_database(exc.db)
     if isinstance(exc, E.TableNotFound):
@@ -62,4 +63,4 @@ def to_mysql(exc: BaseException) -> MysqlError:
     if isinstance(exc, RecursionError):
         return MysqlError("statement nested too deeply", code=ErrorCode.PARSE_ERROR)
     log.exception("MySQL port: unexpected error", exc_info=exc)
-    return MysqlError(f"internal error: {type(exc).__name__}: {str(exc)[:300]}", code=ErrorCode.UNKNOWN_ERROR)
+    return MysqlError(unexpected_error_message(exc), code=ErrorCode.UNKNOWN_ERROR)

@@ -24,6 +24,7 @@ from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.mysql.errors import no_database, no_such_table, not_supported, select_denied, unknown_database
 from starscan.provider.spark_expr import to_column
 from starscan.errors import SqlInvalid
+from starscan.spark import read_parquet_files
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
             raise SqlInvalid(f"Unknown column '{name}' in '{prepared.table}'")
         return field.name
 
-    df = spark.read.schema(schema).parquet(str(snap.location))
+    paths = [str(snap.location / f.path) for t in snap.tablets for f in t.files]
+    df = read_parquet_files(spark, schema, str(snap.location), paths)
     if prepared.parsed.predicate is not None:
         df = df.filter(to_column(prepared.parsed.predicate, resolve))
     cols, names = [], []

@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from starscan.catalog import Warehouse
 from starscan.planner.mysql import info_schema, select
+from starscan.planner.mysql.auth import login_refused
 from starscan.planner.mysql.catalog_view import INFORMATION_SCHEMA, CatalogView
 from starscan.planner.mysql.errors import log, no_database, no_such_table, not_supported, to_mysql, unknown_database
 from starscan.schemas import SchemaResolver
@@ -52,6 +53,14 @@ class StarscanSession(Session):
         if self.database and not await asyncio.to_thread(self._view().database_visible, self.database):
             log.info("MySQL login of %s asked for unknown database %r: none selected", self.username, self.database)
             self.database = None
+
+    async def reset(self) -> None:
+        """After a COM_CHANGE_USER (mysql-mimic has answered it already). A refused change
+        ends the connection, as MySQL does, instead of leaving the old user logged in."""
+        await super().reset()
+        if login_refused.get():
+            self.username = None
+            self.connection.stream.writer.close()
 
     def _view(self) -> CatalogView:
         assert self.username is not None

@@ -1,0 +1,61 @@
+"""How file and folder names read in Hadoop's and Hive's conventions, which Spark follows.
+
+Two rules decide whether Spark reads exactly the files and partition values we mean:
+
+* **Globs.** Spark expands every path it is given to read as a Hadoop glob pattern when
+  the path holds any of ``\\ [ ] { } * ?``: a file named ``a[1].parquet`` would be read
+  as the pattern matching ``a1.parquet``. :func:`literal` escapes those characters with
+  Hadoop's escape character, so the pattern matches exactly the one path. (Spark's
+  internal read option ``__globPaths__=false`` turns the expansion off, but with several
+  such files in one read Spark 4.3 then reads some of them several times.)
+* **Partition folders.** Hive-style folders ``col=value`` escape characters that cannot
+  stand in a path as ``%XX``. Spark decodes each ``%XX`` (two hex digits) into the one
+  character with that code (not UTF-8: ``%C3%A9`` is two characters), in column names and
+  in values of string and timestamp columns; values of date, numeric and boolean columns
+  are parsed as they stand (``2024-01-0%31`` is no date). :func:`unescape_path_name` is
+  that decoding.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from starscan.errors import TableUnreadable
+
+_GLOB = re.compile(r"([\\\[\]{}*?])")
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+
+#: Hive's folder value for a NULL partition value.
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def literal(path: str) -> str:
+    """``path`` as a Hadoop glob pattern that matches only itself."""
+    return _GLOB.sub(r"\\\1", path)
+
+
+def check_openable(table: str, location: str, relative_paths: Iterable[str]) -> None:
+    """Refuse a table with a data file Spark's reader cannot open by its name. Hadoop
+    takes a ':' in a path component for a URI scheme where it builds a path from parts:
+    the name of a local file's checksum file (``.<name>.crc``), and every folder when a
+    path holding glob characters (escaped) is matched."""
+    location_globs = literal(location) != location
+    for path in relative_paths:
+        folders, _, name = path.rpartition("/")
+        reason = None
+        if ":" in name:
+            reason = "its name holds ':'"
+        elif (":" in folders or ":" in location) and (location_globs or literal(path) != path):
+            reason = "a folder on its path holds ':' and the path holds one of \\ [ ] { } * ?"
+        if reason is not None:
+            raise TableUnreadable(
+                f"table {table} cannot be scanned: its data file {path!r} cannot be opened by Spark's reader "
+                f"(Hadoop) because {reason}; rename the file or folder")
+
+
+def unescape_path_name(text: str) -> str:
+    """Spark's (Hive's) decoding of a partition folder's column name or value."""
+    if "%" not in text:
+        return text
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)

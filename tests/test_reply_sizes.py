@@ -1,0 +1,59 @@
+"""`get_next` replies carry the rows the reader asked for (`batch_size`), whatever the size
+of Spark's Arrow batches (4,096 rows): fewer only in the last reply of a scan, or when the
+scan is slower than `reply_fill_wait_s`. Real server, real Spark, a real Thrift reader."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from ops_helpers import Reader, plan_for
+from starscan.thrift_defs import wire
+
+
+@pytest.fixture
+def patient_fill(server):
+    """A fill wait long enough that no reply of this test is cut short by a slow moment."""
+    saved = server.settings.reply_fill_wait_s
+    server.settings.reply_fill_wait_s = 60.0
+    yield
+    server.settings.reply_fill_wait_s = saved
+
+
+def reply_sizes(client, be_addr, sql: str, batch_size: int) -> list[int]:
+    plan, tablets = plan_for(client, "demo", "lineitem", sql)
+    reader = Reader(be_addr)
+    sizes, offset = [], 0
+    try:
+        cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=batch_size)
+        while True:
+            res = reader.next(cid, offset)
+            assert res.status.status_code == wire.TStatusCode.OK, res.status
+            if res.eos:
+                break
+            table = pa.ipc.open_stream(res.rows).read_all()
+            assert table.to_batches() and len(table.to_batches()) == 1  # one record batch a reply
+            sizes.append(table.num_rows)
+            offset += table.num_rows
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    return sizes
+
+
+@pytest.mark.parametrize("batch_size", [1000, 4096, 8192, 16384])
+def test_every_reply_but_the_last_has_batch_size_rows(server, client, be_addr, spark, patient_fill, batch_size):
+    total = spark.read.parquet(str(server.warehouse.table_path("demo", "lineitem"))).count()
+    sizes = reply_sizes(client, be_addr, "select * from demo.lineitem", batch_size)
+    assert sum(sizes) == total
+    assert len(sizes) > 1, "the table must need several replies"
+    assert all(n == batch_size for n in sizes[:-1]), sizes
+    assert 0 < sizes[-1] <= batch_size
+
+
+def test_filtered_scans_fill_their_replies_too(server, client, be_addr, spark, patient_fill):
+    sql = "select l_orderkey, l_quantity from demo.lineitem where l_quantity > 25"
+    want = spark.read.parquet(str(server.warehouse.table_path("demo", "lineitem"))).where("l_quantity > 25").count()
+    sizes = reply_sizes(client, be_addr, sql, 8192)
+    assert sum(sizes) == want
+    assert all(n == 8192 for n in sizes[:-1]), sizes
