@@ -22,6 +22,7 @@ import pyarrow as pa
 from starscan.errors import ScanCancelled, StarscanError
 
 EOS = object()  # returned by take() when the scan finished and everything was taken
+PUT_TIMED_OUT = None  # returned by put() when its timeout passed with the queue still full
 
 
 class QueueBudget:
@@ -66,21 +67,27 @@ class ResultQueue:
         self.take_wait_s = 0.0
 
     # ---- producer side ----
-    def put(self, batch: pa.RecordBatch, nbytes: int) -> bool:
-        """Add a batch; blocks while full. False when the queue was closed or failed."""
+    def put(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None = None) -> bool | None:
+        """Add a batch; blocks while full. False when the queue was closed or failed,
+        PUT_TIMED_OUT (None) when ``timeout`` seconds passed with no room (nothing added)."""
         with self._cond:
             waited_from = time.monotonic()
+            deadline = None if timeout is None else waited_from + timeout
             self._puts_waiting += 1
             try:
                 while self._items and not self._stopped:
-                    if self._bytes + nbytes > self.max_bytes:
-                        self._cond.notify_all()  # a reader waiting to fill its reply gets what is here
-                        self._cond.wait()
-                    elif self.budget is not None and self.budget.would_exceed(nbytes):
-                        self._cond.notify_all()
-                        self._cond.wait(QueueBudget.POLL_S)  # others free the budget: no shared wake-up
-                    else:
+                    full = self._bytes + nbytes > self.max_bytes
+                    if not full and not (self.budget is not None and self.budget.would_exceed(nbytes)):
                         break
+                    self._cond.notify_all()  # a reader waiting to fill its reply gets what is here
+                    wait = None if full else QueueBudget.POLL_S  # others free the budget: no shared wake-up
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            self.put_wait_s += time.monotonic() - waited_from
+                            return PUT_TIMED_OUT
+                        wait = left if wait is None else min(wait, left)
+                    self._cond.wait(wait)
             finally:
                 self._puts_waiting -= 1
             self.put_wait_s += time.monotonic() - waited_from

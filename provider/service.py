@@ -10,13 +10,14 @@ from starscan import plan as plan_codec
 from starscan.config import Settings
 from starscan.errors import (InternalError, InvalidArgument, NotFound, ScanCancelled, SnapshotGone, SparkUnavailable,
                              StarscanError)
-from starscan.spark import spark_problem
+from starscan.spark import scan_pool, spark_problem
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.audit import AuditLog
 from starscan.logs import scan_fields
 from starscan.provider.admission import Admission
 from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
 from starscan.provider.result_cache import ResultCache, cache_key
+from starscan.provider.push_listener import PushListener
 from starscan.provider.spark_scan import SparkScan, check_snapshot
 from starscan.provider.status import EOS_ROWS_PROPERTY
 
@@ -58,6 +59,24 @@ class ScanService:
         # reaper and admin views must see the same manager the service registers in.
         self.contexts = contexts if contexts is not None else ScanContextManager()
         self.contexts.on_removed = self._removed
+        self._push: PushListener | None = None
+        self._push_lock = threading.Lock()
+
+    def push_listener(self) -> PushListener:
+        """Where this BE's scan tasks push their rows (started with the first scan)."""
+        with self._push_lock:
+            if self._push is None:
+                self._push = PushListener(self.settings.bind_host, self.settings.push_port,
+                                          self.settings.advertise_host)
+                log.info("BE push listener on %s:%d (tasks connect to %s)", self._push.host, self._push.port,
+                         self._push.advertised_host)
+            return self._push
+
+    def stop(self) -> None:
+        with self._push_lock:
+            if self._push is not None:
+                self._push.stop()
+                self._push = None
 
     # ---- open_scanner ----
     def open(self, params, client: str = "") -> OpenResult:
@@ -151,8 +170,9 @@ class ScanService:
         if params.mem_limit and params.mem_limit > 0:
             limit = min(limit, params.mem_limit)
         queue = ResultQueue(limit, self.budget)
-        scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id,
-                         prefetch=self.settings.scan_prefetch)
+        scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id, self.push_listener(),
+                         tasks_per_scanner=self.settings.scan_tasks_per_scanner,
+                         yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id))
         ctx.queue, ctx.scan = queue, scan
         timeout_s = params.query_timeout if params.query_timeout and params.query_timeout > 0 else self.settings.query_timeout_s
         timeout_s = min(timeout_s, self.settings.query_timeout_max_s)

@@ -1,12 +1,18 @@
-"""One scanner's Spark job: read the plan's files, filter, project, stream Arrow batches
-into the scanner's ResultQueue.
+"""One scanner's Spark work: read the plan's files, filter, project, and push the rows into
+the scanner's ResultQueue.
 
-Streaming follows shared/notes/perf-baseline.md ("stream_parts"): the DataFrame's Arrow
-batch RDD is served to Python one partition at a time through
-``PythonRDD.toLocalIteratorAndServe``; the JVM holds at most a partition or two, Python
-one batch, and a full queue stops the reading, which stops the JVM. These are private
-Spark APIs: pyspark is pinned and tests cover them. The job runs under a job group named
-after the scan context, so close, GC and timeouts cancel it.
+Each split (a Spark partition of the scan) is read by one Spark task that pushes its rows
+over TCP straight into this BE process (provider/push_wire.py), a batch at a time as Spark
+produces them: the first rows arrive within a fraction of a second of the task starting,
+no partition is ever collected whole (in the JVM or here), and the JVM never holds a
+reader's rows. A scanner keeps at most ``tasks_per_scanner`` tasks running, one Spark job
+per split, in the user's FAIR pool, so concurrent scanners share the task slots and no
+scanner waits for another's whole scan. A reader that stops reading makes its task yield
+its slot after ``yield_after_s``; the split is read again later, from where it stopped.
+
+The jobs run under a job group named after the scan context. Close, GC and timeouts stop
+the scan: the push connections say stop, the tasks end normally (no error in Spark's
+log), and jobs still running after a grace period are cancelled.
 """
 
 from __future__ import annotations
@@ -15,18 +21,19 @@ import json
 import logging
 import os
 import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from queue import Empty, SimpleQueue
 
-import pyarrow as pa
-from pyspark.serializers import NoOpSerializer, read_int, write_int
+from pyspark.rdd import RDD
+from pyspark.serializers import NoOpSerializer
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.util import _create_local_socket
 
 from starscan.errors import (
     InvalidArgument,
-    MemLimitExceeded,
     ScanCancelled,
     ScanFailed,
     ScanTimeout,
@@ -36,12 +43,17 @@ from starscan.errors import (
 from starscan.expr import unflatten
 from starscan.logs import scan_fields
 from starscan.provider.arrow_convert import BatchConverter
+from starscan.provider.push_listener import PushListener, PushSink
+from starscan.provider.push_task import PushTarget, push_spark_arrow
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.spark_expr import to_column
 from starscan.spark import read_parquet_files
 from starscan.types import is_supported
 
 log = logging.getLogger("starscan.provider.scan")
+
+#: Seconds a stopped scan's tasks get to notice the stop before their jobs are cancelled.
+STOP_GRACE_S = 2.0
 
 
 def quoted(name: str) -> str:
@@ -76,17 +88,13 @@ class SparkScan:
     """Prepared at open_scanner (errors surface there), run in a producer thread."""
 
     def __init__(self, spark, plan, plan_tablets: list, tablet_ids: list[int], queue: ResultQueue, context_id: str,
-                 prefetch: bool = True):
-        self.spark = spark
+                 listener: PushListener, tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0,
+                 pool: str = "default"):
+        self._setup(spark, queue, context_id, listener, tasks_per_scanner, yield_after_s, pool)
         self.plan = plan
-        self.queue = queue
-        self.context_id = context_id
-        self.prefetch = prefetch
-        self._cancelled: StarscanError | None = None
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self.rows_produced = 0
-        self.done = threading.Event()
+        self.description = f"{plan.database}.{plan.table}"
+        self.log_fields = scan_fields(context_id=context_id, query_id=plan.query_id, user=plan.user,
+                                      table=self.description)
 
         table_schema = T.StructType.fromJson(json.loads(plan.table_schema))
         by_lower = {f.name.lower(): f for f in table_schema.fields}
@@ -121,10 +129,41 @@ class SparkScan:
             except Exception as exc:  # AnalysisException: types that do not fit, etc.
                 raise InvalidArgument(f"the predicate cannot be evaluated on {plan.database}.{plan.table}: {_short(exc)}") from None
         df = df.select(*[F.col(quoted(field.name)) for _, field in out_cols])
+        self._use(df, [(name, f.dataType, f.nullable) for name, f in out_cols])
+
+    @classmethod
+    def of_dataframe(cls, spark, df, queue: ResultQueue, context_id: str, listener: PushListener,
+                     description: str, tasks_per_scanner: int = 2) -> "SparkScan":
+        """A scan of any DataFrame through the same push path (the start-up warm-up)."""
+        scan = cls.__new__(cls)
+        scan._setup(spark, queue, context_id, listener, tasks_per_scanner, None, "default")
+        scan.plan = None
+        scan.description = description
+        scan.log_fields = scan_fields(context_id=context_id, table=description)
+        scan._use(df, [(f.name, f.dataType, f.nullable) for f in df.schema.fields])
+        return scan
+
+    def _setup(self, spark, queue, context_id, listener, tasks_per_scanner, yield_after_s, pool) -> None:
+        self.spark = spark
+        self.queue = queue
+        self.context_id = context_id
+        self.listener = listener
+        self.tasks_per_scanner = max(1, tasks_per_scanner)
+        self.yield_after_s = yield_after_s
+        self.pool = pool
+        self._cancelled: StarscanError | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._sink: PushSink | None = None
+        self.splits = 0
+        self.done = threading.Event()
+
+    def _use(self, df, columns: list) -> None:
         self.df = df
         tz = self.spark.conf.get("spark.sql.session.timeZone")
         self.spark_arrow_schema = to_arrow_schema(df.schema, timezone=tz, prefers_large_types=False)
-        self.converter = BatchConverter([(name, f.dataType, f.nullable) for name, f in out_cols])
+        self.columns = tuple(columns)
+        self.converter = BatchConverter(list(self.columns))
 
     # ---- lifecycle ----
     def start(self) -> None:
@@ -132,23 +171,27 @@ class SparkScan:
         self._thread.start()
 
     def cancel(self, reason: StarscanError | None = None) -> None:
-        """Stop the Spark job and the producer. Safe to call more than once, from any thread.
+        """Stop the scan. Safe to call more than once, from any thread.
 
         A cancel is a normal end (close before eos, GC, timeout), so it must not look like a
-        failure in Spark's log: the running jobs of the scan are cancelled (a job waiting to
-        be served ends with an error the producer reads and drops), and the producer reads
-        the rest of a partition the JVM is writing before it says stop, instead of cutting
-        the socket under the JVM's writer (which logs "ERROR Utils: Aborting task ...
-        Broken pipe")."""
+        failure in Spark's log: the tasks are told to stop and end normally; only jobs still
+        running after STOP_GRACE_S (a task that finds no row to send for long) are cancelled."""
         with self._lock:
             if self._cancelled is not None:
                 return
             self._cancelled = reason or ScanCancelled("the scan was cancelled")
-        if not self.done.is_set():
-            self._cancel_running_jobs()
+            sink = self._sink
+        if sink is not None:
+            sink.stop()
         self.queue.fail(self._cancelled)
+        if not self.done.is_set():
+            timer = threading.Timer(STOP_GRACE_S, self._cancel_running_jobs)
+            timer.daemon = True
+            timer.start()
 
     def _cancel_running_jobs(self) -> None:
+        if self.done.is_set():
+            return
         sc = self.spark.sparkContext
         try:
             tracker = sc.statusTracker()
@@ -163,89 +206,115 @@ class SparkScan:
         if not self.done.is_set():
             self.cancel(ScanTimeout(f"the scan exceeded query_timeout of {seconds} s and was cancelled"))
 
+    @property
+    def rows_produced(self) -> int:
+        sink = self._sink
+        return sum(s.delivered for s in sink.splits) if sink is not None else 0
+
     # ---- producer ----
     def _run(self) -> None:
-        sc = self.spark.sparkContext
-        sockfile = sock = None
+        sink = None
         try:
-            sc.setJobGroup(self.context_id, f"starscan scan {self.plan.database}.{self.plan.table}", True)
-            jrdd = self.df._jdf.toArrowBatchRdd()
-            port, secret, server = sc._jvm.PythonRDD.toLocalIteratorAndServe(jrdd, self.prefetch)
-            sockfile, sock = _create_local_socket((port, secret))
-            self._pump(sockfile, server)
+            sc = self.spark.sparkContext
+            rdd = RDD(self.df._jdf.toArrowBatchRdd().toJavaRDD(), sc, NoOpSerializer())
+            self.splits = rdd.getNumPartitions()
+            sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_after_s)
+            with self._lock:
+                self._sink = sink
+                cancelled = self._cancelled is not None
+            if cancelled:
+                return
+            self.listener.register(sink)
+            target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
+                                self.spark_arrow_schema, self.columns)
+            self._drive(sc, rdd.mapPartitions(push_spark_arrow(target)), sink)
             if self._cancelled is None:
+                if sink.error is not None:
+                    raise sink.error
                 self.queue.finish()
         except Exception as exc:
             if self._cancelled is None:
-                error = exc if isinstance(exc, StarscanError) else self._failure(exc)
-                log.warning("scan %s failed: %s", self.context_id, error, extra=scan_fields(
-                    context_id=self.context_id, query_id=self.plan.query_id, user=self.plan.user,
-                    table=f"{self.plan.database}.{self.plan.table}"))
+                error = exc if isinstance(exc, StarscanError) else self._failure(exc, sink)
+                log.warning("scan %s failed: %s", self.context_id, error, extra=self.log_fields)
+                if sink is not None:
+                    sink.stop()
                 self.queue.fail(error)
         finally:
+            if sink is not None:
+                self.listener.unregister(sink)
             self.done.set()
-            try:
-                sc.setJobGroup(None, None)  # type: ignore[arg-type]
-            except Exception:
-                pass
-            for closable in (sockfile, sock):
-                try:
-                    if closable is not None:
-                        closable.close()
-                except OSError:
-                    pass
 
-    def _failure(self, exc: BaseException) -> StarscanError:
+    def _drive(self, sc, mapped, sink: PushSink) -> None:
+        """Run one Spark job per split, at most ``tasks_per_scanner`` at once, until every
+        split has ended at the sink. A split that yielded waits for room in the queue."""
+        pending = deque(range(self.splits))
+        finished: SimpleQueue = SimpleQueue()
+        in_flight = 0
+        yielded: set[int] = set()
+        description = f"starscan scan {self.description}"
+
+        def run_split(split: int) -> None:
+            try:
+                sc.setJobGroup(self.context_id, description, True)
+                sc.setLocalProperty("spark.scheduler.pool", self.pool)
+                _run_job(sc, mapped, split)
+                finished.put((split, None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
+                finished.put((split, exc))
+
+        with ThreadPoolExecutor(self.tasks_per_scanner, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as jobs:
+            while True:
+                while self._cancelled is None and in_flight < self.tasks_per_scanner and pending:
+                    if pending[0] in yielded and self.queue.bytes > self.queue.max_bytes // 2:
+                        break  # the reader has not made room yet
+                    in_flight += 1
+                    jobs.submit(run_split, pending.popleft())
+                if in_flight == 0 and (not pending or self._cancelled is not None):
+                    return
+                try:
+                    split, exc = finished.get(timeout=0.1)
+                except Empty:
+                    continue
+                in_flight -= 1
+                if self._cancelled is not None:
+                    continue
+                state = sink.state(split)
+                if exc is not None:
+                    raise self._failure(exc, sink, state.failure)
+                if state.ended:
+                    continue
+                if sink.error is not None:
+                    raise sink.error
+                if state.yielded:
+                    yielded.add(split)
+                    pending.append(split)
+                    continue
+                raise ScanFailed(f"Spark finished split {split} of the scan, but its rows did not all reach the BE")
+
+    def _failure(self, exc: BaseException, sink: PushSink | None = None, task_reason: str | None = None) -> StarscanError:
         """The error a reader gets when Spark failed: "version ... is gone" when the planned
-        files were removed or rewritten under the scan, else Spark's own reason."""
+        files were removed or rewritten under the scan, else the task's own reason."""
+        if sink is not None and sink.error is not None:
+            return sink.error
         try:
-            check_snapshot(self.plan, self._plan_tablets, self._tablet_ids)
+            if self.plan is not None:
+                check_snapshot(self.plan, self._plan_tablets, self._tablet_ids)
         except SnapshotGone as gone:
             return SnapshotGone(gone.message.replace(" was removed;", " was removed during the scan;")
                                 .replace(" was rewritten;", " was rewritten during the scan;"))
         except Exception:  # noqa: BLE001 - the original failure is what matters
             pass
-        return ScanFailed(f"Spark scan failed: {_spark_reason(exc)}")
+        return ScanFailed(f"Spark scan failed: {task_reason or _spark_reason(exc)}")
 
-    def _pump(self, sockfile, server) -> None:
-        """Ask the JVM for one partition at a time and queue its batches. After a cancel the
-        rest of the partition being written is read and dropped, then the JVM is told to
-        stop: its writer ends normally."""
-        serializer = NoOpSerializer()
-        schema = self.spark_arrow_schema
-        limit = self.queue.max_bytes
-        while self._cancelled is None:
-            write_int(1, sockfile)
-            sockfile.flush()
-            status = read_int(sockfile)
-            if status == 0:
-                return
-            if status == -1:
-                if self._cancelled is not None:
-                    return  # the job was cancelled on purpose: its error is expected
-                server.getResult()  # raises the JVM's error
-                raise ScanFailed("Spark ended the scan with an error")
-            for raw in serializer.load_stream(sockfile):
-                if self._cancelled is not None:
-                    continue  # drain the partition the JVM is writing
-                batch = pa.ipc.read_record_batch(pa.py_buffer(raw), schema)
-                if batch.num_rows == 0:
-                    continue
-                out = self.converter.convert(batch)
-                nbytes = out.get_total_buffer_size()
-                if nbytes > limit:
-                    raise MemLimitExceeded(
-                        f"one batch of {batch.num_rows} rows needs {nbytes} bytes, more than the scanner's memory limit "
-                        f"of {limit} bytes; raise mem_limit"
-                    )
-                if self.queue.put(out, nbytes):
-                    self.rows_produced += out.num_rows
-                elif self._cancelled is None:  # the queue was closed without a cancel
-                    self.cancel()
-        try:
-            write_int(0, sockfile)  # cancelled between partitions: stop serving
-            sockfile.flush()
-        except OSError:
+
+def _run_job(sc, mapped, split: int) -> None:
+    """One Spark job over one partition of ``mapped`` (what ``SparkContext.runJob`` does,
+    without building a new Python RDD per call); the partition function returns nothing."""
+    from pyspark.util import _load_from_socket
+
+    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
+    with _load_from_socket(sock_info, mapped._jrdd_deserializer) as stream:
+        for _ in stream:
             pass
 
 

@@ -69,10 +69,11 @@ class StarscanServer:
     def start(self) -> "StarscanServer":
         self.users.warn_if_default_root()
         if self.be_enabled and self.settings.warmup_rows > 0:
-            from starscan.warmup import warm_up
+            from starscan.provider.warmup import warm_up
 
             try:
-                seconds = warm_up(self.spark, self.settings.warehouse, self.settings.warmup_rows)
+                seconds = warm_up(self.spark, self.settings.warehouse, self.settings.warmup_rows,
+                                  self.service.push_listener())
             except Exception as exc:  # noqa: BLE001 - a cold JVM is slower, not broken
                 log.warning("JVM warm-up skipped: %s: %s (the first scans will be slower; warmup_rows=0 turns the "
                             "warm-up off)", type(exc).__name__, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")
@@ -141,6 +142,7 @@ class StarscanServer:
 
         # Readers inside get_next get this status now; their next call gets NOT_FOUND.
         self.contexts.close_all(ScanCancelled("the server is shutting down: open a new scanner when it is back"))
+        self.service.stop()
         self.ops.stop()
         self.audit.close()
 

@@ -6,6 +6,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 from starscan.config import Settings
 from starscan.errors import JavaMissingError
@@ -17,11 +19,10 @@ JAVA_HELP = (
     "or set JAVA_HOME to a JDK 17+."
 )
 
-# Defaults chosen from shared/notes/perf-baseline.md and bench/RESULTS.md: a scanner's Spark
-# partition is held whole in the driver while it streams (two with prefetch), so small input
-# splits bound the JVM's memory per scanner and give a fast first batch. A split cannot be
-# smaller than a Parquet row group, so tables this session writes (demo, `starscan load`) get
-# 16 MiB row groups. FAIR lets small scans pass big ones.
+# Defaults (bench/RESULTS.md): small input splits (16 MiB) make short Spark tasks, so task
+# slots change hands often among concurrent scanners; a split cannot be smaller than a
+# Parquet row group, so tables starscan writes (demo, `starscan load`) get 16 MiB row groups.
+# FAIR lets each scanner's pool get a slot before a pool that has some.
 DEFAULT_SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -58,8 +59,45 @@ def check_java() -> int:
     return major
 
 
+#: FAIR pools scan jobs are spread over (a scanner's pool is chosen from its context id).
+SCAN_POOLS = 64
+
+
+def scan_pool(context_id: str) -> str:
+    """The FAIR scheduler pool of a scanner's jobs. Each pool has a minimum share of one
+    task slot, so a scanner with no task running gets the next free slot before scanners
+    that have one: every reader keeps getting rows while others read."""
+    return f"starscan-{int(context_id.replace('-', '')[:8], 16) % SCAN_POOLS}"
+
+
+def fair_pools_file(state_dir: Path) -> Path:
+    """Write the FAIR scheduler's pool definitions (``spark.scheduler.allocation.file``)."""
+    pools = "".join(
+        f'  <pool name="starscan-{i}"><schedulingMode>FIFO</schedulingMode><weight>1</weight>'
+        f"<minShare>1</minShare></pool>\n" for i in range(SCAN_POOLS))
+    path = state_dir / "fairscheduler.xml"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    text = f'<?xml version="1.0"?>\n<allocations>\n{pools}</allocations>\n'
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
 def spark_conf(settings: Settings) -> dict[str, str]:
     conf = dict(DEFAULT_SPARK_CONF)
+    try:
+        conf["spark.scheduler.allocation.file"] = str(fair_pools_file(settings.state_dir))
+    except OSError:  # a read-only warehouse: pools are created on demand (with a warning each)
+        pass
+    # Scan tasks run starscan's own code in Spark's Python workers (provider/push_task.py):
+    # they must use this interpreter, whose environment has starscan and pyarrow.
+    conf["spark.pyspark.python"] = sys.executable
+    conf["spark.pyspark.driver.python"] = sys.executable
+    # Workers start with `python -m`, which puts their working directory first on sys.path:
+    # started from a source checkout, its `starscan/` folder would shadow the installed package.
+    conf["spark.executorEnv.PYTHONSAFEPATH"] = "1"
     conf["spark.sql.session.timeZone"] = settings.time_zone
     conf["spark.sql.warehouse.dir"] = str(settings.warehouse.resolve())
     if settings.spark_master.startswith("local"):
@@ -87,6 +125,9 @@ def build_session(settings: Settings):
     check_java()
     if settings.spark_master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark takes its workers' interpreter from here (the spark.pyspark.python key is read
+    # by spark-submit only); scan tasks need this one (see spark_conf).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(settings.spark_master).appName("starscan")

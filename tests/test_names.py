@@ -289,7 +289,7 @@ def test_load_and_warm_up_take_paths_literally(spark, tmp_path):
     from starscan.catalog import Warehouse
     from starscan.loader import load_table
     from starscan.schemas import SchemaResolver
-    from starscan.warmup import warm_up
+    from starscan.provider.warmup import warm_up
 
     source = tmp_path / "src[1]"
     source.mkdir()
@@ -303,7 +303,13 @@ def test_load_and_warm_up_take_paths_literally(spark, tmp_path):
     assert result["rows"] == 2
     snap = wh.snapshot("db", "t")
     assert [f.name for f in SchemaResolver(spark).schema(snap).fields] == ["id", "name"]
-    assert warm_up(spark, root, 1000) > 0
+    from starscan.provider.push_listener import PushListener
+
+    listener = PushListener()
+    try:
+        assert warm_up(spark, root, 1000, listener) > 0
+    finally:
+        listener.stop()
 
 
 # ---- protocol corners ---------------------------------------------------------------------------

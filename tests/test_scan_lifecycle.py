@@ -183,12 +183,19 @@ def open_with_running_job(client, be_addr, spark, server, sql):
 
 
 def assert_scan_stopped(spark, server, cid, ctx, running):
+    """The scan's Spark work stopped: no job of it runs any more, no new one starts, and
+    its splits were not read to their end (a task told to stop ends normally, its job
+    SUCCEEDED; one that did not notice in time was cancelled, its job FAILED)."""
     wait_until(lambda: not any(s == "RUNNING" for s in job_states(spark, cid).values()),
                what="the scan's Spark jobs to stop")
-    states = job_states(spark, cid)
-    for job_id in running:
-        assert states[job_id] == "FAILED", f"job {job_id} ran to the end instead of being cancelled: {states}"
     wait_until(ctx.scan.done.is_set, what="the producer thread to end")
+    states = job_states(spark, cid)
+    assert set(running) <= set(states)
+    sink = ctx.scan._sink
+    assert sink is not None and sink.stopped
+    assert not all(split.ended for split in sink.splits), "the scan was read to its end instead of being stopped"
+    time.sleep(0.5)
+    assert job_states(spark, cid) == states, "a job of the stopped scan started after the stop"
     assert cid not in {c.context_id for c in server.contexts.snapshot()}
     assert ctx.queue.bytes == 0 and ctx.queue.depth == 0
     with pytest.raises(StarscanError):  # stopped: a take fails at once instead of waiting
@@ -343,10 +350,10 @@ def test_reaper_skips_a_context_inside_get_next(client, be_addr, server, monkeyp
         entered, gate = threading.Event(), threading.Event()
         real_take = ctx.queue.take
 
-        def held_take(max_rows, timeout=None):
+        def held_take(max_rows, timeout=None, **kwargs):
             entered.set()
             assert gate.wait(120)
-            return real_take(max_rows, timeout)
+            return real_take(max_rows, timeout, **kwargs)
 
         ctx.queue.take = held_take
         reply = {}
@@ -532,9 +539,9 @@ def test_queue_bytes_stay_within_the_limit_with_a_slow_reader(client, be_addr, s
     put_sizes: dict[int, list[int]] = {}
     real_put = ResultQueue.put
 
-    def recording_put(self, batch, nbytes):
+    def recording_put(self, batch, nbytes, **kwargs):
         put_sizes.setdefault(id(self), []).append(nbytes)
-        return real_put(self, batch, nbytes)
+        return real_put(self, batch, nbytes, **kwargs)
 
     monkeypatch.setattr(ResultQueue, "put", recording_put)
     plan, tablets = plan_for(client, "demo", "lineitem", "select * from `demo`.`lineitem`")

@@ -1,17 +1,17 @@
-"""The start-up warm-up scan (starscan/warmup.py) runs on the real session and leaves nothing behind."""
+"""The start-up warm-up scan (provider/warmup.py) runs on the real session and leaves nothing behind."""
 
 from __future__ import annotations
 
 
 def test_warm_up_scans_and_cleans_up(spark, warehouse_dir, server):
-    from starscan.warmup import warm_up
+    from starscan.provider.warmup import warm_up
 
     before = set(p.name for p in warehouse_dir.iterdir())
     tracker = spark.sparkContext.statusTracker()
     jobs_before = set(tracker.getJobIdsForGroup("starscan-warmup"))
-    seconds = warm_up(spark, warehouse_dir, 5000)
+    seconds = warm_up(spark, warehouse_dir, 5000, server.service.push_listener())
     assert seconds > 0
-    # It ran Spark jobs (a write and two scans) under its own job group ...
+    # It ran Spark jobs (a write and two scans, a job per split) under its own job group ...
     assert len(set(tracker.getJobIdsForGroup("starscan-warmup")) - jobs_before) >= 3
     # ... removed its table, and no catalog listing ever shows it.
     assert set(p.name for p in warehouse_dir.iterdir()) == before
@@ -21,7 +21,7 @@ def test_warm_up_scans_and_cleans_up(spark, warehouse_dir, server):
 def test_a_failed_warm_up_does_not_stop_the_start(spark, base_settings, tmp_path, caplog):
     """Here a file stands where the warm-up table would go; the BE logs it and serves."""
     from starscan.server import StarscanServer
-    from starscan.warmup import WARMUP_DIR
+    from starscan.provider.warmup import WARMUP_DIR
 
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()

@@ -5,8 +5,9 @@ reader, whole-stage code generation and the Arrow writer are still being class-l
 JIT-compiled (bench/RESULTS.md, issue 6: the first SF1 full scan after start gave its first
 batch after 9.0 s and ran at 56.6 MB/s, the next one 1.3 s and 117.5 MB/s). So before the
 server says it is ready, it writes a small throw-away Parquet table with one column of each
-type family a StarRocks reader sees, and streams it back through the same path a scan takes
-(Parquet -> filter -> Arrow batches -> Python). The table lives under the warehouse (a
+type family a StarRocks reader sees, and scans it back through the same path a scan takes
+(Parquet -> filter -> Arrow batches -> Spark's Python workers -> push into this process),
+which also starts the Python workers and their imports. The table lives under the warehouse (a
 hidden directory the catalog ignores) so that executors of a Spark cluster can read it too,
 and it is removed afterwards. A warm-up that fails (a read-only warehouse, say) only costs
 the first reader its speed: the server logs why and starts anyway.
@@ -19,10 +20,10 @@ import shutil
 import time
 import uuid
 
-from pyspark.serializers import NoOpSerializer, read_int, write_int
-from pyspark.util import _create_local_socket
-
 from starscan.hadoop_paths import literal
+from starscan.provider.push_listener import PushListener
+from starscan.provider.result_queue import EOS, ResultQueue
+from starscan.provider.spark_scan import SparkScan
 
 log = logging.getLogger("starscan.warmup")
 
@@ -43,18 +44,18 @@ _COLUMNS = (
 )
 
 
-def warm_up(spark, warehouse, rows: int) -> float:
-    """Write ``rows`` rows under ``warehouse`` and stream them back twice; returns seconds."""
+def warm_up(spark, warehouse, rows: int, listener: PushListener) -> float:
+    """Write ``rows`` rows under ``warehouse`` and scan them back twice; returns seconds."""
     started = time.monotonic()
     parent = warehouse / WARMUP_DIR
     path = parent / uuid.uuid4().hex[:12]
     sc = spark.sparkContext
     try:
-        sc.setJobGroup("starscan-warmup", "starscan warm-up scan", True)
+        sc.setJobGroup("starscan-warmup", "starscan warm-up: write", True)  # the scans' jobs join this group
         spark.range(rows, numPartitions=2).selectExpr(*_COLUMNS).write.mode("overwrite").parquet(str(path))
         for _ in range(2):
             df = spark.read.parquet(literal(str(path))).where("c_bigint >= 0 and c_date >= date'1992-01-01'")
-            _drain(sc, df)
+            _drain(spark, df, listener)
     finally:
         try:
             sc.setJobGroup(None, None)  # type: ignore[arg-type]
@@ -68,23 +69,14 @@ def warm_up(spark, warehouse, rows: int) -> float:
     return time.monotonic() - started
 
 
-def _drain(sc, df) -> int:
-    """Stream the DataFrame's Arrow batches to Python the way a scan does; count the bytes."""
-    port, secret, server = sc._jvm.PythonRDD.toLocalIteratorAndServe(df._jdf.toArrowBatchRdd(), True)
-    sockfile, sock = _create_local_socket((port, secret))
-    total = 0
-    try:
-        while True:
-            write_int(1, sockfile)
-            sockfile.flush()
-            status = read_int(sockfile)
-            if status == 0:
-                return total
-            if status == -1:
-                server.getResult()  # raises the JVM's error
-                return total
-            for raw in NoOpSerializer().load_stream(sockfile):
-                total += len(raw)
-    finally:
-        sockfile.close()
-        sock.close()
+def _drain(spark, df, listener: PushListener) -> int:
+    """Scan the DataFrame the way a scanner does and drop what arrives; returns the rows."""
+    queue = ResultQueue(64 << 20)
+    scan = SparkScan.of_dataframe(spark, df, queue, "starscan-warmup", listener, "warm-up")
+    scan.start()
+    rows = 0
+    while True:
+        batch = queue.take(65536)
+        if batch is EOS:
+            return rows
+        rows += batch.num_rows

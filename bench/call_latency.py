@@ -1,0 +1,168 @@
+"""Per-call latency of `open_scanner` and `get_next` for readers configured like the StarRocks
+Flink connector (issue 22; not a test).
+
+The Flink connector uses `scan.connect.timeout-ms` (default 1000) as the connect and read
+timeout of its Thrift client and has no Thrift retries: any call slower than about a second
+fails the Flink job. Its defaults: batch_size 1000, keep_alive_min 10, query_timeout 600,
+mem_limit 1 GiB, SQL ``select * from `db`.`tbl```.
+
+Starts an in-process starscan server on ``demo.lineitem`` at ``--scale`` (written once into
+``--warehouse``), warms it with one full scan, then for each reader count runs that many
+concurrent full scans, each reader in its own process (as separate Flink subtasks are), and
+times every call. Reported: p50 / p99 / max of each call, calls over 1 s, rows/s, first
+reply after open, errors.
+
+    python bench/call_latency.py                                   # scale 0.1 and 1; 1, 4 and 8 readers
+    python bench/call_latency.py --scales 0.1 --readers 1,4 --no-append
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+import common
+
+DB, TABLE = "demo", "lineitem"
+SQL = "select * from `demo`.`lineitem`"
+FLINK = {"batch_size": 1000, "keep_alive_min": 10, "query_timeout": 600, "mem_limit": 1 << 30}
+
+
+def reader(fe: str, timeout_s: float, out) -> None:
+    """One Flink-like reader: plan, open, get_next until eos, close; every call timed."""
+    import pyarrow as pa
+
+    from starscan.provider.client import StarscanClient, thrift_client
+    from starscan.thrift_defs import wire
+
+    client = StarscanClient(fe, retries=0)
+    result = {"open": [], "next": [], "rows": 0, "error": None, "first_reply_s": None, "wall_s": 0.0}
+    started = time.perf_counter()
+    try:
+        body = client.plan(DB, TABLE, SQL)
+        tablets = [int(t) for t in body["partitions"]]
+        host, port = next(iter(body["partitions"].values()))["routings"][0].split(":")
+        conn = thrift_client(host, int(port), timeout_s=timeout_s)
+        try:
+            t0 = time.perf_counter()
+            opened = conn.open_scanner(wire.TScanOpenParams(
+                cluster="default_cluster", database=DB, table=TABLE, tablet_ids=tablets,
+                opaqued_query_plan=body["opaqued_query_plan"], user="root", passwd="", **FLINK))
+            opened_at = time.perf_counter()
+            result["open"].append(opened_at - t0)
+            if opened.status.status_code != wire.TStatusCode.OK:
+                raise RuntimeError(f"open_scanner: {opened.status}")
+            offset = 0
+            while True:
+                t0 = time.perf_counter()
+                res = conn.get_next(wire.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
+                result["next"].append(time.perf_counter() - t0)
+                if res.status.status_code != wire.TStatusCode.OK:
+                    raise RuntimeError(f"get_next: {res.status}")
+                if res.eos:
+                    break
+                if result["first_reply_s"] is None:
+                    result["first_reply_s"] = time.perf_counter() - opened_at
+                offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+            result["rows"] = offset
+            conn.close_scanner(wire.TScanCloseParams(context_id=opened.context_id))
+        finally:
+            conn.close()
+    except Exception as exc:  # noqa: BLE001 - reported, a timeout included
+        result["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    result["wall_s"] = time.perf_counter() - started
+    out.put(result)
+
+
+def run_readers(fe: str, n: int, timeout_s: float) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=reader, args=(fe, timeout_s, out)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=3600) for _ in procs]
+    for p in procs:
+        p.join(60)
+    return results
+
+
+def row_for(scale: float, n: int, results: list[dict], timeout_s: float) -> list:
+    opens = [x for r in results for x in r["open"]]
+    nexts = [x for r in results for x in r["next"]]
+    errors = [r["error"] for r in results if r["error"]]
+    rows = sum(r["rows"] for r in results)
+    wall = max(r["wall_s"] for r in results)
+    first = [r["first_reply_s"] for r in results if r["first_reply_s"] is not None]
+
+    def ms(values, q):
+        return common.fmt(common.percentile(values, q) * 1000, 0) if values else "–"
+
+    return [
+        scale, n, len(nexts),
+        f"{ms(opens, 50)} / {ms(opens, 99)} / {ms(opens, 100)}",
+        f"{ms(nexts, 50)} / {ms(nexts, 99)} / {ms(nexts, 100)}",
+        sum(1 for x in opens + nexts if x > 1.0),
+        f"{ms(first, 50)} / {ms(first, 100)}",
+        common.fmt(rows / wall / 1e6, 2) if wall else "–",
+        f"{len(errors)}" + (f" ({errors[0]})" if errors else ""),
+    ]
+
+
+HEADER = ["scale", "readers", "get_next calls", "open_scanner ms p50 / p99 / max", "get_next ms p50 / p99 / max",
+          "calls > 1 s", "first reply after open ms p50 / max", "M rows/s (aggregate)", "errors"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scales", default="0.1,1", help="lineitem scales (default 0.1,1)")
+    ap.add_argument("--readers", default="1,4,8", help="concurrent readers (default 1,4,8)")
+    ap.add_argument("--timeout", type=float, default=30.0,
+                    help="client socket timeout in s (default 30: latencies are measured, not cut at Flink's 1 s)")
+    ap.add_argument("--master", default=None, help="Spark master (default: starscan's default)")
+    ap.add_argument("--warehouse", default="/tmp/starscan-bench-latency-wh", help="warehouse dir, reused across runs")
+    ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
+    args = ap.parse_args(argv)
+
+    from starscan.config import Settings
+
+    master = args.master or Settings.model_fields["spark_master"].default
+    env = common.environment()
+    rows = []
+    for scale in [float(x) for x in args.scales.split(",")]:
+        warehouse = Path(args.warehouse) / f"scale-{scale}"
+        common.log(f"scale {scale}: starting Spark ({master}) and the server")
+        server, spark, settings = common.start_server(warehouse, master=master)
+        try:
+            from scan_throughput import ensure_lineitem
+
+            ensure_lineitem(spark, server.warehouse, scale, settings.tablet_target_bytes)
+            fe = f"127.0.0.1:{server.http_port}"
+            common.log("warm-up: one full scan")
+            run_readers(fe, 1, args.timeout)
+            for n in [int(x) for x in args.readers.split(",")]:
+                common.log(f"scale {scale}: {n} reader(s)")
+                rows.append(row_for(scale, n, run_readers(fe, n, args.timeout), args.timeout))
+                print(json.dumps(rows[-1]), flush=True)
+        finally:
+            server.stop()
+            spark.stop()
+    conditions = {
+        "what": "every open_scanner and get_next call timed in the reader (a separate process per reader, "
+                "thriftpy2 client), full scans of demo.lineitem, Flink connector defaults: batch_size 1000, "
+                "keep_alive_min 10, query_timeout 600, mem_limit 1 GiB; 'calls > 1 s' would fail a Flink job with "
+                "the default scan.connect.timeout-ms",
+        "server": f"in-process StarscanServer, Spark master {master}, starscan defaults otherwise "
+                  "(scan_tasks_per_scanner, reply_fill_wait_s, 16 MiB splits); one warm-up full scan before the runs",
+        "data": f"demo.lineitem written by starscan.demo at scales {args.scales} (tablet_target_bytes default)",
+    }
+    common.report("call_latency: Flink-like readers", conditions, common.markdown_table(HEADER, rows) + "\n", env,
+                  append=not args.no_append)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

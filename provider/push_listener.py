@@ -1,0 +1,269 @@
+"""The BE end of push connections (provider/push_wire.py): one listener per BE, one sink
+per running scan.
+
+The listener accepts a connection, reads the hello and hands the connection to the sink
+whose token it names; anything else (a wrong magic, an unknown or expired token, a split
+out of range) is closed at once, so no one can add rows to a scan without its token, and a
+token stops working when its scan ends.
+
+The sink keeps, per split, how many rows reached the scanner's queue. A split read again
+(Spark retried a failed task, or the split yielded its slot) re-reads deterministically,
+so the sink drops the rows it delivered before and passes on only the rest: a retry
+neither loses nor repeats a row. A newer connection for a split supersedes an older one
+still open (a task Spark gave up on); the older one's frames are dropped.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+import socket
+import threading
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from starscan.errors import MemLimitExceeded, ScanFailed, StarscanError
+from starscan.provider.push_wire import (BATCH, END, ERROR, FRAME, GO, HELLO, MAGIC, ROWS, STOP, YIELD, recv_exact)
+from starscan.provider.result_queue import PUT_TIMED_OUT, ResultQueue
+
+log = logging.getLogger("starscan.provider.push")
+
+HELLO_TIMEOUT_S = 10.0
+
+
+@dataclass
+class _Split:
+    delivered: int = 0          # rows of this split in the scanner's queue
+    ended: bool = False
+    yielded: bool = False       # the BE asked the task to give its slot back
+    generation: int = 0         # bumped by every new connection for the split
+    failure: str | None = None  # what the task reported when it failed
+
+
+class PushSink:
+    """What one scan's tasks push into, and what the scan's driver asks about its splits."""
+
+    def __init__(self, queue: ResultQueue, schema: pa.Schema, splits: int, yield_after_s: float | None):
+        self.token = secrets.token_bytes(32)
+        self.queue = queue
+        self.schema = schema
+        self.yield_after_s = yield_after_s
+        self.splits = [_Split() for _ in range(splits)]
+        self._cond = threading.Condition()
+        self._conns: dict[int, socket.socket] = {}
+        self._split_locks = [threading.Lock() for _ in range(splits)]
+        self.stopped = False
+        self.error: StarscanError | None = None
+
+    # ---- the driver's view ----
+    def state(self, split: int) -> _Split:
+        with self._cond:
+            return self.splits[split]
+
+    def all_ended(self) -> bool:
+        with self._cond:
+            return all(s.ended for s in self.splits)
+
+    def stop(self) -> None:
+        """Tell every task to stop; later connections are told at once."""
+        with self._cond:
+            self.stopped = True
+            conns = list(self._conns.values())
+        for sock in conns:
+            _send_quietly(sock, STOP)
+
+    # ---- a connection ----
+    def serve(self, sock: socket.socket, split_no: int) -> None:
+        """Take frames from one task until it closes; runs in the listener's handler thread."""
+        lock = self._split_locks[split_no]
+        with lock, self._cond:
+            split = self.splits[split_no]
+            if self.stopped or split.ended:
+                _send_quietly(sock, STOP)
+                return
+            old = self._conns.get(split_no)
+            if old is not None:
+                _send_quietly(old, STOP)  # a task Spark gave up on: its frames no longer count
+            split.generation += 1
+            split.yielded = False
+            generation = split.generation
+            skip = split.delivered
+            self._conns[split_no] = sock
+        sent = 0  # rows this task sent, as the task counts them
+        try:
+            sock.sendall(GO)
+            while True:
+                header = recv_exact(sock, FRAME.size)
+                if header is None:
+                    return
+                kind, size = FRAME.unpack(header)
+                if kind == BATCH:
+                    if size > max(self.queue.max_bytes, 1 << 16) * 4:
+                        self._fail(MemLimitExceeded(
+                            f"one batch needs {size} bytes, more than the scanner's memory limit of "
+                            f"{self.queue.max_bytes} bytes allows; raise mem_limit"))
+                        _send_quietly(sock, STOP)
+                        _drain(sock)
+                        return
+                    payload = recv_exact(sock, size)
+                    if payload is None:
+                        return
+                    batch = pa.ipc.read_record_batch(pa.py_buffer(payload), self.schema)
+                    sent += batch.num_rows
+                    with lock:
+                        if split.generation != generation or split.yielded or self.stopped:
+                            continue  # superseded or told to stop: drop until the task closes
+                        if skip:
+                            drop = min(skip, batch.num_rows)
+                            skip -= drop
+                            batch = batch.slice(drop)
+                            if batch.num_rows == 0:
+                                continue
+                        self._deliver(sock, split, batch)
+                elif kind == END:
+                    payload = recv_exact(sock, size)
+                    if payload is None or size != ROWS.size:
+                        return
+                    (reported,) = ROWS.unpack(payload)
+                    with lock, self._cond:
+                        if split.generation == generation and not split.yielded and not self.stopped:
+                            if reported != sent:
+                                self._fail_locked(ScanFailed(
+                                    f"split {split_no} ended with {reported} rows sent but {sent} received"))
+                            else:
+                                split.ended = True
+                            self._cond.notify_all()
+                    return
+                elif kind == ERROR:
+                    payload = recv_exact(sock, size)
+                    with self._cond:
+                        split.failure = bytes(payload or b"").decode("utf-8", "replace")
+                        self._cond.notify_all()
+                    return
+                else:
+                    log.warning("push connection for split %d sent an unknown frame %r: closed", split_no, kind)
+                    return
+        except OSError:
+            return  # the task went away; the driver learns from Spark why
+        except Exception as exc:  # noqa: BLE001 - a frame we could not take: the scan fails, the BE goes on
+            log.exception("push connection for split %d failed", split_no)
+            self._fail(ScanFailed(f"the BE could not take the rows of split {split_no}: {type(exc).__name__}: {exc}"))
+        finally:
+            with self._cond:
+                if self._conns.get(split_no) is sock:
+                    del self._conns[split_no]
+                self._cond.notify_all()
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _deliver(self, sock: socket.socket, split: _Split, batch: pa.RecordBatch) -> None:
+        nbytes = batch.get_total_buffer_size()
+        if nbytes > self.queue.max_bytes:
+            self._fail(MemLimitExceeded(
+                f"one batch of {batch.num_rows} rows needs {nbytes} bytes, more than the scanner's memory limit of "
+                f"{self.queue.max_bytes} bytes; raise mem_limit"))
+            _send_quietly(sock, STOP)
+            return
+        outcome = self.queue.put(batch, nbytes, timeout=self.yield_after_s)
+        if outcome is PUT_TIMED_OUT:
+            # The reader has not read for a while: give the Spark slot back; the split is
+            # read again later from where it stopped.
+            split.yielded = True
+            _send_quietly(sock, YIELD)
+        elif outcome:
+            split.delivered += batch.num_rows
+        else:
+            _send_quietly(sock, STOP)  # the queue was closed or failed
+
+    def _fail(self, error: StarscanError) -> None:
+        with self._cond:
+            self._fail_locked(error)
+
+    def _fail_locked(self, error: StarscanError) -> None:
+        if self.error is None:
+            self.error = error
+        self.stopped = True
+        self._cond.notify_all()
+        self.queue.fail(error)
+
+
+class PushListener:
+    """Accepts push connections on ``host:port`` (0: a free port) for the scans registered."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, advertised_host: str | None = None):
+        self._server = socket.create_server((host, port), backlog=256)
+        self.host = host
+        self.port = self._server.getsockname()[1]
+        # Where tasks connect: the bound address, or the advertised one when bound to all.
+        self.advertised_host = advertised_host if host in ("0.0.0.0", "", "::") and advertised_host else host
+        self._sinks: dict[bytes, PushSink] = {}
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._accept, name="be-push", daemon=True)
+        self._thread.start()
+
+    def register(self, sink: PushSink) -> None:
+        with self._lock:
+            self._sinks[sink.token] = sink
+
+    def unregister(self, sink: PushSink) -> None:
+        with self._lock:
+            self._sinks.pop(sink.token, None)
+
+    def _accept(self) -> None:
+        while not self._stopping:
+            try:
+                sock, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(sock,), name="be-push-conn", daemon=True).start()
+
+    def _handle(self, sock: socket.socket) -> None:
+        try:
+            sock.settimeout(HELLO_TIMEOUT_S)
+            hello = recv_exact(sock, HELLO.size)
+            sock.settimeout(None)
+        except OSError:
+            hello = None
+        if hello is None:
+            sock.close()
+            return
+        magic, token, split, _attempt = HELLO.unpack(hello)
+        sink = self._find(token) if hmac.compare_digest(magic, MAGIC) else None
+        if sink is None or split >= len(sink.splits):
+            # Not a scan of ours (forged, or one that ended): no answer, no rows.
+            log.info("push connection refused: %s", "unknown or expired scan token" if sink is None else
+                     f"split {split} out of range")
+            sock.close()
+            return
+        sink.serve(sock, split)
+
+    def _find(self, token: bytes) -> PushSink | None:
+        with self._lock:
+            return self._sinks.get(token)
+
+    def stop(self) -> None:
+        self._stopping = True
+        try:
+            self._server.close()
+        except OSError:
+            pass
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass
+
+
+def _drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(1 << 16):
+            pass
+    except OSError:
+        pass

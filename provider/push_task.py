@@ -1,0 +1,67 @@
+"""What a Spark task of a scan runs, in Spark's Python worker: read its split's batches,
+turn them into the wire types and push them to the scanner's BE (provider/push_wire.py).
+
+The function is built on the driver and shipped inside the task (cloudpickle): it carries
+the BE's push address, the scan's token and the column types, nothing else. Everything it
+imports is the server's own code, so Spark's Python workers must run the server's
+interpreter (``spark.pyspark.python``, set by starscan.spark).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class PushTarget:
+    host: str
+    port: int
+    token: bytes
+    source_schema: pa.Schema      # the Arrow schema of what the split yields (Spark's types)
+    columns: tuple                # (name, Spark DataType, nullable) of the wire columns
+
+
+def push_spark_arrow(target: PushTarget):
+    """The partition function of the ``sql`` engine: the split's input is Spark's own Arrow
+    batches (IPC bytes of ``DataFrame.toArrowBatchRdd``), produced as Spark scans, one
+    batch at a time."""
+
+    def run(raw_batches):
+        def batches():
+            for raw in raw_batches:
+                yield pa.ipc.read_record_batch(pa.py_buffer(raw), target.source_schema)
+
+        push_split(target, batches())
+        return iter(())
+
+    return run
+
+
+def push_split(target: PushTarget, batches) -> None:
+    """Send every batch of this task's split, converted to the wire types, then the end.
+    A stop or yield from the BE ends the split early and normally (the rest of the input
+    is not read); any other failure is reported to the BE and raised, so Spark sees it."""
+    from pyspark import TaskContext
+
+    from starscan.provider.arrow_convert import BatchConverter
+    from starscan.provider.push_wire import PushStopped, TaskSender
+
+    task = TaskContext.get()
+    sender = TaskSender(target.host, target.port, target.token, task.partitionId(), task.attemptNumber())
+    try:
+        if not sender.go:
+            return
+        converter = BatchConverter(list(target.columns))
+        for batch in batches:
+            if batch.num_rows:
+                sender.send(converter.convert(batch))
+        sender.end()
+    except PushStopped:
+        pass
+    except BaseException as exc:
+        sender.error(f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        sender.close()

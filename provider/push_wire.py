@@ -1,0 +1,112 @@
+"""The push connection between a Spark task and the BE: how a task hands its split's rows
+to the scanner that asked for them, with the JVM out of the data path.
+
+Each task of a scan opens one TCP connection to the BE's push listener and says hello:
+the scan's secret token (random, per scan, carried only inside the task's closure), the
+split (partition) it reads and its attempt. The BE answers one byte: ``G`` (go on) or
+``S`` (nothing to send: the scan ended, or this split was delivered already). Then the task
+sends frames, each a kind byte and a 4-byte length before the payload:
+
+* ``B``: one Arrow record batch in the wire types (an IPC message without the schema;
+  the BE knows the scan's schema);
+* ``E``: the split is done; the payload is the 8-byte count of rows the task sent in all;
+* ``X``: the task failed; the payload is the reason in UTF-8 (the task raises as well).
+
+At any time the BE may send one byte back: ``S`` (stop: the scan was closed or failed) or
+``Y`` (yield: the reader has not read for a while and this task holds a Spark slot others
+need; the split is read again later, skipping what was delivered). The task looks for it
+before every frame and then ends normally, so a closed scan leaves no error in Spark's log.
+TCP flow control is the backpressure: when the scanner's queue is full the BE stops
+reading, and the task blocks in ``send``.
+
+Runs inside Spark's Python workers as well as in the BE: standard library and pyarrow only.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+
+import pyarrow as pa
+
+MAGIC = b"SSPUSH1\n"
+TOKEN_BYTES = 32
+HELLO = struct.Struct(">8s32sII")   # magic, token, split, attempt
+FRAME = struct.Struct(">cI")        # kind, payload length
+ROWS = struct.Struct(">Q")
+
+BATCH, END, ERROR = b"B", b"E", b"X"
+GO, STOP, YIELD = b"G", b"S", b"Y"
+
+CONNECT_TIMEOUT_S = 30.0
+
+
+class PushStopped(Exception):
+    """The BE said stop or yield: the task ends its split early, normally."""
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytearray | None:
+    """Exactly ``n`` bytes, or None when the peer closed before sending them."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            return None
+        got += k
+    return buf
+
+
+class TaskSender:
+    """The task side of one push connection."""
+
+    def __init__(self, host: str, port: int, token: bytes, split: int, attempt: int):
+        self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        self.sock.settimeout(None)  # a full scanner queue may hold a send for long: that is backpressure
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(HELLO.pack(MAGIC, token, split, attempt))
+        answer = recv_exact(self.sock, 1)
+        self.go = answer == GO
+        self.rows = 0
+
+    def _check(self) -> None:
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        if readable:
+            raise PushStopped(bytes(self.sock.recv(1)))
+
+    def send(self, batch: pa.RecordBatch) -> None:
+        """Send one batch; raises PushStopped when the BE wants no more."""
+        self._check()
+        payload = batch.serialize()
+        self.sock.sendall(FRAME.pack(BATCH, payload.size))
+        self.sock.sendall(payload)
+        self.rows += batch.num_rows
+
+    def end(self) -> None:
+        self.sock.sendall(FRAME.pack(END, ROWS.size) + ROWS.pack(self.rows))
+        self._wait_closed()
+
+    def error(self, reason: str) -> None:
+        data = reason.encode("utf-8", "replace")[:8192]
+        try:
+            self.sock.sendall(FRAME.pack(ERROR, len(data)) + data)
+        except OSError:
+            pass
+
+    def _wait_closed(self) -> None:
+        """After the last frame the BE closes the connection: wait for that, so the task
+        ends only when the BE has taken every frame (never a split ended in Spark whose
+        rows are still in a socket buffer)."""
+        try:
+            while self.sock.recv(64):
+                pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
