@@ -123,6 +123,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=30.0,
                     help="client socket timeout in s (default 30: latencies are measured, not cut at Flink's 1 s)")
     ap.add_argument("--master", default=None, help="Spark master (default: starscan's default)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a starscan setting for the server (repeatable), e.g. scan_tasks_per_scanner=1")
     ap.add_argument("--warehouse", default="/tmp/starscan-bench-latency-wh", help="warehouse dir, reused across runs")
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = ap.parse_args(argv)
@@ -135,7 +137,8 @@ def main(argv=None) -> int:
     for scale in [float(x) for x in args.scales.split(",")]:
         warehouse = Path(args.warehouse) / f"scale-{scale}"
         common.log(f"scale {scale}: starting Spark ({master}) and the server")
-        server, spark, settings = common.start_server(warehouse, master=master)
+        overrides = dict(item.split("=", 1) for item in args.set)
+        server, spark, settings = common.start_server(warehouse, master=master, **overrides)
         try:
             from scan_throughput import ensure_lineitem
 
@@ -155,7 +158,7 @@ def main(argv=None) -> int:
                 "thriftpy2 client), full scans of demo.lineitem, Flink connector defaults: batch_size 1000, "
                 "keep_alive_min 10, query_timeout 600, mem_limit 1 GiB; 'calls > 1 s' would fail a Flink job with "
                 "the default scan.connect.timeout-ms",
-        "server": f"in-process StarscanServer, Spark master {master}, starscan defaults otherwise "
+        "server": f"in-process StarscanServer, Spark master {master}, settings {args.set or 'default'}, defaults otherwise "
                   "(scan_tasks_per_scanner, reply_fill_wait_s, 16 MiB splits); one warm-up full scan before the runs",
         "data": f"demo.lineitem written by starscan.demo at scales {args.scales} (tablet_target_bytes default)",
     }

@@ -85,7 +85,9 @@ def check_snapshot(plan, plan_tablets: list, tablet_ids: list[int]) -> list[str]
 
 
 class SparkScan:
-    """Prepared at open_scanner (errors surface there), run in a producer thread."""
+    """Checked at open_scanner (plan, columns, planned files); the Spark work, from building
+    the DataFrame on, happens in the producer thread, so open_scanner answers in
+    milliseconds however busy Spark is. An error found there reaches the reader at get_next."""
 
     def __init__(self, spark, plan, plan_tablets: list, tablet_ids: list[int], queue: ResultQueue, context_id: str,
                  listener: PushListener, tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0,
@@ -119,17 +121,25 @@ class SparkScan:
             out_cols.append((c.name, field))
 
         self._plan_tablets, self._tablet_ids = plan_tablets, tablet_ids
-        paths = check_snapshot(plan, plan_tablets, tablet_ids)
-        df = read_parquet_files(self.spark, table_schema, plan.table_location, paths)
+        check_snapshot(plan, plan_tablets, tablet_ids)
+        self._table_schema, self._resolve, self._out_cols = table_schema, resolve, out_cols
+        self.df = None  # built by the producer thread: open_scanner does only the checks
+        self.columns = tuple((name, f.dataType, f.nullable) for name, f in out_cols)
+        self.converter = BatchConverter(list(self.columns))
+
+    def _build_dataframe(self):
+        """The scan as a Spark DataFrame (py4j work: the file index, the plan's analysis)."""
+        plan = self.plan
+        paths = check_snapshot(plan, self._plan_tablets, self._tablet_ids)
+        df = read_parquet_files(self.spark, self._table_schema, plan.table_location, paths)
         if plan.predicate is not None:
             try:
-                df = df.filter(to_column(unflatten(plan.predicate), resolve))
+                df = df.filter(to_column(unflatten(plan.predicate), self._resolve))
             except StarscanError:
                 raise
             except Exception as exc:  # AnalysisException: types that do not fit, etc.
                 raise InvalidArgument(f"the predicate cannot be evaluated on {plan.database}.{plan.table}: {_short(exc)}") from None
-        df = df.select(*[F.col(quoted(field.name)) for _, field in out_cols])
-        self._use(df, [(name, f.dataType, f.nullable) for name, f in out_cols])
+        return df.select(*[F.col(quoted(field.name)) for _, field in self._out_cols])
 
     @classmethod
     def of_dataframe(cls, spark, df, queue: ResultQueue, context_id: str, listener: PushListener,
@@ -140,7 +150,9 @@ class SparkScan:
         scan.plan = None
         scan.description = description
         scan.log_fields = scan_fields(context_id=context_id, table=description)
-        scan._use(df, [(f.name, f.dataType, f.nullable) for f in df.schema.fields])
+        scan.df = df
+        scan.columns = tuple((f.name, f.dataType, f.nullable) for f in df.schema.fields)
+        scan.converter = BatchConverter(list(scan.columns))
         return scan
 
     def _setup(self, spark, queue, context_id, listener, tasks_per_scanner, yield_after_s, pool) -> None:
@@ -158,12 +170,6 @@ class SparkScan:
         self.splits = 0
         self.done = threading.Event()
 
-    def _use(self, df, columns: list) -> None:
-        self.df = df
-        tz = self.spark.conf.get("spark.sql.session.timeZone")
-        self.spark_arrow_schema = to_arrow_schema(df.schema, timezone=tz, prefers_large_types=False)
-        self.columns = tuple(columns)
-        self.converter = BatchConverter(list(self.columns))
 
     # ---- lifecycle ----
     def start(self) -> None:
@@ -216,6 +222,10 @@ class SparkScan:
         sink = None
         try:
             sc = self.spark.sparkContext
+            if self.df is None:
+                self.df = self._build_dataframe()
+            tz = self.spark.conf.get("spark.sql.session.timeZone")
+            spark_arrow_schema = to_arrow_schema(self.df.schema, timezone=tz, prefers_large_types=False)
             rdd = RDD(self.df._jdf.toArrowBatchRdd().toJavaRDD(), sc, NoOpSerializer())
             self.splits = rdd.getNumPartitions()
             sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_after_s)
@@ -226,7 +236,7 @@ class SparkScan:
                 return
             self.listener.register(sink)
             target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
-                                self.spark_arrow_schema, self.columns)
+                                spark_arrow_schema, self.columns)
             self._drive(sc, rdd.mapPartitions(push_spark_arrow(target)), sink)
             if self._cancelled is None:
                 if sink.error is not None:

@@ -126,7 +126,7 @@ def serve(
     be_port: Optional[int] = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
     query_port: Optional[int] = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
     warehouse: Optional[Path] = WarehouseOpt,
-    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[*])"),
+    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
     demo_scale: Optional[float] = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
     bind_host: Optional[str] = typer.Option(None, "--bind-host", help="address to listen on"),
     advertise_host: Optional[str] = typer.Option(None, "--advertise-host", help="host put in routings"),
@@ -159,7 +159,7 @@ def be(
     conf: Optional[Path] = ConfOpt,
     be_port: Optional[int] = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
     warehouse: Optional[Path] = WarehouseOpt,
-    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[*])"),
+    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
     bind_host: Optional[str] = typer.Option(None, "--bind-host", help="address to listen on"),
     log_format: Optional[str] = LogFormatOpt,
 ) -> None:

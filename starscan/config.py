@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="application log level")
 
     # ---- Spark ----
-    spark_master: str = Field("local[*]", description="Spark master URL: local[N], spark://, k8s://, yarn")
+    spark_master: str = Field("local[16]", description="Spark master URL: local[N], spark://, k8s://, yarn. Locally, N is the number of Spark task slots, not cores: every open scanner keeps scan_tasks_per_scanner tasks running (the OS shares the cores among them), so N should be that many times the scanners read at once")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
 
     @field_validator("be_endpoints")

@@ -98,6 +98,8 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     # Workers start with `python -m`, which puts their working directory first on sys.path:
     # started from a source checkout, its `starscan/` folder would shadow the installed package.
     conf["spark.executorEnv.PYTHONSAFEPATH"] = "1"
+    # Workers are forked from a daemon that has the scan tasks' imports done already.
+    conf["spark.python.daemon.module"] = "starscan.provider.worker_daemon"
     conf["spark.sql.session.timeZone"] = settings.time_zone
     conf["spark.sql.warehouse.dir"] = str(settings.warehouse.resolve())
     if settings.spark_master.startswith("local"):

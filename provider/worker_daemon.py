@@ -1,0 +1,21 @@
+"""Spark's Python daemon (``spark.python.daemon.module``), with what a scan task runs
+imported before it forks a worker for each task.
+
+Spark starts one daemon per executor and forks a Python worker from it whenever a task
+needs one (several scanners at once need several). A plain daemon forks workers that then
+import pyarrow, PySpark's worker and starscan's task code themselves: about a second on a
+busy 2-core machine, which the first reply of every new concurrent scanner waited for
+(bench/RESULTS.md, issue 22). Forked from this daemon, a worker has all of it already.
+"""
+
+import pyarrow  # noqa: F401
+import pyarrow.ipc  # noqa: F401
+import pyspark.worker  # noqa: F401
+from pyspark.daemon import manager
+
+import starscan.provider.arrow_convert  # noqa: F401
+import starscan.provider.push_task  # noqa: F401
+import starscan.provider.push_wire  # noqa: F401
+
+if __name__ == "__main__":
+    manager()
