@@ -69,6 +69,8 @@ class ScanMetrics:
         self.rows_sent = Counter("starscan_rows_sent", "Rows sent to readers by get_next", registry=r)
         self.bytes_sent = Counter("starscan_bytes_sent", "Arrow IPC bytes sent to readers by get_next", registry=r)
         self.opened = Counter("starscan_scanners_opened", "Scanners opened", registry=r)
+        self.scans_by_engine = Counter("starscan_scans_by_engine", "Scans started on Spark, by the engine they ran on "
+                                       "(arrow: pyarrow in Spark's Python tasks; sql: Spark SQL)", ["engine"], registry=r)
         self.closed = Counter("starscan_scanners_closed", "Scanners closed by close_scanner or the admin page", registry=r)
         self.reaped = Counter("starscan_scanners_reaped", "Scanners reaped by the idle-context GC", registry=r)
         self.failed = Counter("starscan_scanners_failed", "Scanners refused at open or failed while scanning, by status code",

@@ -39,6 +39,20 @@ def push_spark_arrow(target: PushTarget):
     return run
 
 
+def push_arrow_splits(target: PushTarget, read):
+    """The partition function of the ``arrow`` engine: the split's input is the split's
+    description (provider/arrow_reader.py); pyarrow reads it here."""
+
+    def run(splits):
+        from starscan.provider.arrow_reader import read_split
+
+        for split in splits:
+            push_split(target, read_split(read, split))
+        return iter(())
+
+    return run
+
+
 def push_split(target: PushTarget, batches) -> None:
     """Send every batch of this task's split, converted to the wire types, then the end.
     A stop or yield from the BE ends the split early and normally (the rest of the input

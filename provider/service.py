@@ -60,6 +60,7 @@ class ScanService:
         self.contexts = contexts if contexts is not None else ScanContextManager()
         self.contexts.on_removed = self._removed
         self._push: PushListener | None = None
+        self.engine_listeners: list = []  # called with "arrow" or "sql" as each scan's engine is chosen
         self._push_lock = threading.Lock()
 
     def push_listener(self) -> PushListener:
@@ -71,6 +72,11 @@ class ScanService:
                 log.info("BE push listener on %s:%d (tasks connect to %s)", self._push.host, self._push.port,
                          self._push.advertised_host)
             return self._push
+
+    def _engine_chosen(self, ctx: ScanContext, engine: str) -> None:
+        ctx.info["engine"] = engine
+        for listener in self.engine_listeners:
+            listener(engine)
 
     def stop(self) -> None:
         with self._push_lock:
@@ -172,7 +178,9 @@ class ScanService:
         queue = ResultQueue(limit, self.budget)
         scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id, self.push_listener(),
                          tasks_per_scanner=self.settings.scan_tasks_per_scanner,
-                         yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id))
+                         yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
+                         engine=self.settings.scan_engine)
+        scan.on_engine = lambda engine, ctx=ctx: self._engine_chosen(ctx, engine)
         ctx.queue, ctx.scan = queue, scan
         timeout_s = params.query_timeout if params.query_timeout and params.query_timeout > 0 else self.settings.query_timeout_s
         timeout_s = min(timeout_s, self.settings.query_timeout_max_s)
@@ -277,6 +285,7 @@ class ScanService:
         self.audit.record(
             "scan", context_id=ctx.context_id, query_id=info.get("query_id"), user=info.get("user"), client=ctx.client,
             table=info.get("table"), columns=info.get("columns"), sql=info.get("sql"), tablets=info.get("tablets"),
+            engine=info.get("engine"),
             rows=ctx.rows_sent, bytes=ctx.bytes_sent, duration_ms=round((time.monotonic() - ctx.created) * 1000, 1),
             outcome=outcome, error=error, result_cache=info.get("result_cache"), profile=info.get("profile"))
 

@@ -44,7 +44,9 @@ from starscan.expr import unflatten
 from starscan.logs import scan_fields
 from starscan.provider.arrow_convert import BatchConverter
 from starscan.provider.push_listener import PushListener, PushSink
-from starscan.provider.push_task import PushTarget, push_spark_arrow
+from starscan.provider.arrow_engine import plan_arrow
+from starscan.provider.arrow_expr import NotArrowable
+from starscan.provider.push_task import PushTarget, push_arrow_splits, push_spark_arrow
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.spark_expr import to_column
 from starscan.spark import read_parquet_files
@@ -91,8 +93,9 @@ class SparkScan:
 
     def __init__(self, spark, plan, plan_tablets: list, tablet_ids: list[int], queue: ResultQueue, context_id: str,
                  listener: PushListener, tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0,
-                 pool: str = "default"):
+                 pool: str = "default", engine: str = "auto"):
         self._setup(spark, queue, context_id, listener, tasks_per_scanner, yield_after_s, pool)
+        self.engine_setting = engine
         self.plan = plan
         self.description = f"{plan.database}.{plan.table}"
         self.log_fields = scan_fields(context_id=context_id, query_id=plan.query_id, user=plan.user,
@@ -169,6 +172,11 @@ class SparkScan:
         self._sink: PushSink | None = None
         self.splits = 0
         self.done = threading.Event()
+        self.engine_setting = "sql"
+        self.engine: str | None = None       # the engine the scan runs on, once chosen
+        self.engine_reason: str | None = None  # why not the arrow engine
+        self.on_engine = None                # called with the engine once chosen
+        self.time_zone = spark.conf.get("spark.sql.session.timeZone")
 
 
     # ---- lifecycle ----
@@ -222,11 +230,7 @@ class SparkScan:
         sink = None
         try:
             sc = self.spark.sparkContext
-            if self.df is None:
-                self.df = self._build_dataframe()
-            tz = self.spark.conf.get("spark.sql.session.timeZone")
-            spark_arrow_schema = to_arrow_schema(self.df.schema, timezone=tz, prefers_large_types=False)
-            rdd = RDD(self.df._jdf.toArrowBatchRdd().toJavaRDD(), sc, NoOpSerializer())
+            rdd, source_schema, task_function = self._choose_engine(sc)
             self.splits = rdd.getNumPartitions()
             sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_after_s)
             with self._lock:
@@ -236,8 +240,8 @@ class SparkScan:
                 return
             self.listener.register(sink)
             target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
-                                spark_arrow_schema, self.columns)
-            self._drive(sc, rdd.mapPartitions(push_spark_arrow(target)), sink)
+                                source_schema, self.columns)
+            self._drive(sc, rdd.mapPartitions(task_function(target)), sink)
             if self._cancelled is None:
                 if sink.error is not None:
                     raise sink.error
@@ -253,6 +257,35 @@ class SparkScan:
             if sink is not None:
                 self.listener.unregister(sink)
             self.done.set()
+
+    def _choose_engine(self, sc):
+        """The RDD whose partitions are the splits, the Arrow schema its tasks produce, and
+        the partition function's factory, for the engine this scan runs on."""
+        if self.plan is not None and self.engine_setting in ("auto", "arrow"):
+            try:
+                read, splits = plan_arrow(self.plan, self._plan_tablets, self._tablet_ids, self.time_zone)
+            except NotArrowable as why:
+                if self.engine_setting == "arrow":
+                    raise InvalidArgument(f"scan_engine = arrow cannot run this scan: {why}; "
+                                          "scan_engine = auto runs it on the sql engine") from None
+                self.engine_reason = str(why)
+            else:
+                self._set_engine("arrow")
+                rdd = sc.parallelize(splits, max(len(splits), 1)) if splits else sc.emptyRDD()
+                return rdd, read.output_schema, lambda target: push_arrow_splits(target, read)
+        self._set_engine("sql")
+        if self.df is None:
+            self.df = self._build_dataframe()
+        schema = to_arrow_schema(self.df.schema, timezone=self.time_zone, prefers_large_types=False)
+        rdd = RDD(self.df._jdf.toArrowBatchRdd().toJavaRDD(), sc, NoOpSerializer())
+        return rdd, schema, push_spark_arrow
+
+    def _set_engine(self, engine: str) -> None:
+        self.engine = engine
+        log.info("scan %s engine=%s%s", self.context_id, engine,
+                 f" ({self.engine_reason})" if engine == "sql" and self.engine_reason else "", extra=self.log_fields)
+        if self.on_engine is not None:
+            self.on_engine(engine)
 
     def _drive(self, sc, mapped, sink: PushSink) -> None:
         """Run one Spark job per split, at most ``tasks_per_scanner`` at once, until every

@@ -115,6 +115,17 @@ def list_table_files(location: Path) -> tuple[list[DataFile], list[str]]:
     return files, part_cols
 
 
+def partition_of(relative_path: str) -> tuple[tuple[str, str | None], ...]:
+    """The partition folders on a data file's path (relative to its table), as
+    ``list_table_files`` records them."""
+    out = []
+    for folder in relative_path.split("/")[:-1]:
+        spelled, eq, raw = folder.partition("=")
+        if eq:
+            out.append((unescape_path_name(spelled), None if raw == HIVE_DEFAULT_PARTITION else raw))
+    return tuple(out)
+
+
 class Warehouse:
     """Finds databases and tables in the warehouse directory; caches file listings
     (``listing_ttl_s``; 0 disables the cache)."""

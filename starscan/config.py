@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     result_cache_max_entry_bytes: int = Field(256 << 20, ge=1, description="a scan whose replies pass this many bytes is not cached")
     result_cache_tables: list[str] = Field(default_factory=lambda: ["*.*"], description="tables whose scans may be cached: db.table, db.* or *.*, comma-separated")
     reply_fill_wait_s: float = Field(0.2, ge=0, le=60, description="how long a get_next reply that has rows but fewer than batch_size waits for the rest while the scan produces them (0: send what is there)")
+    scan_engine: str = Field("auto", pattern="^(auto|arrow|sql)$", description="how scans read: arrow (pyarrow in Spark's Python tasks, the JVM out of the data path), sql (Spark SQL), or auto (arrow for every plan it reads exactly as Spark SQL would, sql for the rest)")
     scan_tasks_per_scanner: int = Field(2, ge=1, le=64, description="Spark tasks one scanner keeps running at once (one per split); more is faster for one reader and leaves fewer task slots to the others")
     scan_yield_after_s: float = Field(2.0, gt=0, description="a scanner whose reader has not read for this long gives its Spark task slots back; its splits go on, from where they stopped, when the reader reads again")
     push_port: int = Field(0, ge=0, le=65535, description="port on bind_host where Spark tasks push scanned rows into the BE (0: a free port); tasks connect to advertise_host")

@@ -59,3 +59,35 @@ def unescape_path_name(text: str) -> str:
     if "%" not in text:
         return text
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_DATE_TEXT = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+
+
+def exact_partition_value(raw: str | None, spark_type, int_range: tuple[int, int] | None = None):
+    """A partition folder's value as the Python value Spark reads for ``spark_type``, where
+    that reading is certain: strings decoded, integers and ``YYYY-MM-DD`` dates parsed as
+    they stand, Hive's NULL folder as None. Raises ValueError for anything else (other
+    types, spellings Spark might read differently or refuse)."""
+    import datetime as dt
+
+    from pyspark.sql import types as T
+
+    if raw is None:
+        return None
+    if isinstance(spark_type, T.StringType) and not isinstance(spark_type, (T.CharType, T.VarcharType)):
+        return unescape_path_name(raw)
+    if isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        if not _INT_TEXT.fullmatch(raw):
+            raise ValueError(f"{raw!r} is not plainly an integer")
+        value = int(raw)
+        if int_range is not None and not int_range[0] <= value <= int_range[1]:
+            raise ValueError(f"{raw!r} is out of range")
+        return value
+    if isinstance(spark_type, T.DateType):
+        match = _DATE_TEXT.fullmatch(raw)
+        if not match:
+            raise ValueError(f"{raw!r} is not written YYYY-MM-DD")
+        return dt.date(*map(int, match.groups()))
+    raise ValueError(f"partition values of type {spark_type.simpleString()} are not read exactly")

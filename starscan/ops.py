@@ -39,7 +39,7 @@ RUNTIME_KEYS = (
     "max_scanners", "max_scanners_per_user", "max_tablets_per_scanner", "max_tablets_per_plan", "max_sql_length",
     "max_request_body_bytes", "log_level", "plan_rate_per_user", "plan_rate_burst", "login_max_failures",
     "login_lockout_s", "result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables",
-    "reply_fill_wait_s",
+    "reply_fill_wait_s", "scan_engine",
 )
 _SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "key")
 
@@ -141,6 +141,7 @@ class Operations:
     def __init__(self, server):
         self.server = server
         self.metrics = ScanMetrics(server.contexts, lambda: getattr(server.service, "budget", None))
+        server.service.engine_listeners.append(lambda engine: self.metrics.scans_by_engine.labels(engine).inc())
         self.metrics.registry.register(CacheMetrics(lambda: getattr(server.service, "result_cache", None)))
         self.profiles = ProfileStore(server.settings.profile_retention_s)
         self.recent_plans: deque = deque(maxlen=RECENT_PLANS)

@@ -126,3 +126,31 @@ def client(fe_url):
     from starscan.provider.client import StarscanClient
 
     return StarscanClient(fe_url, "root", "")
+
+
+def engine_counts(server) -> dict[str, float]:
+    """Scans started on each engine so far (the server's starscan_scans_by_engine counter)."""
+    out = {}
+    for metric in server.ops.metrics.scans_by_engine.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                out[sample.labels["engine"]] = sample.value
+    return out
+
+
+@pytest.fixture(scope="module", params=["sql", "auto"])
+def engine(request, server):
+    """Run a module once per engine: ``sql`` (Spark SQL for every scan) and ``auto`` (the
+    arrow engine for every plan it reads exactly, Spark SQL for the rest). The module's
+    tests compare with Spark whichever engine ran; on ``auto`` the arrow engine must have
+    run some of its scans."""
+    saved = server.service.settings.scan_engine
+    server.ops.update_config({"scan_engine": request.param})  # the run-time config path
+    before = engine_counts(server).get("arrow", 0)
+    yield request.param
+    server.ops.update_config({"scan_engine": saved})
+    arrow_scans = engine_counts(server).get("arrow", 0) - before
+    if request.param == "auto":
+        assert arrow_scans > 0, "no scan of this module ran on the arrow engine"
+    else:
+        assert arrow_scans == 0, "a scan ran on the arrow engine with scan_engine = sql"

@@ -14,10 +14,10 @@ from starscan.thrift_defs import wire
 @pytest.fixture
 def patient_fill(server):
     """A fill wait long enough that no reply of this test is cut short by a slow moment."""
-    saved = server.settings.reply_fill_wait_s
-    server.settings.reply_fill_wait_s = 60.0
+    saved = server.service.settings.reply_fill_wait_s
+    server.ops.update_config({"reply_fill_wait_s": "60"})
     yield
-    server.settings.reply_fill_wait_s = saved
+    server.ops.update_config({"reply_fill_wait_s": str(saved)})
 
 
 def reply_sizes(client, be_addr, sql: str, batch_size: int) -> list[int]:

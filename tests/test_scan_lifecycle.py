@@ -36,6 +36,9 @@ MIB = 1 << 20
 # (~6 MB): the queue fills and production pauses.
 SMALL_MEM_LIMIT = 2 * MIB
 
+# Every test here runs on both engines (conftest `engine`).
+pytestmark = pytest.mark.usefixtures("engine")
+
 
 # ---- helpers ------------------------------------------------------------------------------
 def wait_until(predicate, timeout_s: float = 60.0, interval_s: float = 0.05, what: str = "condition"):

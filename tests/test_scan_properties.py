@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from pyspark.sql import types as T
 
 # Strategies over the sampled data values have long reprs; Hypothesis warns about that.
-pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
+pytestmark = [pytest.mark.filterwarnings("ignore:Generating overly large repr"), pytest.mark.usefixtures("engine")]
 
 PROPERTY_SETTINGS = settings(
     max_examples=25, deadline=None, derandomize=True, database=None,
@@ -319,3 +319,20 @@ def test_generators_cover_the_interesting_cases(all_types, lineitem):
     assert any(isinstance(v, float) and math.isnan(v) for v in all_types.samples["c_float"])
     assert dt.date(1, 1, 1) in all_types.samples["c_date"]
     assert "R" in lineitem.samples["l_returnflag"] and len(lineitem.samples["l_orderkey"]) > 20
+
+
+# Column types whose predicates the arrow engine translates (provider/arrow_expr.py); on
+# scan_engine = auto these queries mostly run there, and must still equal Spark SQL.
+ARROW_FILTERED = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType, T.StringType, T.DateType,
+                  T.BooleanType)
+
+
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_arrow_filtered_random_queries_match_spark(spark, client, all_types, lineitem, data):
+    info = data.draw(st.sampled_from([all_types, lineitem]), label="table")
+    columns = data.draw(columns_strategy([c for c, t in info.scalar.items()]), label="columns")
+    filtered = {c: t for c, t in info.scalar.items() if isinstance(t, ARROW_FILTERED) and c != "c_char"}
+    where = data.draw(predicate(filtered, info.samples, info.zone), label="where")
+    batch_size = data.draw(st.integers(1, 70000).map(lambda n: min(n, MAX_BATCH)), label="batch_size")
+    check(spark, client, info, columns, where, batch_size)

@@ -1,0 +1,173 @@
+"""The ``arrow`` engine's planning, on the driver: whether a plan can run on it, and its
+splits.
+
+A plan runs on the arrow engine only when every part of it has an exact pyarrow reading:
+the predicate translates (provider/arrow_expr.py), every output column has a type this
+module maps (no nested types), and every partition value it reads is spelled so that its
+value is certain (starscan.hadoop_paths.exact_partition_value). Otherwise ``NotArrowable``
+says why, and the scan runs on the ``sql`` engine (``scan_engine = auto``) or is refused
+(``scan_engine = arrow``).
+
+Splits: the planned files, a large file cut into runs of whole row groups of about
+``split_bytes`` (its footer says where), small files packed together up to that size with
+an open cost per file, as Spark packs files into partitions. Spark then runs one task per
+split (provider/spark_scan.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
+
+from starscan.catalog import partition_of
+from starscan.expr import Expr, unflatten
+from starscan.hadoop_paths import exact_partition_value
+from starscan.provider.arrow_expr import NotArrowable, to_arrow_filter
+from starscan.provider.arrow_reader import ArrowRead, ArrowSplit, FilePart
+
+_SCALAR_TYPES = (T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
+                 T.DecimalType, T.StringType, T.DateType, T.TimestampType, T.TimestampNTZType, T.BinaryType)
+_INT_RANGE = {T.ByteType: (-(2**7), 2**7 - 1), T.ShortType: (-(2**15), 2**15 - 1),
+              T.IntegerType: (-(2**31), 2**31 - 1), T.LongType: (-(2**63), 2**63 - 1)}
+#: What opening one more file costs, in bytes of reading (Spark's openCostInBytes).
+OPEN_COST_BYTES = 4 << 20
+
+
+def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
+               split_bytes: int = 16 << 20) -> tuple[ArrowRead, list[ArrowSplit]]:
+    """The read instructions and splits of ``plan`` on the arrow engine, or NotArrowable."""
+    schema = T.StructType.fromJson(json.loads(plan.table_schema))
+    by_lower = {f.name.lower(): f for f in schema.fields}
+
+    def field_of(name: str) -> T.StructField:
+        found = by_lower.get((name or "").lower())
+        if found is None:
+            raise NotArrowable(f"column {name!r} is not in the table")
+        return found
+
+    predicate: Expr | None = unflatten(plan.predicate) if plan.predicate is not None else None
+    arrow_filter = to_arrow_filter(predicate, field_of) if predicate is not None else None
+
+    output, out_fields = [], []
+    for c in plan.columns:
+        if not c.is_slot_ref:
+            raise NotArrowable("an output expression")
+        f = field_of(c.source)
+        _check_type(f)
+        declared = str((f.metadata or {}).get("__CHAR_VARCHAR_TYPE_STRING", "")).lower()
+        char_len = int(declared[5:-1]) if declared.startswith("char(") else None
+        output.append((c.name, f.name, char_len))
+        out_fields.append(T.StructField(c.name, f.dataType, f.nullable))
+
+    partition_names = _partition_names(plan_tablets, by_lower)
+    used = {src for _, src, _ in output} | {field_of(n).name for n in (predicate.columns() if predicate else set())}
+    for name in used:
+        _check_type(field_of(name))
+    file_columns = sorted(n for n in used if n.lower() not in partition_names)
+    part_columns = sorted(n for n in used if n.lower() in partition_names)
+
+    def arrow_of(name: str):
+        return to_arrow_type(field_of(name).dataType, timezone=time_zone, prefers_large_types=False)
+
+    pushdown = _file_conjuncts(predicate, field_of, partition_names) if predicate is not None else None
+    dates = any(isinstance(field_of(n).dataType, (T.DateType, T.TimestampType, T.TimestampNTZType))
+                for n in file_columns)
+    read = ArrowRead(
+        table=f"{plan.database}.{plan.table}", version=plan.version,
+        needed=tuple((n, arrow_of(n)) for n in file_columns),
+        partition_columns=tuple((n, arrow_of(n)) for n in part_columns),
+        output=tuple(output),
+        output_schema=to_arrow_schema(T.StructType(out_fields), timezone=time_zone, prefers_large_types=False),
+        filter=arrow_filter, pushdown=pushdown, dates=dates,
+    )
+    location = Path(plan.table_location)
+    by_id = {t.tablet_id: t for t in plan_tablets}
+    parts = []
+    for tid in tablet_ids:
+        for f in by_id[tid].files:
+            values = []
+            for col, raw in partition_of(f.path):
+                canonical = field_of(col).name
+                if canonical not in part_columns:
+                    continue
+                dtype = field_of(col).dataType
+                try:
+                    values.append((canonical, exact_partition_value(raw, dtype, _INT_RANGE.get(type(dtype)))))
+                except ValueError as exc:
+                    raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
+            parts.append((FilePart(str(location / f.path), f.path, f.size, f.mtime_ns, None, tuple(values))))
+    return read, _splits(parts, split_bytes)
+
+
+def _check_type(f: T.StructField) -> None:
+    if not isinstance(f.dataType, _SCALAR_TYPES):
+        raise NotArrowable(f"column {f.name} has type {f.dataType.simpleString()}")
+
+
+def _partition_names(plan_tablets: list, by_lower: dict) -> set[str]:
+    names: set[str] = set()
+    for t in plan_tablets[:1]:
+        for f in t.files[:1]:
+            names = {col.lower() for col, _ in partition_of(f.path)}
+    return {n for n in names if n in by_lower}
+
+
+def _file_conjuncts(predicate: Expr, field_of, partition_names: set[str]) -> pc.Expression | None:
+    """The AND of the predicate's top-level conjuncts that read file columns only: what the
+    Parquet reader may use to skip row groups by their statistics (the whole predicate is
+    applied to every batch afterwards in any case)."""
+    conjuncts, stack = [], [predicate]
+    while stack:
+        e = stack.pop()
+        if e.kind == "op" and e.name == "and":
+            stack.extend(e.children)
+        elif not any(c.lower() in partition_names for c in e.columns()):
+            conjuncts.append(to_arrow_filter(e, field_of))
+    out = None
+    for c in conjuncts:
+        out = c if out is None else (out & c)
+    return out
+
+
+def _splits(parts: list[FilePart], split_bytes: int) -> list[ArrowSplit]:
+    """Large files cut at row-group boundaries, small ones packed (Spark's rule: files
+    sorted by size, each split filled up to split_bytes with an open cost per file)."""
+    out: list[ArrowSplit] = []
+    small: list[FilePart] = []
+    for part in parts:
+        if part.size <= split_bytes:
+            small.append(part)
+            continue
+        meta = pq.read_metadata(part.path)
+        run, run_bytes = [], 0
+        for rg in range(meta.num_row_groups):
+            group = meta.row_group(rg)
+            size = sum(group.column(j).total_compressed_size for j in range(group.num_columns))
+            if run and run_bytes + size > split_bytes:
+                out.append(ArrowSplit((_with_row_groups(part, run),)))
+                run, run_bytes = [], 0
+            run.append(rg)
+            run_bytes += size
+        if run or meta.num_row_groups == 0:
+            out.append(ArrowSplit((_with_row_groups(part, run),)))
+    small.sort(key=lambda p: p.size, reverse=True)
+    current, current_bytes = [], 0
+    for part in small:
+        cost = part.size + OPEN_COST_BYTES
+        if current and current_bytes + cost > split_bytes:
+            out.append(ArrowSplit(tuple(current)))
+            current, current_bytes = [], 0
+        current.append(part)
+        current_bytes += cost
+    if current:
+        out.append(ArrowSplit(tuple(current)))
+    return out
+
+
+def _with_row_groups(part: FilePart, row_groups: list[int]) -> FilePart:
+    return FilePart(part.path, part.relative, part.size, part.mtime_ns, tuple(row_groups), part.partition)

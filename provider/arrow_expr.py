@@ -1,0 +1,243 @@
+"""``starscan.expr.Expr`` -> a pyarrow compute expression that filters exactly as Spark SQL
+would, or ``NotArrowable`` with the reason.
+
+The ``arrow`` engine (provider/arrow_engine.py) filters with what this returns; a plan whose
+predicate does not translate runs on the ``sql`` engine instead. So this module says yes
+only where the answer is provably Spark's:
+
+* three-valued logic: ``and``/``or``/``not`` are Arrow's Kleene kernels, comparisons with a
+  NULL are NULL, ``IN`` is NULL for a NULL value (it is written as ``if_else(is_null(x),
+  NULL, is_in(x))``, so ``NOT IN`` drops NULLs as Spark does), ``BETWEEN`` is the two
+  comparisons;
+* comparisons of integers with integers, of decimals (and integers) with decimals at a
+  common exact scale, of strings byte-wise (Spark's default UTF8_BINARY collation), of
+  booleans, of dates with dates and with ``'YYYY-MM-DD'`` strings (Spark casts the string);
+* ``LIKE`` with Spark's default escape (``\\``): Arrow's ``match_like`` has the same
+  wildcards and also lets ``_``/``%`` match a newline.
+
+Not translated (the ``sql`` engine runs them): floating point (Spark orders NaN above
+everything and calls NaN = NaN true), timestamps (session time zone), casts, functions,
+arithmetic, CASE, ``<=>``, NULL literals, ``ILIKE``, explicit ``ESCAPE`` characters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from decimal import Decimal
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from starscan.expr import Expr
+
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_INTEGRAL_DIGITS = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
+_DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_COMPARE = {"=": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
+MAX_DEPTH = 200
+
+
+class NotArrowable(Exception):
+    """The predicate (or a column) has no exact pyarrow translation: use the sql engine."""
+
+
+class _Typed:
+    """A translated operand: the Arrow expression and the Spark type it has."""
+
+    __slots__ = ("expr", "spark_type", "literal")
+
+    def __init__(self, expr, spark_type: T.DataType, literal=None):
+        self.expr = expr
+        self.spark_type = spark_type
+        self.literal = literal  # the Python value when the operand is a literal
+
+
+def to_arrow_filter(expr: Expr, field_of: Callable[[str], T.StructField]) -> pc.Expression:
+    """The filter for ``expr`` over a table whose columns are named as ``field_of`` returns
+    them (the table's canonical names). Raises NotArrowable."""
+    return _boolean(expr, field_of, 0)
+
+
+def _boolean(e: Expr, field_of, depth: int) -> pc.Expression:
+    if depth > MAX_DEPTH:
+        raise NotArrowable("the predicate is nested too deeply")
+    kind = e.kind
+    if kind == "op" and e.name in ("and", "or"):
+        a, b = (_boolean(c, field_of, depth + 1) for c in e.children)
+        return (a & b) if e.name == "and" else (a | b)
+    if kind == "op" and e.name == "not":
+        return ~_boolean(e.children[0], field_of, depth + 1)
+    if kind == "op" and e.name in _COMPARE:
+        left, right = (_operand(c, field_of) for c in e.children)
+        return _compare(e.name, left, right)
+    if kind == "is_null":
+        operand = _operand(e.children[0], field_of)
+        return operand.expr.is_valid() if e.negated else operand.expr.is_null()
+    if kind == "between":
+        value, lo, hi = (_operand(c, field_of) for c in e.children)
+        out = _compare(">=", value, lo) & _compare("<=", value, hi)
+        return ~out if e.negated else out
+    if kind == "in":
+        return _in(e, field_of)
+    if kind == "like":
+        return _like(e, field_of)
+    if kind == "column":
+        operand = _operand(e, field_of)
+        if isinstance(operand.spark_type, T.BooleanType):
+            return operand.expr
+    if kind == "literal" and e.literal_type == "boolean":
+        return pc.scalar(e.literal_value.strip().lower() == "true")
+    raise NotArrowable(f"{_describe(e)} has no exact Arrow translation")
+
+
+def _operand(e: Expr, field_of) -> _Typed:
+    if e.kind == "column":
+        field = field_of(e.name)
+        dtype = field.dataType
+        if isinstance(dtype, T.StringType) and getattr(dtype, "collation", "UTF8_BINARY") not in (None, "UTF8_BINARY"):
+            raise NotArrowable(f"column {field.name} has a collation")
+        declared = str((field.metadata or {}).get("__CHAR_VARCHAR_TYPE_STRING", "")).lower()
+        if declared.startswith("char"):  # Spark pads the other side of a CHAR comparison too
+            raise NotArrowable(f"column {field.name} is CHAR")
+        return _Typed(pc.field(field.name), dtype)
+    if e.kind == "literal":
+        return _literal(e)
+    if (e.kind == "cast" and (e.type_name or "").strip().lower() == "date" and len(e.children) == 1
+            and e.children[0].kind == "literal" and e.children[0].literal_type == "string"):
+        value = _date(e.children[0].literal_value or "")  # DATE '...': a date literal
+        return _Typed(pc.scalar(value), T.DateType(), value)
+    raise NotArrowable(f"{_describe(e)} has no exact Arrow translation")
+
+
+def _literal(e: Expr) -> _Typed:
+    lt, text = e.literal_type, e.literal_value
+    if text is None or lt in ("null", "double", "timestamp"):
+        raise NotArrowable(f"a {lt} literal has no exact Arrow translation")
+    if lt in ("int", "bigint"):
+        value = int(text)
+        return _Typed(pc.scalar(value), T.IntegerType() if lt == "int" else T.LongType(), value)
+    if lt == "decimal":
+        from starscan.provider.spark_expr import decimal_type_of
+
+        value, precision, scale = decimal_type_of(text)
+        return _Typed(None, T.DecimalType(precision, scale), value)
+    if lt == "string":
+        return _Typed(pc.scalar(text), T.StringType(), text)
+    if lt == "date":
+        return _Typed(pc.scalar(_date(text)), T.DateType(), _date(text))
+    if lt == "boolean":
+        value = text.strip().lower() == "true"
+        return _Typed(pc.scalar(value), T.BooleanType(), value)
+    raise NotArrowable(f"a {lt} literal has no exact Arrow translation")
+
+
+def _date(text: str) -> dt.date:
+    if not _DATE_TEXT.fullmatch(text.strip()):
+        raise NotArrowable(f"the date {text!r} is not written YYYY-MM-DD")
+    try:
+        return dt.date.fromisoformat(text.strip())
+    except ValueError:
+        raise NotArrowable(f"{text!r} is not a date") from None
+
+
+def _decimal_shape(t: T.DataType) -> tuple[int, int] | None:
+    """(integer digits, scale) of an exact numeric type."""
+    if isinstance(t, T.DecimalType):
+        return t.precision - t.scale, t.scale
+    for cls, digits in _INTEGRAL_DIGITS.items():
+        if isinstance(t, cls):
+            return digits, 0
+    return None
+
+
+def _as_decimal(operand: _Typed, precision: int, scale: int):
+    target = pa.decimal128(precision, scale)
+    if operand.literal is not None:
+        return pc.scalar(pa.scalar(Decimal(operand.literal), type=target))
+    return operand.expr.cast(target)
+
+
+def _compare(op: str, left: _Typed, right: _Typed) -> pc.Expression:
+    a, b = left.spark_type, right.spark_type
+    fn = _COMPARE[op]
+    if isinstance(a, _INTEGRAL) and isinstance(b, _INTEGRAL):
+        return pc.Expression._call(fn, [left.expr, right.expr])
+    if isinstance(a, (T.DecimalType, *_INTEGRAL)) and isinstance(b, (T.DecimalType, *_INTEGRAL)):
+        (ia, sa), (ib, sb) = _decimal_shape(a), _decimal_shape(b)
+        scale = max(sa, sb)
+        precision = max(ia, ib) + scale
+        if precision > 38:
+            raise NotArrowable("a decimal comparison needs more than 38 digits")
+        return pc.Expression._call(fn, [_as_decimal(left, precision, scale), _as_decimal(right, precision, scale)])
+    if isinstance(a, T.StringType) and isinstance(b, T.StringType):
+        return pc.Expression._call(fn, [left.expr, right.expr])
+    if isinstance(a, T.BooleanType) and isinstance(b, T.BooleanType):
+        return pc.Expression._call(fn, [left.expr, right.expr])
+    if isinstance(a, T.DateType) or isinstance(b, T.DateType):
+        left, right = _as_date(left), _as_date(right)
+        return pc.Expression._call(fn, [left.expr, right.expr])
+    raise NotArrowable(f"comparing {a.simpleString()} with {b.simpleString()} has no exact Arrow translation")
+
+
+def _as_date(operand: _Typed) -> _Typed:
+    if isinstance(operand.spark_type, T.DateType):
+        return operand
+    if isinstance(operand.spark_type, T.StringType) and operand.literal is not None:
+        value = _date(operand.literal)
+        return _Typed(pc.scalar(value), T.DateType(), value)
+    raise NotArrowable(f"comparing a date with {operand.spark_type.simpleString()} has no exact Arrow translation")
+
+
+def _in(e: Expr, field_of) -> pc.Expression:
+    value = _operand(e.children[0], field_of)
+    items = [_operand(c, field_of) for c in e.children[1:]]
+    if any(item.literal is None for item in items):
+        raise NotArrowable("IN with a non-literal item has no exact Arrow translation")
+    # Each item must compare with the value exactly: reuse the comparison's rules.
+    for item in items:
+        _compare("=", value, item)
+    t = value.spark_type
+    if isinstance(t, _INTEGRAL):
+        values = pa.array([int(i.literal) for i in items if isinstance(i.spark_type, _INTEGRAL)], pa.int64())
+        if len(values) != len(items):
+            raise NotArrowable("IN mixes an integer column with non-integer values")
+        matched = value.expr.cast(pa.int64()).isin(values)
+    elif isinstance(t, T.StringType):
+        matched = value.expr.isin(pa.array([i.literal for i in items], pa.string()))
+    elif isinstance(t, T.DateType):
+        matched = value.expr.isin(pa.array([_as_date(i).literal for i in items], pa.date32()))
+    else:
+        out = None
+        for item in items:
+            eq = _compare("=", value, item)
+            out = eq if out is None else (out | eq)
+        return ~out if e.negated else out
+    # is_in is false for a NULL value; Spark's IN is NULL there (it matters under NOT).
+    out = pc.Expression._call("if_else", [value.expr.is_null(), pc.scalar(pa.scalar(None, pa.bool_())), matched])
+    return ~out if e.negated else out
+
+
+def _like(e: Expr, field_of) -> pc.Expression:
+    if e.name != "like" or len(e.children) != 2:
+        raise NotArrowable("only LIKE with the default escape has an exact Arrow translation")
+    value, pattern = (_operand(c, field_of) for c in e.children)
+    if not isinstance(value.spark_type, T.StringType) or not isinstance(pattern.literal, str):
+        raise NotArrowable("LIKE on a non-string or with a non-literal pattern")
+    text = pattern.literal
+    i = 0
+    while i < len(text):  # Spark refuses any other escape; keep those plans on Spark
+        if text[i] == "\\":
+            if i + 1 >= len(text) or text[i + 1] not in "_%\\":
+                raise NotArrowable("a LIKE pattern with an escape Spark refuses")
+            i += 2
+        else:
+            i += 1
+    out = pc.Expression._call("match_like", [value.expr], pc.MatchSubstringOptions(text))
+    return ~out if e.negated else out
+
+
+def _describe(e: Expr) -> str:
+    return f"{e.kind} {e.name or e.literal_type or ''}".strip()

@@ -1,0 +1,165 @@
+"""What a task of the ``arrow`` engine reads: its split's Parquet row groups, with pyarrow,
+into batches of Spark's own Arrow types (what ``DataFrame.toArrowBatchRdd`` would give
+for the same rows), filtered exactly as the plan's predicate filters in Spark SQL.
+
+Runs in Spark's Python workers (provider/push_task.py hands the batches on); the split
+and the read instructions come from provider/arrow_engine.py on the driver. Each file is
+checked against the plan first (size and modification time), so a file rewritten under
+the scan fails it with "version ... is gone" instead of giving other rows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+BATCH_ROWS = 4096
+_LOCAL = pafs.LocalFileSystem()
+# INT96 timestamps (Spark's default) as microseconds, Spark's unit: as nanoseconds, years
+# after 2262 would overflow.
+_FORMAT = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+#: Footer keys Spark writes when dates/timestamps were rebased to the legacy calendar.
+LEGACY_CALENDAR_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
+
+
+class SplitReadError(Exception):
+    """A file of the split cannot be read as the plan says (gone, changed, corrupt, typed
+    differently): the message names the table and the file."""
+
+
+@dataclass(frozen=True)
+class FilePart:
+    path: str                     # absolute
+    relative: str                 # as the plan names it
+    size: int
+    mtime_ns: int
+    row_groups: tuple[int, ...] | None        # None: the whole file
+    partition: tuple[tuple[str, object], ...] = ()  # canonical column -> typed value
+
+
+@dataclass(frozen=True)
+class ArrowSplit:
+    parts: tuple[FilePart, ...]
+
+
+@dataclass(frozen=True)
+class ArrowRead:
+    table: str                    # db.table, for messages
+    version: int
+    needed: tuple[tuple[str, pa.DataType], ...]   # file columns read: canonical name, Arrow type
+    partition_columns: tuple[tuple[str, pa.DataType], ...]
+    output: tuple[tuple[str, str, int | None], ...]  # (output name, canonical source, CHAR length)
+    output_schema: pa.Schema      # Spark's Arrow types of the output, named as the output
+    filter: pc.Expression | None = None
+    pushdown: pc.Expression | None = None         # conjuncts over file columns only (row-group stats)
+    dates: bool = False           # reads dates or timestamps: refuse legacy-calendar files
+
+
+def read_split(read: ArrowRead, split: ArrowSplit) -> Iterator[pa.RecordBatch]:
+    for part in split.parts:
+        yield from _read_part(read, part)
+
+
+def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
+    try:
+        st = os.stat(part.path)
+    except FileNotFoundError:
+        raise SplitReadError(f"table {read.table} version {read.version} is gone: file {part.relative} was removed "
+                             "during the scan; ask the FE for a new plan") from None
+    if st.st_size != part.size or st.st_mtime_ns != part.mtime_ns:
+        raise SplitReadError(f"table {read.table} version {read.version} is gone: file {part.relative} was rewritten "
+                             "during the scan; ask the FE for a new plan")
+    try:
+        fragment = _FORMAT.make_fragment(part.path, filesystem=_LOCAL, row_groups=part.row_groups)
+        physical = fragment.physical_schema
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet file: "
+                             f"{_first_line(exc)}") from None
+    if read.dates and physical.metadata and any(k in physical.metadata for k in LEGACY_CALENDAR_KEYS):
+        raise SplitReadError(f"table {read.table}: file {part.relative} was written with Spark's legacy calendar; "
+                             "the arrow engine cannot read its dates exactly: set scan_engine = sql")
+    by_lower = {}
+    for f in physical:
+        by_lower.setdefault(f.name.lower(), f)
+    columns, present = [], {}
+    exact_names = True
+    for name, expected in read.needed:
+        found = by_lower.get(name.lower())
+        if found is None:
+            continue  # Spark reads a column a file lacks as NULL
+        present[name] = found
+        columns.append(found.name)
+        exact_names &= found.name == name and found.type == expected
+    pushdown = read.pushdown if exact_names else None
+    try:
+        batches = fragment.to_batches(columns=columns, filter=pushdown, batch_size=BATCH_ROWS, use_threads=False)
+        for raw in batches:
+            out = _shape(read, part, raw, present)
+            if out is not None and out.num_rows:
+                yield out
+    except SplitReadError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {_first_line(exc)}") from None
+
+
+def _shape(read: ArrowRead, part: FilePart, raw: pa.RecordBatch, present: dict) -> pa.RecordBatch | None:
+    n = raw.num_rows
+    arrays, names = [], []
+    for name, expected in read.needed:
+        found = present.get(name)
+        if found is None:
+            arrays.append(pa.nulls(n, expected))
+        else:
+            arrays.append(_as_type(read, part, name, raw.column(found.name), expected))
+        names.append(name)
+    values = dict(part.partition)
+    for name, expected in read.partition_columns:
+        arrays.append(pa.array([values.get(name)] * n, expected) if n else pa.array([], expected))
+        names.append(name)
+    batch = pa.RecordBatch.from_arrays(arrays, names=names)
+    if read.filter is not None:
+        batch = batch.filter(read.filter)
+    out = []
+    for (out_name, source, char_len), field in zip(read.output, read.output_schema):
+        column = batch.column(names.index(source))
+        if char_len:
+            column = pc.utf8_rpad(column, width=char_len, padding=" ")
+        out.append(column)
+    return pa.RecordBatch.from_arrays(out, schema=read.output_schema)
+
+
+def _as_type(read: ArrowRead, part: FilePart, name: str, array: pa.Array, expected: pa.DataType) -> pa.Array:
+    actual = array.type
+    if actual == expected:
+        return array
+    if pa.types.is_timestamp(expected) and pa.types.is_timestamp(actual):
+        if expected.tz is not None:
+            # An instant: a zone-less physical timestamp (INT96) counts in UTC, as Spark reads it.
+            utc = array if actual.tz is not None else array.cast(pa.timestamp(actual.unit, tz="UTC"))
+            return utc.cast(expected, safe=False)
+        if actual.tz is None:
+            return array.cast(expected, safe=False)
+    widening = (
+        (pa.types.is_integer(actual) and pa.types.is_integer(expected) and actual.bit_width <= expected.bit_width
+         and pa.types.is_signed_integer(actual))
+        or (pa.types.is_float32(actual) and pa.types.is_float64(expected))
+        or (pa.types.is_large_string(actual) and pa.types.is_string(expected))
+        or (pa.types.is_large_binary(actual) and pa.types.is_binary(expected))
+        or (pa.types.is_dictionary(actual) and actual.value_type == expected)
+    )
+    if widening:
+        return array.cast(expected)
+    raise SplitReadError(f"table {read.table}: column {name} of file {part.relative} is {actual}, "
+                         f"but the table's schema says {expected}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
