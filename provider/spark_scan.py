@@ -282,6 +282,8 @@ class SparkScan:
 
     def _set_engine(self, engine: str) -> None:
         self.engine = engine
+        if self.plan is None:
+            return  # the start-up warm-up: not a reader's scan
         log.info("scan %s engine=%s%s", self.context_id, engine,
                  f" ({self.engine_reason})" if engine == "sql" and self.engine_reason else "", extra=self.log_fields)
         if self.on_engine is not None:
