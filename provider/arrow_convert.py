@@ -94,9 +94,11 @@ class BatchConverter:
         arrays = [fn(col) if fn else col for fn, col in zip(self._fns, batch.columns)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def ipc_stream(self, batch: pa.RecordBatch) -> bytes:
+    def ipc_stream(self, batch: pa.RecordBatch, ipc=None) -> bytes:
         """One Arrow IPC stream: schema message, one record batch, end-of-stream marker.
 
-        The serialized batch is joined through a memoryview: one copy fewer than
-        ``to_pybytes()`` first (the same bytes; bench/RESULTS.md, issue 6)."""
-        return b"".join((self.schema_message, memoryview(batch.serialize()), EOS_MARKER))
+        ``ipc``: the batch's IPC message already serialized (as a scan task sent it), used
+        as it is. Otherwise the serialized batch is joined through a memoryview: one copy
+        fewer than ``to_pybytes()`` first (the same bytes; bench/RESULTS.md, issue 6)."""
+        body = ipc if ipc is not None else memoryview(batch.serialize())
+        return b"".join((self.schema_message, body, EOS_MARKER))

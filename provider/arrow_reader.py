@@ -80,7 +80,7 @@ def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
         physical = fragment.physical_schema
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet file: "
-                             f"{_first_line(exc)}") from None
+                             f"{_first_line(exc, part)}") from None
     if read.dates and physical.metadata and any(k in physical.metadata for k in LEGACY_CALENDAR_KEYS):
         raise SplitReadError(f"table {read.table}: file {part.relative} was written with Spark's legacy calendar; "
                              "the arrow engine cannot read its dates exactly: set scan_engine = sql")
@@ -106,7 +106,7 @@ def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
     except SplitReadError:
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {_first_line(exc)}") from None
+        raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {_first_line(exc, part)}") from None
 
 
 def _shape(read: ArrowRead, part: FilePart, raw: pa.RecordBatch, present: dict) -> pa.RecordBatch | None:
@@ -160,6 +160,7 @@ def _as_type(read: ArrowRead, part: FilePart, name: str, array: pa.Array, expect
                          f"but the table's schema says {expected}")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+def _first_line(exc: BaseException, part: FilePart) -> str:
+    """pyarrow's reason, naming the file as the plan does (not where the warehouse is)."""
+    text = str(exc).strip().replace(part.path, part.relative)
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]

@@ -31,6 +31,7 @@ from starscan.provider.result_queue import PUT_TIMED_OUT, ResultQueue
 log = logging.getLogger("starscan.provider.push")
 
 HELLO_TIMEOUT_S = 10.0
+SOCKET_BUFFER_BYTES = 1 << 20
 
 
 @dataclass
@@ -110,18 +111,26 @@ class PushSink:
                     payload = recv_exact(sock, size)
                     if payload is None:
                         return
-                    batch = pa.ipc.read_record_batch(pa.py_buffer(payload), self.schema)
+                    try:
+                        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), self.schema)
+                    except Exception as exc:  # noqa: BLE001 - not a batch of this scan's schema
+                        self._fail(ScanFailed(f"split {split_no} sent a batch that is not Arrow of the scan's "
+                                              f"schema: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}"))
+                        _send_quietly(sock, STOP)
+                        return
                     sent += batch.num_rows
                     with lock:
                         if split.generation != generation or split.yielded or self.stopped:
                             continue  # superseded or told to stop: drop until the task closes
+                        ipc = payload
                         if skip:
                             drop = min(skip, batch.num_rows)
                             skip -= drop
                             batch = batch.slice(drop)
+                            ipc = None  # no longer the batch that arrived
                             if batch.num_rows == 0:
                                 continue
-                        self._deliver(sock, split, batch)
+                        self._deliver(sock, split, batch, ipc)
                 elif kind == END:
                     payload = recv_exact(sock, size)
                     if payload is None or size != ROWS.size:
@@ -160,7 +169,7 @@ class PushSink:
             except OSError:
                 pass
 
-    def _deliver(self, sock: socket.socket, split: _Split, batch: pa.RecordBatch) -> None:
+    def _deliver(self, sock: socket.socket, split: _Split, batch: pa.RecordBatch, ipc=None) -> None:
         nbytes = batch.get_total_buffer_size()
         if nbytes > self.queue.max_bytes:
             self._fail(MemLimitExceeded(
@@ -168,7 +177,7 @@ class PushSink:
                 f"{self.queue.max_bytes} bytes; raise mem_limit"))
             _send_quietly(sock, STOP)
             return
-        outcome = self.queue.put(batch, nbytes, timeout=self.yield_after_s)
+        outcome = self.queue.put(batch, nbytes, timeout=self.yield_after_s, ipc=ipc)
         if outcome is PUT_TIMED_OUT:
             # The reader has not read for a while: give the Spark slot back; the split is
             # read again later from where it stopped.
@@ -196,6 +205,9 @@ class PushListener:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, advertised_host: str | None = None):
         self._server = socket.create_server((host, port), backlog=256)
+        # Accepted connections inherit it: what a task can have in flight beyond the
+        # scanner's queue stays small (the kernel would otherwise buffer megabytes).
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
         self.host = host
         self.port = self._server.getsockname()[1]
         # Where tasks connect: the bound address, or the advertised one when bound to all.

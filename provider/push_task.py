@@ -21,6 +21,7 @@ class PushTarget:
     token: bytes
     source_schema: pa.Schema      # the Arrow schema of what the split yields (Spark's types)
     columns: tuple                # (name, Spark DataType, nullable) of the wire columns
+    batch_rows: int = 4096        # the reader's batch_size: the task sends batches of that many rows
 
 
 def push_spark_arrow(target: PushTarget):
@@ -68,9 +69,8 @@ def push_split(target: PushTarget, batches) -> None:
         if not sender.go:
             return
         converter = BatchConverter(list(target.columns))
-        for batch in batches:
-            if batch.num_rows:
-                sender.send(converter.convert(batch))
+        for batch in rechunk((converter.convert(b) for b in batches if b.num_rows), target.batch_rows):
+            sender.send(batch)
         sender.end()
     except PushStopped:
         pass
@@ -79,3 +79,22 @@ def push_split(target: PushTarget, batches) -> None:
         raise
     finally:
         sender.close()
+
+
+def rechunk(batches, rows: int):
+    """The same rows in batches of exactly ``rows`` (the last one of the split may be
+    shorter): each becomes one get_next reply the BE passes on without re-slicing,
+    re-joining or re-serializing it. The copying happens here, in the task."""
+    pending: list[pa.RecordBatch] = []
+    have = 0
+    for batch in batches:
+        while batch.num_rows:
+            take = min(rows - have, batch.num_rows)
+            pending.append(batch.slice(0, take))
+            have += take
+            batch = batch.slice(take)
+            if have == rows:
+                yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+                pending, have = [], 0
+    if have:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)

@@ -51,8 +51,8 @@ def recv_exact(sock: socket.socket, n: int) -> bytearray | None:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
+    while got < n:  # MSG_WAITALL: one call for the whole frame unless a signal interrupts it
+        k = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
         if k == 0:
             return None
         got += k
@@ -66,6 +66,7 @@ class TaskSender:
         self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
         self.sock.settimeout(None)  # a full scanner queue may hold a send for long: that is backpressure
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)  # little in flight past the BE's queue
         self.sock.sendall(HELLO.pack(MAGIC, token, split, attempt))
         answer = recv_exact(self.sock, 1)
         self.go = answer == GO

@@ -67,9 +67,11 @@ class ResultQueue:
         self.take_wait_s = 0.0
 
     # ---- producer side ----
-    def put(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None = None) -> bool | None:
+    def put(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None = None, ipc=None) -> bool | None:
         """Add a batch; blocks while full. False when the queue was closed or failed,
-        PUT_TIMED_OUT (None) when ``timeout`` seconds passed with no room (nothing added)."""
+        PUT_TIMED_OUT (None) when ``timeout`` seconds passed with no room (nothing added).
+        ``ipc``: the batch's IPC message as it arrived, handed out again when a reply is
+        exactly this batch (no serializing it a second time)."""
         with self._cond:
             waited_from = time.monotonic()
             deadline = None if timeout is None else waited_from + timeout
@@ -93,7 +95,7 @@ class ResultQueue:
             self.put_wait_s += time.monotonic() - waited_from
             if self._stopped:
                 return False
-            self._items.append([batch, nbytes, 0])
+            self._items.append([batch, nbytes, 0, ipc])
             self._account(nbytes)
             self._rows += batch.num_rows
             self.rows_in += batch.num_rows
@@ -120,6 +122,12 @@ class ResultQueue:
         """``max_rows`` rows as one RecordBatch (fewer: see the module's docstring), or EOS.
         Waits for the first row at most ``timeout`` seconds (None: no bound; then None is
         returned), then at most ``fill_wait_s`` more for the rest. Raises the scan's error."""
+        out = self.take_reply(max_rows, timeout, fill_wait_s)
+        return out[0] if isinstance(out, tuple) else out
+
+    def take_reply(self, max_rows: int, timeout: float | None = None, fill_wait_s: float = 0.0):
+        """As ``take``, but a batch comes as ``(batch, ipc)``: ``ipc`` is the IPC message the
+        batch arrived as when the reply is exactly one whole queued batch, else None."""
         with self._cond:
             waited_from = time.monotonic()
             fill_deadline = None
@@ -150,9 +158,12 @@ class ResultQueue:
                 return EOS
             parts = []
             wanted = max_rows
+            head = self._items[0]
+            whole = head[3] if head[2] == 0 and head[0].num_rows <= max_rows and (
+                head[0].num_rows == max_rows or len(self._items) == 1) else None
             while wanted and self._items:
                 item = self._items[0]
-                batch, nbytes, taken = item
+                batch, nbytes, taken, _ = item
                 rows = min(wanted, batch.num_rows - taken)
                 parts.append(batch.slice(taken, rows))
                 wanted -= rows
@@ -162,7 +173,9 @@ class ResultQueue:
                     self._account(-nbytes)
             self._rows -= max_rows - wanted
             self._cond.notify_all()
-            return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+            if len(parts) == 1:
+                return parts[0], whole
+            return pa.concat_batches(parts), None
 
     def close(self) -> None:
         """Drop everything and wake both sides (close_scanner, GC, timeout)."""

@@ -181,6 +181,7 @@ class ScanService:
                          yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
                          engine=self.settings.scan_engine)
         scan.on_engine = lambda engine, ctx=ctx: self._engine_chosen(ctx, engine)
+        scan.batch_rows = params.batch_size
         ctx.queue, ctx.scan = queue, scan
         timeout_s = params.query_timeout if params.query_timeout and params.query_timeout > 0 else self.settings.query_timeout_s
         timeout_s = min(timeout_s, self.settings.query_timeout_max_s)
@@ -207,7 +208,8 @@ class ScanService:
                     return self._eos(ctx)
                 if ctx.replay is not None:
                     return self._next_cached(ctx)
-                batch = ctx.queue.take(ctx.batch_size, fill_wait_s=self.settings.reply_fill_wait_s)
+                taken = ctx.queue.take_reply(ctx.batch_size, fill_wait_s=self.settings.reply_fill_wait_s)
+                batch, ipc = taken if isinstance(taken, tuple) else (taken, None)
                 if batch is EOS:
                     produced = ctx.queue.rows_in
                     if produced != ctx.offset:  # never eos on a partial result
@@ -220,7 +222,7 @@ class ScanService:
                     if ctx.cache_fill is not None:
                         ctx.cache_fill.complete()
                     return self._eos(ctx)
-                rows = ctx.scan.converter.ipc_stream(batch)
+                rows = ctx.scan.converter.ipc_stream(batch, ipc)
                 if ctx.cache_fill is not None:
                     ctx.cache_fill.add(batch.num_rows, rows)
                 ctx.prev_offset, ctx.prev_rows = ctx.offset, rows

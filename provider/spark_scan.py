@@ -173,6 +173,7 @@ class SparkScan:
         self.splits = 0
         self.done = threading.Event()
         self.engine_setting = "sql"
+        self.batch_rows = 4096  # the reader's batch_size: what the tasks send a batch of
         self.engine: str | None = None       # the engine the scan runs on, once chosen
         self.engine_reason: str | None = None  # why not the arrow engine
         self.on_engine = None                # called with the engine once chosen
@@ -240,7 +241,7 @@ class SparkScan:
                 return
             self.listener.register(sink)
             target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
-                                source_schema, self.columns)
+                                source_schema, self.columns, self.batch_rows)
             self._drive(sc, rdd.mapPartitions(task_function(target)), sink)
             if self._cancelled is None:
                 if sink.error is not None:

@@ -1,0 +1,184 @@
+"""The arrow engine on the shared server (real Spark, real Python workers): which plans it
+takes, and bad input. Values and properties against Spark run in test_scan_values.py and
+test_scan_properties.py on both engines (conftest `engine`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import engine_counts
+from ops_helpers import Reader, plan_for
+from starscan.thrift_defs import wire
+
+OK = wire.TStatusCode.OK
+
+
+@pytest.fixture
+def engine_setting(server):
+    saved = server.service.settings.scan_engine
+
+    def set_engine(value: str) -> None:
+        server.ops.update_config({"scan_engine": value})
+
+    yield set_engine
+    server.ops.update_config({"scan_engine": saved})
+
+
+def fresh_table(server, name: str, files: dict[str, pa.Table]):
+    location = server.warehouse.table_path("arrowdb", name)
+    shutil.rmtree(location, ignore_errors=True)
+    location.mkdir(parents=True)
+    for rel, table in files.items():
+        (location / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, location / rel)
+    server.warehouse.invalidate("arrowdb", name)
+    return location
+
+
+def scan_status(client, be_addr, db, table, sql, batch_size=1024, **kw):
+    """Read to the end; returns (rows, the final status)."""
+    plan, tablets = plan_for(client, db, table, sql)
+    reader = Reader(be_addr)
+    try:
+        cid = reader.open_ok(db, table, plan, tablets, batch_size=batch_size, **kw)
+        offset = 0
+        for _ in range(100_000):
+            res = reader.next(cid, offset)
+            if res.status.status_code != OK or res.eos:
+                reader.close_scanner(cid)
+                return offset, res.status
+            offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+    finally:
+        reader.close()
+    raise AssertionError("no end")
+
+
+def ran_on(server, before: dict) -> str:
+    after = engine_counts(server)
+    grown = [e for e in ("arrow", "sql") if after.get(e, 0) > before.get(e, 0)]
+    assert len(grown) == 1, (before, after)
+    return grown[0]
+
+
+def test_auto_picks_arrow_where_exact_and_sql_elsewhere(server, client, engine_setting):
+    engine_setting("auto")
+    for sql, engine in [
+        ("select l_orderkey, l_shipdate from demo.lineitem where l_quantity > 10 and l_shipmode in ('AIR', 'RAIL')", "arrow"),
+        ("select l_orderkey from demo.lineitem where l_shipdate between '1995-01-01' and DATE '1995-12-31'", "arrow"),
+        ("select l_orderkey from demo.lineitem where l_comment like '%ly%'", "arrow"),
+        ("select l_orderkey from demo.lineitem where upper(l_shipmode) = 'AIR'", "sql"),      # a function
+        ("select l_orderkey from demo.lineitem where l_discount > 0.05", "arrow"),            # decimal
+        ("select c_float from demo.all_types where c_float > 0", "sql"),                       # NaN ordering
+        ("select c_array from demo.all_types", "sql"),                                         # nested
+    ]:
+        before = engine_counts(server)
+        got = client.read("demo", sql.split(" from ")[1].split()[0].split(".")[1], sql)
+        assert ran_on(server, before) == engine, sql
+        assert got.num_rows >= 0
+
+
+def test_forced_arrow_refuses_a_plan_it_cannot_read_exactly(server, client, be_addr, engine_setting):
+    engine_setting("arrow")
+    rows, status = scan_status(client, be_addr, "demo", "lineitem",
+                               "select l_orderkey from demo.lineitem where upper(l_shipmode) = 'AIR'")
+    assert status.status_code == wire.TStatusCode.INVALID_ARGUMENT
+    assert "scan_engine = arrow cannot run this scan" in status.error_msgs[0] and "func" in status.error_msgs[0]
+
+
+@pytest.mark.parametrize("engine", ["arrow", "sql"])
+def test_a_corrupt_file_fails_the_scan_with_its_name_and_others_still_read(server, client, be_addr, engine_setting,
+                                                                          engine):
+    engine_setting(engine)
+    location = fresh_table(server, f"corrupt_{engine}", {
+        "part-0.parquet": pa.table({"id": list(range(100))}),
+        "part-1.parquet": pa.table({"id": list(range(100, 200))}),
+    })
+    plan, tablets = plan_for(client, "arrowdb", f"corrupt_{engine}", f"select id from arrowdb.corrupt_{engine}")
+    victim = location / "part-1.parquet"
+    st = victim.stat()
+    victim.write_bytes(b"\x13" * st.st_size)  # same size and mtime: the plan's checks pass
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    reader = Reader(be_addr)
+    try:
+        cid = reader.open_ok("arrowdb", f"corrupt_{engine}", plan, tablets)
+        offset, status = 0, None
+        for _ in range(100):
+            res = reader.next(cid, offset)
+            if res.status.status_code != OK or res.eos:
+                status = res.status
+                break
+            offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+    finally:
+        reader.close()
+    assert status is not None and status.status_code == wire.TStatusCode.INTERNAL_ERROR, status
+    assert "part-1.parquet" in status.error_msgs[0]
+    if engine == "arrow":
+        assert f"table arrowdb.corrupt_{engine}" in status.error_msgs[0]
+    # The server goes on serving.
+    assert client.read("demo", "lineitem", "select l_orderkey from demo.lineitem where l_quantity > 49").num_rows > 0
+
+
+def test_a_file_rewritten_during_the_scan_gives_version_gone(server, client, be_addr, engine_setting):
+    engine_setting("arrow")
+    n = 40_000  # ~2.5 MB a file: more than the queue and the socket buffers hold ahead of the reader
+    files = {f"part-{i}.parquet": pa.table({"id": list(range(i * n, i * n + n)), "pad": [f"{j:060d}" for j in range(n)]})
+             for i in range(6)}
+    location = fresh_table(server, "rewritten", files)
+    plan, tablets = plan_for(client, "arrowdb", "rewritten", "select id, pad from arrowdb.rewritten")
+    reader = Reader(be_addr)
+    try:
+        # A small queue: the scan stops after its first batches until the reader reads on.
+        cid = reader.open_ok("arrowdb", "rewritten", plan, tablets, batch_size=100, mem_limit=1 << 16)
+        first = reader.next(cid, 0)
+        assert first.status.status_code == OK
+        offset = pa.ipc.open_stream(first.rows).read_all().num_rows
+        for rel in files:  # every file not yet read is rewritten
+            pq.write_table(pa.table({"id": [-1], "pad": ["y"]}), location / rel)
+        status = None
+        for _ in range(10_000):
+            res = reader.next(cid, offset)
+            if res.status.status_code != OK or res.eos:
+                status = res.status
+                break
+            offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+    finally:
+        reader.close()
+    assert status is not None and not status.status_code == OK, "a partial result ended with eos"
+    assert "version" in status.error_msgs[0] and "is gone" in status.error_msgs[0]
+
+
+@pytest.mark.parametrize("engine", ["arrow", "sql"])
+def test_a_column_whose_type_changed_between_files_is_an_error(server, client, be_addr, engine_setting, engine):
+    engine_setting(engine)
+    fresh_table(server, f"retyped_{engine}", {
+        "part-0.parquet": pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]}),
+        "part-1.parquet": pa.table({"id": pa.array(["x", "y"], pa.string()), "v": ["c", "d"]}),
+    })
+    rows, status = scan_status(client, be_addr, "arrowdb", f"retyped_{engine}",
+                               f"select id, v from arrowdb.retyped_{engine}")
+    assert status.status_code == wire.TStatusCode.INTERNAL_ERROR, status
+    if engine == "arrow":
+        assert "column id of file part-1.parquet is string" in status.error_msgs[0]
+
+
+def test_partition_values_spelled_oddly_go_to_the_sql_engine(server, client, engine_setting):
+    engine_setting("auto")
+    fresh_table(server, "oddparts", {
+        "i=01/f.parquet": pa.table({"id": [1]}),
+        "i=+2/f.parquet": pa.table({"id": [2]}),     # both read exactly as Spark parses them
+        "i=\u0663/f.parquet": pa.table({"id": [3]}),  # an Arabic-Indic 3: Java's parseInt reads 3
+        "i=4/f.parquet": pa.table({"id": [4]}),
+    })
+    before = engine_counts(server)
+    got = client.read("arrowdb", "oddparts", "select id, i from arrowdb.oddparts")
+    assert ran_on(server, before) == "sql"
+    assert sorted(zip(got.column("id").to_pylist(), got.column("i").to_pylist())) == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    before = engine_counts(server)
+    got = client.read("arrowdb", "oddparts", "select id, i from arrowdb.oddparts where i <> 4 and id < 3")
+    assert ran_on(server, before) == "sql"  # pruning cannot drop the odd folder: its value is not certain
+    assert sorted(got.column("id").to_pylist()) == [1, 2]

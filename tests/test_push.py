@@ -1,0 +1,215 @@
+"""The push connection between scan tasks and the BE (provider/push_wire.py,
+provider/push_listener.py) over real sockets, without Spark: tasks are played by
+TaskSender in threads, as Spark's Python workers run it.
+
+What must hold: only a scan's token opens a connection; a split read again (a retried or
+resumed task) neither loses nor repeats a row; a stop reaches a task as a normal end; an
+idle reader makes the task yield; a wrong frame fails the scan, not the BE."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+from starscan.provider.push_listener import PushListener, PushSink
+from starscan.provider.push_wire import GO, HELLO, MAGIC, STOP, PushStopped, TaskSender, recv_exact
+from starscan.provider.result_queue import EOS, ResultQueue
+
+SCHEMA = pa.schema([pa.field("id", pa.int64())])
+
+
+def closed_without_a_word(s: socket.socket) -> bool:
+    """The BE closed the connection sending nothing (a reset counts: data was unread)."""
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    finally:
+        s.close()
+
+
+def batch(start: int, n: int) -> pa.RecordBatch:
+    return pa.record_batch([pa.array(range(start, start + n), pa.int64())], schema=SCHEMA)
+
+
+@pytest.fixture
+def listener():
+    lst = PushListener("127.0.0.1", 0)
+    yield lst
+    lst.stop()
+
+
+def sink_for(listener, splits=1, max_bytes=1 << 20, yield_after_s=None) -> PushSink:
+    sink = PushSink(ResultQueue(max_bytes), SCHEMA, splits, yield_after_s)
+    listener.register(sink)
+    return sink
+
+
+def wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def drain(queue: ResultQueue) -> list[int]:
+    out = []
+    while True:
+        b = queue.take(1 << 20, timeout=10)
+        assert b is not None, "the queue starved"
+        if b is EOS:
+            return out
+        out.extend(b.column(0).to_pylist())
+
+
+def send_split(listener, sink, split, batches, attempt=0, end=True):
+    sender = TaskSender("127.0.0.1", listener.port, sink.token, split, attempt)
+    try:
+        assert sender.go
+        for b in batches:
+            sender.send(b)
+        if end:
+            sender.end()
+    finally:
+        sender.close()
+
+
+def test_a_split_arrives_whole_and_ends(listener):
+    sink = sink_for(listener)
+    send_split(listener, sink, 0, [batch(0, 5), batch(5, 5)])
+    assert sink.all_ended() and sink.splits[0].delivered == 10
+    sink.queue.finish()
+    assert drain(sink.queue) == list(range(10))
+
+
+def test_a_retried_split_neither_loses_nor_repeats_a_row(listener):
+    """Attempt 0 delivers two batches and dies; attempt 1 re-reads the split from the
+    start (Parquet splits re-read the same rows in the same order): only the rest passes."""
+    sink = sink_for(listener)
+    send_split(listener, sink, 0, [batch(0, 4), batch(4, 4)], attempt=0, end=False)
+    wait_for(lambda: sink.splits[0].delivered == 8)
+    assert not sink.splits[0].ended
+    send_split(listener, sink, 0, [batch(0, 4), batch(4, 4), batch(8, 3), batch(11, 6)], attempt=1)
+    assert sink.splits[0].ended and sink.splits[0].delivered == 17
+    sink.queue.finish()
+    assert drain(sink.queue) == list(range(17))
+
+
+def test_a_split_already_ended_is_told_to_stop(listener):
+    sink = sink_for(listener)
+    send_split(listener, sink, 0, [batch(0, 3)])
+    late = TaskSender("127.0.0.1", listener.port, sink.token, 0, 1)
+    try:
+        assert not late.go
+    finally:
+        late.close()
+
+
+def test_forged_and_expired_tokens_get_no_answer_and_add_no_rows(listener):
+    sink = sink_for(listener)
+    for token in (b"\x00" * 32, sink.token[:-1] + bytes([sink.token[-1] ^ 1])):
+        s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+        s.sendall(HELLO.pack(MAGIC, token, 0, 0))
+        assert closed_without_a_word(s)
+    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s.sendall(b"GET / HTTP/1.1\r\n\r\n" + b"x" * 64)  # not our protocol at all
+    assert closed_without_a_word(s)
+    send_split(listener, sink, 0, [batch(0, 2)])
+    listener.unregister(sink)  # the scan ended: its token is spent
+    replay = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    replay.sendall(HELLO.pack(MAGIC, sink.token, 0, 0))
+    assert closed_without_a_word(replay)
+    sink.queue.finish()
+    assert drain(sink.queue) == [0, 1]
+
+
+def test_a_split_number_out_of_range_is_refused(listener):
+    sink = sink_for(listener, splits=2)
+    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s.sendall(HELLO.pack(MAGIC, sink.token, 7, 0))
+    assert closed_without_a_word(s)
+
+
+def test_stop_reaches_a_sending_task_as_a_normal_end(listener):
+    sink = sink_for(listener)
+    sender = TaskSender("127.0.0.1", listener.port, sink.token, 0, 0)
+    try:
+        assert sender.go
+        sender.send(batch(0, 3))
+        sink.stop()
+        with pytest.raises(PushStopped):
+            for i in range(1000):  # the stop arrives within a send or two
+                sender.send(batch(3 + i, 1))
+    finally:
+        sender.close()
+    assert not sink.splits[0].ended
+
+
+def test_an_idle_reader_makes_the_task_yield_and_the_split_resumes(listener):
+    """The queue holds one batch (its whole limit) and nobody reads: after yield_after_s the task is told to
+    give its slot back. Read again later, the split goes on where it stopped."""
+    sink = sink_for(listener, max_bytes=batch(0, 2).get_total_buffer_size(), yield_after_s=0.2)
+
+    def task():
+        try:
+            send_split(listener, sink, 0, [batch(i * 2, 2) for i in range(10)])
+        except PushStopped:
+            pass  # told before its last frame; else its end is ignored: either way it ends normally
+
+    t = threading.Thread(target=task, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive()
+    state = sink.splits[0]
+    wait_for(lambda: state.yielded)
+    assert state.yielded and not state.ended
+    got: list[int] = []
+    reader = threading.Thread(target=lambda: got.extend(drain(sink.queue)), daemon=True)
+    reader.start()  # the reader reads again: the split is resumed and read to its end
+    send_split(listener, sink, 0, [batch(i * 2, 2) for i in range(10)], attempt=1)
+    wait_for(lambda: state.ended)
+    sink.queue.finish()
+    reader.join(20)
+    assert got == list(range(20))
+
+
+def test_a_frame_of_an_unknown_kind_ends_that_connection_only(listener):
+    sink = sink_for(listener)
+    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s.sendall(HELLO.pack(MAGIC, sink.token, 0, 0))
+    assert recv_exact(s, 1) == GO
+    s.sendall(struct.pack(">cI", b"Q", 3) + b"abc")
+    assert closed_without_a_word(s)
+    send_split(listener, sink, 0, [batch(0, 2)], attempt=1)
+    assert sink.splits[0].ended
+
+
+def test_a_garbled_batch_fails_the_scan_with_a_clear_error_and_the_listener_goes_on(listener):
+    sink = sink_for(listener)
+    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s.sendall(HELLO.pack(MAGIC, sink.token, 0, 0))
+    assert recv_exact(s, 1) == GO
+    s.sendall(struct.pack(">cI", b"B", 16) + b"\xff" * 16)
+    s.recv(1)
+    s.close()
+    with pytest.raises(Exception) as err:
+        sink.queue.take(10, timeout=10)
+    assert "split 0" in str(err.value)
+    other = sink_for(listener)
+    send_split(listener, other, 0, [batch(0, 3)])
+    other.queue.finish()
+    assert drain(other.queue) == [0, 1, 2]
+
+
+def test_a_stop_byte_is_what_a_stopped_scan_sends(listener):
+    sink = sink_for(listener)
+    sink.stop()
+    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s.sendall(HELLO.pack(MAGIC, sink.token, 0, 0))
+    assert s.recv(1) == STOP
+    s.close()
