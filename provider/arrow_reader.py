@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 BATCH_ROWS = 4096
 _LOCAL = pafs.LocalFileSystem()
@@ -76,8 +77,8 @@ def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
         raise SplitReadError(f"table {read.table} version {read.version} is gone: file {part.relative} was rewritten "
                              "during the scan; ask the FE for a new plan")
     try:
-        fragment = _FORMAT.make_fragment(part.path, filesystem=_LOCAL, row_groups=part.row_groups)
-        physical = fragment.physical_schema
+        parquet = pq.ParquetFile(part.path, coerce_int96_timestamp_unit="us")
+        physical = parquet.schema_arrow
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet file: "
                              f"{_first_line(exc, part)}") from None
@@ -96,9 +97,19 @@ def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
         present[name] = found
         columns.append(found.name)
         exact_names &= found.name == name and found.type == expected
-    pushdown = read.pushdown if exact_names else None
+    row_groups = list(part.row_groups) if part.row_groups is not None else list(range(parquet.num_row_groups))
     try:
-        batches = fragment.to_batches(columns=columns, filter=pushdown, batch_size=BATCH_ROWS, use_threads=False)
+        if read.pushdown is not None and exact_names and row_groups:
+            # Row-group statistics: skip the groups no row of which can match.
+            fragment = _FORMAT.make_fragment(part.path, filesystem=_LOCAL, row_groups=row_groups)
+            kept = fragment.subset(filter=read.pushdown)
+            row_groups = [rg.id for rg in kept.row_groups] if kept is not None else []
+        if not row_groups:
+            return
+        # ParquetFile streams a row group batch by batch (the dataset scanner decodes far
+        # ahead first: 0.1 s before the first batch of a 500k-row group, against 7 ms).
+        batches = parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=row_groups, columns=columns,
+                                       use_threads=False)
         for raw in batches:
             out = _shape(read, part, raw, present)
             if out is not None and out.num_rows:

@@ -59,6 +59,7 @@ class StarscanServer:
         self.be_port: int | None = None
         self.query_port: int | None = None
         self.mysql = None  # starscan.planner.mysql.MysqlPort when the FE runs
+        self.workers = None  # provider.worker_keeper.PythonWorkerKeeper, with the warm-up
         self.service = ScanService(settings, spark, self.signer, self.contexts,
                                    Admission(settings, self.users, self.login_guard), self.audit)
         self.planner = QueryPlanner(settings, self.warehouse, SchemaResolver(spark), self.signer)
@@ -80,6 +81,15 @@ class StarscanServer:
             else:
                 log.info("JVM warmed up in %.1f s (%d rows written and scanned; warmup_rows=0 turns this off)", seconds,
                          self.settings.warmup_rows)
+            from starscan.provider.worker_keeper import PythonWorkerKeeper
+
+            self.workers = PythonWorkerKeeper(self.spark, busy=lambda: len(self.contexts) > 0)
+            try:
+                seconds = self.workers.fill()
+                log.info("%d Spark Python workers started in %.1f s", self.workers.slots(), seconds)
+            except Exception as exc:  # noqa: BLE001 - started on demand then
+                log.warning("Spark Python workers not started ahead: %s", exc)
+            self.workers.start()
         if self.be_enabled:
             self.thrift = ThriftServer(self.ops.instrument(ExternalServiceHandler(self.service)), self.settings.bind_host,
                                        self.settings.be_port, self.settings.thrift_client_timeout_s,
@@ -138,6 +148,8 @@ class StarscanServer:
             self.thrift.stop()
         if self.reaper is not None:
             self.reaper.stop()
+        if self.workers is not None:
+            self.workers.stop()
         from starscan.errors import ScanCancelled
 
         # Readers inside get_next get this status now; their next call gets NOT_FOUND.

@@ -42,3 +42,21 @@ def test_warm_up_is_on_by_default_and_can_be_turned_off():
 
     assert Settings.model_fields["warmup_rows"].default > 0
     assert Settings(warmup_rows=0).warmup_rows == 0
+
+
+def test_the_worker_keeper_starts_a_python_worker_per_slot(spark):
+    import psutil
+
+    from starscan.provider.worker_keeper import PythonWorkerKeeper
+
+    keeper = PythonWorkerKeeper(spark, busy=lambda: False)
+    assert keeper.fill() > 0
+    workers = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "worker_daemon" in " ".join(p.cmdline()):
+                workers.append(p)
+        except psutil.Error:
+            pass
+    # The daemon plus at least one forked worker per slot.
+    assert len(workers) >= keeper.slots() + 1, [p.cmdline() for p in workers]
