@@ -351,14 +351,14 @@ def test_reaper_skips_a_context_inside_get_next(client, be_addr, server, monkeyp
         cid = conn.open_ok("db1", "t1", plan, tablets, batch_size=10)
         ctx = server.contexts.get(cid)
         entered, gate = threading.Event(), threading.Event()
-        real_take = ctx.queue.take
+        real_take = ctx.queue.take_reply
 
         def held_take(max_rows, timeout=None, **kwargs):
             entered.set()
             assert gate.wait(120)
             return real_take(max_rows, timeout, **kwargs)
 
-        ctx.queue.take = held_take
+        ctx.queue.take_reply = held_take
         reply = {}
 
         def call():
