@@ -624,7 +624,7 @@ def main(argv=None) -> int:
         "data": notes.get("data", ""),
         "queries": f"full `{qs['full']['sql']}`; filter `{qs['filter']['sql']}` (same projection/filter for "
                    "Connect, Flight and pyarrow)",
-        "types": "starscan sends DATE as text (PROTOCOL.md §5), the others keep date32: the same rows are more "
+        "types": "starscan sends DATE as text (docs/protocol.md 5.2), the others keep date32: the same rows are more "
                  "MB for starscan; compare rows/s too",
         "starscan": f"in-process StarscanServer, SparkSession {settings.spark_master}, spark.driver.memory="
                     f"{args.driver_memory}, starscan's Spark defaults, queue_max_bytes={settings.queue_max_bytes >> 20} "

@@ -1,4 +1,4 @@
-"""The scan-context reaper (StarRocks' keep-alive GC, PROTOCOL.md 4.4).
+"""The scan-context reaper (StarRocks' keep-alive GC, docs/protocol.md 4.4).
 
 Every ``scan_context_gc_interval`` it removes each context idle longer than its
 ``keep_alive_min`` and not inside a call: the Spark job is cancelled, the queue freed, and

@@ -1,4 +1,4 @@
-"""Renders domain errors as StarRocks' FE does (PROTOCOL.md 2.1 and 2.4)."""
+"""Renders domain errors as StarRocks' FE does (docs/protocol.md 2.1 and 2.4)."""
 
 from __future__ import annotations
 

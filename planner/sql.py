@@ -88,7 +88,7 @@ def syntax_error(exc: ParseError | TokenError) -> str:
 
 
 def parse(sql: str, path_db: str, path_table: str) -> ParsedQuery:
-    """Steps 8-13 of PROTOCOL.md 2.4 (syntax, statement kind, scan-only, one table, no
+    """Steps 8-13 of docs/protocol.md 2.4 (syntax, statement kind, scan-only, one table, no
     nesting, same table as the path). Column analysis happens in ``analyze``."""
     try:
         statements = [s for s in sqlglot.parse(sql, read="starrocks") if s is not None]

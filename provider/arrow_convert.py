@@ -1,4 +1,4 @@
-"""Spark's Arrow output -> the Arrow StarRocks clients expect (PROTOCOL.md 5.2).
+"""Spark's Arrow output -> the Arrow StarRocks clients expect (docs/protocol.md 5.2).
 
 DATE becomes `YYYY-MM-DD` text, DATETIME `YYYY-MM-DD HH:MM:SS` plus `.ffffff` only when
 the microseconds are non-zero (wall clock in the server time zone, which is Spark's session

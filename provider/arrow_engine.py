@@ -9,7 +9,7 @@ says why, and the scan runs on the ``sql`` engine (``scan_engine = auto``) or is
 (``scan_engine = arrow``).
 
 Splits: the planned files, a large file cut into runs of whole row groups of about
-``split_bytes`` (its footer says where), small files packed together up to that size with
+``split_size`` bytes (its footer says where), small files packed together up to that size with
 an open cost per file, as Spark packs files into partitions. Spark then runs one task per
 split (provider/spark_scan.py).
 """
@@ -38,8 +38,18 @@ _INT_RANGE = {T.ByteType: (-(2**7), 2**7 - 1), T.ShortType: (-(2**15), 2**15 - 1
 OPEN_COST_BYTES = 4 << 20
 
 
+MIN_SPLIT_BYTES, MAX_SPLIT_BYTES = 16 << 20, 256 << 20
+
+
+def split_size(total_bytes: int, tasks: int) -> int:
+    """Bytes per split: about two splits per task the scanner runs at once, within
+    [16 MiB, 256 MiB]. Each split costs a Spark job (tens of milliseconds to schedule), so
+    fewer is faster; a split's size does not delay the first rows (tasks stream)."""
+    return min(max(MIN_SPLIT_BYTES, total_bytes // max(1, 2 * tasks)), MAX_SPLIT_BYTES)
+
+
 def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
-               split_bytes: int = 16 << 20) -> tuple[ArrowRead, list[ArrowSplit]]:
+               tasks: int = 2) -> tuple[ArrowRead, list[ArrowSplit]]:
     """The read instructions and splits of ``plan`` on the arrow engine, or NotArrowable."""
     schema = T.StructType.fromJson(json.loads(plan.table_schema))
     by_lower = {f.name.lower(): f for f in schema.fields}
@@ -101,7 +111,7 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
                 except ValueError as exc:
                     raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
             parts.append((FilePart(str(location / f.path), f.path, f.size, f.mtime_ns, None, tuple(values))))
-    return read, _splits(parts, split_bytes)
+    return read, _splits(parts, split_size(sum(p.size for p in parts), tasks))
 
 
 def _check_type(f: T.StructField) -> None:

@@ -185,7 +185,7 @@ class StarscanClient:
                 try:
                     while True:
                         # A dropped connection is re-opened and the same offset asked again: the
-                        # server answers a repeated offset with the same batch (DESIGN.md).
+                        # server answers a repeated offset with the same batch (docs/architecture.md).
                         res = conn.call("get_next", wire.TScanNextBatchParams(context_id=opened.context_id,
                                                                               offset=offset))
                         if res.status.status_code != wire.TStatusCode.OK:

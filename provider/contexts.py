@@ -1,4 +1,4 @@
-"""Scan contexts: one per open_scanner, keyed by a random UUID (PROTOCOL.md 4.1)."""
+"""Scan contexts: one per open_scanner, keyed by a random UUID (docs/protocol.md 4.1)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class ScanContext:
             self.queue.close()
 
 
-# Context ids are random UUIDs (PROTOCOL.md 4.1) that also say which server run issued them:
+# Context ids are random UUIDs (docs/protocol.md 4.1) that also say which server run issued them:
 # 10 random bytes, 3 bytes of this run's epoch, 3 check bytes. An id that is not registered
 # but carries a valid check and another epoch was opened before a restart, and the reply says
 # so (any other unknown id gets StarRocks' exact message). Check bytes are not a secret: they

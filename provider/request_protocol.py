@@ -54,6 +54,6 @@ class _RequestProtocolFactory(binary.TBinaryProtocolFactory):
 
 
 def request_protocol_factory() -> binary.TBinaryProtocolFactory:
-    """Java's TBinaryProtocol.Factory default: lenient read (PROTOCOL.md 3), so old-style
+    """Java's TBinaryProtocol.Factory default: lenient read (docs/protocol.md 3), so old-style
     requests without the 0x8001 version word are served too."""
     return _RequestProtocolFactory(strict_read=False, strict_write=True)

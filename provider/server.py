@@ -118,7 +118,7 @@ class ThriftServer:
         self.server = _Server(
             TProcessor(wire.TStarrocksExternalService, handler),
             self.socket,
-            # Java's TBinaryProtocol.Factory default: strict write, lenient read (PROTOCOL.md 3),
+            # Java's TBinaryProtocol.Factory default: strict write, lenient read (docs/protocol.md 3),
             # so old-style requests without the 0x8001 version word are served too.
             iprot_factory=request_protocol_factory(),
             oprot_factory=TCyBinaryProtocolFactory(strict_read=False, strict_write=True),

@@ -1,4 +1,4 @@
-"""BE semantics of PROTOCOL.md section 4, plus the idempotent replay of the last batch."""
+"""BE semantics of docs/protocol.md section 4, plus the idempotent replay of the last batch."""
 
 from __future__ import annotations
 

@@ -264,7 +264,8 @@ class SparkScan:
         the partition function's factory, for the engine this scan runs on."""
         if self.plan is not None and self.engine_setting in ("auto", "arrow"):
             try:
-                read, splits = plan_arrow(self.plan, self._plan_tablets, self._tablet_ids, self.time_zone)
+                read, splits = plan_arrow(self.plan, self._plan_tablets, self._tablet_ids, self.time_zone,
+                                          self.tasks_per_scanner)
             except NotArrowable as why:
                 if self.engine_setting == "arrow":
                     raise InvalidArgument(f"scan_engine = arrow cannot run this scan: {why}; "

@@ -12,7 +12,7 @@ from starscan.thrift_defs import wire
 EOS_ROWS_PROPERTY = "starscan.eos_row_count"
 EOS_ROWS_PREFIX = "starscan:rows="
 
-# Codes the StarRocks Java SDK knows (PROTOCOL.md 3); anything else would crash it.
+# Codes the StarRocks Java SDK knows (docs/protocol.md 3); anything else would crash it.
 SDK_CODES = frozenset(list(range(0, 23)) + list(range(30, 48)) + [50])
 
 

@@ -29,7 +29,7 @@ log = logging.getLogger("starscan.warmup")
 
 WARMUP_DIR = ".starscan-warmup"  # under the warehouse; hidden names are not tables (catalog.py)
 
-# Column expressions over spark.range's `id`: the type families of PROTOCOL.md section 5.
+# Column expressions over spark.range's `id`: the type families of docs/protocol.md section 5.
 _COLUMNS = (
     "cast(id as int) as c_int",
     "id as c_bigint",

@@ -18,11 +18,11 @@ import time
 log = logging.getLogger("starscan.provider.workers")
 
 GROUP = "starscan-python-workers"
-HOLD_S = 0.3
+HOLD_S = 0.1  # long enough for every slot's task to run at once, so each takes its own worker
 
 
 class PythonWorkerKeeper:
-    def __init__(self, spark, busy, interval_s: float = 40.0):
+    def __init__(self, spark, busy, interval_s: float = 50.0):
         """``busy()``: whether any scanner is open (then the workers are in use anyway)."""
         self.spark = spark
         self.busy = busy

@@ -3,7 +3,7 @@
 Each kind carries the HTTP status the FE answers with and the ``TStatusCode`` name the
 BE answers with. Rendering to the wire happens in exactly two places:
 ``starscan.planner.errors`` (HTTP) and ``starscan.provider.status`` (Thrift).
-Only status codes the StarRocks Java SDK knows are ever used (PROTOCOL.md section 3).
+Only status codes the StarRocks Java SDK knows are ever used (docs/protocol.md section 3).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Spark type -> StarRocks type: the one mapping used by `_schema`, by the plan's column
-list and by the BE's Arrow conversion (PROTOCOL.md section 5.2)."""
+list and by the BE's Arrow conversion (docs/protocol.md section 5.2)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql import types as T
 
-# TPrimitiveType values (PROTOCOL.md section 3).
+# TPrimitiveType values (docs/protocol.md section 3).
 PRIMITIVE = {
     "INVALID_TYPE": 0, "NULL_TYPE": 1, "BOOLEAN": 2, "TINYINT": 3, "SMALLINT": 4, "INT": 5,
     "BIGINT": 6, "FLOAT": 7, "DOUBLE": 8, "DATE": 9, "DATETIME": 10, "BINARY": 11,

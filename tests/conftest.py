@@ -1,6 +1,6 @@
 """Shared fixtures: one real SparkSession (local[2]) per test session, one real starscan
 server (uvicorn + thriftpy2 on 127.0.0.1, free ports) on it, and a warehouse with the demo
-database plus the PROTOCOL.md section 7 table `db1.t1`.
+database plus the docs/protocol.md section 7 table `db1.t1`.
 
 User configuration never leaks in: STARSCAN_* variables are removed and the tests run in a
 temporary working directory (no stray starscan.conf)."""

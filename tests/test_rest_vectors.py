@@ -1,4 +1,4 @@
-"""The FE over real HTTP: PROTOCOL.md section 7 REST vectors 1-10, the error ladder of 2.4,
+"""The FE over real HTTP: docs/protocol.md section 7 REST vectors 1-10, the error ladder of 2.4,
 authentication (2.1), `_query_plan` success bodies (2.2), `_schema` (2.3), pruning, health and docs.
 
 Every request goes through a real socket to the session server (`server` fixture) with httpx.
@@ -13,7 +13,7 @@ import uuid
 import httpx
 import pytest
 
-ROOT_AUTH = "Basic cm9vdDo="  # base64("root:"), exactly as in PROTOCOL.md section 7
+ROOT_AUTH = "Basic cm9vdDo="  # base64("root:"), exactly as in docs/protocol.md section 7
 JSON_CT = "application/json; charset=UTF-8"
 VECTOR1_SQL = "select `k1`,`v1` from `db1`.`t1` where (`k1` > 0)"
 INT32_MAX = 2**31 - 1

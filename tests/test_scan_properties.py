@@ -3,7 +3,7 @@ the multiset of rows ``spark.sql`` returns for the same SQL text over the table'
 
 The SQL is built once as a template; the StarRocks request names the table `db`.`table`,
 Spark's names parquet.`<table path>`. Spark's dates and timestamps are turned into the
-StarRocks text forms before comparing (PROTOCOL.md 5.2).
+StarRocks text forms before comparing (docs/protocol.md 5.2).
 """
 
 from __future__ import annotations

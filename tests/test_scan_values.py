@@ -1,5 +1,5 @@
 """Every value of demo.all_types read through starscan equals what Spark reads from the same
-files, in the StarRocks encodings of PROTOCOL.md section 5.
+files, in the StarRocks encodings of docs/protocol.md section 5.
 
 Spark's rows are turned into the StarRocks forms here, independently of the server's Arrow
 conversion: DATE -> 'YYYY-MM-DD', DATETIME -> 'YYYY-MM-DD HH:MM:SS[.ffffff]' (fraction only
@@ -21,7 +21,7 @@ from starscan.thrift_defs import wire
 
 SQL = "select * from `demo`.`all_types`"
 
-# (Arrow type, nullable, TPrimitiveType) of each column, in table order (PROTOCOL.md 5.2).
+# (Arrow type, nullable, TPrimitiveType) of each column, in table order (docs/protocol.md 5.2).
 EXPECTED_COLUMNS = [
     ("id", pa.int32(), False, 5),
     ("c_bool", pa.bool_(), True, 2),
@@ -165,7 +165,7 @@ def test_schema_types_and_nullability(scanned):
         assert field.nullable == nullable, f"{name}: nullable={field.nullable}"
     if "c_array" not in scanned.column_names:
         return
-    # Nested children keep their own nullability (PROTOCOL.md 5.1: flag = column nullability).
+    # Nested children keep their own nullability (docs/protocol.md 5.1: flag = column nullability).
     assert scanned.schema.field("c_array").type.value_field.nullable is True
     map_type = scanned.schema.field("c_map").type
     assert map_type.key_field.nullable is False and map_type.item_field.nullable is True

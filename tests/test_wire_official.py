@@ -1,4 +1,4 @@
-"""PROTOCOL.md section 7, Thrift vectors 11-23, spoken by an independent client.
+"""docs/protocol.md section 7, Thrift vectors 11-23, spoken by an independent client.
 
 Nothing here shares starscan's IDL loading (thriftpy2): at test time Debian's Apache Thrift
 compiler generates Python code from idl/StarrocksExternalService.thrift, and the official
@@ -29,7 +29,7 @@ IDL = Path(__file__).resolve().parent.parent / "idl" / "StarrocksExternalService
 AUTH = "Basic " + base64.b64encode(b"root:").decode()  # cm9vdDo=
 VECTOR_SQL = "select `k1`,`v1` from `db1`.`t1` where (`k1` > 0)"
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-# TStatusCode values known to starrocks-thrift-sdk 1.0.1 (PROTOCOL.md 3): anything else
+# TStatusCode values known to starrocks-thrift-sdk 1.0.1 (docs/protocol.md 3): anything else
 # makes the Java client throw while deserializing.
 SDK_STATUS_CODES = frozenset(list(range(0, 23)) + list(range(30, 48)) + [50])
 
