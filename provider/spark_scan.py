@@ -311,7 +311,10 @@ class SparkScan:
 
         with ThreadPoolExecutor(self.tasks_per_scanner, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as jobs:
             while True:
-                while self._cancelled is None and in_flight < self.tasks_per_scanner and pending:
+                # One task until the first rows arrive, then tasks_per_scanner: scanners opened
+                # together get their first replies sooner when each starts with one task.
+                allowed = self.tasks_per_scanner if self.queue.rows_in or not in_flight else 1
+                while self._cancelled is None and in_flight < allowed and pending:
                     if pending[0] in yielded and self.queue.bytes > self.queue.max_bytes // 2:
                         break  # the reader has not made room yet
                     in_flight += 1
@@ -319,7 +322,7 @@ class SparkScan:
                 if in_flight == 0 and (not pending or self._cancelled is not None):
                     return
                 try:
-                    split, exc = finished.get(timeout=0.1)
+                    split, exc = finished.get(timeout=0.02 if allowed < self.tasks_per_scanner else 0.1)
                 except Empty:
                     continue
                 in_flight -= 1

@@ -13,6 +13,11 @@ import pyarrow.ipc  # noqa: F401
 import pyspark.worker  # noqa: F401
 from pyspark.daemon import manager
 
+try:  # PySpark's worker imports pandas on its own when it is installed: do it once, here
+    import pandas  # noqa: F401
+except ImportError:
+    pass
+
 import starscan.provider.arrow_convert  # noqa: F401
 import starscan.provider.push_task  # noqa: F401
 import starscan.provider.push_wire  # noqa: F401

@@ -4,9 +4,9 @@ Every scan task runs in a Spark Python worker; a task that finds no idle worker 
 Spark start one, one at a time, each taking a few hundred milliseconds on a busy machine
 (bench/RESULTS.md, issue 22: four scanners opened at once waited up to 3.5 s for their
 first reply, 1.4 s once workers existed). Spark stops a worker that has been idle for a
-minute. So at start, and then every ``interval_s`` while no scanner is open, this runs one
-small job with a task per slot that holds its worker for a moment: every slot keeps a
-started worker ready.
+minute. So at start, and then every ``interval_s``, this runs one small job with a task per
+slot that holds its worker for a moment (slots busy with scans take it when they are free):
+every slot keeps a started worker ready.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ HOLD_S = 0.1  # long enough for every slot's task to run at once, so each takes 
 
 
 class PythonWorkerKeeper:
-    def __init__(self, spark, busy, interval_s: float = 50.0):
-        """``busy()``: whether any scanner is open (then the workers are in use anyway)."""
+    def __init__(self, spark, interval_s: float = 20.0):
+        """Workers of free slots die after a minute idle even while other slots scan, so the
+        keeper runs whether scanners are open or not."""
         self.spark = spark
-        self.busy = busy
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -52,8 +52,6 @@ class PythonWorkerKeeper:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            if self.busy():
-                continue
             try:
                 self.fill()
             except Exception:  # noqa: BLE001 - Spark stopping, or busy: the next tick tries again

@@ -83,7 +83,7 @@ class StarscanServer:
                          self.settings.warmup_rows)
             from starscan.provider.worker_keeper import PythonWorkerKeeper
 
-            self.workers = PythonWorkerKeeper(self.spark, busy=lambda: len(self.contexts) > 0)
+            self.workers = PythonWorkerKeeper(self.spark)
             try:
                 seconds = self.workers.fill()
                 log.info("%d Spark Python workers started in %.1f s", self.workers.slots(), seconds)

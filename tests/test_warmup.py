@@ -49,7 +49,7 @@ def test_the_worker_keeper_starts_a_python_worker_per_slot(spark):
 
     from starscan.provider.worker_keeper import PythonWorkerKeeper
 
-    keeper = PythonWorkerKeeper(spark, busy=lambda: False)
+    keeper = PythonWorkerKeeper(spark)
     assert keeper.fill() > 0
     workers = []
     for p in psutil.Process().children(recursive=True):
