@@ -5,9 +5,10 @@ Each split (a Spark partition of the scan) is read by one Spark task that pushes
 over TCP straight into this BE process (provider/push_wire.py), a batch at a time as Spark
 produces them: the first rows arrive within a fraction of a second of the task starting,
 no partition is ever collected whole (in the JVM or here), and the JVM never holds a
-reader's rows. A scanner keeps at most ``tasks_per_scanner`` tasks running, one Spark job
-per split, in the user's FAIR pool, so concurrent scanners share the task slots and no
-scanner waits for another's whole scan. A reader that stops reading makes its task yield
+reader's rows. A scanner keeps at most ``tasks_per_scanner`` tasks running (one until its
+first rows arrive), one Spark job per split, in a FAIR pool of its own (starscan.spark
+.scan_pool), so concurrent scanners share the task slots and no scanner waits for another's
+whole scan. A reader that stops reading makes its task yield
 its slot after ``yield_after_s``; the split is read again later, from where it stopped.
 
 The jobs run under a job group named after the scan context. Close, GC and timeouts stop

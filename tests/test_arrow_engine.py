@@ -40,22 +40,27 @@ def fresh_table(server, name: str, files: dict[str, pa.Table]):
     return location
 
 
+def read_to_end(reader, cid: str, offset: int = 0):
+    """get_next until eos or an error; returns (rows read, the final status)."""
+    for _ in range(100_000):
+        res = reader.next(cid, offset)
+        if res.status.status_code != OK or res.eos:
+            return offset, res.status
+        offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+    raise AssertionError("no end")
+
+
 def scan_status(client, be_addr, db, table, sql, batch_size=1024, **kw):
-    """Read to the end; returns (rows, the final status)."""
+    """Plan, open and read to the end; returns (rows, the final status)."""
     plan, tablets = plan_for(client, db, table, sql)
     reader = Reader(be_addr)
     try:
         cid = reader.open_ok(db, table, plan, tablets, batch_size=batch_size, **kw)
-        offset = 0
-        for _ in range(100_000):
-            res = reader.next(cid, offset)
-            if res.status.status_code != OK or res.eos:
-                reader.close_scanner(cid)
-                return offset, res.status
-            offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+        out = read_to_end(reader, cid)
+        reader.close_scanner(cid)
+        return out
     finally:
         reader.close()
-    raise AssertionError("no end")
 
 
 def ran_on(server, before: dict) -> str:
@@ -106,16 +111,10 @@ def test_a_corrupt_file_fails_the_scan_with_its_name_and_others_still_read(serve
     reader = Reader(be_addr)
     try:
         cid = reader.open_ok("arrowdb", f"corrupt_{engine}", plan, tablets)
-        offset, status = 0, None
-        for _ in range(100):
-            res = reader.next(cid, offset)
-            if res.status.status_code != OK or res.eos:
-                status = res.status
-                break
-            offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+        _, status = read_to_end(reader, cid)
     finally:
         reader.close()
-    assert status is not None and status.status_code == wire.TStatusCode.INTERNAL_ERROR, status
+    assert status.status_code == wire.TStatusCode.INTERNAL_ERROR, status
     assert "part-1.parquet" in status.error_msgs[0]
     if engine == "arrow":
         assert f"table arrowdb.corrupt_{engine}" in status.error_msgs[0]
@@ -139,16 +138,10 @@ def test_a_file_rewritten_during_the_scan_gives_version_gone(server, client, be_
         offset = pa.ipc.open_stream(first.rows).read_all().num_rows
         for rel in files:  # every file not yet read is rewritten
             pq.write_table(pa.table({"id": [-1], "pad": ["y"]}), location / rel)
-        status = None
-        for _ in range(10_000):
-            res = reader.next(cid, offset)
-            if res.status.status_code != OK or res.eos:
-                status = res.status
-                break
-            offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+        _, status = read_to_end(reader, cid, offset)
     finally:
         reader.close()
-    assert status is not None and not status.status_code == OK, "a partial result ended with eos"
+    assert status.status_code != OK, "a partial result ended with eos"
     assert "version" in status.error_msgs[0] and "is gone" in status.error_msgs[0]
 
 

@@ -10,10 +10,7 @@ each reads the whole table through a client with a real 1 s socket timeout."""
 from __future__ import annotations
 
 import glob
-import os
-import subprocess
 import threading
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,7 +18,7 @@ import pytest
 
 from starscan.provider.client import StarscanClient, thrift_client
 from starscan.thrift_defs import wire
-from test_reliability import REPO, free_port, wait_until
+from test_reliability import start_serve
 
 FLINK = {"batch_size": 1000, "keep_alive_min": 10, "query_timeout": 600, "mem_limit": 1 << 30}
 SQL = "select * from `demo`.`lineitem`"
@@ -29,30 +26,11 @@ SQL = "select * from `demo`.`lineitem`"
 
 @pytest.fixture(scope="module")
 def flink_server(tmp_path_factory):
-    import httpx
-
     tmp = tmp_path_factory.mktemp("flink")
-    http_port, be_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_QUERY_PORT=str(free_port()), STARSCAN_WARMUP_ROWS="300000")
-    log = (tmp / "serve.log").open("w")
-    proc = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "starscan"), "serve", "--http-port", str(http_port), "--be-port", str(be_port),
-         "--warehouse", str(tmp / "wh"), "--demo-scale", "0.1", "--bind-host", "127.0.0.1"],
-        cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def ready():
-        assert proc.poll() is None, (tmp / "serve.log").read_text()[-3000:]
-        try:
-            return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
+    proc, http_port, _, log = start_serve(tmp, demo_scale="0.1", spark_master=None, warmup_rows="300000")
     try:
-        wait_until(ready, timeout_s=300, interval_s=0.5, what="starscan serve to start")
         files = glob.glob(str(tmp / "wh" / "demo.db" / "lineitem" / "*.parquet"))
-        rows = sum(pq.read_metadata(f).num_rows for f in files)
-        yield http_port, rows, tmp / "serve.log"
+        yield http_port, sum(pq.read_metadata(f).num_rows for f in files)
     finally:
         proc.terminate()
         proc.wait(60)
@@ -86,7 +64,7 @@ def flink_like_read(http_port: int) -> int:
 
 @pytest.mark.parametrize("readers", [1, 4])
 def test_flink_defaults_read_the_whole_table_within_the_timeout(flink_server, readers):
-    http_port, rows, log = flink_server
+    http_port, rows = flink_server
     results: list = [None] * readers
 
     def read(i: int) -> None:

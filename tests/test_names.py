@@ -23,6 +23,10 @@ from starscan.hadoop_paths import literal, unescape_path_name
 from starscan.provider.client import PlanError, thrift_client
 from starscan.thrift_defs import wire
 
+# The scans here run on both engines (conftest `engine`): the arrow engine reads the files
+# with pyarrow and must take the same names literally.
+on_both_engines = pytest.mark.usefixtures("engine")
+
 
 def _write(path: Path, ids: list[int], **extra) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,12 +100,14 @@ def glob_table(server):
     return location
 
 
+@on_both_engines
 def test_file_names_are_read_literally(server, client, glob_table):
     got = _same_as_planned(server, client, "names", "globs", "select id from names.globs", ["id"])
     want = Counter((i,) for start in GLOB_FILES.values() for i in range(start, start + 10))
     assert got == want  # every file once, none twice
 
 
+@on_both_engines
 def test_a_filtered_scan_of_glob_named_files(server, client, glob_table):
     got = _same_as_planned(server, client, "names", "globs", "select id from names.globs where id >= 100 and id < 110",
                            ["id"], keep=lambda row: 100 <= row["id"] < 110)
@@ -171,6 +177,7 @@ def part_table(server):
     return location
 
 
+@on_both_engines
 def test_partition_folders_are_decoded_as_spark_does(server, client, part_table):
     got = _same_as_planned(server, client, "names", "parts", "select id, s, n from names.parts", ["id", "s", "n"])
     assert {s for _, s, _ in got} == set(STRING_FOLDERS.values())
@@ -187,6 +194,7 @@ def test_partition_folders_are_decoded_as_spark_does(server, client, part_table)
     ("s is null", ["__HIVE_DEFAULT_PARTITION__"]),
     ("s in ('*', '{p,q}')", ["*", "{p,q}"]),
 ])
+@on_both_engines
 def test_pruned_partitions_hold_the_rows_spark_finds(server, client, spark, part_table, where, folders):
     sql = f"select id, s from names.parts where {where}"
     got, _ = _scanned(client, "names", "parts", sql, ["id", "s"])
@@ -198,6 +206,7 @@ def test_pruned_partitions_hold_the_rows_spark_finds(server, client, spark, part
     assert got == want
 
 
+@on_both_engines
 def test_partition_column_names_are_decoded(server, client):
     location = _fresh_table(server, "names", "partcols")
     _write(location / "c%3Dd=1" / "f.parquet", [1])
@@ -210,6 +219,7 @@ def test_partition_column_names_are_decoded(server, client):
     assert got == Counter({(2, 2): 1})
 
 
+@on_both_engines
 def test_partition_values_of_numbers_and_dates_are_parsed_as_spelled(server, client):
     """Spark parses these as they stand: '+1' and '01' are 1; '1%30' is no number (an error,
     never the value 10)."""
@@ -242,6 +252,7 @@ def test_an_empty_partition_value_is_refused_at_plan_time(server, client):
 
 
 # ---- database, table and column names ---------------------------------------------------------
+@on_both_engines
 @pytest.mark.parametrize("db,table", [("my db", "ta ble"), ("dätä", "tä[b]le"), ("names", "t{1}"), ("names", "ü?")])
 def test_database_and_table_folders_with_spaces_and_non_ascii(server, client, db, table):
     location = _fresh_table(server, db, table)
@@ -269,6 +280,7 @@ def keyword_table(server):
     return location
 
 
+@on_both_engines
 def test_columns_named_like_keywords_or_with_a_backtick(server, client, keyword_table):
     sql = "select `select`, `from`, `a``b`, `with space`, `Ünï` from names.keywords where `select` >= 2 and `a``b` < 30"
     got = client.read("names", "keywords", sql)

@@ -739,19 +739,20 @@ def port_free(port: int) -> bool:
         return True
 
 
-def start_serve(tmp_path):
-    """`starscan serve` as a user runs it (own process, own JVM, small demo, no warm-up),
-    waited for until /api/health answers. Returns (process, http_port, be_port, log file)."""
+def start_serve(tmp_path, demo_scale: str = "0.002", spark_master: str | None = "local[1]", warmup_rows: str = "0"):
+    """`starscan serve` as a user runs it (own process, own JVM; by default a small demo, one
+    task slot, no warm-up; ``spark_master=None``: starscan's default), waited for until
+    /api/health answers. Returns (process, http_port, be_port, log file)."""
     import httpx
 
     http_port, be_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_QUERY_PORT=str(free_port()))
+    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS=warmup_rows, STARSCAN_QUERY_PORT=str(free_port()))
     log = (tmp_path / "serve.log").open("w")
+    master = ["--spark-master", spark_master] if spark_master else []
     proc = subprocess.Popen(
         [str(REPO / ".venv" / "bin" / "starscan"), "serve", "--http-port", str(http_port), "--be-port", str(be_port),
-         "--warehouse", str(tmp_path / "wh"), "--demo-scale", "0.002", "--spark-master", "local[1]",
-         "--bind-host", "127.0.0.1"],
+         "--warehouse", str(tmp_path / "wh"), "--demo-scale", demo_scale, *master, "--bind-host", "127.0.0.1"],
         cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def ready():
