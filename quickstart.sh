@@ -37,6 +37,25 @@ venv() {
   python -m pip install -q --upgrade pip >/dev/null
 }
 
+# The layers (pyproject's [tool.importlinter]), style (ruff) and types (mypy). The folders
+# are installed as subpackages of `starscan` (planner/ -> starscan.planner, ...), which an
+# editable install resolves at import time only; import-linter reads files, so it checks a
+# copy laid out as installed.
+checks() {
+  local tree rc=0 repo
+  repo=$(pwd)
+  tree=$(mktemp -d)
+  mkdir "$tree/starscan"
+  cp -r starscan/. "$tree/starscan/"
+  cp -r planner "$tree/starscan/planner"; cp -r provider "$tree/starscan/provider"
+  cp -r gc "$tree/starscan/gc"; cp -r idl "$tree/starscan/idl"
+  (cd "$tree" && PYTHONPATH="$tree" lint-imports --config "$repo/pyproject.toml" --no-cache) || rc=1
+  (cd "$tree" && mypy --config-file "$repo/pyproject.toml" --cache-dir "$tree/.mypy_cache" -p starscan) || rc=1
+  rm -rf "$tree"
+  ruff check starscan planner provider gc || rc=1
+  return "$rc"
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
   serve)
@@ -75,6 +94,7 @@ case "$cmd" in
     fi
     venv
     python -m pip install -q -e '.[test]'
+    checks || { echo "error: the checks failed (layers, ruff or mypy: see above)" >&2; exit 1; }
     set +e
     python -m pytest "$@"
     rc=$?
@@ -82,6 +102,11 @@ case "$cmd" in
     if [ "$rc" = 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi
     exit "$rc"
     ;;
+  check)
+    check_python; venv
+    python -m pip install -q -e '.[test]'
+    checks && echo "checks passed: layers, ruff, mypy"
+    ;;
   *)
-    echo "usage: $0 serve [flags] | test [pytest args]" >&2; exit 2 ;;
+    echo "usage: $0 serve [flags] | test [pytest args] | check" >&2; exit 2 ;;
 esac

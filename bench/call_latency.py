@@ -36,7 +36,7 @@ def reader(fe: str, timeout_s: float, out) -> None:
     """One Flink-like reader: plan, open, get_next until eos, close; every call timed."""
     import pyarrow as pa
 
-    from starscan.provider.client import StarscanClient, thrift_client
+    from starscan.client import StarscanClient, thrift_client
     from starscan.thrift_defs import wire
 
     client = StarscanClient(fe, retries=0)

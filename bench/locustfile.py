@@ -61,7 +61,7 @@ class ThriftScanUser(User):
                 pass
 
     def _client(self, endpoint: str):
-        from starscan.provider.client import thrift_client
+        from starscan.client import thrift_client
 
         client = self.clients.get(endpoint)
         if client is None:

@@ -68,7 +68,7 @@ def ensure_lineitem(spark, warehouse, scale: float, tablet_target_bytes: int) ->
 def run_scanners(fe: str, sql: str, concurrency: int, batch_size: int) -> dict:
     """``concurrency`` threads, each reading the whole query through the protocol; batches are
     counted and dropped."""
-    from starscan.provider.client import ScanStats, StarscanClient
+    from starscan.client import ScanStats, StarscanClient
 
     barrier = threading.Barrier(concurrency + 1)
     results: list[dict] = [None] * concurrency  # type: ignore[list-item]
@@ -287,7 +287,7 @@ def main(argv=None) -> int:
 
     table_md = common.markdown_table(HEADER, rows) + "\n"
     client_where = "threads in the server's process" if args.client_in_process else \
-        "threads in a separate client process (provider/client.py StarscanClient, batches counted and dropped)"
+        "threads in a separate client process (starscan/client.py StarscanClient, batches counted and dropped)"
     conditions = {
         "what": "MB/s = Arrow bytes delivered (sum of RecordBatch.nbytes) ÷ wall time, MB = 10^6 B; "
                 "for N scanners the aggregate over all N (each reads the whole result); rows/s likewise; "

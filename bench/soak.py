@@ -60,7 +60,7 @@ WEIGHTS = [4, 3, 2, 1]
 
 KILLED_CLIENT = r"""
 import sys
-from starscan.provider.client import thrift_client
+from starscan.client import thrift_client
 from starscan.thrift_defs import wire
 host, port, plan, tablets = sys.argv[1], int(sys.argv[2]), sys.argv[3], [int(t) for t in sys.argv[4].split(",")]
 c = thrift_client(host, port)
@@ -151,7 +151,7 @@ class Soak:
             self.count(rows_checked=sum(got.values()), reads_checked=1)
 
     def read(self, rng: random.Random, scenario: str) -> None:
-        from starscan.provider.client import ScanStats, StarscanClient
+        from starscan.client import ScanStats, StarscanClient
 
         db, table, cols, where = rng.choice(QUERIES)
         sql = sql_of(db, table, cols, where)
@@ -179,7 +179,7 @@ class Soak:
         self.check(sql, arrow_rows(batches), scenario)
 
     def abandon(self, rng: random.Random) -> None:
-        from starscan.provider.client import thrift_client
+        from starscan.client import thrift_client
         from starscan.thrift_defs import wire
 
         db, table, cols, where = rng.choice(QUERIES)
@@ -209,7 +209,7 @@ class Soak:
             client.close()  # no close_scanner
 
     def _plan(self, db, table, sql) -> dict:
-        from starscan.provider.client import StarscanClient
+        from starscan.client import StarscanClient
 
         return StarscanClient(self.fe).plan(db, table, sql)
 

@@ -55,7 +55,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def create_app(planner: QueryPlanner, auth: Authenticator, settings: Settings, audit: AuditLog | None = None) -> FastAPI:
     app = FastAPI(title="starscan FE", version=__version__, description="StarRocks FE scan-planning endpoints served from Spark tables.")
-    app.add_exception_handler(StarscanError, handle_starscan_error)
+    app.add_exception_handler(StarscanError, handle_starscan_error)  # type: ignore[arg-type]
     app.state.planner = planner
     app.state.auth = auth
     plan_rate = TokenBuckets(settings.plan_rate_per_user, settings.plan_rate_burst)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
-
-import math
 
 from starscan.errors import SqlInvalid, StarscanError, TooManyRequests, Unauthorized
 

@@ -1,4 +1,4 @@
-"""Operations endpoints on the FE HTTP port (README "Operations").
+"""Operations endpoints on the FE HTTP port (docs/operations.md).
 
 - ``GET /metrics``: Prometheus text format, open like StarRocks' (no secrets in it).
 - ``GET /varz``, ``POST /api/update_config?key=value``: effective configuration (secrets
@@ -7,7 +7,7 @@
 - ``GET /api/scanners``, ``POST /api/scanners/{context_id}/close``, ``GET /admin``,
   ``GET /api/admin/state``: live scanners, closing one, the admin page. Admin only.
 
-Admin = ``root`` or a user with the grant ``admin`` (``starscan.ops.is_admin``).
+Admin = ``root`` or a user with the grant ``admin`` (``UserStore.is_admin``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from starscan import logs
-from starscan.errors import NotAuthorized, NotFound, StarscanError, Unauthorized
+from starscan.errors import ConfigChangeRefused, NotAuthorized, NotFound, StarscanError, Unauthorized
 from starscan.planner.admin import render_page
-from starscan.provider.metrics import CONTENT_TYPE
 
 log = logging.getLogger("starscan.ops")
+# What prometheus_client.generate_latest writes: the text exposition format 0.0.4.
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _HttpMetrics:
@@ -84,10 +85,8 @@ def install_routes(app: FastAPI, ops) -> None:
         return await run_in_threadpool(auth.authenticate, request.headers.get("authorization"), _client(request))
 
     async def admin_of(request: Request) -> str:
-        from starscan.ops import is_admin
-
         user = await user_of(request)
-        if not await run_in_threadpool(is_admin, server.users, user):
+        if not await run_in_threadpool(server.users.is_admin, user):
             raise NotAuthorized(f"user {user!r} needs the admin grant for this page (starscan user grant {user} admin)")
         return user
 
@@ -101,7 +100,7 @@ def install_routes(app: FastAPI, ops) -> None:
 
     @app.get("/metrics", summary="Prometheus metrics", include_in_schema=True)
     async def metrics() -> Response:
-        return Response(await run_in_threadpool(ops.metrics.exposition), media_type=CONTENT_TYPE)
+        return Response(await run_in_threadpool(ops.metrics.exposition), media_type=METRICS_CONTENT_TYPE)
 
     @app.get("/varz", summary="Effective configuration, secrets masked (admin)")
     async def varz(request: Request) -> JSONResponse:
@@ -110,8 +109,6 @@ def install_routes(app: FastAPI, ops) -> None:
 
     @app.post("/api/update_config", summary="Change run-time configuration: ?key=value (admin)")
     async def update_config(request: Request) -> JSONResponse:
-        from starscan.ops import ConfigChangeRefused
-
         user = await admin_of(request)
         try:
             changed = ops.update_config(dict(request.query_params))
@@ -122,15 +119,13 @@ def install_routes(app: FastAPI, ops) -> None:
 
     @app.get("/api/scans/{context_id}/profile", summary="A scan's profile (enable_profile_for_external_plan)")
     async def profile(request: Request, context_id: str) -> JSONResponse:
-        from starscan.ops import is_admin
-
         user = await user_of(request)
         found = ops.profiles.get(context_id)
         if found is None:
             hint = "" if ops.settings.enable_profile_for_external_plan else \
                 " (profiles are off: set enable_profile_for_external_plan = true)"
             raise NotFound(f"no profile for context_id {context_id}{hint}")
-        if found.user != user and not await run_in_threadpool(is_admin, server.users, user):
+        if found.user != user and not await run_in_threadpool(server.users.is_admin, user):
             raise NotAuthorized(f"the profile of context_id {context_id} belongs to another user")
         return JSONResponse(found.as_dict())
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
-from typing import Iterable, Mapping, Sequence
 
 from pyspark.sql import types as T
 

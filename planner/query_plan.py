@@ -58,7 +58,7 @@ def read_sql_body(body: bytes, max_sql_length: int | None = None) -> str:
 
 
 class QueryPlanner:
-    def __init__(self, settings: Settings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.PlanSigner):
+    def __init__(self, settings: Settings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.Signer):
         self.settings = settings
         self.warehouse = warehouse
         self.schemas = schemas
@@ -67,10 +67,6 @@ class QueryPlanner:
         self._parts_cache: LRUCache = LRUCache(maxsize=64)
 
     # ---- _query_plan ----
-    def query_plan(self, db: str, table: str, sql: str, user: str) -> dict:
-        """The `_query_plan` answer as a dict (see ``query_plan_json`` for the wire bytes)."""
-        return json.loads(self.query_plan_json(db, table, sql, user))
-
     def query_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None) -> bytes:
         """The answer's bytes. ``audit``, when given, is filled with what the audit line needs."""
         audit = {} if audit is None else audit
@@ -140,14 +136,14 @@ class QueryPlanner:
         return value
 
     def _output_columns(self, parsed: sqlmod.ParsedQuery, schema: T.StructType, cols: ResolvedColumns) -> list:
-        out = []
+        out: list = []
         for item in parsed.items:
             if item.is_star:
                 out.extend(_plan_column(f.name, f) for f in schema.fields)
                 continue
             assert item.expr is not None
             if item.expr.kind == "column":
-                field = cols.field(item.expr.name)
+                field = cols.field(item.expr.name or "")
                 name = item.name if item.name != item.expr.name else field.name
                 out.append(_plan_column(name, field))
             else:

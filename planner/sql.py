@@ -15,42 +15,8 @@ from sqlglot.errors import ParseError, TokenError
 
 from starscan import expr as E
 from starscan.errors import BadRequest, SqlInvalid
+from starscan.functions import BY_SQLGLOT_CLASS, PLAIN_CALLS, STARROCKS_SPELLINGS
 
-# Spark scalar functions a predicate may call (reading no files, no JVM reflection).
-# sqlglot class -> Spark function name.
-_FUNCTIONS: dict[type, str] = {
-    exp.Lower: "lower", exp.Upper: "upper", exp.Length: "length", exp.Abs: "abs",
-    exp.Coalesce: "coalesce", exp.Year: "year", exp.Month: "month", exp.Day: "day",
-    exp.Substring: "substring", exp.Concat: "concat", exp.Round: "round",
-    exp.Floor: "floor", exp.Ceil: "ceil", exp.Sqrt: "sqrt", exp.Ln: "ln", exp.Exp: "exp",
-    exp.Pow: "pow", exp.Greatest: "greatest", exp.Least: "least", exp.If: "if",
-    exp.TsOrDsToDate: "to_date", exp.Quarter: "quarter", exp.DayOfWeek: "dayofweek",
-    exp.DayOfMonth: "dayofmonth", exp.DayOfYear: "dayofyear", exp.WeekOfYear: "weekofyear",
-    exp.Hour: "hour", exp.Minute: "minute", exp.Second: "second",
-    exp.Reverse: "reverse", exp.Nullif: "nullif", exp.StrPosition: "instr",
-    exp.Left: "left", exp.Right: "right", exp.Sign: "sign",
-    exp.ArrayContains: "array_contains", exp.ArraySize: "size",
-    exp.Repeat: "repeat", exp.Ascii: "ascii", exp.StartsWith: "startswith", exp.EndsWith: "endswith",
-    exp.Contains: "contains", exp.Nvl2: "nvl2", exp.LastDay: "last_day", exp.Hex: "hex",
-    exp.Unhex: "unhex", exp.MD5: "md5", exp.SHA: "sha1", exp.SHA2: "sha2", exp.BitLength: "bit_length",
-    exp.Negative: "negative", exp.MapKeys: "map_keys", exp.ArrayMax: "array_max",
-    exp.ArrayMin: "array_min", exp.RegexpReplace: "regexp_replace", exp.DateDiff: "datediff",
-    exp.SplitPart: "split_part", exp.UnixToTime: "from_unixtime",
-}
-# Functions sqlglot leaves as plain calls; same name and meaning in StarRocks and Spark.
-_ANONYMOUS = {
-    "ltrim", "rtrim", "char_length", "character_length", "isnull", "isnotnull", "nvl", "ifnull",
-    "crc32", "octet_length", "mod", "pmod", "positive", "cardinality", "element_at", "map_values",
-    "locate", "weekday", "unix_timestamp", "year", "month", "day", "strleft", "strright", "to_date",
-    "size",
-}
-# StarRocks spellings of Spark functions.
-_RENAMED = {"ifnull": "coalesce", "nvl": "coalesce", "strleft": "left", "strright": "right"}
-#: Every Spark function name a plan's ``func`` node may carry (the BE refuses others).
-SPARK_FUNCTIONS = frozenset(
-    set(_FUNCTIONS.values()) | (_ANONYMOUS - set(_RENAMED))
-    | {"rlike", "coalesce", "trim", "ltrim", "rtrim", "ln", "log", "log2", "log10", "initcap", "lpad", "rpad"}
-)
 _COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.NullSafeEQ: "<=>"}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "div"}
 _SCAN_ONLY = (exp.AggFunc, exp.Window, exp.Order, exp.Limit, exp.Offset, exp.Group, exp.Having, exp.Distinct, exp.Qualify)
@@ -296,11 +262,11 @@ def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
         return E.Expr("func", name="initcap", children=(convert(node.this, table, alias),))
     if isinstance(node, exp.Anonymous):
         fname = str(node.this).lower()
-        if fname not in _ANONYMOUS:
+        if fname not in PLAIN_CALLS:
             raise SqlInvalid(f"unknown or disallowed function {fname}")
-        fname = _RENAMED.get(fname, fname)
+        fname = STARROCKS_SPELLINGS.get(fname, fname)
         return E.Expr("func", name=fname, children=tuple(convert(a, table, alias) for a in node.expressions))
-    name = _FUNCTIONS.get(type(node))
+    name = BY_SQLGLOT_CLASS.get(type(node))
     if name is not None:
         return E.Expr("func", name=name, children=tuple(convert(a, table, alias) for a in _func_args(node)))
     raise SqlInvalid(f"unsupported expression {node.sql(dialect='starrocks')[:200]!r}")

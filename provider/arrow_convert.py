@@ -9,7 +9,7 @@ per-column work are decided once per scan; the per-batch path only runs Arrow ke
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc

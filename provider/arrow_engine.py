@@ -32,7 +32,7 @@ from starscan.provider.arrow_reader import ArrowRead, ArrowSplit, FilePart
 
 _SCALAR_TYPES = (T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
                  T.DecimalType, T.StringType, T.DateType, T.TimestampType, T.TimestampNTZType, T.BinaryType)
-_INT_RANGE = {T.ByteType: (-(2**7), 2**7 - 1), T.ShortType: (-(2**15), 2**15 - 1),
+_INT_RANGE: dict[type, tuple[int, int]] = {T.ByteType: (-(2**7), 2**7 - 1), T.ShortType: (-(2**15), 2**15 - 1),
               T.IntegerType: (-(2**31), 2**31 - 1), T.LongType: (-(2**63), 2**63 - 1)}
 #: What opening one more file costs, in bytes of reading (Spark's openCostInBytes).
 OPEN_COST_BYTES = 4 << 20
@@ -110,7 +110,7 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
                     values.append((canonical, exact_partition_value(raw, dtype, _INT_RANGE.get(type(dtype)))))
                 except ValueError as exc:
                     raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
-            parts.append((FilePart(str(location / f.path), f.path, f.size, f.mtime_ns, None, tuple(values))))
+            parts.append(FilePart(str(location / f.path), f.path, f.size, f.mtime_ns, None, tuple(values)))
     return read, _splits(parts, split_size(sum(p.size for p in parts), tasks))
 
 
@@ -154,7 +154,8 @@ def _splits(parts: list[FilePart], split_bytes: int) -> list[ArrowSplit]:
             small.append(part)
             continue
         meta = pq.read_metadata(part.path)
-        run, run_bytes = [], 0
+        run: list[int] = []
+        run_bytes = 0
         for rg in range(meta.num_row_groups):
             group = meta.row_group(rg)
             size = sum(group.column(j).total_compressed_size for j in range(group.num_columns))
@@ -166,7 +167,8 @@ def _splits(parts: list[FilePart], split_bytes: int) -> list[ArrowSplit]:
         if run or meta.num_row_groups == 0:
             out.append(ArrowSplit((_with_row_groups(part, run),)))
     small.sort(key=lambda p: p.size, reverse=True)
-    current, current_bytes = [], 0
+    current: list = []
+    current_bytes = 0
     for part in small:
         cost = part.size + OPEN_COST_BYTES
         if current and current_bytes + cost > split_bytes:

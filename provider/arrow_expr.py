@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -120,7 +120,7 @@ def _literal(e: Expr) -> _Typed:
         value = int(text)
         return _Typed(pc.scalar(value), T.IntegerType() if lt == "int" else T.LongType(), value)
     if lt == "decimal":
-        from starscan.provider.spark_expr import decimal_type_of
+        from starscan.spark_expr import decimal_type_of
 
         value, precision, scale = decimal_type_of(text)
         return _Typed(None, T.DecimalType(precision, scale), value)

@@ -11,8 +11,8 @@ the scan fails it with "version ... is gone" instead of giving other rows.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -85,7 +85,7 @@ def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
     if read.dates and physical.metadata and any(k in physical.metadata for k in LEGACY_CALENDAR_KEYS):
         raise SplitReadError(f"table {read.table}: file {part.relative} was written with Spark's legacy calendar; "
                              "the arrow engine cannot read its dates exactly: set scan_engine = sql")
-    by_lower = {}
+    by_lower: dict[str, pa.Field] = {}
     for f in physical:
         by_lower.setdefault(f.name.lower(), f)
     columns, present = [], {}
@@ -138,7 +138,7 @@ def _shape(read: ArrowRead, part: FilePart, raw: pa.RecordBatch, present: dict) 
     if read.filter is not None:
         batch = batch.filter(read.filter)
     out = []
-    for (out_name, source, char_len), field in zip(read.output, read.output_schema):
+    for _out_name, source, char_len in read.output:
         column = batch.column(names.index(source))
         if char_len:
             column = pc.utf8_rpad(column, width=char_len, padding=" ")

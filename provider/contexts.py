@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starscan.errors import NotFound
+
+if TYPE_CHECKING:
+    from starscan.provider.result_cache import CachedResult, CacheFill
+    from starscan.provider.result_queue import ResultQueue
+    from starscan.provider.spark_scan import SparkScan
 
 
 @dataclass
@@ -26,11 +34,11 @@ class ScanContext:
     # The previous reply, kept so a repeated offset (lost reply) is answered again.
     prev_offset: int | None = None
     prev_rows: bytes | None = None
-    scan: object | None = None        # SparkScan, when open succeeded
-    queue: object | None = None       # ResultQueue
-    replay: object | None = None      # CachedResult: a scan answered from the result cache
-    replay_index: int = 0             # next reply of `replay` to hand out
-    cache_fill: object | None = None  # CacheFill: this scan's replies on their way to the cache
+    scan: SparkScan | None = None          # when open succeeded
+    queue: ResultQueue | None = None
+    replay: CachedResult | None = None     # a scan answered from the result cache
+    replay_index: int = 0                  # next reply of `replay` to hand out
+    cache_fill: CacheFill | None = None    # this scan's replies on their way to the cache
     open_error: Exception | None = None
     eos: bool = False
     report_rows: bool = False         # the client asked for the row count at eos
@@ -42,9 +50,6 @@ class ScanContext:
     info: dict = field(default_factory=dict, repr=False)  # what the audit line reports
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     timer: threading.Timer | None = field(default=None, repr=False)
-
-    def idle_seconds(self, now: float | None = None) -> float:
-        return (time.monotonic() if now is None else now) - self.last_access
 
     def release(self, reason=None) -> None:
         """Cancel the scan and free the queue (``reason``: the error a waiting reader gets). Idempotent."""
@@ -95,12 +100,12 @@ def _context_epoch(context_id: str) -> bytes | None:
 
 
 class ScanContextManager:
-    def __init__(self, on_removed=None):
+    def __init__(self):
         self._lock = threading.Lock()
         self._contexts: dict[str, ScanContext] = {}
-        # Called as on_removed(ctx, how) once a context is gone: how is "closed", "reaped"
-        # or "shutdown" (the audit line is written there).
-        self.on_removed = on_removed
+        # Called as listener(ctx, how) once a context is gone: how is "closed", "reaped" or
+        # "shutdown" (the audit line is written there).
+        self._removed_listeners: list[Callable[[ScanContext, str], None]] = []
         # This run's epoch, with the version/variant bits applied as they are in the ids.
         self.epoch = _uuid_bits(bytes(10) + os.urandom(_EPOCH_BYTES))[10:]
 
@@ -144,14 +149,21 @@ class ScanContextManager:
             self._removed(ctx, "closed")
         return ctx
 
-    def _removed(self, ctx: ScanContext, how: str) -> None:
-        if self.on_removed is not None:
-            try:
-                self.on_removed(ctx, how)
-            except Exception:  # an audit failure must not break close/GC
-                import logging
+    def add_removed_listener(self, listener: Callable[[ScanContext, str], None], *, first: bool = False) -> None:
+        """Call ``listener(ctx, how)`` as each context goes. ``first``: before the listeners
+        already added (a scan's profile is finished before its audit line is written)."""
+        with self._lock:
+            if first:
+                self._removed_listeners.insert(0, listener)
+            else:
+                self._removed_listeners.append(listener)
 
-                logging.getLogger("starscan.provider").exception("on_removed listener failed")
+    def _removed(self, ctx: ScanContext, how: str) -> None:
+        for listener in list(self._removed_listeners):
+            try:
+                listener(ctx, how)
+            except Exception:  # noqa: BLE001 - an audit or metrics failure must not break close/GC
+                logging.getLogger("starscan.provider").exception("a context-removed listener failed")
 
     def reap_idle(self, now: float | None = None) -> list[tuple[ScanContext, float]]:
         """Remove every context idle past its keep-alive and not inside a call."""

@@ -14,8 +14,6 @@ from collections import deque
 from prometheus_client import CollectorRegistry, Counter, Histogram, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
 # get_next replies are milliseconds; open_scanner plans a Spark job; _query_plan lists files.
 _RPC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _JOB_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from starscan.errors import MemLimitExceeded, ScanFailed, StarscanError
-from starscan.provider.push_wire import (BATCH, END, ERROR, FRAME, GO, HELLO, MAGIC, ROWS, STOP, YIELD, recv_exact)
+from starscan.provider.push_wire import BATCH, END, ERROR, FRAME, GO, HELLO, MAGIC, ROWS, STOP, YIELD, recv_exact
 from starscan.provider.result_queue import PUT_TIMED_OUT, ResultQueue
 
 log = logging.getLogger("starscan.provider.push")
@@ -122,7 +122,7 @@ class PushSink:
                     with lock:
                         if split.generation != generation or split.yielded or self.stopped:
                             continue  # superseded or told to stop: drop until the task closes
-                        ipc = payload
+                        ipc: bytearray | None = payload
                         if skip:
                             drop = min(skip, batch.num_rows)
                             skip -= drop

@@ -64,6 +64,7 @@ def push_split(target: PushTarget, batches) -> None:
     from starscan.provider.push_wire import PushStopped, TaskSender
 
     task = TaskContext.get()
+    assert task is not None, "push_split runs inside a Spark task"
     sender = TaskSender(target.host, target.port, target.token, task.partitionId(), task.attemptNumber())
     try:
         if not sender.go:

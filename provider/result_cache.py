@@ -48,7 +48,7 @@ class CacheFill:
 
     __slots__ = ("cache", "key", "location", "version", "replies", "rows", "nbytes", "abandoned")
 
-    def __init__(self, cache: "ResultCache", key: str, location: str, version: int):
+    def __init__(self, cache: ResultCache, key: str, location: str, version: int):
         self.cache, self.key, self.location, self.version = cache, key, location, version
         self.replies: list[tuple[int, bytes]] = []
         self.rows = self.nbytes = 0

@@ -18,7 +18,6 @@ from thriftpy2.server import TThreadedServer
 from thriftpy2.thrift import TProcessor
 from thriftpy2.transport import TCyBufferedTransport, TServerSocket, TSocket, TTransportException
 
-from starscan.provider.handler import ExternalServiceHandler
 from starscan.provider.peer import set_peer
 from starscan.provider.request_protocol import request_protocol_factory
 from starscan.thrift_defs import wire
@@ -57,7 +56,7 @@ class _Server(TThreadedServer):
         self.ssl_context = ssl_context
         self.client_timeout_s = client_timeout_s
 
-    def handle(self, client: TSocket) -> None:
+    def handle(self, client: TSocket) -> None:  # type: ignore[override]
         raw = client.sock
         try:
             address = raw.getpeername()[0]
@@ -84,7 +83,7 @@ class _Server(TThreadedServer):
                 log.warning("BE dropped a connection from %s: %s", address, exc.message)
             except TTransportException:
                 pass  # the peer went away
-            except Exception as exc:  # garbage on the wire: drop this connection only
+            except Exception as exc:  # noqa: BLE001 - garbage on the wire: drop this connection only
                 log.info("BE dropped a connection from %s: %s: %s", address, type(exc).__name__, exc)
             trans.close()
         finally:
@@ -111,7 +110,7 @@ class _ExclusiveServerSocket(TServerSocket):
 
 
 class ThriftServer:
-    def __init__(self, handler: ExternalServiceHandler, host: str, port: int, client_timeout_s: float | None = None,
+    def __init__(self, handler: object, host: str, port: int, client_timeout_s: float | None = None,
                  max_read_bytes: int = 64 << 20, ssl_context: ssl.SSLContext | None = None):
         self.socket = _ExclusiveServerSocket(host=host, port=port)  # timeouts are set per connection
         self.tls = ssl_context is not None
@@ -136,7 +135,7 @@ class ThriftServer:
 
     def start(self) -> None:
         self.socket.listen()
-        self.server.trans.listen = lambda: None  # already listening (port known before serve)
+        self.server.trans.listen = lambda: None  # type: ignore[method-assign]  # already listening (port known before serve)
         self._thread = threading.Thread(target=self.server.serve, name="be-thrift-accept", daemon=True)
         self._thread.start()
         log.info("BE thrift listening on %s:%d%s", self.socket.host, self.port, " (TLS)" if self.tls else "")

@@ -7,19 +7,18 @@ import threading
 import time
 
 from starscan import plan as plan_codec
-from starscan.config import Settings
-from starscan.errors import (InternalError, InvalidArgument, NotFound, ScanCancelled, SnapshotGone, SparkUnavailable,
-                             StarscanError)
-from starscan.spark import scan_pool, spark_problem
-from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.audit import AuditLog
+from starscan.config import Settings
+from starscan.errors import InternalError, InvalidArgument, NotFound, ScanCancelled, SnapshotGone, SparkUnavailable, StarscanError
 from starscan.logs import scan_fields
+from starscan.protocol_extensions import EOS_ROWS_PROPERTY
 from starscan.provider.admission import Admission
-from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
-from starscan.provider.result_cache import ResultCache, cache_key
+from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.push_listener import PushListener
+from starscan.provider.result_cache import ResultCache, cache_key
+from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
 from starscan.provider.spark_scan import SparkScan, check_snapshot
-from starscan.provider.status import EOS_ROWS_PROPERTY
+from starscan.spark import scan_pool, spark_problem
 
 log = logging.getLogger("starscan.provider")
 
@@ -45,7 +44,7 @@ class NextResult:
 
 
 class ScanService:
-    def __init__(self, settings: Settings, spark, signer: plan_codec.PlanSigner, contexts: ScanContextManager | None = None,
+    def __init__(self, settings: Settings, spark, signer: plan_codec.Signer, contexts: ScanContextManager | None = None,
                  admission: Admission | None = None, audit: AuditLog | None = None):
         self.settings = settings
         self.spark = spark
@@ -58,7 +57,7 @@ class ScanService:
         # `is None`, not `or`: an empty manager is falsy (it has __len__), and the server's
         # reaper and admin views must see the same manager the service registers in.
         self.contexts = contexts if contexts is not None else ScanContextManager()
-        self.contexts.on_removed = self._removed
+        self.contexts.add_removed_listener(self._removed)
         self._push: PushListener | None = None
         self.engine_listeners: list = []  # called with "arrow" or "sql" as each scan's engine is chosen
         self._push_lock = threading.Lock()
@@ -238,6 +237,7 @@ class ScanService:
     def _next_cached(self, ctx: ScanContext) -> NextResult:
         """The next reply of a scan answered from the result cache: the same bytes, offsets,
         replay and eos as the scan that filled it."""
+        assert ctx.replay is not None
         replies = ctx.replay.replies
         if ctx.replay_index >= len(replies):
             ctx.eos = True
@@ -256,7 +256,9 @@ class ScanService:
 
     @staticmethod
     def _rows_scanned(ctx: ScanContext) -> int:
-        return ctx.replay.rows if ctx.replay is not None else ctx.queue.rows_in
+        if ctx.replay is not None:
+            return ctx.replay.rows
+        return ctx.queue.rows_in if ctx.queue is not None else 0
 
     # ---- close_scanner ----
     def close(self, context_id: str | None) -> None:
@@ -282,7 +284,7 @@ class ScanService:
         """The scanner's audit line, written once when its context goes (close, GC, shutdown)."""
         if self.audit is None:
             return
-        outcome, error = _outcome(ctx, how)
+        outcome, error = scan_outcome(ctx, how)
         info = ctx.info
         self.audit.record(
             "scan", context_id=ctx.context_id, query_id=info.get("query_id"), user=info.get("user"), client=ctx.client,
@@ -298,7 +300,7 @@ def _check_text(value, name: str) -> None:
         raise InvalidArgument(f"{name} is not valid UTF-8 text")
 
 
-def _outcome(ctx: ScanContext, how: str) -> tuple[str, str | None]:
+def scan_outcome(ctx: ScanContext, how: str) -> tuple[str, str | None]:
     if ctx.open_error is not None:
         err = ctx.open_error
         return "refused", getattr(err, "message", None) or f"{type(err).__name__}: {err}"

@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from queue import Empty, SimpleQueue
@@ -44,13 +45,13 @@ from starscan.errors import (
 from starscan.expr import unflatten
 from starscan.logs import scan_fields
 from starscan.provider.arrow_convert import BatchConverter
-from starscan.provider.push_listener import PushListener, PushSink
 from starscan.provider.arrow_engine import plan_arrow
 from starscan.provider.arrow_expr import NotArrowable
+from starscan.provider.push_listener import PushListener, PushSink
 from starscan.provider.push_task import PushTarget, push_arrow_splits, push_spark_arrow
 from starscan.provider.result_queue import ResultQueue
-from starscan.provider.spark_expr import to_column
 from starscan.spark import read_parquet_files
+from starscan.spark_expr import to_column
 from starscan.types import is_supported
 
 log = logging.getLogger("starscan.provider.scan")
@@ -141,13 +142,13 @@ class SparkScan:
                 df = df.filter(to_column(unflatten(plan.predicate), self._resolve))
             except StarscanError:
                 raise
-            except Exception as exc:  # AnalysisException: types that do not fit, etc.
+            except Exception as exc:  # noqa: BLE001 - AnalysisException: types that do not fit, etc.
                 raise InvalidArgument(f"the predicate cannot be evaluated on {plan.database}.{plan.table}: {_short(exc)}") from None
         return df.select(*[F.col(quoted(field.name)) for _, field in self._out_cols])
 
     @classmethod
     def of_dataframe(cls, spark, df, queue: ResultQueue, context_id: str, listener: PushListener,
-                     description: str, tasks_per_scanner: int = 2) -> "SparkScan":
+                     description: str, tasks_per_scanner: int = 2) -> SparkScan:
         """A scan of any DataFrame through the same push path (the start-up warm-up)."""
         scan = cls.__new__(cls)
         scan._setup(spark, queue, context_id, listener, tasks_per_scanner, None, "default")
@@ -177,7 +178,7 @@ class SparkScan:
         self.batch_rows = 4096  # the reader's batch_size: what the tasks send a batch of
         self.engine: str | None = None       # the engine the scan runs on, once chosen
         self.engine_reason: str | None = None  # why not the arrow engine
-        self.on_engine = None                # called with the engine once chosen
+        self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
         self.time_zone = spark.conf.get("spark.sql.session.timeZone")
 
 
@@ -248,7 +249,7 @@ class SparkScan:
                 if sink.error is not None:
                     raise sink.error
                 self.queue.finish()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure is handed to the reader
             if self._cancelled is None:
                 error = exc if isinstance(exc, StarscanError) else self._failure(exc, sink)
                 log.warning("scan %s failed: %s", self.context_id, error, extra=self.log_fields)
@@ -310,11 +311,13 @@ class SparkScan:
             except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
                 finished.put((split, exc))
 
+        any_finished = False
         with ThreadPoolExecutor(self.tasks_per_scanner, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as jobs:
             while True:
-                # One task until the first rows arrive, then tasks_per_scanner: scanners opened
-                # together get their first replies sooner when each starts with one task.
-                allowed = self.tasks_per_scanner if self.queue.rows_in or not in_flight else 1
+                # One task until the first rows arrive (or a split ends without rows: a
+                # selective filter), then tasks_per_scanner: scanners opened together get
+                # their first replies sooner when each starts with one task.
+                allowed = self.tasks_per_scanner if self.queue.rows_in or any_finished else 1
                 while self._cancelled is None and in_flight < allowed and pending:
                     if pending[0] in yielded and self.queue.bytes > self.queue.max_bytes // 2:
                         break  # the reader has not made room yet
@@ -327,6 +330,7 @@ class SparkScan:
                 except Empty:
                     continue
                 in_flight -= 1
+                any_finished = True
                 if self._cancelled is not None:
                     continue
                 state = sink.state(split)

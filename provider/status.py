@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 from starscan.errors import StarscanError
+from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY  # noqa: F401 (re-exported for the BE)
 from starscan.thrift_defs import wire
-
-# Opt-in end-of-scan integrity (README "End-of-scan row count"): a client that sends this key
-# in open_scanner's `properties` gets the eos reply's OK status with one error_msgs entry
-# `starscan:rows=<N>`, N = rows the scan produced. StarRocks' clients never send it, and the
-# Java clients ignore error_msgs on OK anyway; without it the eos reply is StarRocks' own.
-EOS_ROWS_PROPERTY = "starscan.eos_row_count"
-EOS_ROWS_PREFIX = "starscan:rows="
 
 # Codes the StarRocks Java SDK knows (docs/protocol.md 3); anything else would crash it.
 SDK_CODES = frozenset(list(range(0, 23)) + list(range(30, 48)) + [50])

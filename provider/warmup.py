@@ -58,7 +58,7 @@ def warm_up(spark, warehouse, rows: int, listener: PushListener) -> float:
             _drain(spark, df, listener)
     finally:
         try:
-            sc.setJobGroup(None, None)  # type: ignore[arg-type]
+            sc.setJobGroup(None, None)
         except Exception:  # noqa: BLE001 - the context may be stopping
             pass
         shutil.rmtree(path, ignore_errors=True)

@@ -19,6 +19,7 @@ except ImportError:
     pass
 
 import starscan.provider.arrow_convert  # noqa: F401
+import starscan.provider.arrow_reader  # noqa: F401  (pyarrow.dataset, .parquet: the arrow engine's reads)
 import starscan.provider.push_task  # noqa: F401
 import starscan.provider.push_wire  # noqa: F401
 

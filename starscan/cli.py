@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -34,7 +33,7 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _settings(conf: Optional[Path], **overrides) -> Settings:
+def _settings(conf: Path | None, **overrides) -> Settings:
     try:
         return load_settings(conf, **overrides)
     except StarscanError as exc:
@@ -109,8 +108,11 @@ def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
     log.info("stopping: cancelling in-flight scans (at most %g s)", grace)
     # Bounded: if Spark or a connection hangs the stop, exit anyway (the JVM child follows,
     # as it exits when its stdin, our pipe, closes).
-    watchdog = threading.Timer(grace, lambda: (log.error("stop took over %g s: exiting", grace),
-                                                          os._exit(1)))
+    def give_up() -> None:
+        log.error("stop took over %g s: exiting", grace)
+        os._exit(1)
+
+    watchdog = threading.Timer(grace, give_up)
     watchdog.daemon = True
     watchdog.start()
     server.stop()
@@ -121,16 +123,16 @@ def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
 
 @app.command()
 def serve(
-    conf: Optional[Path] = ConfOpt,
-    http_port: Optional[int] = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
-    be_port: Optional[int] = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
-    query_port: Optional[int] = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
-    warehouse: Optional[Path] = WarehouseOpt,
-    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
-    demo_scale: Optional[float] = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
-    bind_host: Optional[str] = typer.Option(None, "--bind-host", help="address to listen on"),
-    advertise_host: Optional[str] = typer.Option(None, "--advertise-host", help="host put in routings"),
-    log_format: Optional[str] = LogFormatOpt,
+    conf: Path | None = ConfOpt,
+    http_port: int | None = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
+    be_port: int | None = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
+    query_port: int | None = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
+    warehouse: Path | None = WarehouseOpt,
+    spark_master: str | None = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
+    demo_scale: float | None = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
+    bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
+    advertise_host: str | None = typer.Option(None, "--advertise-host", help="host put in routings"),
+    log_format: str | None = LogFormatOpt,
 ) -> None:
     """Start FE (HTTP + MySQL) and BE (Thrift) on one SparkSession; create the demo database in an empty warehouse."""
     _run_server(True, True, conf, log_format, http_port=http_port, be_port=be_port, query_port=query_port,
@@ -140,14 +142,14 @@ def serve(
 
 @app.command()
 def fe(
-    conf: Optional[Path] = ConfOpt,
-    http_port: Optional[int] = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
-    query_port: Optional[int] = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
-    warehouse: Optional[Path] = WarehouseOpt,
-    demo_scale: Optional[float] = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
-    bind_host: Optional[str] = typer.Option(None, "--bind-host", help="address to listen on"),
-    be_endpoints: Optional[str] = typer.Option(None, "--be-endpoints", help="the BEs as host:port, host:port (routings)"),
-    log_format: Optional[str] = LogFormatOpt,
+    conf: Path | None = ConfOpt,
+    http_port: int | None = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
+    query_port: int | None = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
+    warehouse: Path | None = WarehouseOpt,
+    demo_scale: float | None = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
+    bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
+    be_endpoints: str | None = typer.Option(None, "--be-endpoints", help="the BEs as host:port, host:port (routings)"),
+    log_format: str | None = LogFormatOpt,
 ) -> None:
     """Start only the FE (HTTP + MySQL): plans point at --be-endpoints; share the warehouse and plan secret with the BEs."""
     _run_server(True, False, conf, log_format, http_port=http_port, query_port=query_port, warehouse=warehouse,
@@ -156,12 +158,12 @@ def fe(
 
 @app.command()
 def be(
-    conf: Optional[Path] = ConfOpt,
-    be_port: Optional[int] = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
-    warehouse: Optional[Path] = WarehouseOpt,
-    spark_master: Optional[str] = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
-    bind_host: Optional[str] = typer.Option(None, "--bind-host", help="address to listen on"),
-    log_format: Optional[str] = LogFormatOpt,
+    conf: Path | None = ConfOpt,
+    be_port: int | None = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
+    warehouse: Path | None = WarehouseOpt,
+    spark_master: str | None = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
+    bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
+    log_format: str | None = LogFormatOpt,
 ) -> None:
     """Start only a BE (Thrift scanners on Spark); it verifies plans with the shared plan secret."""
     _run_server(False, True, conf, log_format, be_port=be_port, warehouse=warehouse, spark_master=spark_master,
@@ -169,7 +171,7 @@ def be(
 
 
 @app.command()
-def tables(conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
+def tables(conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """List databases and tables in the warehouse, with tablets and versions."""
     from rich.console import Console
     from rich.table import Table
@@ -192,11 +194,11 @@ def load(
     source: str = typer.Argument(..., help="file or directory to import"),
     db: str = typer.Option(..., "--db", help="database"),
     table: str = typer.Option(..., "--table", help="table"),
-    fmt: Optional[str] = typer.Option(None, "--format", help="csv | parquet | json (default: from the file name)"),
-    partition_by: Optional[list[str]] = typer.Option(None, "--partition-by", help="partition column (repeatable)"),
+    fmt: str | None = typer.Option(None, "--format", help="csv | parquet | json (default: from the file name)"),
+    partition_by: list[str] | None = typer.Option(None, "--partition-by", help="partition column (repeatable)"),
     mode: str = typer.Option("overwrite", "--mode", help="overwrite | append"),
-    conf: Optional[Path] = ConfOpt,
-    warehouse: Optional[Path] = WarehouseOpt,
+    conf: Path | None = ConfOpt,
+    warehouse: Path | None = WarehouseOpt,
 ) -> None:
     """Import CSV/Parquet/JSON through Spark into a warehouse table, in tablets of bounded size."""
     settings = _settings(conf, warehouse=warehouse, spark_master=None)
@@ -220,15 +222,16 @@ def load(
 def scan(
     table: str = typer.Argument(..., help="db.table"),
     columns: str = typer.Option("*", "--columns", help="comma-separated columns"),
-    where: Optional[str] = typer.Option(None, "--where", help="WHERE predicate"),
+    where: str | None = typer.Option(None, "--where", help="WHERE predicate"),
     fe: str = typer.Option("127.0.0.1:8030", "--fe", help="FE host:port"),
     user: str = typer.Option("root", "--user"),
     password: str = typer.Option("", "--password"),
     batch_size: int = typer.Option(4096, "--batch-size"),
 ) -> None:
     """Read a table through a running server like a StarRocks connector; print rows, bytes, MB/s."""
-    from starscan.provider.client import PlanError, ScanError, ScanStats, StarscanClient
     import httpx
+
+    from starscan.client import PlanError, ScanError, ScanStats, StarscanClient
 
     db, _, name = table.partition(".")
     if not name:
@@ -251,14 +254,14 @@ def scan(
                f"seconds={seconds:.3f} throughput={mb / seconds if seconds else 0:.1f} MB/s first_batch={first}")
 
 
-def _users(conf: Optional[Path], warehouse: Optional[Path]):
+def _users(conf: Path | None, warehouse: Path | None):
     from starscan.users import UserStore
 
     settings = _settings(conf, warehouse=warehouse)
     return UserStore(settings.effective_users_file)
 
 
-def _ask_password(password: Optional[str]) -> str:
+def _ask_password(password: str | None) -> str:
     if password is not None:
         return password
     if not sys.stdin.isatty():
@@ -267,10 +270,10 @@ def _ask_password(password: Optional[str]) -> str:
 
 
 @user_app.command("add")
-def user_add(name: str, password: Optional[str] = typer.Option(None, "--password", help="(read from stdin/prompt if omitted)"),
-             grant: Optional[list[str]] = typer.Option(None, "--grant", help="db.table, db.* or *.* (repeatable)"),
+def user_add(name: str, password: str | None = typer.Option(None, "--password", help="(read from stdin/prompt if omitted)"),
+             grant: list[str] | None = typer.Option(None, "--grant", help="db.table, db.* or *.* (repeatable)"),
              no_password: bool = typer.Option(False, "--no-password", help="a user who signs in with bearer tokens only"),
-             conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
+             conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """Add a user."""
     store = _users(conf, warehouse)
     try:
@@ -283,8 +286,8 @@ def user_add(name: str, password: Optional[str] = typer.Option(None, "--password
 
 
 @user_app.command("passwd")
-def user_passwd(name: str, password: Optional[str] = typer.Option(None, "--password"),
-                conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
+def user_passwd(name: str, password: str | None = typer.Option(None, "--password"),
+                conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """Change a user's password."""
     try:
         _users(conf, warehouse).set_password(name, _ask_password(password))
@@ -296,7 +299,7 @@ def user_passwd(name: str, password: Optional[str] = typer.Option(None, "--passw
 @user_app.command("grant")
 def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
                revoke: bool = typer.Option(False, "--revoke", help="remove the grant instead"),
-               conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
+               conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """Grant (or --revoke) SELECT on db.table, db.* or *.*."""
     try:
         _users(conf, warehouse).grant(name, grant, revoke=revoke)
@@ -309,13 +312,13 @@ def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* 
 
 @user_app.command("revoke")
 def user_revoke(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
-                conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
+                conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """Revoke SELECT on db.table, db.* or *.* (running servers notice at once)."""
     user_grant(name, grant, revoke=True, conf=conf, warehouse=warehouse)
 
 
 @secret_app.command("rotate")
-def secret_rotate(conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
+def secret_rotate(conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """Make a new plan-signing secret. Running servers switch to it within a second and still
     accept plans signed with the previous one for plan_secret_grace_s."""
     from starscan.plan_secrets import rotate_secret
@@ -329,14 +332,14 @@ def secret_rotate(conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = Wa
 
 
 @user_app.command("list")
-def user_list(conf: Optional[Path] = ConfOpt, warehouse: Optional[Path] = WarehouseOpt) -> None:
+def user_list(conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """List users and their grants."""
     for name, grants in sorted(_users(conf, warehouse).users().items()):
         typer.echo(f"{name}\t{', '.join(grants)}")
 
 
 # ---- commands that talk to a running server over HTTP ------------------------------------
-# Exit codes (README "CLI"): 0 done; 1 the server answered with an error (not found, bad
+# Exit codes (docs/operations.md "CLI"): 0 done; 1 the server answered with an error (not found, bad
 # value, refused change); 2 bad usage or configuration; 3 Java/Spark cannot start; 4 a port
 # cannot be bound; 5 the server cannot be reached; 6 authentication or permission refused.
 EXIT_SERVER_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_AUTH = 1, 2, 5, 6
@@ -357,7 +360,7 @@ def _fe_url(fe: str) -> str:
     return fe.rstrip("/") if "://" in fe else f"http://{fe}"
 
 
-def _http(method: str, fe: str, path: str, user: str, password: str, cacert: Optional[Path] = None, **kwargs):
+def _http(method: str, fe: str, path: str, user: str, password: str, cacert: Path | None = None, **kwargs):
     """One request to the FE; failures become the documented exit codes."""
     import httpx
 
@@ -389,9 +392,9 @@ def _message(resp) -> str:
 def plan(
     table: str = typer.Argument(..., help="db.table"),
     columns: str = typer.Option("*", "--columns", help="comma-separated columns"),
-    where: Optional[str] = typer.Option(None, "--where", help="WHERE predicate"),
-    sql: Optional[str] = typer.Option(None, "--sql", help="the whole SELECT instead of --columns/--where"),
-    fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Optional[Path] = CaOpt,
+    where: str | None = typer.Option(None, "--where", help="WHERE predicate"),
+    sql: str | None = typer.Option(None, "--sql", help="the whole SELECT instead of --columns/--where"),
+    fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt,
 ) -> None:
     """Ask the FE for a scan plan (_query_plan) and print its JSON answer: the opaque plan and the tablets with their routings."""
     import json
@@ -407,7 +410,7 @@ def plan(
 
 
 @scanners_app.command("list")
-def scanners_list(fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Optional[Path] = CaOpt,
+def scanners_list(fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt,
                   as_json: bool = typer.Option(False, "--json", help="print the JSON answer")) -> None:
     """List the open scanners: user, table, rows and bytes sent, throughput, age, idle time, Spark jobs."""
     from rich.console import Console
@@ -431,7 +434,7 @@ def scanners_list(fe: str = FeOpt, user: str = UserOpt, password: str = Password
 
 @scanners_app.command("close")
 def scanners_close(context_id: str = typer.Argument(..., help="the scanner's context_id"), fe: str = FeOpt,
-                   user: str = UserOpt, password: str = PasswordOpt, cacert: Optional[Path] = CaOpt) -> None:
+                   user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt) -> None:
     """Close a scanner: its Spark job is cancelled and its reader gets NOT_FOUND. Exit 1 if there is no such scanner."""
     body = _http("POST", fe, f"/api/scanners/{context_id}/close", user, password, cacert).json()
     typer.echo(f"closed {context_id} after {body.get('rows_sent', 0):,} rows")
@@ -439,7 +442,7 @@ def scanners_close(context_id: str = typer.Argument(..., help="the scanner's con
 
 @config_app.callback()
 def config_main(ctx: typer.Context, fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt,
-                cacert: Optional[Path] = CaOpt) -> None:
+                cacert: Path | None = CaOpt) -> None:
     """Show a running server's effective configuration (GET /varz; secrets masked)."""
     ctx.obj = {"fe": fe, "user": user, "password": password, "cacert": cacert}
     if ctx.invoked_subcommand is None:
@@ -470,6 +473,14 @@ def _conf_value(value) -> str:
 def config_show(ctx: typer.Context) -> None:
     """Print every key = value (keys that can change at run time are marked)."""
     _config_show(ctx.obj)
+
+
+@config_app.command("reference")
+def config_reference() -> None:
+    """Print the configuration reference (docs/configuration.md) generated from the settings model."""
+    from starscan.config_reference import render
+
+    typer.echo(render(), nl=False)
 
 
 @config_app.command("set")

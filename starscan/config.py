@@ -18,6 +18,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from starscan.errors import ConfigError
 
 ENV_PREFIX = "STARSCAN_"
+# Marks a field that takes effect on a running server (POST /api/update_config); every other
+# key needs a restart. starscan.runtime_config reads the marks.
+RUNTIME: dict[str, Any] = {"runtime": True}
 
 
 class Settings(BaseSettings):
@@ -36,17 +39,17 @@ class Settings(BaseSettings):
     )
 
     # ---- scan contexts (StarRocks names and defaults) ----
-    keep_alive_min: int = Field(5, ge=1, le=32767, description="idle minutes before a context is reaped, when the client sends none")
+    keep_alive_min: int = Field(5, ge=1, le=32767, description="idle minutes before a context is reaped, when the client sends none", json_schema_extra=RUNTIME)
     keep_alive_s: float | None = Field(None, gt=0, description="keep-alive in seconds when the client sends none (overrides the minutes; for tests and soaks)")
-    scan_context_gc_interval_min: int = Field(5, ge=1, description="minutes between reaper ticks")
-    scan_context_gc_interval_s: float | None = Field(None, gt=0, description="reaper tick in seconds (overrides the minutes; for tests)")
-    query_timeout_s: int = Field(3600, ge=1, description="scan timeout when the client sends none")
-    queue_max_bytes: int = Field(64 << 20, ge=1 << 16, description="upper bound of one scanner's result queue (mem_limit lowers it)")
-    result_cache_max_bytes: int = Field(0, ge=0, description="bytes of get_next replies kept for repeated scans of the same plan content (0: no result cache)")
-    result_cache_max_entry_bytes: int = Field(256 << 20, ge=1, description="a scan whose replies pass this many bytes is not cached")
-    result_cache_tables: list[str] = Field(default_factory=lambda: ["*.*"], description="tables whose scans may be cached: db.table, db.* or *.*, comma-separated")
-    reply_fill_wait_s: float = Field(0.2, ge=0, le=60, description="how long a get_next reply that has rows but fewer than batch_size waits for the rest while the scan produces them (0: send what is there)")
-    scan_engine: str = Field("auto", pattern="^(auto|arrow|sql)$", description="how scans read: arrow (pyarrow in Spark's Python tasks, the JVM out of the data path), sql (Spark SQL), or auto (arrow for every plan it reads exactly as Spark SQL would, sql for the rest)")
+    scan_context_gc_interval_min: int = Field(5, ge=1, description="minutes between reaper ticks", json_schema_extra=RUNTIME)
+    scan_context_gc_interval_s: float | None = Field(None, gt=0, description="reaper tick in seconds (overrides the minutes; for tests)", json_schema_extra=RUNTIME)
+    query_timeout_s: int = Field(3600, ge=1, description="scan timeout when the client sends none", json_schema_extra=RUNTIME)
+    queue_max_bytes: int = Field(64 << 20, ge=1 << 16, description="upper bound of one scanner's result queue (mem_limit lowers it)", json_schema_extra=RUNTIME)
+    result_cache_max_bytes: int = Field(0, ge=0, description="bytes of get_next replies kept for repeated scans of the same plan content (0: no result cache)", json_schema_extra=RUNTIME)
+    result_cache_max_entry_bytes: int = Field(256 << 20, ge=1, description="a scan whose replies pass this many bytes is not cached", json_schema_extra=RUNTIME)
+    result_cache_tables: list[str] = Field(default_factory=lambda: ["*.*"], description="tables whose scans may be cached: db.table, db.* or *.*, comma-separated", json_schema_extra=RUNTIME)
+    reply_fill_wait_s: float = Field(0.2, ge=0, le=60, description="how long a get_next reply that has rows but fewer than batch_size waits for the rest while the scan produces them (0: send what is there)", json_schema_extra=RUNTIME)
+    scan_engine: str = Field("auto", pattern="^(auto|arrow|sql)$", description="how scans read: arrow (pyarrow in Spark's Python tasks, the JVM out of the data path), sql (Spark SQL), or auto (arrow for every plan it reads exactly as Spark SQL would, sql for the rest)", json_schema_extra=RUNTIME)
     scan_tasks_per_scanner: int = Field(2, ge=1, le=64, description="Spark tasks one scanner keeps running at once (one per split); more is faster for one reader and leaves fewer task slots to the others")
     scan_yield_after_s: float = Field(2.0, gt=0, description="a scanner whose reader has not read for this long gives its Spark task slots back; its splits go on, from where they stopped, when the reader reads again")
     push_port: int = Field(0, ge=0, le=65535, description="port on bind_host where Spark tasks push scanned rows into the BE (0: a free port); tasks connect to advertise_host")
@@ -64,15 +67,15 @@ class Settings(BaseSettings):
     time_zone: str = Field("UTC", description="time zone DATETIME values are rendered in")
     demo_scale: float = Field(0.01, ge=0, le=100, description="TPC-H scale factor of demo.lineitem created in an empty warehouse (0: no demo)")
 
-    # ---- security (README "Security") ----
+    # ---- security (docs/security.md) ----
     plan_secret_previous: SecretStr | None = Field(None, description="previous plan secret, still accepted (rolling rotation of a configured plan_secret)")
     plan_secret_grace_s: int = Field(86400, ge=0, description="seconds the previous plan secret is still accepted after `starscan secret rotate`")
     jwt_key: SecretStr | None = Field(None, description="bearer tokens: HMAC secret, or path to a PEM public key (RS*/ES*/EdDSA); unset: tokens refused")
     jwt_issuer: str | None = Field(None, description="bearer tokens: required `iss` claim")
     jwt_audience: str | None = Field(None, description="bearer tokens: required `aud` claim (unset: not checked)")
     jwt_algorithms: list[str] = Field(default_factory=lambda: ["HS256"], description="bearer tokens: accepted algorithms")
-    login_max_failures: int = Field(5, ge=1, description="failed logins per user and client address before a lockout")
-    login_lockout_s: float = Field(60.0, gt=0, description="window and lockout time for failed logins")
+    login_max_failures: int = Field(5, ge=1, description="failed logins per user and client address before a lockout", json_schema_extra=RUNTIME)
+    login_lockout_s: float = Field(60.0, gt=0, description="window and lockout time for failed logins", json_schema_extra=RUNTIME)
     tls_cert_file: Path | None = Field(None, description="PEM certificate (chain) for TLS on the enabled ports")
     tls_key_file: Path | None = Field(None, description="PEM private key for tls_cert_file")
     tls_ca_file: Path | None = Field(None, description="CA bundle that client certificates must chain to (enables tls_client_auth)")
@@ -81,25 +84,25 @@ class Settings(BaseSettings):
     be_tls: bool = Field(False, description="serve the Thrift port over TLS")
     audit_log: Path | None = Field(None, description="audit log file (default: <warehouse>/_starscan/audit.log; '-' for stderr)")
 
-    # ---- limits (README "Limits") ----
+    # ---- limits (docs/security.md "Limits") ----
     plan_concurrency: int = Field(8, ge=1, le=256, description="_query_plan requests planned at once; the others wait their turn in arrival order")
-    plan_rate_per_user: float = Field(50.0, ge=0, description="_query_plan calls per second per user, sustained (0: no cap)")
-    plan_rate_burst: int = Field(100, ge=1, description="_query_plan calls a user may make at once before the rate applies")
-    max_scanners: int = Field(256, ge=1, description="open scan contexts in total")
-    max_scanners_per_user: int = Field(64, ge=1, description="open scan contexts per user")
-    total_queue_max_bytes: int = Field(1 << 30, ge=1 << 16, description="all result queues together (each may still hold one batch)")
-    query_timeout_max_s: int = Field(86400, ge=1, description="largest query_timeout a client may ask for (larger values are lowered to it)")
-    max_tablets_per_scanner: int = Field(10000, ge=1, description="tablet_ids in one open_scanner")
-    max_tablets_per_plan: int = Field(100000, ge=1, description="tablets one _query_plan may return")
-    max_sql_length: int = Field(1 << 20, ge=16, description="characters of `sql` in _query_plan")
-    max_request_body_bytes: int = Field(4 << 20, ge=1024, description="bytes of an HTTP request body")
+    plan_rate_per_user: float = Field(50.0, ge=0, description="_query_plan calls per second per user, sustained (0: no cap)", json_schema_extra=RUNTIME)
+    plan_rate_burst: int = Field(100, ge=1, description="_query_plan calls a user may make at once before the rate applies", json_schema_extra=RUNTIME)
+    max_scanners: int = Field(256, ge=1, description="open scan contexts in total", json_schema_extra=RUNTIME)
+    max_scanners_per_user: int = Field(64, ge=1, description="open scan contexts per user", json_schema_extra=RUNTIME)
+    total_queue_max_bytes: int = Field(1 << 30, ge=1 << 16, description="all result queues together (each may still hold one batch)", json_schema_extra=RUNTIME)
+    query_timeout_max_s: int = Field(86400, ge=1, description="largest query_timeout a client may ask for (larger values are lowered to it)", json_schema_extra=RUNTIME)
+    max_tablets_per_scanner: int = Field(10000, ge=1, description="tablet_ids in one open_scanner", json_schema_extra=RUNTIME)
+    max_tablets_per_plan: int = Field(100000, ge=1, description="tablets one _query_plan may return", json_schema_extra=RUNTIME)
+    max_sql_length: int = Field(1 << 20, ge=16, description="characters of `sql` in _query_plan", json_schema_extra=RUNTIME)
+    max_request_body_bytes: int = Field(4 << 20, ge=1024, description="bytes of an HTTP request body", json_schema_extra=RUNTIME)
     max_thrift_message_bytes: int = Field(64 << 20, ge=1 << 16, description="largest field a Thrift request may declare (bytes)")
 
-    # ---- operations (README "Operations") ----
-    enable_profile_for_external_plan: bool = Field(False, description="keep a profile per scan (GET /api/scans/{context_id}/profile; summary in the audit line)")
+    # ---- operations (docs/operations.md) ----
+    enable_profile_for_external_plan: bool = Field(False, description="keep a profile per scan (GET /api/scans/{context_id}/profile; summary in the audit line)", json_schema_extra=RUNTIME)
     profile_retention_s: float = Field(3600.0, ge=0, description="seconds a finished scan's profile stays available")
     log_format: str = Field("human", pattern="^(human|json)$", description="application log lines: human or json")
-    log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="application log level")
+    log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="application log level", json_schema_extra=RUNTIME)
 
     # ---- Spark ----
     spark_master: str = Field("local[16]", description="Spark master URL: local[N], spark://, k8s://, yarn. Locally, N is the number of Spark task slots, not cores: every open scanner keeps scan_tasks_per_scanner tasks running (the OS shares the cores among them), so N should be that many times the scanners read at once")

@@ -44,11 +44,6 @@ class Unauthorized(StarscanError):
     status_code = "NOT_AUTHORIZED"
 
 
-class NotOlapTable(StarscanError):
-    http_status = 403
-    status_code = "NOT_IMPLEMENTED_ERROR"
-
-
 class DatabaseNotFound(StarscanError):
     http_status = 404
     status_code = "NOT_FOUND"
@@ -173,6 +168,13 @@ class RequestTooLarge(StarscanError):
     """An HTTP body or SQL text over its configured maximum."""
 
     http_status = 413
+    status_code = "INVALID_ARGUMENT"
+
+
+class ConfigChangeRefused(StarscanError):
+    """POST /api/update_config with an unknown key, a key fixed until a restart, or a bad value."""
+
+    http_status = 400
     status_code = "INVALID_ARGUMENT"
 
 

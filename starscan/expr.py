@@ -1,13 +1,13 @@
 """Predicate and output expressions as a small typed tree.
 
 The FE builds it from sqlglot's AST (planner/sql.py), the plan carries it flattened in
-pre-order (``TExpr``), the BE turns it into a Spark ``Column`` (provider/spark_expr.py) and
+pre-order (``TExpr``), the BE turns it into a Spark ``Column`` (starscan/spark_expr.py) and
 the FE's pruning evaluates it on partition values. No SQL text ever travels.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from starscan.errors import PlanInvalid
 from starscan.thrift_defs import plan as plan_idl
@@ -22,7 +22,7 @@ OPERATORS = {"=", "!=", "<", "<=", ">", ">=", "<=>", "and", "or", "not", "+", "-
 class Expr:
     kind: str
     name: str | None = None
-    children: tuple["Expr", ...] = ()
+    children: tuple[Expr, ...] = ()
     literal_type: str | None = None
     literal_value: str | None = None
     negated: bool = False
@@ -78,7 +78,7 @@ def unflatten(texpr) -> Expr:
     # Each open frame: [node, children built so far].
     stack: list[list] = []
     root: Expr | None = None
-    for pos, n in enumerate(nodes):
+    for n in nodes:
         if root is not None:
             raise PlanInvalid("query plan predicate has trailing nodes")
         if n.kind not in KINDS or n.num_children is None or n.num_children < 0:

@@ -19,7 +19,7 @@ Two rules decide whether Spark reads exactly the files and partition values we m
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from starscan.errors import TableUnreadable
 

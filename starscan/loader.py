@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -51,7 +50,7 @@ def source_files(source: Path) -> list[Path]:
     """The data files of a source: the file itself, or every visible file below a directory."""
     if source.is_file():
         return [source]
-    files = []
+    files: list[Path] = []
     for directory, dirnames, filenames in os.walk(source):
         dirnames[:] = sorted(d for d in dirnames if _visible(d))
         files.extend(Path(directory) / f for f in sorted(filenames) if _visible(f))
@@ -108,7 +107,7 @@ def _estimate_rows(fmt: str, files: list[Path], total_bytes: int) -> int | None:
 
         try:
             return sum(pq.read_metadata(p).num_rows for p in files)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a row count is only a hint
             return None
     if any(_is_compressed(p) for p in files):
         return None
@@ -179,7 +178,7 @@ class _Progress:
             sc.setJobGroup(group, description, interruptOnCancel=True)
             try:
                 outcome["value"] = fn()
-            except BaseException as exc:  # handed to the caller's thread
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 outcome["error"] = exc
 
         task = self._progress.add_task(description, total=None)

@@ -15,7 +15,6 @@ import logging
 import sys
 import time
 
-SCAN_KEYS = ("context_id", "query_id", "user", "table")
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 # JVM loggers that report a deliberately cancelled scan as an error with a stack trace.

@@ -4,7 +4,8 @@ configuration. ``StarscanServer`` makes one ``Operations`` and calls it from two
 routes (``/metrics``, ``/varz``, ``/api/update_config``, profiles, the admin page).
 
 Who is an admin: the user ``root``, and any user holding the grant ``admin`` in the users
-file (``starscan user grant NAME admin``).
+file (``starscan user grant NAME admin``; ``UserStore.is_admin``). Run-time configuration
+itself lives in starscan.runtime_config; this module only reports and applies it.
 """
 
 from __future__ import annotations
@@ -15,37 +16,21 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Annotated, Any
-
-from pydantic import TypeAdapter, ValidationError
+from typing import Any
 
 from starscan import logs
 from starscan.errors import StarscanError
-from starscan.config import table_patterns
 from starscan.provider.metrics import ScanMetrics
-from starscan.provider.result_cache import CacheMetrics
 from starscan.provider.profile import ProfileStore, spark_jobs
+from starscan.provider.result_cache import CacheMetrics
+from starscan.provider.service import scan_outcome
+from starscan.runtime_config import RUNTIME_KEYS, LiveSettings
 from starscan.thrift_defs import wire
 
 log = logging.getLogger("starscan.ops")
 
-ADMIN_GRANT = "admin"
 RECENT_PLANS = 50
-
-# Keys that take effect on a running server (POST /api/update_config); all others need a restart.
-RUNTIME_KEYS = (
-    "enable_profile_for_external_plan", "scan_context_gc_interval_s", "scan_context_gc_interval_min",
-    "keep_alive_min", "query_timeout_s", "query_timeout_max_s", "queue_max_bytes", "total_queue_max_bytes",
-    "max_scanners", "max_scanners_per_user", "max_tablets_per_scanner", "max_tablets_per_plan", "max_sql_length",
-    "max_request_body_bytes", "log_level", "plan_rate_per_user", "plan_rate_burst", "login_max_failures",
-    "login_lockout_s", "result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables",
-    "reply_fill_wait_s", "scan_engine",
-)
 _SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "key")
-
-
-def is_admin(users, user: str) -> bool:
-    return user == "root" or ADMIN_GRANT in users.users().get(user, [])
 
 
 def _code_name(status) -> str:
@@ -55,7 +40,7 @@ def _code_name(status) -> str:
 class InstrumentedHandler:
     """The BE handler with metrics and profiles around each RPC. Same methods, same replies."""
 
-    def __init__(self, inner, ops: "Operations"):
+    def __init__(self, inner, ops: Operations):
         self.inner = inner
         self.ops = ops
 
@@ -150,16 +135,9 @@ class Operations:
         self._jobs: queue.Queue = queue.Queue(maxsize=10_000)
         self._worker = threading.Thread(target=self._spark_lookups, name="scan-profile-spark", daemon=True)
         self._worker.start()
-        previous = server.contexts.on_removed
-
-        def on_removed(ctx, how: str) -> None:
-            try:
-                self._removed(ctx, how)
-            finally:
-                if previous is not None:
-                    previous(ctx, how)
-
-        server.contexts.on_removed = on_removed
+        # The profile is finished before the service writes the scan's audit line with it.
+        server.contexts.add_removed_listener(self._removed, first=True)
+        self.live: LiveSettings = server.live_settings
 
     @property
     def settings(self):
@@ -175,19 +153,12 @@ class Operations:
     def instrument(self, handler) -> InstrumentedHandler:
         return InstrumentedHandler(handler, self)
 
-    def install(self, app) -> None:
-        from starscan.planner.ops_routes import install_routes
-
-        install_routes(app, self)
-        self._app = app
 
     # ---- scan ends ----
     def _removed(self, ctx, how: str) -> None:
-        from starscan.provider.service import _outcome
-
         if ctx.open_error is not None:
             return  # refused at open: counted there
-        outcome, error = _outcome(ctx, how)
+        outcome, error = scan_outcome(ctx, how)
         if outcome == "failed":
             err = getattr(ctx.queue, "error", None)
             self.metrics.failed.labels(getattr(err, "status_code", "INTERNAL_ERROR")).inc()
@@ -242,19 +213,6 @@ class Operations:
             return []
 
     # ---- runtime configuration ----
-    def _settings_objects(self) -> list:
-        """Every Settings instance the running parts hold (``start`` may have made a copy)."""
-        srv = self.server
-        holders = [srv.settings, getattr(srv.service, "settings", None), getattr(srv.planner, "settings", None),
-                   getattr(getattr(srv.service, "admission", None), "settings", None)]
-        holders += list(getattr(srv, "_ops_settings_extra", []))
-        seen, out = set(), []
-        for obj in holders:
-            if obj is not None and id(obj) not in seen:
-                seen.add(id(obj))
-                out.append(obj)
-        return out
-
     def varz(self) -> dict:
         config = self.settings.model_dump(mode="json")
         for key in ("http_port", "be_port", "query_port"):  # the ports bound (0 in the config picks one)
@@ -267,53 +225,4 @@ class Operations:
 
     def update_config(self, changes: dict[str, str]) -> dict[str, Any]:
         """Validate every change, then apply them all. Raises ConfigChangeRefused."""
-        from starscan.config import Settings
-
-        if not changes:
-            raise ConfigChangeRefused("nothing to change: POST /api/update_config?key=value")
-        parsed = {}
-        for key, raw in changes.items():
-            field = Settings.model_fields.get(key)
-            if field is None:
-                raise ConfigChangeRefused(f"unknown configuration key {key!r}")
-            if key not in RUNTIME_KEYS:
-                raise ConfigChangeRefused(
-                    f"{key!r} cannot change at run time: set it in starscan.conf (or STARSCAN_{key.upper()}) and restart; "
-                    f"keys that can: {', '.join(RUNTIME_KEYS)}")
-            try:
-                if key == "result_cache_tables":
-                    parsed[key] = table_patterns(raw)
-                    continue
-                kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
-                adapter = TypeAdapter(kind)
-                parsed[key] = adapter.validate_python(raw)
-            except ValidationError as exc:
-                raise ConfigChangeRefused(f"bad value for {key!r}: {exc.errors()[0]['msg']} (got {raw!r})") from None
-            except ValueError as exc:
-                raise ConfigChangeRefused(f"bad value for {key!r}: {exc} (got {raw!r})") from None
-        for obj in self._settings_objects():
-            for key, value in parsed.items():
-                setattr(obj, key, value)
-        srv = self.server
-        if srv.reaper is not None and ({"scan_context_gc_interval_s", "scan_context_gc_interval_min"} & parsed.keys()):
-            srv.reaper.set_interval(self.settings.gc_interval_s)
-        if "total_queue_max_bytes" in parsed and getattr(srv.service, "budget", None) is not None:
-            srv.service.budget.max_bytes = parsed["total_queue_max_bytes"]
-        if "log_level" in parsed:
-            logs.set_level(parsed["log_level"])
-        plan_rate = getattr(getattr(getattr(self, "_app", None), "state", None), "plan_rate", None)
-        if plan_rate is not None and ({"plan_rate_per_user", "plan_rate_burst"} & parsed.keys()):
-            plan_rate.configure(self.settings.plan_rate_per_user, self.settings.plan_rate_burst)
-        if {"result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables"} & parsed.keys():
-            s = self.settings
-            srv.service.result_cache.configure(s.result_cache_max_bytes, s.result_cache_max_entry_bytes,
-                                               s.result_cache_tables)
-        if {"login_max_failures", "login_lockout_s"} & parsed.keys():
-            srv.login_guard.configure(self.settings.login_max_failures, self.settings.login_lockout_s)
-        log.info("configuration changed at run time: %s", ", ".join(f"{k}={v}" for k, v in parsed.items()))
-        return parsed
-
-
-class ConfigChangeRefused(StarscanError):
-    http_status = 400
-    status_code = "INVALID_ARGUMENT"
+        return self.live.apply(changes)

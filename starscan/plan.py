@@ -18,6 +18,7 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.transport import TCyMemoryBuffer
@@ -83,6 +84,15 @@ def key_id(secret: bytes) -> str:
     return hashlib.sha256(b"starscan-key-id:" + secret).hexdigest()[:12]
 
 
+
+class Signer(Protocol):
+    """What plans are signed and checked with: ``PlanSigner``, or the server's
+    ``RotatingPlanSigner`` (starscan.plan_secrets), which reloads its secrets."""
+
+    def sign(self, body: bytes) -> tuple[bytes, str]: ...
+
+    def verify(self, body: bytes, signature: bytes, kid: str) -> None: ...
+
 @dataclass(frozen=True)
 class PlanSigner:
     """Signs plans with ``secret``; verifies with it (and ``previous`` secrets, for rotation)."""
@@ -130,14 +140,14 @@ def load_or_create_secret(state_dir: Path, configured: str | None) -> bytes:
     return path.read_bytes().strip()
 
 
-def encode(plan, signer: PlanSigner) -> str:
+def encode(plan, signer: Signer) -> str:
     body = serialize(plan, _PROTO)
     signature, kid = signer.sign(body)
     wrapper = plan_idl.TSignedPlan(format_version=FORMAT_VERSION, plan=body, signature=signature, key_id=kid)
     return base64.b64encode(serialize(wrapper, _PROTO)).decode("ascii")
 
 
-def decode(text: str, signer: PlanSigner, now_ms: int | None = None):
+def decode(text: str, signer: Signer, now_ms: int | None = None):
     """Base64 text -> verified ``TScanPlan``. Raises ``PlanInvalid`` with a reason a person can act on."""
     if not text:
         raise PlanInvalid("opaqued_query_plan is empty")
@@ -155,7 +165,7 @@ def decode(text: str, signer: PlanSigner, now_ms: int | None = None):
             # The reader stops at the struct's STOP byte and ignores whatever follows: only the
             # exact bytes encode() produced are accepted.
             raise ValueError("not canonical")
-    except Exception:
+    except Exception:  # noqa: BLE001 - any decode failure means a damaged plan
         raise PlanInvalid(
             "query_plan_info deserialize error, should not be modified after returned starscan FE processed"
         ) from None
@@ -164,7 +174,7 @@ def decode(text: str, signer: PlanSigner, now_ms: int | None = None):
     signer.verify(wrapper.plan, wrapper.signature, wrapper.key_id)
     try:
         plan = deserialize(plan_idl.TScanPlan(), wrapper.plan, _PROTO)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any decode failure means a damaged plan
         raise PlanInvalid("query plan body is not a starscan plan") from None
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     if plan.expires_at_ms is not None and now_ms > plan.expires_at_ms:
@@ -184,7 +194,7 @@ def tablets_of(plan) -> list:
     """The ``TPlanTablet`` list of a decoded (signature-checked) plan."""
     try:
         return deserialize(plan_idl.TPlanTablets(), plan.tablets or b"").tablets or []
-    except Exception:
+    except Exception:  # noqa: BLE001 - any decode failure means a damaged plan
         raise PlanInvalid("query plan tablet list is damaged") from None
 
 

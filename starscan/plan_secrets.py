@@ -63,7 +63,7 @@ class RotatingPlanSigner:
     def secret(self) -> bytes:
         return self._current().secret
 
-    def sign(self, body: bytes):
+    def sign(self, body: bytes) -> tuple[bytes, str]:
         return self._current().sign(body)
 
     def verify(self, body: bytes, signature: bytes, kid: str) -> None:
@@ -71,7 +71,7 @@ class RotatingPlanSigner:
 
     # ---- loading ----
     def _files_stamp(self) -> tuple:
-        out = []
+        out: list[tuple[int, int, int] | None] = []
         for name in (CURRENT, PREVIOUS):
             try:
                 st = (self.state_dir / name).stat()
@@ -82,8 +82,8 @@ class RotatingPlanSigner:
 
     def _load(self) -> PlanSigner:
         if self.configured:
-            previous = (self.configured_previous.encode("utf-8"),) if self.configured_previous else ()
-            return PlanSigner(self.configured.encode("utf-8"), previous)
+            configured_previous = (self.configured_previous.encode("utf-8"),) if self.configured_previous else ()
+            return PlanSigner(self.configured.encode("utf-8"), configured_previous)
         current = load_or_create_secret(self.state_dir, None)
         previous: tuple[bytes, ...] = ()
         prev_path = self.state_dir / PREVIOUS

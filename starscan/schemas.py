@@ -74,7 +74,7 @@ def _with_footer_details(schema: T.StructType, snap: TableSnapshot) -> T.StructT
     try:
         meta = pq.read_schema(snap.location / first.path).metadata or {}
         written = T.StructType.fromJson(json.loads(meta[SPARK_ROW_METADATA]))
-    except Exception:  # not written by Spark, unreadable footer: keep Spark's view
+    except Exception:  # noqa: BLE001 - not written by Spark, unreadable footer: keep Spark's view
         return schema
     by_name = {f.name: f for f in written.fields}
     fields = []

@@ -9,23 +9,29 @@ import time
 
 import uvicorn
 
-from starscan import tls
+from starscan import logs, tls
 from starscan.audit import AuditLog
 from starscan.catalog import Warehouse
 from starscan.config import Settings
+from starscan.errors import ScanCancelled, StarscanError
 from starscan.gc.reaper import ScanContextReaper
+from starscan.ops import Operations
 from starscan.plan_secrets import RotatingPlanSigner
 from starscan.planner.app import create_app
 from starscan.planner.auth import Authenticator
-from starscan.provider.admission import Admission
-from starscan.ratelimit import LoginGuard
-from starscan.tokens import TokenVerifier
+from starscan.planner.mysql import MysqlPort
+from starscan.planner.ops_routes import install_routes
 from starscan.planner.query_plan import QueryPlanner
+from starscan.provider.admission import Admission
 from starscan.provider.contexts import ScanContextManager
 from starscan.provider.handler import ExternalServiceHandler
 from starscan.provider.server import ThriftServer
 from starscan.provider.service import ScanService
+from starscan.provider.worker_keeper import PythonWorkerKeeper
+from starscan.ratelimit import LoginGuard
+from starscan.runtime_config import LiveSettings
 from starscan.schemas import SchemaResolver
+from starscan.tokens import TokenVerifier
 from starscan.users import UserStore
 
 log = logging.getLogger("starscan")
@@ -40,6 +46,7 @@ class StarscanServer:
 
     def __init__(self, settings: Settings, spark, fe: bool = True, be: bool = True):
         self.settings = settings
+        self.live_settings = LiveSettings(settings)  # run-time changes (POST /api/update_config)
         self.spark = spark
         settings.warehouse.mkdir(parents=True, exist_ok=True)
         self.warehouse = Warehouse(settings.warehouse, settings.listing_cache_ttl_s)
@@ -58,16 +65,28 @@ class StarscanServer:
         self.http_port: int | None = None
         self.be_port: int | None = None
         self.query_port: int | None = None
-        self.mysql = None  # starscan.planner.mysql.MysqlPort when the FE runs
-        self.workers = None  # provider.worker_keeper.PythonWorkerKeeper, with the warm-up
+        self.mysql: MysqlPort | None = None  # when the FE runs
+        self.workers: PythonWorkerKeeper | None = None  # with the warm-up
         self.service = ScanService(settings, spark, self.signer, self.contexts,
                                    Admission(settings, self.users, self.login_guard), self.audit)
         self.planner = QueryPlanner(settings, self.warehouse, SchemaResolver(spark), self.signer)
-        from starscan.ops import Operations  # metrics, profiles, admin page, runtime config
+        self.ops = Operations(self)  # metrics, profiles, admin page, runtime config
+        self._subscribe_runtime_changes()
 
-        self.ops = Operations(self)
+    def _subscribe_runtime_changes(self) -> None:
+        """What a run-time configuration change must reach besides the settings objects."""
+        live = self.live_settings
+        live.subscribe(["scan_context_gc_interval_s", "scan_context_gc_interval_min"],
+                       lambda s, _: self.reaper.set_interval(s.gc_interval_s) if self.reaper is not None else None)
+        live.subscribe(["total_queue_max_bytes"], lambda s, _: setattr(self.service.budget, "max_bytes", s.total_queue_max_bytes))
+        live.subscribe(["log_level"], lambda s, _: logs.set_level(s.log_level))
+        live.subscribe(["result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables"],
+                       lambda s, _: self.service.result_cache.configure(s.result_cache_max_bytes,
+                                                                         s.result_cache_max_entry_bytes, s.result_cache_tables))
+        live.subscribe(["login_max_failures", "login_lockout_s"],
+                       lambda s, _: self.login_guard.configure(s.login_max_failures, s.login_lockout_s))
 
-    def start(self) -> "StarscanServer":
+    def start(self) -> StarscanServer:
         self.users.warn_if_default_root()
         if self.be_enabled and self.settings.warmup_rows > 0:
             from starscan.provider.warmup import warm_up
@@ -81,15 +100,13 @@ class StarscanServer:
             else:
                 log.info("JVM warmed up in %.1f s (%d rows written and scanned; warmup_rows=0 turns this off)", seconds,
                          self.settings.warmup_rows)
-            from starscan.provider.worker_keeper import PythonWorkerKeeper
-
-            self.workers = PythonWorkerKeeper(self.spark)
+            workers = self.workers = PythonWorkerKeeper(self.spark)
             try:
-                seconds = self.workers.fill()
-                log.info("%d Spark Python workers started in %.1f s", self.workers.slots(), seconds)
+                seconds = workers.fill()
+                log.info("%d Spark Python workers started in %.1f s", workers.slots(), seconds)
             except Exception as exc:  # noqa: BLE001 - started on demand then
                 log.warning("Spark Python workers not started ahead: %s", exc)
-            self.workers.start()
+            workers.start()
         if self.be_enabled:
             self.thrift = ThriftServer(self.ops.instrument(ExternalServiceHandler(self.service)), self.settings.bind_host,
                                        self.settings.be_port, self.settings.thrift_client_timeout_s,
@@ -101,6 +118,7 @@ class StarscanServer:
                 # Tests bind port 0: advertise the port actually bound.
                 self.settings = self.settings.model_copy(update={"be_port": self.be_port})
                 self.planner.settings = self.settings
+                self.live_settings.track(self.settings)
             self.reaper = ScanContextReaper(self.contexts, self.settings.gc_interval_s)
             self.reaper.start()
         if self.fe_enabled:
@@ -118,7 +136,9 @@ class StarscanServer:
                                        self.settings.jwt_issuer, self.settings.jwt_audience)
             auth = Authenticator(self.users, self.login_guard, tokens)
             app = create_app(self.planner, auth, self.settings, self.audit)
-            self.ops.install(app)
+            install_routes(app, self.ops)
+            self.live_settings.subscribe(["plan_rate_per_user", "plan_rate_burst"],
+                                         lambda s, _: app.state.plan_rate.configure(s.plan_rate_per_user, s.plan_rate_burst))
             config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                     h11_max_incomplete_event_size=64 << 10, **tls.uvicorn_options(self.settings))
             self._uvicorn = uvicorn.Server(config)
@@ -128,13 +148,15 @@ class StarscanServer:
             deadline = time.monotonic() + 30
             while not self._uvicorn.started and time.monotonic() < deadline:
                 time.sleep(0.02)
+            if not self._uvicorn.started:
+                self.stop()
+                raise StarscanError(f"the FE HTTP port {self.settings.bind_host}:{self.http_port} did not start within 30 s")
             log.info("FE http%s listening on %s:%d", "s" if self.settings.http_tls else "", self.settings.bind_host,
                      self.http_port)
-            from starscan.planner.mysql import MysqlPort
-
-            self.mysql = MysqlPort(self.settings, self.warehouse, self.planner.schemas, self.users, self.spark,
-                                   self.login_guard, on_refused=self.ops.metrics.auth_failures.labels("mysql").inc).start()
-            self.query_port = self.mysql.port
+            mysql = self.mysql = MysqlPort(self.settings, self.warehouse, self.planner.schemas, self.users, self.spark,
+                                           self.login_guard, on_refused=self.ops.metrics.auth_failures.labels("mysql").inc)
+            mysql.start()
+            self.query_port = mysql.port
         return self
 
     def stop(self) -> None:
@@ -150,14 +172,8 @@ class StarscanServer:
             self.reaper.stop()
         if self.workers is not None:
             self.workers.stop()
-        from starscan.errors import ScanCancelled
-
         # Readers inside get_next get this status now; their next call gets NOT_FOUND.
         self.contexts.close_all(ScanCancelled("the server is shutting down: open a new scanner when it is back"))
         self.service.stop()
         self.ops.stop()
         self.audit.close()
-
-    def wait(self) -> None:
-        while True:
-            time.sleep(3600)

@@ -6,6 +6,7 @@ user may have no password at all (``starscan user add NAME --no-password``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import jwt
 
@@ -25,10 +26,10 @@ class TokenVerifier:
         self.audience = audience
 
     def user_of(self, token: str) -> str:
-        options = {"require": ["exp", "sub"] + (["iss"] if self.issuer else [])}
+        options: dict[str, Any] = {"require": ["exp", "sub"] + (["iss"] if self.issuer else [])}
         try:
             claims = jwt.decode(token, self.key, algorithms=self.algorithms, issuer=self.issuer,
-                                audience=self.audience, options={**options, "verify_aud": self.audience is not None})
+                                audience=self.audience, options={**options, "verify_aud": self.audience is not None})  # type: ignore[arg-type]
         except jwt.ExpiredSignatureError:
             raise Unauthorized("bearer token has expired") from None
         except jwt.InvalidTokenError as exc:

@@ -77,10 +77,10 @@ def starrocks_type(field: T.StructField) -> StarRocksType:
         return StarRocksType(name, PRIMITIVE[name], precision=dt.precision, scale=dt.scale)
     if isinstance(dt, (T.ArrayType, T.MapType, T.StructType)):
         return StarRocksType("INVALID_TYPE", PRIMITIVE["INVALID_TYPE"])
-    name = _SCALARS.get(type(dt))
-    if name is None:  # intervals, variant, ...: readable by nobody
+    scalar = _SCALARS.get(type(dt))
+    if scalar is None:  # intervals, variant, ...: readable by nobody
         return StarRocksType("INVALID_TYPE", PRIMITIVE["INVALID_TYPE"])
-    return StarRocksType(name, PRIMITIVE[name])
+    return StarRocksType(scalar, PRIMITIVE[scalar])
 
 
 def is_supported(dt: T.DataType) -> bool:

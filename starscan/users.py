@@ -24,6 +24,7 @@ log = logging.getLogger("starscan.users")
 
 _hasher = PasswordHasher()
 ALL = "*.*"
+ADMIN_GRANT = "admin"
 
 
 def mysql_native_hash(password: str) -> str:
@@ -121,6 +122,10 @@ class UserStore:
         self._reload()
         record = self._users.get(user) or {}
         return any(grant_matches(g, db, table) for g in record.get("grants", []))
+
+    def is_admin(self, user: str) -> bool:
+        """``root``, or a user holding the grant ``admin`` (the admin page, /varz, update_config)."""
+        return user == "root" or ADMIN_GRANT in self.users().get(user, [])
 
     def users(self) -> dict[str, list[str]]:
         self._reload()

@@ -123,7 +123,7 @@ def be_addr(server) -> tuple[str, int]:
 
 @pytest.fixture(scope="session")
 def client(fe_url):
-    from starscan.provider.client import StarscanClient
+    from starscan.client import StarscanClient
 
     return StarscanClient(fe_url, "root", "")
 
@@ -154,3 +154,18 @@ def engine(request, server):
         assert arrow_scans > 0, "no scan of this module ran on the arrow engine"
     else:
         assert arrow_scans == 0, "a scan ran on the arrow engine with scan_engine = sql"
+
+
+# ---- test tiers ----------------------------------------------------------------------------
+# `quick`: needs no SparkSession and starts no server process (pytest -m quick, under a
+# minute); everything else talks to a real Spark and real servers. Decided from what a test
+# uses, so a new test lands in the right tier without anyone remembering a marker: a test
+# that starts `starscan serve` or Spark on its own marks itself `slow`.
+_NEEDS_SPARK = {"spark", "server", "fe_url", "be_addr", "client", "engine"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        needs = set(getattr(item, "fixturenames", ())) & _NEEDS_SPARK
+        if not needs and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.quick)

@@ -7,7 +7,7 @@ import httpx
 import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
-from starscan.provider.client import thrift_client
+from starscan.client import thrift_client
 from starscan.thrift_defs import wire
 
 OK = wire.TStatusCode.OK

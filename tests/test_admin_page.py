@@ -15,7 +15,7 @@ import pytest
 
 from extra_servers import own_warehouse, running_server
 from ops_helpers import NOT_FOUND, Reader, plan_for
-from starscan.provider.client import StarscanClient
+from starscan.client import StarscanClient
 from starscan.users import UserStore
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from starscan import plan as P
-from starscan.provider.client import thrift_client
+from starscan.client import thrift_client
 from starscan.thrift_defs import wire
 
 OK = wire.TStatusCode.OK

@@ -23,6 +23,7 @@ def fe(server) -> str:
     return f"127.0.0.1:{server.http_port}"
 
 
+@pytest.mark.slow
 def test_version_and_help():
     out = cli("version")
     assert out.returncode == 0 and out.stdout.strip() == f"starscan {__version__}"

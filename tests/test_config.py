@@ -297,3 +297,28 @@ def test_cli_tables(server, tmp_path):
     t1 = row("db1", "t1")[0]
     snap = server.warehouse.snapshot("db1", "t1")
     assert f" {len(snap.tablets)} " in t1 and f" {snap.version} " in t1
+
+
+def test_the_configuration_reference_is_generated_from_the_model():
+    """docs/configuration.md is `starscan config reference`: regenerate it when a field changes."""
+    from pathlib import Path
+
+    from starscan.config_reference import render
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    assert path.read_text(encoding="utf-8") == render(), (
+        "docs/configuration.md is stale: run `starscan config reference > docs/configuration.md`")
+
+
+def test_runtime_keys_are_the_marked_fields():
+    from starscan.config import Settings
+    from starscan.runtime_config import RUNTIME_KEYS, LiveSettings
+
+    assert "scan_engine" in RUNTIME_KEYS and "http_port" not in RUNTIME_KEYS
+    live = LiveSettings(Settings(warehouse="/tmp/x"))
+    heard = []
+    live.subscribe(["log_level"], lambda s, changed: heard.append((s.log_level, dict(changed))))
+    live.apply({"scan_engine": "sql"})
+    assert heard == [] and live.current.scan_engine == "sql"
+    live.apply({"log_level": "DEBUG"})
+    assert heard == [("DEBUG", {"log_level": "DEBUG"})]

@@ -16,9 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from starscan.provider.client import StarscanClient, thrift_client
+from starscan.client import StarscanClient, thrift_client
 from starscan.thrift_defs import wire
 from test_reliability import start_serve
+
+pytestmark = pytest.mark.slow  # starts its own `starscan serve` (not the quick tier)
 
 FLINK = {"batch_size": 1000, "keep_alive_min": 10, "query_timeout": 600, "mem_limit": 1 << 30}
 SQL = "select * from `demo`.`lineitem`"

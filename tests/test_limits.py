@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from extra_servers import basic, plan, running_server, wait_until
-from starscan.provider.client import thrift_client
+from starscan.client import thrift_client
 from starscan.thrift_defs import wire
 
 OK = wire.TStatusCode.OK
@@ -287,15 +287,15 @@ def test_a_huge_declared_length_allocates_nothing_and_drops_only_that_connection
         conn.close()
 
 
-def test_limits_are_listed_in_the_readme():
+def test_limits_are_listed_in_the_security_doc():
     from pathlib import Path
 
     from starscan.config import Settings
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text(encoding="utf-8")
     for key in ("plan_rate_per_user", "plan_rate_burst", "max_scanners", "max_scanners_per_user",
                 "total_queue_max_bytes", "query_timeout_max_s", "max_tablets_per_scanner", "max_tablets_per_plan",
                 "max_sql_length", "max_request_body_bytes", "max_thrift_message_bytes", "login_max_failures",
                 "login_lockout_s", "plan_concurrency"):
         assert key in Settings.model_fields
-        assert f"`{key}`" in readme, f"{key} is not documented in README.md"
+        assert f"`{key}`" in readme, f"{key} is not documented in docs/security.md"

@@ -100,6 +100,7 @@ def test_setup_logging_formats_and_quiets_py4j():
     assert lines == [{**lines[0], "level": "INFO", "logger": "starscan.test", "msg": "hello world", "context_id": "c1"}]
 
 
+@pytest.mark.slow
 def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path):
     """`starscan serve` as a user runs it: readers that close before eos (mid-partition, the
     JVM still writing) leave one INFO close line each and nothing from Spark; a task that
@@ -109,7 +110,7 @@ def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from starscan.provider.client import StarscanClient
+    from starscan.client import StarscanClient
     from starscan.thrift_defs import wire
     from test_reliability import start_serve
 

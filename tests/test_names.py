@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import types as T
 
 from starscan.hadoop_paths import literal, unescape_path_name
-from starscan.provider.client import PlanError, thrift_client
+from starscan.client import PlanError, thrift_client
 from starscan.thrift_defs import wire
 
 # The scans here run on both engines (conftest `engine`): the arrow engine reads the files

@@ -321,7 +321,7 @@ def test_server_secret_is_kept_in_the_warehouse(server):
 
 
 def test_tampered_plan_refused_by_the_be(be_addr, t1_plan):
-    from starscan.provider.client import thrift_client
+    from starscan.client import thrift_client
 
     raw = base64.b64decode(t1_plan["opaqued_query_plan"])
     tampered = _flip(t1_plan["opaqued_query_plan"], len(raw) // 2, 0x01)
@@ -343,7 +343,7 @@ def test_tampered_plan_refused_by_the_be(be_addr, t1_plan):
 # A plan outlives the server that issued it
 # =====================================================================================
 def _read_all(host: str, port: int, plan: dict, db: str, table: str, batch_size: int = 2) -> pa.Table:
-    from starscan.provider.client import thrift_client
+    from starscan.client import thrift_client
 
     c = thrift_client(host, port)
     batches = []

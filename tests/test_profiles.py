@@ -10,7 +10,7 @@ import pytest
 
 from extra_servers import basic, own_warehouse, running_server, wait_until
 from ops_helpers import Reader, plan_for
-from starscan.provider.client import StarscanClient
+from starscan.client import StarscanClient
 from starscan.users import UserStore
 
 SQL = "select k1, v1, m from db1.t1"

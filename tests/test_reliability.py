@@ -31,8 +31,8 @@ import pyarrow as pa
 import pytest
 from thriftpy2.transport import TTransportException
 
-from starscan.provider.client import ScanError, ScanIntegrityError, ScanStats, StarscanClient
-from starscan.provider.status import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
+from starscan.client import ScanError, ScanIntegrityError, ScanStats, StarscanClient
+from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
 from starscan.thrift_defs import wire
 from test_scan_lifecycle import Conn, arrow_rows, job_states, one_batch, plan_for, spark_rows, wait_until
 
@@ -266,7 +266,7 @@ def test_2_two_hundred_abandoned_scanners_are_all_reclaimed(rel_server, rel_clie
 # ---- 3. client killed mid-scan -------------------------------------------------------------
 KILLED_CLIENT = r"""
 import sys
-from starscan.provider.client import thrift_client
+from starscan.client import thrift_client
 from starscan.thrift_defs import wire
 host, port, plan, tablets = sys.argv[1], int(sys.argv[2]), sys.argv[3], [int(t) for t in sys.argv[4].split(",")]
 c = thrift_client(host, port)
@@ -772,6 +772,7 @@ def start_serve(tmp_path, demo_scale: str = "0.002", spark_master: str | None = 
     return proc, http_port, be_port, log
 
 
+@pytest.mark.slow
 def test_10_sigterm_stops_serve_cleanly(tmp_path):
     proc, http_port, be_port, log = start_serve(tmp_path)
     try:
@@ -831,6 +832,7 @@ def test_10_sigterm_stops_serve_cleanly(tmp_path):
         log.close()
 
 
+@pytest.mark.slow
 def test_11_a_dead_jvm_fails_health_and_scans_clearly(tmp_path):
     """Spark exits its JVM on an OutOfMemoryError in a task; after that every scan fails. The
     health check (Docker's HEALTHCHECK, a k8s probe) must say so, so the server is restarted,

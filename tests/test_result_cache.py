@@ -13,7 +13,7 @@ import pytest
 
 from extra_servers import basic, plan, running_server
 from ops_helpers import OK, Reader, scrape, value
-from starscan.provider.status import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
+from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
 from starscan.thrift_defs import wire
 
 MIB = 1 << 20

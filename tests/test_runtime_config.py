@@ -9,7 +9,7 @@ from pydantic import SecretStr
 
 from extra_servers import own_warehouse, running_server
 from ops_helpers import OK, Reader, plan_for
-from starscan.provider.client import StarscanClient
+from starscan.client import StarscanClient
 from starscan.thrift_defs import wire
 from starscan.users import UserStore
 

@@ -24,7 +24,7 @@ from thriftpy2.thrift import TMessageType
 from thriftpy2.transport import TMemoryBuffer
 
 from starscan.errors import StarscanError
-from starscan.provider.client import thrift_client
+from starscan.client import thrift_client
 from starscan.provider.result_queue import ResultQueue
 from starscan.thrift_defs import wire
 

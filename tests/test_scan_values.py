@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pytest
 
-from starscan.provider.client import thrift_client
+from starscan.client import thrift_client
 from starscan.thrift_defs import wire
 
 SQL = "select * from `demo`.`all_types`"

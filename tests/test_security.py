@@ -15,7 +15,7 @@ import pytest
 
 from extra_servers import basic, own_warehouse, plan, running_server, wait_until
 from starscan.plan_secrets import RotatingPlanSigner, rotate_secret
-from starscan.provider.client import StarscanClient, thrift_client
+from starscan.client import StarscanClient, thrift_client
 from starscan.thrift_defs import wire
 
 OK = wire.TStatusCode.OK

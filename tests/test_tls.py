@@ -14,7 +14,7 @@ import trustme
 from extra_servers import basic, running_server
 from starscan.config import load_settings
 from starscan.errors import ConfigError
-from starscan.provider.client import StarscanClient, thrift_client
+from starscan.client import StarscanClient, thrift_client
 from starscan.server import StarscanServer
 from starscan.thrift_defs import wire
 

@@ -23,7 +23,9 @@ import pytest
 
 from extra_servers import wait_until
 from ops_helpers import NOT_FOUND, Reader, plan_for, scrape, value
-from starscan.provider.client import StarscanClient
+from starscan.client import StarscanClient
+
+pytestmark = pytest.mark.slow  # starts its own `starscan serve` (not the quick tier)
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP_DIRS = {".venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis", "starscan-warehouse",

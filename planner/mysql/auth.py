@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from mysql_mimic import IdentityProvider, NativePasswordAuthPlugin, User
-from mysql_mimic.auth import AuthInfo, AuthPlugin, AuthState, Forbidden, Success
 from mysql_mimic import utils as mimic_utils
+from mysql_mimic.auth import AuthInfo, AuthPlugin, AuthState, Forbidden, Success
 
 from starscan.errors import TooManyRequests
 from starscan.ratelimit import LoginGuard
@@ -39,7 +39,7 @@ class UsersFilePasswordPlugin(NativePasswordAuthPlugin):
         self.guard = guard
         self.on_refused = on_refused  # counts refused logins (starscan_auth_failures_total{port="mysql"})
 
-    async def auth(self, auth_info: Optional[AuthInfo] = None) -> AuthState:
+    async def auth(self, auth_info: AuthInfo | None = None) -> AuthState:
         if auth_info and auth_info.handshake_plugin_name == self.name and auth_info.handshake_auth_data:
             nonce = auth_info.handshake_auth_data.rstrip(b"\x00")
         else:
@@ -95,7 +95,7 @@ class UsersFileIdentity(IdentityProvider):
     def get_plugins(self) -> Sequence[AuthPlugin]:
         return [self._plugin]
 
-    async def get_user(self, username: str) -> Optional[User]:
+    async def get_user(self, username: str) -> User | None:
         # Every name gets a user record, so an unknown name fails exactly like a wrong
         # password (1045) instead of mysql-mimic's "user does not exist".
         return User(name=username, auth_plugin=self._plugin.name)

@@ -25,16 +25,16 @@ def not_supported(message: str) -> MysqlError:
 
 
 def unknown_database(db: str) -> MysqlError:
-    return MysqlError(f"Unknown database '{db}'", code=ER_BAD_DB)  # type: ignore[arg-type]
+    return MysqlError(f"Unknown database '{db}'", code=ER_BAD_DB)
 
 
 def no_such_table(db: str, table: str) -> MysqlError:
-    return MysqlError(f"Table '{db}.{table}' doesn't exist", code=ER_NO_SUCH_TABLE)  # type: ignore[arg-type]
+    return MysqlError(f"Table '{db}.{table}' doesn't exist", code=ER_NO_SUCH_TABLE)
 
 
 def select_denied(user: str, table: str) -> MysqlError:
     return MysqlError(f"SELECT command denied to user '{user}' for table '{table}'",
-                      code=ER_TABLEACCESS_DENIED)  # type: ignore[arg-type]
+                      code=ER_TABLEACCESS_DENIED)
 
 
 def no_database() -> MysqlError:
@@ -50,7 +50,7 @@ def to_mysql(exc: BaseException) -> MysqlError:
     if isinstance(exc, E.DatabaseNotFound):
         return unknown_database(exc.db)
     if isinstance(exc, E.TableNotFound):
-        return MysqlError(f"Table '{exc.table}' doesn't exist", code=ER_NO_SUCH_TABLE)  # type: ignore[arg-type]
+        return MysqlError(f"Table '{exc.table}' doesn't exist", code=ER_NO_SUCH_TABLE)
     if isinstance(exc, E.SqlInvalid):
         return MysqlError(f"Getting analyzing error. Detail message: {exc.detail or exc.message}.",
                           code=ErrorCode.PARSE_ERROR)

@@ -9,9 +9,9 @@ come back as the client wrote them (``COLUMN_NAME`` stays ``COLUMN_NAME``).
 
 from __future__ import annotations
 
+from mysql_mimic.constants import INFO_SCHEMA as MIMIC_INFO_SCHEMA
 from sqlglot import exp
 from sqlglot.executor import Table, execute
-from mysql_mimic.constants import INFO_SCHEMA as MIMIC_INFO_SCHEMA
 
 from starscan.planner.mysql.catalog_view import INFORMATION_SCHEMA, CatalogView
 from starscan.planner.mysql.errors import not_supported
@@ -111,7 +111,9 @@ def _normalize(expression: exp.Expression) -> exp.Expression:
             raise not_supported("a query may not mix information_schema with other tables")
         if table.args.get("catalog") and table.text("catalog") != "def":
             raise not_supported(f"unknown catalog {table.text('catalog')!r}")
-    return expression.transform(lambda n: n.left if isinstance(n, exp.Collate) else n)
+    out = expression.transform(lambda n: n.left if isinstance(n, exp.Collate) else n)
+    assert isinstance(out, exp.Expression)
+    return out
 
 
 def _constraint(where: exp.Where | None, columns: tuple[str, ...]) -> set[str] | None:

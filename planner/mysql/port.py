@@ -7,16 +7,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from mysql_mimic import MysqlServer
 
 from starscan.catalog import Warehouse
 from starscan.config import Settings
+from starscan.errors import StarscanError
 from starscan.planner.mysql.auth import UsersFileIdentity, client_address
-from starscan.ratelimit import LoginGuard
 from starscan.planner.mysql.session import PortContext, StarscanSession
 from starscan.planner.mysql.variables import global_variables
+from starscan.ratelimit import LoginGuard
 from starscan.schemas import SchemaResolver
 from starscan.users import UserStore
 
@@ -49,7 +50,7 @@ class MysqlPort:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "MysqlPort":
+    def start(self) -> MysqlPort:
         ready = threading.Event()
         failure: list[BaseException] = []
 
@@ -74,7 +75,9 @@ class MysqlPort:
 
         self._thread = threading.Thread(target=run, name="fe-mysql", daemon=True)
         self._thread.start()
-        ready.wait(30)
+        if not ready.wait(30):
+            self.stop()
+            raise StarscanError(f"the FE MySQL port {self.host}:{self.requested_port} did not start within 30 s")
         if failure:
             raise failure[0]
         log.info("FE MySQL protocol listening on %s:%d", self.host, self.port)

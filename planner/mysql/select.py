@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
 import struct
+from dataclasses import dataclass
 
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from mysql_mimic import ResultColumn
 from mysql_mimic.types import ColumnType
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from sqlglot import exp
 
+from starscan.errors import SqlInvalid
 from starscan.planner import sql as sqlmod
 from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.mysql.errors import no_database, no_such_table, not_supported, select_denied, unknown_database
-from starscan.provider.spark_expr import to_column
-from starscan.errors import SqlInvalid
 from starscan.spark import read_parquet_files
+from starscan.spark_expr import to_column
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def _result_column(name: str, dtype: T.DataType) -> ResultColumn:
     if isinstance(dtype, T.ByteType):
         # mysql-mimic's binary TINY encoder writes bool(value): pack the signed byte here.
         return ResultColumn(name, ColumnType.TINY, binary_encoder=lambda col, v: struct.pack("<b", int(v)))
-    return ResultColumn(name, _COLUMN_TYPES.get(type(dtype), ColumnType.VARCHAR))
+    return ResultColumn(name, _COLUMN_TYPES.get(type(dtype), ColumnType.VARCHAR))  # type: ignore[arg-type]
 
 
 def _value(v, dtype: T.DataType):

@@ -9,12 +9,12 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import timezone
-from typing import Any, Dict
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from mysql_mimic import Session
 from mysql_mimic.errors import ErrorCode, MysqlError
-from mysql_mimic.variables import SessionVariables, GlobalVariables, parse_timezone
+from mysql_mimic.variables import GlobalVariables, SessionVariables, parse_timezone
 from sqlglot import exp
 
 from starscan.catalog import Warehouse
@@ -39,6 +39,8 @@ class PortContext:
 
 
 class StarscanSession(Session):
+    database: str | None  # the current database (mysql-mimic's Session attribute)
+
     def __init__(self, ctx: PortContext):
         super().__init__(SessionVariables(ctx.variables))
         self.ctx = ctx
@@ -73,10 +75,10 @@ class StarscanSession(Session):
         except MysqlError:
             try:
                 return ZoneInfo(tz)  # type: ignore[return-value]
-            except Exception:
+            except Exception:  # noqa: BLE001 - ZoneInfo raises several kinds for a bad name
                 raise MysqlError(f"Unknown or incorrect time zone: '{tz}'", code=ErrorCode.WRONG_VALUE_FOR_VAR) from None
 
-    async def handle_query(self, sql: str, attrs: Dict[str, str]):
+    async def handle_query(self, sql: str, attrs: dict[str, str]):
         if self.username is None:
             raise MysqlError("Access denied", code=ErrorCode.ACCESS_DENIED_ERROR)
         started = time.monotonic()
@@ -117,7 +119,7 @@ class StarscanSession(Session):
                 if not await asyncio.to_thread(view.database_visible, db):
                     raise unknown_database(db)
                 names = await asyncio.to_thread(view.tables, db)
-            rows = [(n, "BASE TABLE") if show.args.get("full") else (n,) for n in names if _like(show, n)]
+            rows: list[tuple] = [(n, "BASE TABLE") if show.args.get("full") else (n,) for n in names if _like(show, n)]
             header = [f"Tables_in_{db}"] + (["Table_type"] if show.args.get("full") else [])
             return rows, header
         if kind == "COLUMNS":
@@ -189,7 +191,7 @@ class StarscanSession(Session):
         return await asyncio.to_thread(info_schema.query, expression, self._view())
 
     # ---- everything else: plain SELECTs on Spark ----
-    async def query(self, expression: exp.Expression, sql: str, attrs: Dict[str, str]):
+    async def query(self, expression: exp.Expression, sql: str, attrs: dict[str, str]):
         if isinstance(expression, exp.Select):
             view = self._view()
             prepared = await asyncio.to_thread(select.prepare, expression, self.database, view, self._row_cap())

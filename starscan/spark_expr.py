@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from decimal import Context, Decimal, InvalidOperation
-from typing import Callable
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -22,6 +22,7 @@ from pyspark.sql import types as T
 
 from starscan.errors import PlanInvalid, SqlInvalid
 from starscan.expr import Expr
+from starscan.functions import SPARK_FUNCTIONS
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -57,26 +58,16 @@ _UNARY: dict[str, Callable[[Column], Column]] = {
 }
 
 
-def _allowed_functions() -> frozenset[str]:
-    """The function names the FE can put in a plan (planner/sql.py's whitelist)."""
-    from starscan.planner import sql as _sql
-
-    return frozenset(n.lower() for n in _sql.SPARK_FUNCTIONS)
-
-
-_ALLOWED: frozenset[str] | None = None
+_ALLOWED = frozenset(n.lower() for n in SPARK_FUNCTIONS)
 
 
 def check_function_name(name: str | None) -> str:
     """The Spark function a ``func`` node may call, or ``SqlInvalid``."""
-    global _ALLOWED
     fname = (name or "").lower()
     if not fname or not _FUNCTION_NAME.fullmatch(fname):
         raise SqlInvalid(f"bad function name {name!r}")
     if fname in _FORBIDDEN_FUNCTIONS or "reflect" in fname or fname.startswith("input_file"):
         raise SqlInvalid(f"function {fname} is not allowed")
-    if _ALLOWED is None:
-        _ALLOWED = _allowed_functions()
     if fname not in _ALLOWED:
         raise SqlInvalid(f"unknown or disallowed function {fname}")
     return fname
@@ -203,7 +194,7 @@ def _build(e: Expr, resolve: Callable[[str], str], depth: int) -> Column:
         child = sub(e.children[0])
         try:
             return child.cast(type_name)
-        except Exception as exc:  # Spark's data type parser rejected the name
+        except Exception as exc:  # noqa: BLE001 - Spark's data type parser rejected the name
             raise SqlInvalid(f"cannot cast to {type_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if kind == "in":
         _arity(e, at_least=2)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 from urllib.parse import quote
 
 import httpx
@@ -20,7 +20,7 @@ from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.rpc import make_client
 from thriftpy2.transport import TCyBufferedTransportFactory, TTransportException
 
-from starscan.provider.status import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
+from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
 from starscan.thrift_defs import wire
 
 
@@ -101,7 +101,7 @@ class _Connection:
         if self.client is not None:
             try:
                 self.client.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
             self.client = None
 
@@ -205,7 +205,7 @@ class StarscanClient:
                 finally:
                     try:
                         conn.call("close_scanner", wire.TScanCloseParams(context_id=opened.context_id))
-                    except Exception:
+                    except Exception:  # noqa: BLE001 - best-effort close after a failure
                         pass
             finally:
                 conn.close()
