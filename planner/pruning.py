@@ -35,7 +35,7 @@ from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from pyspark.sql import types as T
 
 from starscan.catalog import Tablet
-from starscan.expr import Expr
+from starscan.expr import Expr, ExprVisitor, Kind, Operator
 from starscan.hadoop_paths import unescape_path_name
 
 # ---- three-valued logic over sets of outcomes ------------------------------------------
@@ -236,79 +236,115 @@ _NUMERIC = {"int", "decimal", "double"}
 
 
 class _Evaluator:
+    """What a predicate says about one tablet's partition values: its ``truth`` (the set
+    of values it can take) and the ``value`` of a scalar node (``_UNK``: not known)."""
+
     def __init__(self, columns: Mapping[str, Val | None], ts_exact: bool):
         self.columns = columns  # lower-cased partition column -> value (None: unknown)
         self.ts_exact = ts_exact
+        self.values = _Values(self)
+        self.truths = _Truths(self)
 
-    # -- values --
-    def value(self, e: Expr, depth: int = 0) -> Val | None:
-        if depth > 500:
-            return _UNK
-        kind = e.kind
-        if kind == "column":
-            return self.columns.get((e.name or "").lower(), _UNK)
-        if kind == "literal":
-            return literal_value(e)
-        if kind == "cast":
-            if len(e.children) != 1:
-                return _UNK
-            inner = self.value(e.children[0], depth + 1)
-            return cast_value(inner, e.type_name, self.ts_exact) if inner is not None else _UNK
-        if kind in ("in", "between", "is_null", "like") or (kind == "op" and e.name in _BOOLEAN_OPS):
-            t = self.truth(e, depth + 1)
-            if len(t) == 1:
-                (only,) = t
-                return NULL_VAL if only == NULL else Val("boolean", only == TRUE)
-            return _UNK
-        return _UNK  # arithmetic, functions, LIKE, CASE
+    def value(self, e: Expr) -> Val | None:
+        return self.values.visit(e)
 
-    # -- predicates --
-    def truth(self, e: Expr, depth: int = 0) -> frozenset:
-        if depth > 500:
-            return UNKNOWN
-        out = self._truth(e, depth)
-        return t_not(out) if e.negated and e.kind in ("in", "between", "is_null", "like") else out
+    def truth(self, e: Expr) -> frozenset:
+        out = self.truths.visit(e)
+        return t_not(out) if e.negated and e.kind in _NEGATABLE else out
 
-    def _truth(self, e: Expr, depth: int) -> frozenset:
-        kind, ch = e.kind, e.children
-        if kind == "op":
-            if e.name == "and" and len(ch) == 2:
-                left = self.truth(ch[0], depth + 1)
-                if left == ALWAYS_FALSE:
-                    return ALWAYS_FALSE
-                return t_and(left, self.truth(ch[1], depth + 1))
-            if e.name == "or" and len(ch) == 2:
-                left = self.truth(ch[0], depth + 1)
-                if left == ALWAYS_TRUE:
-                    return ALWAYS_TRUE
-                return t_or(left, self.truth(ch[1], depth + 1))
-            if e.name == "not" and len(ch) == 1:
-                return t_not(self.truth(ch[0], depth + 1))
-            if e.name in _COMPARISONS and len(ch) == 2:
-                return compare(e.name, self.value(ch[0], depth + 1), self.value(ch[1], depth + 1), self.ts_exact)
-            if e.name == "<=>" and len(ch) == 2:
-                return null_safe_equal(self.value(ch[0], depth + 1), self.value(ch[1], depth + 1), self.ts_exact)
-            return UNKNOWN
-        if kind == "is_null" and len(ch) == 1:
-            v = self.value(ch[0], depth + 1)
-            if v is None:
-                return NOT_NULL
-            return ALWAYS_TRUE if v.kind == "null" else ALWAYS_FALSE
-        if kind == "between" and len(ch) == 3:
-            x, lo, hi = (self.value(c, depth + 1) for c in ch)
-            return t_and(compare(">=", x, lo, self.ts_exact), compare("<=", x, hi, self.ts_exact))
-        if kind == "in" and len(ch) >= 2:
-            return in_list([self.value(c, depth + 1) for c in ch], self.ts_exact)
-        if kind in ("column", "literal", "cast"):
-            v = self.value(e, depth + 1)
-            if v is None:
-                return UNKNOWN
-            if v.kind == "null":
-                return ALWAYS_NULL
-            if v.kind == "boolean":
-                return ALWAYS_TRUE if v.v else ALWAYS_FALSE
-            return UNKNOWN
+
+_NEGATABLE = (Kind.IN, Kind.BETWEEN, Kind.IS_NULL, Kind.LIKE)
+
+
+class _Values(ExprVisitor["Val | None"]):
+    """A scalar node's value on the tablet; ``_UNK`` for arithmetic, functions, LIKE, CASE."""
+
+    def __init__(self, ev: _Evaluator):
+        super().__init__()
+        self.ev = ev
+
+    def too_deep(self, e: Expr) -> Val | None:
+        return _UNK
+
+    def otherwise(self, e: Expr) -> Val | None:
+        return _UNK
+
+    def visit_column(self, e: Expr) -> Val | None:
+        return self.ev.columns.get((e.name or "").lower(), _UNK)
+
+    def visit_literal(self, e: Expr) -> Val | None:
+        return literal_value(e)
+
+    def visit_cast(self, e: Expr) -> Val | None:
+        inner = self.visit(e.children[0])
+        return cast_value(inner, e.type_name, self.ev.ts_exact) if inner is not None else _UNK
+
+    def _boolean(self, e: Expr) -> Val | None:
+        t = self.ev.truth(e)
+        if len(t) == 1:
+            (only,) = t
+            return NULL_VAL if only == NULL else Val("boolean", only == TRUE)
+        return _UNK
+
+    visit_in = visit_between = visit_is_null = visit_like = _boolean
+
+    def visit_op(self, e: Expr) -> Val | None:
+        return self._boolean(e) if e.operator in _BOOLEAN_OPS else _UNK
+
+
+class _Truths(ExprVisitor[frozenset]):
+    """The truth values a boolean node can take on the tablet (before its own negation)."""
+
+    def __init__(self, ev: _Evaluator):
+        super().__init__()
+        self.ev = ev
+
+    def too_deep(self, e: Expr) -> frozenset:
         return UNKNOWN
+
+    def otherwise(self, e: Expr) -> frozenset:
+        return UNKNOWN
+
+    def visit_op(self, e: Expr) -> frozenset:
+        ev, ch, operator = self.ev, e.children, e.operator
+        if operator is Operator.AND:
+            left = ev.truth(ch[0])
+            return ALWAYS_FALSE if left == ALWAYS_FALSE else t_and(left, ev.truth(ch[1]))
+        if operator is Operator.OR:
+            left = ev.truth(ch[0])
+            return ALWAYS_TRUE if left == ALWAYS_TRUE else t_or(left, ev.truth(ch[1]))
+        if operator is Operator.NOT:
+            return t_not(ev.truth(ch[0]))
+        if operator in _COMPARISONS:
+            return compare(operator, ev.value(ch[0]), ev.value(ch[1]), ev.ts_exact)
+        if operator is Operator.EQ_NULL_SAFE:
+            return null_safe_equal(ev.value(ch[0]), ev.value(ch[1]), ev.ts_exact)
+        return UNKNOWN
+
+    def visit_is_null(self, e: Expr) -> frozenset:
+        v = self.ev.value(e.children[0])
+        if v is None:
+            return NOT_NULL
+        return ALWAYS_TRUE if v.kind == "null" else ALWAYS_FALSE
+
+    def visit_between(self, e: Expr) -> frozenset:
+        x, lo, hi = (self.ev.value(c) for c in e.children)
+        return t_and(compare(">=", x, lo, self.ev.ts_exact), compare("<=", x, hi, self.ev.ts_exact))
+
+    def visit_in(self, e: Expr) -> frozenset:
+        return in_list([self.ev.value(c) for c in e.children], self.ev.ts_exact)
+
+    def _scalar(self, e: Expr) -> frozenset:
+        v = self.ev.value(e)
+        if v is None:
+            return UNKNOWN
+        if v.kind == "null":
+            return ALWAYS_NULL
+        if v.kind == "boolean":
+            return ALWAYS_TRUE if v.v else ALWAYS_FALSE
+        return UNKNOWN
+
+    visit_column = visit_literal = visit_cast = _scalar
 
 
 def literal_value(e: Expr) -> Val | None:

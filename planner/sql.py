@@ -134,12 +134,12 @@ def _number(text: str) -> E.Expr:
         return E.literal("decimal", text)
     if "e" in text.lower():
         try:
-            value = float(text)
+            double = float(text)
         except ValueError:
             raise SqlInvalid(f"bad number {text!r}") from None
-        if value in (float("inf"), float("-inf")):
+        if double in (float("inf"), float("-inf")):
             raise SqlInvalid(f"number {text} is out of the range of DOUBLE")
-        return E.literal("double", repr(value))
+        return E.literal("double", repr(double))
     try:
         Decimal(text)
     except InvalidOperation:
@@ -193,7 +193,7 @@ def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
     if isinstance(node, exp.Is):
         target = node.expression
         if isinstance(target, exp.Null):
-            return E.Expr("is_null", children=(convert(node.this, table, alias),))
+            return E.Expr(E.Kind.IS_NULL, children=(convert(node.this, table, alias),))
         if isinstance(target, exp.Boolean):
             return E.op("<=>", convert(node.this, table, alias), convert(target, table, alias))
         raise SqlInvalid("IS must be followed by NULL, TRUE or FALSE")
@@ -203,9 +203,9 @@ def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
         values = node.expressions or []
         if not values:
             raise SqlInvalid("IN needs at least one value")
-        return E.Expr("in", children=(convert(node.this, table, alias), *(convert(v, table, alias) for v in values)))
+        return E.Expr(E.Kind.IN, children=(convert(node.this, table, alias), *(convert(v, table, alias) for v in values)))
     if isinstance(node, exp.Between):
-        return E.Expr("between", children=(
+        return E.Expr(E.Kind.BETWEEN, children=(
             convert(node.this, table, alias), convert(node.args["low"], table, alias), convert(node.args["high"], table, alias)))
     if isinstance(node, exp.Escape):
         like = node.this
@@ -215,10 +215,10 @@ def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
         return E.Expr(base.kind, name=base.name, negated=base.negated,
                       children=base.children + (convert(node.expression, table, alias),))
     if isinstance(node, (exp.Like, exp.ILike)):
-        return E.Expr("like", name="ilike" if isinstance(node, exp.ILike) else "like", negated=bool(node.args.get("negate")),
+        return E.Expr(E.Kind.LIKE, name="ilike" if isinstance(node, exp.ILike) else "like", negated=bool(node.args.get("negate")),
                       children=(convert(node.this, table, alias), convert(node.expression, table, alias)))
     if isinstance(node, exp.RegexpLike):
-        return E.Expr("func", name="rlike", children=(convert(node.this, table, alias), convert(node.expression, table, alias)))
+        return E.Expr(E.Kind.FUNC, name="rlike", children=(convert(node.this, table, alias), convert(node.expression, table, alias)))
     if isinstance(node, exp.Cast) or isinstance(node, exp.TryCast):
         to = node.args.get("to")
         if not isinstance(to, exp.DataType):
@@ -226,7 +226,7 @@ def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
         type_name = to.sql(dialect="spark").lower()
         if type_name in ("datetime",):
             type_name = "timestamp"
-        return E.Expr("cast", type_name=type_name, children=(convert(node.this, table, alias),))
+        return E.Expr(E.Kind.CAST, type_name=type_name, children=(convert(node.this, table, alias),))
     if isinstance(node, exp.Case):
         if node.this is not None:
             raise SqlInvalid("only searched CASE WHEN is supported")
@@ -237,38 +237,38 @@ def convert(node: exp.Expression, table: str, alias: str | None) -> E.Expr:
         default = node.args.get("default")
         if default is not None:
             children.append(convert(default, table, alias))
-        return E.Expr("case", name="else" if default is not None else None, children=tuple(children))
+        return E.Expr(E.Kind.CASE, name="else" if default is not None else None, children=tuple(children))
     if isinstance(node, exp.Trim):
         # ltrim/rtrim/trim([BOTH|LEADING|TRAILING] [chars FROM] s): Spark spells these
         # ltrim/rtrim/trim(s) and, with characters, fn(chars, s).
         position = str(node.args.get("position") or "").upper()
         fname = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim")
         args = [node.this] if node.expression is None else [node.expression, node.this]
-        return E.Expr("func", name=fname, children=tuple(convert(a, table, alias) for a in args))
+        return E.Expr(E.Kind.FUNC, name=fname, children=tuple(convert(a, table, alias) for a in args))
     if isinstance(node, exp.Log):
         base, arg = node.this, node.expression
         if arg is None:
-            return E.Expr("func", name="ln", children=(convert(base, table, alias),))
+            return E.Expr(E.Kind.FUNC, name="ln", children=(convert(base, table, alias),))
         if isinstance(base, exp.Literal) and not base.is_string and str(base.this) in ("2", "10"):
             # log2/log10 are exact in Spark; log(b, x) is ln(x)/ln(b) and rounds differently.
-            return E.Expr("func", name=f"log{base.this}", children=(convert(arg, table, alias),))
-        return E.Expr("func", name="log", children=(convert(base, table, alias), convert(arg, table, alias)))
+            return E.Expr(E.Kind.FUNC, name=f"log{base.this}", children=(convert(arg, table, alias),))
+        return E.Expr(E.Kind.FUNC, name="log", children=(convert(base, table, alias), convert(arg, table, alias)))
     if isinstance(node, exp.Pad):
         fname = "lpad" if node.args.get("is_left") else "rpad"
         args = [a for a in (node.this, node.expression, node.args.get("fill_pattern")) if a is not None]
-        return E.Expr("func", name=fname, children=tuple(convert(a, table, alias) for a in args))
+        return E.Expr(E.Kind.FUNC, name=fname, children=tuple(convert(a, table, alias) for a in args))
     if isinstance(node, exp.Initcap):
         # sqlglot adds a default delimiter argument that Spark's initcap does not take.
-        return E.Expr("func", name="initcap", children=(convert(node.this, table, alias),))
+        return E.Expr(E.Kind.FUNC, name="initcap", children=(convert(node.this, table, alias),))
     if isinstance(node, exp.Anonymous):
         fname = str(node.this).lower()
         if fname not in PLAIN_CALLS:
             raise SqlInvalid(f"unknown or disallowed function {fname}")
         fname = STARROCKS_SPELLINGS.get(fname, fname)
-        return E.Expr("func", name=fname, children=tuple(convert(a, table, alias) for a in node.expressions))
-    name = BY_SQLGLOT_CLASS.get(type(node))
-    if name is not None:
-        return E.Expr("func", name=name, children=tuple(convert(a, table, alias) for a in _func_args(node)))
+        return E.Expr(E.Kind.FUNC, name=fname, children=tuple(convert(a, table, alias) for a in node.expressions))
+    spark_name = BY_SQLGLOT_CLASS.get(type(node))
+    if spark_name is not None and isinstance(node, exp.Func):
+        return E.Expr(E.Kind.FUNC, name=spark_name, children=tuple(convert(a, table, alias) for a in _func_args(node)))
     raise SqlInvalid(f"unsupported expression {node.sql(dialect='starrocks')[:200]!r}")
 
 
@@ -284,7 +284,7 @@ def _negative_literal(text: str) -> E.Expr:
     lit = _number(text)
     if lit.literal_type == "double":
         return E.literal("double", repr(-float(text)))
-    return E.literal(lit.literal_type, "-" + lit.literal_value)
+    return E.literal(str(lit.literal_type), "-" + (lit.literal_value or ""))
 
 
 def _func_args(node: exp.Func) -> list[exp.Expression]:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from starscan.expr import Expr
+from starscan.expr import Expr, ExprVisitor, Kind, LiteralType, Operator
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _INTEGRAL_DIGITS = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
@@ -58,44 +58,77 @@ class _Typed:
 def to_arrow_filter(expr: Expr, field_of: Callable[[str], T.StructField]) -> pc.Expression:
     """The filter for ``expr`` over a table whose columns are named as ``field_of`` returns
     them (the table's canonical names). Raises NotArrowable."""
-    return _boolean(expr, field_of, 0)
+    return _ArrowFilter(field_of).visit(expr)
 
 
-def _boolean(e: Expr, field_of, depth: int) -> pc.Expression:
-    if depth > MAX_DEPTH:
+class _Untranslatable(ExprVisitor):
+    """A node this translator has no exact form for sends the scan to the sql engine."""
+
+    max_depth = MAX_DEPTH
+
+    def too_deep(self, e: Expr):
         raise NotArrowable("the predicate is nested too deeply")
-    kind = e.kind
-    if kind == "op" and e.name in ("and", "or"):
-        a, b = (_boolean(c, field_of, depth + 1) for c in e.children)
-        return (a & b) if e.name == "and" else (a | b)
-    if kind == "op" and e.name == "not":
-        return ~_boolean(e.children[0], field_of, depth + 1)
-    if kind == "op" and e.name in _COMPARE:
-        left, right = (_operand(c, field_of) for c in e.children)
-        return _compare(e.name, left, right)
-    if kind == "is_null":
-        operand = _operand(e.children[0], field_of)
+
+    def otherwise(self, e: Expr):
+        raise NotArrowable(f"{_describe(e)} has no exact Arrow translation")
+
+
+class _ArrowFilter(_Untranslatable):
+    """A boolean node as a pyarrow filter expression."""
+
+    def __init__(self, field_of):
+        super().__init__()
+        self.field_of = field_of
+        self.operands = _ArrowOperand(field_of)
+
+    def visit_op(self, e: Expr) -> pc.Expression:
+        operator = e.operator
+        if operator in (Operator.AND, Operator.OR):
+            a, b = (self.visit(c) for c in e.children)
+            return (a & b) if operator is Operator.AND else (a | b)
+        if operator is Operator.NOT:
+            return ~self.visit(e.children[0])
+        if operator in _COMPARE:
+            left, right = (self.operands.visit(c) for c in e.children)
+            return _compare(operator, left, right)
+        return self.otherwise(e)
+
+    def visit_is_null(self, e: Expr) -> pc.Expression:
+        operand = self.operands.visit(e.children[0])
         return operand.expr.is_valid() if e.negated else operand.expr.is_null()
-    if kind == "between":
-        value, lo, hi = (_operand(c, field_of) for c in e.children)
+
+    def visit_between(self, e: Expr) -> pc.Expression:
+        value, lo, hi = (self.operands.visit(c) for c in e.children)
         out = _compare(">=", value, lo) & _compare("<=", value, hi)
         return ~out if e.negated else out
-    if kind == "in":
-        return _in(e, field_of)
-    if kind == "like":
-        return _like(e, field_of)
-    if kind == "column":
-        operand = _operand(e, field_of)
+
+    def visit_in(self, e: Expr) -> pc.Expression:
+        return _in(e, self.operands)
+
+    def visit_like(self, e: Expr) -> pc.Expression:
+        return _like(e, self.operands)
+
+    def visit_column(self, e: Expr) -> pc.Expression:
+        operand = self.operands.visit(e)
         if isinstance(operand.spark_type, T.BooleanType):
             return operand.expr
-    if kind == "literal" and e.literal_type == "boolean":
-        return pc.scalar(e.literal_value.strip().lower() == "true")
-    raise NotArrowable(f"{_describe(e)} has no exact Arrow translation")
+        return self.otherwise(e)
+
+    def visit_literal(self, e: Expr) -> pc.Expression:
+        if e.literal_type is LiteralType.BOOLEAN:
+            return pc.scalar((e.literal_value or "").strip().lower() == "true")
+        return self.otherwise(e)
 
 
-def _operand(e: Expr, field_of) -> _Typed:
-    if e.kind == "column":
-        field = field_of(e.name)
+class _ArrowOperand(_Untranslatable):
+    """A value node (column, literal, DATE '...') with the Spark type it has."""
+
+    def __init__(self, field_of):
+        super().__init__()
+        self.field_of = field_of
+
+    def visit_column(self, e: Expr) -> _Typed:
+        field = self.field_of(e.name)
         dtype = field.dataType
         if isinstance(dtype, T.StringType) and getattr(dtype, "collation", "UTF8_BINARY") not in (None, "UTF8_BINARY"):
             raise NotArrowable(f"column {field.name} has a collation")
@@ -103,13 +136,17 @@ def _operand(e: Expr, field_of) -> _Typed:
         if declared.startswith("char"):  # Spark pads the other side of a CHAR comparison too
             raise NotArrowable(f"column {field.name} is CHAR")
         return _Typed(pc.field(field.name), dtype)
-    if e.kind == "literal":
+
+    def visit_literal(self, e: Expr) -> _Typed:
         return _literal(e)
-    if (e.kind == "cast" and (e.type_name or "").strip().lower() == "date" and len(e.children) == 1
-            and e.children[0].kind == "literal" and e.children[0].literal_type == "string"):
-        value = _date(e.children[0].literal_value or "")  # DATE '...': a date literal
-        return _Typed(pc.scalar(value), T.DateType(), value)
-    raise NotArrowable(f"{_describe(e)} has no exact Arrow translation")
+
+    def visit_cast(self, e: Expr) -> _Typed:
+        child = e.children[0]
+        if ((e.type_name or "").strip().lower() == "date" and child.kind is Kind.LITERAL
+                and child.literal_type is LiteralType.STRING):
+            value = _date(child.literal_value or "")  # DATE '...': a date literal
+            return _Typed(pc.scalar(value), T.DateType(), value)
+        return self.otherwise(e)
 
 
 def _literal(e: Expr) -> _Typed:
@@ -122,8 +159,8 @@ def _literal(e: Expr) -> _Typed:
     if lt == "decimal":
         from starscan.spark_expr import decimal_type_of
 
-        value, precision, scale = decimal_type_of(text)
-        return _Typed(None, T.DecimalType(precision, scale), value)
+        number, precision, scale = decimal_type_of(text)
+        return _Typed(None, T.DecimalType(precision, scale), number)
     if lt == "string":
         return _Typed(pc.scalar(text), T.StringType(), text)
     if lt == "date":
@@ -166,7 +203,9 @@ def _compare(op: str, left: _Typed, right: _Typed) -> pc.Expression:
     if isinstance(a, _INTEGRAL) and isinstance(b, _INTEGRAL):
         return pc.Expression._call(fn, [left.expr, right.expr])
     if isinstance(a, (T.DecimalType, *_INTEGRAL)) and isinstance(b, (T.DecimalType, *_INTEGRAL)):
-        (ia, sa), (ib, sb) = _decimal_shape(a), _decimal_shape(b)
+        shape_a, shape_b = _decimal_shape(a), _decimal_shape(b)
+        assert shape_a is not None and shape_b is not None  # both exact numeric types
+        (ia, sa), (ib, sb) = shape_a, shape_b
         scale = max(sa, sb)
         precision = max(ia, ib) + scale
         if precision > 38:
@@ -191,9 +230,9 @@ def _as_date(operand: _Typed) -> _Typed:
     raise NotArrowable(f"comparing a date with {operand.spark_type.simpleString()} has no exact Arrow translation")
 
 
-def _in(e: Expr, field_of) -> pc.Expression:
-    value = _operand(e.children[0], field_of)
-    items = [_operand(c, field_of) for c in e.children[1:]]
+def _in(e: Expr, operands: _ArrowOperand) -> pc.Expression:
+    value = operands.visit(e.children[0])
+    items = [operands.visit(c) for c in e.children[1:]]
     if any(item.literal is None for item in items):
         raise NotArrowable("IN with a non-literal item has no exact Arrow translation")
     # Each item must compare with the value exactly: reuse the comparison's rules.
@@ -214,16 +253,17 @@ def _in(e: Expr, field_of) -> pc.Expression:
         for item in items:
             eq = _compare("=", value, item)
             out = eq if out is None else (out | eq)
+        assert out is not None  # IN has at least one item
         return ~out if e.negated else out
     # is_in is false for a NULL value; Spark's IN is NULL there (it matters under NOT).
     out = pc.Expression._call("if_else", [value.expr.is_null(), pc.scalar(pa.scalar(None, pa.bool_())), matched])
     return ~out if e.negated else out
 
 
-def _like(e: Expr, field_of) -> pc.Expression:
+def _like(e: Expr, operands: _ArrowOperand) -> pc.Expression:
     if e.name != "like" or len(e.children) != 2:
         raise NotArrowable("only LIKE with the default escape has an exact Arrow translation")
-    value, pattern = (_operand(c, field_of) for c in e.children)
+    value, pattern = (operands.visit(c) for c in e.children)
     if not isinstance(value.spark_type, T.StringType) or not isinstance(pattern.literal, str):
         raise NotArrowable("LIKE on a non-string or with a non-literal pattern")
     text = pattern.literal

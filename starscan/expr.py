@@ -1,51 +1,186 @@
-"""Predicate and output expressions as a small typed tree.
+"""Predicate and output expressions as a small typed tree, and the visitor that walks it.
 
-The FE builds it from sqlglot's AST (planner/sql.py), the plan carries it flattened in
-pre-order (``TExpr``), the BE turns it into a Spark ``Column`` (starscan/spark_expr.py) and
-the FE's pruning evaluates it on partition values. No SQL text ever travels.
+The FE builds the tree from sqlglot's AST (planner/sql.py), the plan carries it flattened
+in pre-order (``TExpr``), and three visitors read it: the Spark translator
+(starscan/spark_expr.py), the Arrow translator (provider/arrow_expr.py) and partition
+pruning (planner/pruning.py). No SQL text ever travels.
+
+A node is checked when it is built, from the parser or from a plan: its kind, its
+operator, its literal type and its number of operands. A walker can rely on the shape and
+decides only what the node means to it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
+from typing import Generic, TypeVar
 
 from starscan.errors import PlanInvalid
 from starscan.thrift_defs import plan as plan_idl
 
-KINDS = {"column", "literal", "op", "func", "cast", "in", "between", "is_null", "like", "case"}
-LITERAL_TYPES = {"null", "boolean", "int", "bigint", "decimal", "double", "string", "date", "timestamp"}
-# Binary/unary operators (op nodes); names are SQL spellings.
-OPERATORS = {"=", "!=", "<", "<=", ">", ">=", "<=>", "and", "or", "not", "+", "-", "*", "/", "%", "neg", "div"}
+
+class _Text(str, Enum):
+    """An enum whose members are their SQL/wire spelling (``str`` and f-strings give it)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    # Hash and compare as the spelling, so tables keyed by "=" or "and" find the member.
+    __hash__ = str.__hash__
+
+
+class Kind(_Text):
+    COLUMN = "column"
+    LITERAL = "literal"
+    OP = "op"             # an operator (``Operator``)
+    FUNC = "func"         # a Spark function (starscan.functions)
+    CAST = "cast"
+    IN = "in"
+    BETWEEN = "between"
+    IS_NULL = "is_null"
+    LIKE = "like"         # name: like | ilike; an optional third operand is the escape
+    CASE = "case"         # WHEN/THEN pairs, then the ELSE value when name is "else"
+
+
+class LiteralType(_Text):
+    NULL = "null"
+    BOOLEAN = "boolean"
+    INT = "int"
+    BIGINT = "bigint"
+    DECIMAL = "decimal"
+    DOUBLE = "double"
+    STRING = "string"
+    DATE = "date"
+    TIMESTAMP = "timestamp"
+
+
+class Operator(_Text):
+    EQ = "="
+    NE = "!="
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+    EQ_NULL_SAFE = "<=>"
+    AND = "and"
+    OR = "or"
+    NOT = "not"
+    ADD = "+"
+    SUB = "-"
+    MUL = "*"
+    DIV = "/"
+    MOD = "%"
+    NEG = "neg"
+    INT_DIV = "div"
+
+    @property
+    def arity(self) -> int:
+        return 1 if self in (Operator.NOT, Operator.NEG) else 2
+
+
+COMPARISONS = frozenset({Operator.EQ, Operator.NE, Operator.LT, Operator.LE, Operator.GT, Operator.GE,
+                         Operator.EQ_NULL_SAFE})
+LOGICAL = frozenset({Operator.AND, Operator.OR, Operator.NOT})
+ARITHMETIC = frozenset({Operator.ADD, Operator.SUB, Operator.MUL, Operator.DIV, Operator.MOD, Operator.NEG,
+                        Operator.INT_DIV})
+
+KINDS = frozenset(k.value for k in Kind)
+LITERAL_TYPES = frozenset(t.value for t in LiteralType)
+OPERATORS = frozenset(o.value for o in Operator)
+LIKE_FORMS = ("like", "ilike")
+MAX_DEPTH = 500  # deeper predicates are refused (a hostile plan must not exhaust the stack)
 
 
 @dataclass(frozen=True)
 class Expr:
-    kind: str
-    name: str | None = None
+    kind: Kind
+    name: str | None = None           # column name, Operator, function name, like/ilike, case "else"
     children: tuple[Expr, ...] = ()
-    literal_type: str | None = None
+    literal_type: LiteralType | None = None
     literal_value: str | None = None
-    negated: bool = False
-    type_name: str | None = None
+    negated: bool = False             # NOT IN, NOT BETWEEN, IS NOT NULL, NOT LIKE
+    type_name: str | None = None      # the target type of a cast
+
+    def __post_init__(self) -> None:
+        try:
+            kind = Kind(self.kind)
+        except ValueError:
+            raise PlanInvalid(f"query plan predicate has an unknown node {self.kind!r}") from None
+        object.__setattr__(self, "kind", kind)
+        n = len(self.children)
+        if kind is Kind.COLUMN:
+            if not self.name:
+                raise PlanInvalid("query plan has a column without a name")
+        elif kind is Kind.LITERAL:
+            try:
+                literal_type = LiteralType(self.literal_type)
+            except ValueError:
+                raise PlanInvalid(f"query plan has a literal of unknown type {self.literal_type!r}") from None
+            object.__setattr__(self, "literal_type", literal_type)
+            if literal_type is not LiteralType.NULL and self.literal_value is None:
+                raise PlanInvalid(f"query plan has a {literal_type} literal without a value")
+        elif kind is Kind.OP:
+            try:
+                operator = Operator(self.name)
+            except ValueError:
+                raise PlanInvalid(f"query plan has an unknown operator {self.name!r}") from None
+            object.__setattr__(self, "name", operator)
+            self._operands(n == operator.arity)
+        elif kind is Kind.CAST:
+            self._operands(n == 1)
+            if not (self.type_name or "").strip():
+                raise PlanInvalid("query plan has a cast without a type")
+        elif kind is Kind.IN:
+            self._operands(n >= 2)
+        elif kind is Kind.BETWEEN:
+            self._operands(n == 3)
+        elif kind is Kind.IS_NULL:
+            self._operands(n == 1)
+        elif kind is Kind.LIKE:
+            self._operands(n in (2, 3))
+            if self.name not in LIKE_FORMS:
+                raise PlanInvalid(f"query plan has an unknown pattern match {self.name!r}")
+        elif kind is Kind.CASE:
+            pairs = n - 1 if self.name == "else" else n
+            if self.name not in (None, "else"):
+                raise PlanInvalid(f"query plan has an unknown CASE form {self.name!r}")
+            if self.name == "else" and n == 0:
+                raise PlanInvalid("query plan CASE has no ELSE value")
+            if pairs <= 0 or pairs % 2:
+                raise PlanInvalid("query plan CASE needs WHEN/THEN pairs")
+
+    def _operands(self, ok: bool) -> None:
+        if not ok:
+            raise PlanInvalid(f"query plan node {self.kind} {self.name or ''} has {len(self.children)} operands")
+
+    @property
+    def operator(self) -> Operator:
+        """The operator of an ``op`` node."""
+        assert isinstance(self.name, Operator), self
+        return self.name
 
     def columns(self) -> set[str]:
         """Every column the expression reads."""
-        out: set[str] = {self.name} if self.kind == "column" and self.name else set()
+        out: set[str] = {self.name} if self.kind is Kind.COLUMN and self.name else set()
         for child in self.children:
             out |= child.columns()
         return out
 
 
 def column(name: str) -> Expr:
-    return Expr("column", name=name)
+    return Expr(Kind.COLUMN, name=name)
 
 
 def literal(literal_type: str, value: str | None) -> Expr:
-    return Expr("literal", literal_type=literal_type, literal_value=value)
+    return Expr(Kind.LITERAL, literal_type=literal_type, literal_value=value)  # type: ignore[arg-type]  # checked
 
 
 def op(name: str, *children: Expr) -> Expr:
-    return Expr("op", name=name, children=tuple(children))
+    return Expr(Kind.OP, name=name, children=tuple(children))
 
 
 def flatten(expr: Expr):
@@ -55,7 +190,8 @@ def flatten(expr: Expr):
     def visit(e: Expr) -> None:
         nodes.append(
             plan_idl.TExprNode(
-                kind=e.kind, num_children=len(e.children), name=e.name, literal_type=e.literal_type,
+                kind=e.kind.value, num_children=len(e.children), name=None if e.name is None else str(e.name),
+                literal_type=None if e.literal_type is None else str(e.literal_type),
                 literal_value=e.literal_value, negated=e.negated, type_name=e.type_name,
             )
         )
@@ -64,9 +200,6 @@ def flatten(expr: Expr):
 
     visit(expr)
     return plan_idl.TExpr(nodes=nodes)
-
-
-MAX_DEPTH = 500
 
 
 def unflatten(texpr) -> Expr:
@@ -98,3 +231,67 @@ def unflatten(texpr) -> Expr:
     if root is None:
         raise PlanInvalid("query plan predicate is truncated")
     return root
+
+
+R = TypeVar("R")
+
+
+class ExprVisitor(Generic[R]):
+    """Walks an ``Expr`` top-down: ``visit`` calls the method for the node's kind, which
+    calls ``visit`` on the children it needs (a translator decides the order and may stop
+    early). A kind the visitor does not override, and a tree deeper than ``max_depth``,
+    get ``otherwise(node)``: by default a ``PlanInvalid``; a translator that has a fallback
+    (the Arrow translator's "use the sql engine", pruning's "unknown") answers it there."""
+
+    max_depth = MAX_DEPTH
+
+    def __init__(self) -> None:
+        self._depth = 0
+
+    def visit(self, e: Expr) -> R:
+        if self._depth >= self.max_depth:
+            return self.too_deep(e)
+        self._depth += 1
+        try:
+            return getattr(self, _METHODS[e.kind])(e)
+        finally:
+            self._depth -= 1
+
+    def too_deep(self, e: Expr) -> R:
+        raise PlanInvalid("query plan predicate is nested too deeply")
+
+    def otherwise(self, e: Expr) -> R:
+        raise PlanInvalid(f"query plan node {e.kind} {e.name or e.literal_type or ''} is not supported here")
+
+    def visit_column(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+    def visit_literal(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+    def visit_op(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+    def visit_func(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+    def visit_cast(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+    def visit_in(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+    def visit_between(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+    def visit_is_null(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+    def visit_like(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+    def visit_case(self, e: Expr) -> R:
+        return self.otherwise(e)
+
+
+_METHODS = {kind: f"visit_{kind.value}" for kind in Kind}

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from starscan.errors import PlanInvalid, SqlInvalid
-from starscan.expr import Expr
+from starscan.expr import Expr, ExprVisitor
 from starscan.functions import SPARK_FUNCTIONS
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -82,10 +82,12 @@ def decimal_type_of(text: str) -> tuple[Decimal, int, int]:
         raise PlanInvalid(f"query plan has a bad decimal literal {text!r}") from None
     if not value.is_finite():
         raise PlanInvalid(f"query plan has a bad decimal literal {text!r}")
-    sign, digits, exponent = value.as_tuple()
+    _, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # a finite value
     if exponent > 0:  # 1E+2: Spark sets the scale to 0
         value = value.quantize(Decimal(1), context=Context(prec=400))
-        sign, digits, exponent = value.as_tuple()
+        _, digits, exponent = value.as_tuple()
+        assert isinstance(exponent, int)
     scale = -exponent
     # Leading zeros are not significant (Python's Decimal drops them, like BigDecimal).
     precision = max(len(digits), scale, 1)
@@ -123,17 +125,17 @@ def literal_column(e: Expr) -> Column:
             return F.lit(value).cast(T.LongType())
         return F.lit(value)
     if lt == "decimal":
-        value, precision, scale = decimal_type_of(text)
-        return F.lit(value).cast(T.DecimalType(precision, scale))
+        number, precision, scale = decimal_type_of(text)
+        return F.lit(number).cast(T.DecimalType(precision, scale))
     if lt == "double":
         try:
-            value = float(text)
+            double = float(text)
         except ValueError:
             raise PlanInvalid(f"query plan has a bad double literal {text!r}") from None
-        if not math.isfinite(value):
+        if not math.isfinite(double):
             # Spark's parser rejects such a literal (INVALID_NUMERIC_LITERAL_RANGE).
             raise SqlInvalid(f"numeric literal {text!r} is outside the valid range for double")
-        return F.lit(value)
+        return F.lit(double)
     if lt == "string":
         return F.lit(text)
     if lt in ("date", "timestamp"):
@@ -146,90 +148,68 @@ def literal_column(e: Expr) -> Column:
 def to_column(expr: Expr, resolve: Callable[[str], str]) -> Column:
     """Build the Spark Column for ``expr``. ``resolve`` maps a column name as written in the
     SQL to the table's canonical column name (its exceptions propagate)."""
-    return _build(expr, resolve, 0)
+    return SparkColumns(resolve).visit(expr)
 
 
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _arity(e: Expr, *allowed: int, at_least: int | None = None) -> None:
-    n = len(e.children)
-    if (at_least is not None and n >= at_least) or n in allowed:
-        return
-    raise PlanInvalid(f"query plan node {e.kind} {e.name or ''} has {n} operands")
+class SparkColumns(ExprVisitor[Column]):
+    """Each node as the Catalyst expression Spark's SQL parser makes of it."""
 
+    def __init__(self, resolve: Callable[[str], str]):
+        super().__init__()
+        self.resolve = resolve
 
-def _build(e: Expr, resolve: Callable[[str], str], depth: int) -> Column:
-    if depth > 500:
-        raise PlanInvalid("query plan predicate is nested too deeply")
-    kind = e.kind
+    def visit_column(self, e: Expr) -> Column:
+        return F.col(_quote(self.resolve(e.name or "")))
 
-    def sub(child: Expr) -> Column:
-        return _build(child, resolve, depth + 1)
-
-    if kind == "column":
-        if not e.name:
-            raise PlanInvalid("query plan has a column without a name")
-        return F.col(_quote(resolve(e.name)))
-    if kind == "literal":
+    def visit_literal(self, e: Expr) -> Column:
         return literal_column(e)
-    if kind == "op":
-        name = e.name
-        if name in _UNARY:
-            _arity(e, 1)
-            return _UNARY[name](sub(e.children[0]))
-        if name in _COMPARE:
-            _arity(e, 2)
-            return _COMPARE[name](sub(e.children[0]), sub(e.children[1]))
-        raise PlanInvalid(f"query plan has an unknown operator {name!r}")
-    if kind == "func":
+
+    def visit_op(self, e: Expr) -> Column:
+        operator = e.operator
+        operands = [self.visit(c) for c in e.children]
+        if operator in _UNARY:
+            return _UNARY[operator](operands[0])
+        return _COMPARE[operator](operands[0], operands[1])
+
+    def visit_func(self, e: Expr) -> Column:
         fname = check_function_name(e.name)
-        return F.call_function(fname, *(sub(c) for c in e.children))
-    if kind == "cast":
-        _arity(e, 1)
+        return F.call_function(fname, *(self.visit(c) for c in e.children))
+
+    def visit_cast(self, e: Expr) -> Column:
         type_name = (e.type_name or "").strip()
-        if not type_name:
-            raise PlanInvalid("query plan has a cast without a type")
-        child = sub(e.children[0])
+        child = self.visit(e.children[0])
         try:
             return child.cast(type_name)
         except Exception as exc:  # noqa: BLE001 - Spark's data type parser rejected the name
             raise SqlInvalid(f"cannot cast to {type_name!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    if kind == "in":
-        _arity(e, at_least=2)
-        out = sub(e.children[0]).isin(*(sub(c) for c in e.children[1:]))
-    elif kind == "between":
-        _arity(e, 3)
-        out = sub(e.children[0]).between(sub(e.children[1]), sub(e.children[2]))
-    elif kind == "is_null":
-        _arity(e, 1)
-        out = sub(e.children[0]).isNull()
-    elif kind == "like":
-        _arity(e, 2, 3)
-        if e.name not in ("like", "ilike"):
-            raise PlanInvalid(f"query plan has an unknown pattern match {e.name!r}")
-        out = F.call_function(e.name, *(sub(c) for c in e.children))
-    elif kind == "case":
-        return _case(e, sub)
-    else:
-        raise PlanInvalid(f"query plan predicate has an unknown node {kind!r}")
-    return ~out if e.negated else out
+
+    def visit_in(self, e: Expr) -> Column:
+        return _negated(e, self.visit(e.children[0]).isin(*(self.visit(c) for c in e.children[1:])))
+
+    def visit_between(self, e: Expr) -> Column:
+        value, lo, hi = (self.visit(c) for c in e.children)
+        return _negated(e, value.between(lo, hi))
+
+    def visit_is_null(self, e: Expr) -> Column:
+        return _negated(e, self.visit(e.children[0]).isNull())
+
+    def visit_like(self, e: Expr) -> Column:
+        return _negated(e, F.call_function(str(e.name), *(self.visit(c) for c in e.children)))
+
+    def visit_case(self, e: Expr) -> Column:
+        children = list(e.children)
+        default = children.pop() if e.name == "else" else None
+        out = None
+        for i in range(0, len(children), 2):
+            cond, value = self.visit(children[i]), self.visit(children[i + 1])
+            out = F.when(cond, value) if out is None else out.when(cond, value)
+        assert out is not None  # the node has at least one WHEN/THEN pair
+        return out.otherwise(self.visit(default)) if default is not None else out
 
 
-def _case(e: Expr, sub: Callable[[Expr], Column]) -> Column:
-    children = list(e.children)
-    default: Expr | None = None
-    if e.name == "else":
-        if not children:
-            raise PlanInvalid("query plan CASE has no ELSE value")
-        default = children.pop()
-    elif e.name is not None:
-        raise PlanInvalid(f"query plan has an unknown CASE form {e.name!r}")
-    if not children or len(children) % 2:
-        raise PlanInvalid("query plan CASE needs WHEN/THEN pairs")
-    out = None
-    for i in range(0, len(children), 2):
-        cond, value = sub(children[i]), sub(children[i + 1])
-        out = F.when(cond, value) if out is None else out.when(cond, value)
-    return out.otherwise(sub(default)) if default is not None else out
+def _negated(e: Expr, column: Column) -> Column:
+    return ~column if e.negated else column

@@ -275,25 +275,27 @@ def test_sql_rejects_reflect_before_planning():
 
 
 @pytest.mark.parametrize("node", [
-    E.Expr("lambda", children=(E.column("c_int"),)),
-    E.op("^", E.column("c_int"), E.literal("int", "1")),
-    E.op("=", E.column("c_int")),
-    E.op("not"),
-    E.literal("int128", "1"),
-    E.literal("int", "abc"),
-    E.literal("int", "3000000000"),
-    E.literal("boolean", "yes"),
-    E.Expr("like", name="similar", children=(E.column("c_str"), E.literal("string", "a"))),
-    E.Expr("in", children=(E.column("c_int"),)),
-    E.Expr("case", children=(E.literal("boolean", "true"),)),
-    E.Expr("case", name="else", children=()),
-    E.Expr("cast", children=(E.column("c_int"),)),
+    lambda: E.Expr("lambda", children=(E.column("c_int"),)),
+    lambda: E.op("^", E.column("c_int"), E.literal("int", "1")),
+    lambda: E.op("=", E.column("c_int")),
+    lambda: E.op("not"),
+    lambda: E.literal("int128", "1"),
+    lambda: E.literal("int", "abc"),
+    lambda: E.literal("int", "3000000000"),
+    lambda: E.literal("boolean", "yes"),
+    lambda: E.Expr("like", name="similar", children=(E.column("c_str"), E.literal("string", "a"))),
+    lambda: E.Expr("in", children=(E.column("c_int"),)),
+    lambda: E.Expr("case", children=(E.literal("boolean", "true"),)),
+    lambda: E.Expr("case", name="else", children=()),
+    lambda: E.Expr("cast", children=(E.column("c_int"),)),
 ])
 def test_malformed_nodes_raise_plan_invalid(sess, node):
+    """Refused where the node is built (its kind, operator, literal type or operands) or,
+    for a value the literal's type cannot hold, where Spark's column is built."""
     from starscan.spark_expr import to_column
 
     with pytest.raises(PlanInvalid):
-        to_column(node, resolve)
+        to_column(node(), resolve)
 
 
 def test_unknown_cast_type_is_invalid_sql(sess):
