@@ -77,7 +77,7 @@ def _scanner_row(ops, ctx, now: float) -> dict:
 
 
 def install_routes(app: FastAPI, ops) -> None:
-    server = ops.server
+    users, contexts = ops.users, ops.contexts
     auth = app.state.auth
     app.add_middleware(_HttpMetrics, ops=ops)
 
@@ -86,13 +86,13 @@ def install_routes(app: FastAPI, ops) -> None:
 
     async def admin_of(request: Request) -> str:
         user = await user_of(request)
-        if not await run_in_threadpool(server.users.is_admin, user):
+        if not await run_in_threadpool(users.is_admin, user):
             raise NotAuthorized(f"user {user!r} needs the admin grant for this page (starscan user grant {user} admin)")
         return user
 
     def scanners() -> list[dict]:
         now = time.monotonic()
-        return [_scanner_row(ops, ctx, now) for ctx in sorted(server.contexts.snapshot(), key=lambda c: c.created)]
+        return [_scanner_row(ops, ctx, now) for ctx in sorted(contexts.snapshot(), key=lambda c: c.created)]
 
     def state() -> dict:
         return {"scanners": scanners(), "recent_plans": list(ops.recent_plans), "throughput": ops.metrics.throughput(),
@@ -125,7 +125,7 @@ def install_routes(app: FastAPI, ops) -> None:
             hint = "" if ops.settings.enable_profile_for_external_plan else \
                 " (profiles are off: set enable_profile_for_external_plan = true)"
             raise NotFound(f"no profile for context_id {context_id}{hint}")
-        if found.user != user and not await run_in_threadpool(server.users.is_admin, user):
+        if found.user != user and not await run_in_threadpool(users.is_admin, user):
             raise NotAuthorized(f"the profile of context_id {context_id} belongs to another user")
         return JSONResponse(found.as_dict())
 
@@ -137,7 +137,7 @@ def install_routes(app: FastAPI, ops) -> None:
     @app.post("/api/scanners/{context_id}/close", summary="Close a scanner: its reader gets NOT_FOUND next (admin)")
     async def close_scanner(request: Request, context_id: str) -> JSONResponse:
         user = await admin_of(request)
-        ctx = await run_in_threadpool(server.contexts.remove, context_id)
+        ctx = await run_in_threadpool(contexts.remove, context_id)
         if ctx is None:
             raise NotFound(f"context_id: {context_id} not found")
         log.info("scanner closed by admin %s", user, extra=logs.scan_fields(ctx))

@@ -37,6 +37,7 @@ from pyspark.sql import types as T
 from starscan.catalog import Tablet
 from starscan.expr import Expr, ExprVisitor, Kind, Operator
 from starscan.hadoop_paths import unescape_path_name
+from starscan.types import INTEGER_RANGES
 
 # ---- three-valued logic over sets of outcomes ------------------------------------------
 TRUE, FALSE, NULL = "T", "F", "N"
@@ -96,10 +97,7 @@ _UNK = None  # "some value we cannot know"
 NULL_VAL = Val("null")
 
 INT_WIDTH = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
-INT_RANGE = {
-    "tinyint": (-(2**7), 2**7 - 1), "smallint": (-(2**15), 2**15 - 1),
-    "int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1),
-}
+INT_RANGE = INTEGER_RANGES
 _TYPE_ALIASES = {
     "integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint",
     "timestamp_ltz": "timestamp", "varchar": "string",

@@ -16,13 +16,12 @@ from sqlglot.errors import ParseError, TokenError
 from starscan import expr as E
 from starscan.errors import BadRequest, SqlInvalid
 from starscan.functions import BY_SQLGLOT_CLASS, PLAIN_CALLS, STARROCKS_SPELLINGS
+from starscan.types import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 
 _COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.NullSafeEQ: "<=>"}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "div"}
 _SCAN_ONLY = (exp.AggFunc, exp.Window, exp.Order, exp.Limit, exp.Offset, exp.Group, exp.Having, exp.Distinct, exp.Qualify)
 
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)

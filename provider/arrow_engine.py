@@ -29,11 +29,11 @@ from starscan.expr import Expr, unflatten
 from starscan.hadoop_paths import exact_partition_value
 from starscan.provider.arrow_expr import NotArrowable, to_arrow_filter
 from starscan.provider.arrow_reader import ArrowRead, ArrowSplit, FilePart
+from starscan.types import SPARK_INTEGER_RANGES
 
 _SCALAR_TYPES = (T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
                  T.DecimalType, T.StringType, T.DateType, T.TimestampType, T.TimestampNTZType, T.BinaryType)
-_INT_RANGE: dict[type, tuple[int, int]] = {T.ByteType: (-(2**7), 2**7 - 1), T.ShortType: (-(2**15), 2**15 - 1),
-              T.IntegerType: (-(2**31), 2**31 - 1), T.LongType: (-(2**63), 2**63 - 1)}
+_INT_RANGE = SPARK_INTEGER_RANGES
 #: What opening one more file costs, in bytes of reading (Spark's openCostInBytes).
 OPEN_COST_BYTES = 4 << 20
 

@@ -30,7 +30,6 @@ from queue import Empty, SimpleQueue
 
 from pyspark.rdd import RDD
 from pyspark.serializers import NoOpSerializer
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -51,17 +50,13 @@ from starscan.provider.push_listener import PushListener, PushSink
 from starscan.provider.push_task import PushTarget, push_arrow_splits, push_spark_arrow
 from starscan.provider.result_queue import ResultQueue
 from starscan.spark import read_parquet_files
-from starscan.spark_expr import to_column
+from starscan.spark_expr import column_ref, to_column
 from starscan.types import is_supported
 
 log = logging.getLogger("starscan.provider.scan")
 
 #: Seconds a stopped scan's tasks get to notice the stop before their jobs are cancelled.
 STOP_GRACE_S = 2.0
-
-
-def quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def check_snapshot(plan, plan_tablets: list, tablet_ids: list[int]) -> list[str]:
@@ -144,7 +139,7 @@ class SparkScan:
                 raise
             except Exception as exc:  # noqa: BLE001 - AnalysisException: types that do not fit, etc.
                 raise InvalidArgument(f"the predicate cannot be evaluated on {plan.database}.{plan.table}: {_short(exc)}") from None
-        return df.select(*[F.col(quoted(field.name)) for _, field in self._out_cols])
+        return df.select(*[column_ref(field.name) for _, field in self._out_cols])
 
     @classmethod
     def of_dataframe(cls, spark, df, queue: ResultQueue, context_id: str, listener: PushListener,

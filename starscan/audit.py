@@ -13,7 +13,9 @@ import logging
 import logging.handlers
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 _FIELD_CHARS = 2000  # a single field never makes a line huge
 
@@ -31,6 +33,11 @@ class AuditLog:
         handler.setFormatter(logging.Formatter("%(message)s"))
         self.logger.addHandler(handler)
         self._handler = handler
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Also hand every line, as a dict, to ``listener`` (the admin page's recent plans)."""
+        self._listeners.append(listener)
 
     def record(self, event: str, **fields) -> None:
         now = time.time()
@@ -41,6 +48,11 @@ class AuditLog:
                 value = value[:_FIELD_CHARS] + "..."
             line[key] = value
         self.logger.info(json.dumps(line, ensure_ascii=False, default=str, separators=(",", ":")))
+        for listener in self._listeners:
+            try:
+                listener(line)
+            except Exception:  # noqa: BLE001 - a listener never breaks the audit trail
+                logging.getLogger("starscan").exception("an audit listener failed")
 
     def close(self) -> None:
         self.logger.removeHandler(self._handler)

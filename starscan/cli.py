@@ -15,7 +15,15 @@ import typer
 
 from starscan import __version__
 from starscan.config import Settings, load_settings
-from starscan.errors import StarscanError
+from starscan.errors import (
+    ConfigError,
+    InvalidInput,
+    JavaMissingError,
+    NotAuthorized,
+    StarscanError,
+    Unauthorized,
+    UnknownUser,
+)
 
 app = typer.Typer(add_completion=False, help="Serve Spark tables to StarRocks readers.", no_args_is_help=True)
 user_app = typer.Typer(help="Manage users and grants in the users file.", no_args_is_help=True)
@@ -26,6 +34,17 @@ app.add_typer(secret_app, name="secret")
 
 ConfOpt = typer.Option(None, "--conf", help="starscan.conf file (key = value)")
 WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse directory")
+
+
+def exit_code(exc: StarscanError) -> int:
+    """The CLI's exit code for a domain error (the codes are listed in docs/operations.md, "CLI")."""
+    if isinstance(exc, (InvalidInput, UnknownUser, ConfigError)):
+        return 2
+    if isinstance(exc, JavaMissingError):
+        return 3
+    if isinstance(exc, (Unauthorized, NotAuthorized)):
+        return 6
+    return 1
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -212,8 +231,8 @@ def load(
     try:
         result = load_table(spark, wh, db, table, source, fmt=fmt, partition_by=list(partition_by or []),
                             tablet_target_bytes=settings.tablet_target_bytes, mode=mode)
-    except (ValueError, FileNotFoundError) as exc:
-        _fail(str(exc))
+    except StarscanError as exc:
+        _fail(exc.message, exit_code(exc))
     typer.echo(f"loaded {result['rows']:,} rows into {db}.{table}: {result['files']} tablets, "
                f"{result['bytes']:,} bytes in {result['seconds']:.1f} s")
 
@@ -280,8 +299,8 @@ def user_add(name: str, password: str | None = typer.Option(None, "--password", 
         store.set_password(name, None if no_password else _ask_password(password), create=True)
         for g in grant or []:
             store.grant(name, g)
-    except ValueError as exc:
-        _fail(str(exc))
+    except StarscanError as exc:
+        _fail(exc.message, exit_code(exc))
     typer.echo(f"user {name} added")
 
 
@@ -291,8 +310,8 @@ def user_passwd(name: str, password: str | None = typer.Option(None, "--password
     """Change a user's password."""
     try:
         _users(conf, warehouse).set_password(name, _ask_password(password))
-    except KeyError:
-        _fail(f"no user {name!r}")
+    except StarscanError as exc:
+        _fail(exc.message, exit_code(exc))
     typer.echo(f"password of {name} changed")
 
 
@@ -303,10 +322,8 @@ def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* 
     """Grant (or --revoke) SELECT on db.table, db.* or *.*."""
     try:
         _users(conf, warehouse).grant(name, grant, revoke=revoke)
-    except KeyError:
-        _fail(f"no user {name!r}")
-    except ValueError as exc:
-        _fail(str(exc))
+    except StarscanError as exc:
+        _fail(exc.message, exit_code(exc))
     typer.echo(f"{'revoked' if revoke else 'granted'} SELECT on {grant} {'from' if revoke else 'to'} {name}")
 
 

@@ -105,6 +105,22 @@ class NotFound(StarscanError):
     status_code = "NOT_FOUND"
 
 
+class UnknownUser(NotFound):
+    """A users-file command names a user the file does not hold."""
+
+    def __init__(self, user: str):
+        super().__init__(f"no user {user!r}")
+        self.user = user
+
+
+class InvalidInput(StarscanError):
+    """A command's input cannot be used as given (a name, a format, a grant, a source
+    that is not there); nothing was changed."""
+
+    http_status = 400
+    status_code = "INVALID_ARGUMENT"
+
+
 class NotAuthorized(StarscanError):
     http_status = 403
     status_code = "NOT_AUTHORIZED"

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 from starscan.catalog import DEFAULT_DB, Warehouse, list_table_files
+from starscan.errors import InvalidInput
 from starscan.hadoop_paths import literal
 
 FORMATS = ("csv", "parquet", "json")
@@ -34,7 +35,7 @@ _SAMPLE_BYTES = 1 << 20
 def check_name(kind: str, name: str) -> str:
     """Database and table names: letters, digits and underscores, not starting with '_'."""
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(
+        raise InvalidInput(
             f"invalid {kind} name {name!r}: use letters, digits and underscores only, "
             f"starting with a letter or digit"
         )
@@ -74,14 +75,14 @@ def infer_format(source: Path, files: list[Path]) -> str:
     if source.is_file():
         fmt = format_of(source)
         if fmt is None:
-            raise ValueError(f"cannot tell the format of {source} from its extension: give the format (csv, json or parquet)")
+            raise InvalidInput(f"cannot tell the format of {source} from its extension: give the format (csv, json or parquet)")
         return fmt
     found = {f for f in (format_of(p) for p in files) if f}
     if len(found) == 1:
         return found.pop()
     if not found:
-        raise ValueError(f"no .csv, .json or .parquet files in {source}: give the format (csv, json or parquet)")
-    raise ValueError(f"{source} mixes formats ({', '.join(sorted(found))}): give the format (csv, json or parquet)")
+        raise InvalidInput(f"no .csv, .json or .parquet files in {source}: give the format (csv, json or parquet)")
+    raise InvalidInput(f"{source} mixes formats ({', '.join(sorted(found))}): give the format (csv, json or parquet)")
 
 
 def _is_compressed(path: Path) -> bool:
@@ -240,22 +241,22 @@ def load_table(
     check_name("table", table)
     mode = (mode or "overwrite").lower()
     if mode not in MODES:
-        raise ValueError(f"invalid mode {mode!r}: use one of {', '.join(MODES)}")
+        raise InvalidInput(f"invalid mode {mode!r}: use one of {', '.join(MODES)}")
     if tablet_target_bytes < 1:
-        raise ValueError(f"tablet_target_bytes must be positive, got {tablet_target_bytes}")
+        raise InvalidInput(f"tablet_target_bytes must be positive, got {tablet_target_bytes}")
     partition_by = list(partition_by or [])
 
     src = Path(os.path.expanduser(str(source[len("file://"):] if str(source).startswith("file://") else source)))
     if not src.exists():
-        raise FileNotFoundError(f"source {source} does not exist")
+        raise InvalidInput(f"source {source} does not exist")
     files = source_files(src)
     if not files:
-        raise FileNotFoundError(f"source {source} holds no data files")
+        raise InvalidInput(f"source {source} holds no data files")
     if fmt is None:
         fmt = infer_format(src, files)
     fmt = fmt.lower()
     if fmt not in FORMATS:
-        raise ValueError(f"unsupported format {fmt!r}: use csv, json or parquet")
+        raise InvalidInput(f"unsupported format {fmt!r}: use csv, json or parquet")
     source_bytes = sum(p.stat().st_size for p in files)
 
     location = warehouse.table_path(db, table)
@@ -264,7 +265,7 @@ def load_table(
     else:
         warehouse.root.mkdir(parents=True, exist_ok=True)
     if src.resolve() == location.resolve() or location.resolve() in src.resolve().parents:
-        raise ValueError(f"source {source} is inside the table {db}.{table} it would be loaded into")
+        raise InvalidInput(f"source {source} is inside the table {db}.{table} it would be loaded into")
 
     num_files = max(1, math.ceil(source_bytes / tablet_target_bytes))
     before = {(f.path, f.size, f.mtime_ns) for f in list_table_files(location)[0]}
@@ -274,13 +275,13 @@ def load_table(
         columns = df.columns
         for col in partition_by:
             if col not in columns:
-                raise ValueError(
+                raise InvalidInput(
                     f"partition column {col!r} is not in the data (columns: {', '.join(columns)})"
                 )
         if len(set(partition_by)) != len(partition_by):
-            raise ValueError(f"partition columns repeat: {', '.join(partition_by)}")
+            raise InvalidInput(f"partition columns repeat: {', '.join(partition_by)}")
         if partition_by and len(partition_by) >= len(columns):
-            raise ValueError("cannot partition by every column: at least one must stay in the data files")
+            raise InvalidInput("cannot partition by every column: at least one must stay in the data files")
 
         writer_df = df
         options: dict[str, str] = {}

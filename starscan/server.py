@@ -15,7 +15,7 @@ from starscan.catalog import Warehouse
 from starscan.config import Settings
 from starscan.errors import ScanCancelled, StarscanError
 from starscan.gc.reaper import ScanContextReaper
-from starscan.ops import Operations
+from starscan.operations import Operations
 from starscan.plan_secrets import RotatingPlanSigner
 from starscan.planner.app import create_app
 from starscan.planner.auth import Authenticator
@@ -70,7 +70,8 @@ class StarscanServer:
         self.service = ScanService(settings, spark, self.signer, self.contexts,
                                    Admission(settings, self.users, self.login_guard), self.audit)
         self.planner = QueryPlanner(settings, self.warehouse, SchemaResolver(spark), self.signer)
-        self.ops = Operations(self)  # metrics, profiles, admin page, runtime config
+        self.ops = Operations(self.live_settings, self.service, self.contexts, self.users, self.audit, spark,
+                              lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port})
         self._subscribe_runtime_changes()
 
     def _subscribe_runtime_changes(self) -> None:
@@ -108,7 +109,7 @@ class StarscanServer:
                 log.warning("Spark Python workers not started ahead: %s", exc)
             workers.start()
         if self.be_enabled:
-            self.thrift = ThriftServer(self.ops.instrument(ExternalServiceHandler(self.service)), self.settings.bind_host,
+            self.thrift = ThriftServer(self.ops.be.wrap(ExternalServiceHandler(self.service)), self.settings.bind_host,
                                        self.settings.be_port, self.settings.thrift_client_timeout_s,
                                        max_read_bytes=self.settings.max_thrift_message_bytes,
                                        ssl_context=tls.server_context(self.settings) if self.settings.be_tls else None)

@@ -23,9 +23,8 @@ from pyspark.sql import types as T
 from starscan.errors import PlanInvalid, SqlInvalid
 from starscan.expr import Expr, ExprVisitor
 from starscan.functions import SPARK_FUNCTIONS
+from starscan.types import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 MAX_DECIMAL_PRECISION = 38
 
 # Functions that reach outside the row (JVM reflection, the input file): never callable,
@@ -151,8 +150,14 @@ def to_column(expr: Expr, resolve: Callable[[str], str]) -> Column:
     return SparkColumns(resolve).visit(expr)
 
 
-def _quote(name: str) -> str:
+def quote_identifier(name: str) -> str:
+    """``name`` as a Spark SQL identifier: in backticks, a backtick doubled."""
     return "`" + name.replace("`", "``") + "`"
+
+
+def column_ref(name: str) -> Column:
+    """The column named exactly ``name`` (dots, spaces and backticks taken literally)."""
+    return F.col(quote_identifier(name))
 
 
 class SparkColumns(ExprVisitor[Column]):
@@ -163,7 +168,7 @@ class SparkColumns(ExprVisitor[Column]):
         self.resolve = resolve
 
     def visit_column(self, e: Expr) -> Column:
-        return F.col(_quote(self.resolve(e.name or "")))
+        return column_ref(self.resolve(e.name or ""))
 
     def visit_literal(self, e: Expr) -> Column:
         return literal_column(e)

@@ -9,6 +9,19 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 # TPrimitiveType values (docs/protocol.md section 3).
+# The range of each SQL integer type (Spark's and StarRocks' alike).
+INTEGER_RANGES: dict[str, tuple[int, int]] = {
+    "tinyint": (-(2**7), 2**7 - 1), "smallint": (-(2**15), 2**15 - 1),
+    "int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1),
+}
+INT_MIN, INT_MAX = INTEGER_RANGES["int"]
+LONG_MIN, LONG_MAX = INTEGER_RANGES["bigint"]
+SPARK_INTEGER_RANGES: dict[type, tuple[int, int]] = {
+    T.ByteType: INTEGER_RANGES["tinyint"], T.ShortType: INTEGER_RANGES["smallint"],
+    T.IntegerType: INTEGER_RANGES["int"], T.LongType: INTEGER_RANGES["bigint"],
+}
+
+
 PRIMITIVE = {
     "INVALID_TYPE": 0, "NULL_TYPE": 1, "BOOLEAN": 2, "TINYINT": 3, "SMALLINT": 4, "INT": 5,
     "BIGINT": 6, "FLOAT": 7, "DOUBLE": 8, "DATE": 9, "DATETIME": 10, "BINARY": 11,

@@ -20,6 +20,8 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from cachetools import TTLCache
 
+from starscan.errors import InvalidInput, UnknownUser
+
 log = logging.getLogger("starscan.users")
 
 _hasher = PasswordHasher()
@@ -137,9 +139,9 @@ class UserStore:
         self._reload()
         users = dict(self._users)
         if user not in users and not create:
-            raise KeyError(user)
+            raise UnknownUser(user)
         if user in users and create:
-            raise ValueError(f"user {user!r} already exists")
+            raise InvalidInput(f"user {user!r} already exists")
         record = dict(users.get(user, {"grants": []}))
         record["password_hash"] = _hasher.hash(password) if password is not None else None
         record["mysql_native_password"] = mysql_native_hash(password) if password is not None else None
@@ -150,9 +152,9 @@ class UserStore:
     def grant(self, user: str, grant: str, revoke: bool = False) -> None:
         self._reload()
         if user not in self._users:
-            raise KeyError(user)
+            raise UnknownUser(user)
         if grant != "admin" and grant.count(".") != 1:  # "admin": the admin page, /varz, update_config
-            raise ValueError(f"grant {grant!r} is not db.table, db.* or *.*")
+            raise InvalidInput(f"grant {grant!r} is not db.table, db.* or *.*")
         users = dict(self._users)
         record = dict(users[user])
         grants = [g for g in record.get("grants", []) if g != grant]

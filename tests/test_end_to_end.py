@@ -65,7 +65,7 @@ def test_stop_ends_the_servers_threads(spark, base_settings):
     from starscan.server import StarscanServer
 
     srv = StarscanServer(base_settings, spark, fe=False, be=True).start()
-    worker = srv.ops._worker
+    worker = srv.ops.jobs._worker
     assert worker.is_alive()
     srv.stop()
     worker.join(timeout=10)

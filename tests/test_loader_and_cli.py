@@ -48,15 +48,16 @@ def test_load_partitioned_then_prune(server, client, spark, tmp_path):
 
 
 def test_load_rejects_bad_input(server, spark, tmp_path):
+    from starscan.errors import InvalidInput
     from starscan.loader import load_table
 
     src = tmp_path / "x.csv"
     _csv(src, 3)
-    with pytest.raises(ValueError, match="table name"):
+    with pytest.raises(InvalidInput, match="table name"):
         load_table(spark, server.warehouse, "loaded", "../evil", str(src), progress=False)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(InvalidInput, match="does not exist"):
         load_table(spark, server.warehouse, "loaded", "t", str(tmp_path / "missing.csv"), progress=False)
-    with pytest.raises(ValueError, match="nope"):
+    with pytest.raises(InvalidInput, match="nope"):
         load_table(spark, server.warehouse, "loaded", "t", str(src), partition_by=["nope"], progress=False)
 
 

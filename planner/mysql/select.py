@@ -24,7 +24,7 @@ from starscan.planner import sql as sqlmod
 from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.mysql.errors import no_database, no_such_table, not_supported, select_denied, unknown_database
 from starscan.spark import read_parquet_files
-from starscan.spark_expr import to_column
+from starscan.spark_expr import column_ref, to_column
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
     for item in prepared.parsed.items:
         if item.is_star:
             for f in schema.fields:
-                cols.append(F.col("`" + f.name.replace("`", "``") + "`"))
+                cols.append(column_ref(f.name))
                 names.append(f.name)
         else:
             assert item.expr is not None
