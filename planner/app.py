@@ -36,9 +36,6 @@ class _Segment(Convertor):
         return value
 
 
-register_url_convertor("seg", _Segment())
-
-
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing (413) more than ``limit`` bytes before reading them all."""
     declared = request.headers.get("content-length", "")
@@ -54,6 +51,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def create_app(planner: QueryPlanner, auth: Authenticator, settings: Settings, audit: AuditLog | None = None) -> FastAPI:
+    register_url_convertor("seg", _Segment())  # a path segment that may be empty (StarRocks' 404s)
     app = FastAPI(title="starscan FE", version=__version__, description="StarRocks FE scan-planning endpoints served from Spark tables.")
     app.add_exception_handler(StarscanError, handle_starscan_error)  # type: ignore[arg-type]
     app.state.planner = planner

@@ -66,8 +66,8 @@ def _scanner_row(ops, ctx, now: float) -> dict:
     age = max(now - ctx.created, 1e-6)
     queue = ctx.queue
     return {
-        "context_id": ctx.context_id, "user": ctx.user or ctx.info.get("user"), "table": ctx.table or ctx.info.get("table"),
-        "query_id": ctx.info.get("query_id"), "columns": list(ctx.info.get("columns") or []), "client": ctx.client,
+        "context_id": ctx.context_id, "user": ctx.user or ctx.info.user, "table": ctx.table or ctx.info.table,
+        "query_id": ctx.info.query_id, "columns": list(ctx.info.columns), "client": ctx.client,
         "rows_sent": ctx.rows_sent, "bytes_sent": ctx.bytes_sent, "throughput_bytes_s": round(ctx.bytes_sent / age, 1),
         "age_s": round(age, 1), "idle_s": round(max(now - ctx.last_access, 0.0), 1),
         "queue_bytes": queue.bytes if queue is not None else 0, "eos": ctx.eos,

@@ -22,6 +22,21 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class ScanInfo:
+    """What the scan's audit line, its profile and the admin page report about it."""
+
+    query_id: str | None = None
+    user: str | None = None
+    table: str | None = None          # db.table
+    columns: list[str] = field(default_factory=list)
+    sql: str | None = None
+    tablets: int | None = None
+    engine: str | None = None         # "arrow" or "sql", once chosen
+    result_cache: str | None = None   # "hit" or "miss" when the cache was asked
+    profile: dict | None = None       # the profile's summary, when profiles are on
+
+
+@dataclass
 class ScanContext:
     context_id: str
     keep_alive_s: float
@@ -47,7 +62,7 @@ class ScanContext:
     in_use: int = 0
     admitted: bool = False           # counted against the scanner caps
     client: str = ""                 # peer address of the connection that opened it
-    info: dict = field(default_factory=dict, repr=False)  # what the audit line reports
+    info: ScanInfo = field(default_factory=ScanInfo, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     timer: threading.Timer | None = field(default=None, repr=False)
 

@@ -59,7 +59,7 @@ class BeInstrumentation:
             self.metrics.closed.inc()
         profile = self.profiles.finish(ctx, outcome, error)
         if profile is not None:
-            ctx.info["profile"] = profile.summary()
+            ctx.info.profile = profile.summary()
             log.debug("scan profile %s", profile.summary(), extra=logs.scan_fields(ctx))
         if ctx.scan is not None:
             self.jobs.scan_ended(ctx.context_id, profile)

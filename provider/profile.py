@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from cachetools import TTLCache
 
+from starscan.provider.contexts import ScanInfo
+
 log = logging.getLogger("starscan.provider.profile")
 
 MAX_JOBS_LOOKED_UP = 200  # a scan runs one Spark job per input split; enough to profile it
@@ -63,7 +65,7 @@ class ScanProfile:
     error: str | None = None
     duration_ms: float | None = None
     result_cache: str | None = None     # "hit" (no Spark job), "miss" (filling), None (not cached)
-    info: dict = field(default_factory=dict, repr=False)  # the context's info: the engine once chosen
+    info: ScanInfo = field(default_factory=ScanInfo, repr=False)  # the context's: the engine once chosen
     queue: object | None = field(default=None, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -91,7 +93,7 @@ class ScanProfile:
                 "outcome": self.outcome, "error": self.error,
                 "duration_ms": None if self.duration_ms is None else round(self.duration_ms, 3),
                 "result_cache": self.result_cache,
-                "engine": self.info.get("engine"),
+                "engine": self.info.engine,
             }
 
     def summary(self) -> dict:
@@ -104,7 +106,7 @@ class ScanProfile:
             "get_next_ms": round(self.rpc["get_next"].seconds * 1000, 1),
             "reader_waited_on_spark_ms": round(self.reader_waited_on_spark_ms, 1),
             "spark_waited_on_reader_ms": round(self.spark_waited_on_reader_ms, 1),
-            "engine": self.info.get("engine"),
+            "engine": self.info.engine,
         }
 
 
@@ -116,11 +118,11 @@ class ProfileStore:
 
     def start(self, ctx, started: float, open_s: float) -> ScanProfile:
         info = ctx.info
-        profile = ScanProfile(context_id=ctx.context_id, query_id=info.get("query_id"), user=ctx.user, table=ctx.table,
-                              columns=list(info.get("columns") or []), tablets=info.get("tablets"),
+        profile = ScanProfile(context_id=ctx.context_id, query_id=info.query_id, user=ctx.user, table=ctx.table,
+                              columns=list(info.columns), tablets=info.tablets,
                               batch_size=ctx.batch_size, opened_at=time.time() - (time.monotonic() - started),
                               started=started, open_ms=open_s * 1000, queue=ctx.queue,
-                              result_cache=info.get("result_cache"), info=info)
+                              result_cache=info.result_cache, info=info)
         profile.rpc["open_scanner"].add(open_s)
         with self._lock:
             self._live[ctx.context_id] = profile

@@ -7,7 +7,9 @@ type number) cost nothing to skip. A 20-byte request declaring a list of two bil
 elements kept the Cython reader busy for 5 s and the pure-Python one for minutes, holding
 the GIL (found by tests/fuzz). No Thrift IDL can declare such a list, so skipping one is
 refused at its first element: thriftpy2's module-level ``skip`` (which its ``read_struct``
-and ``read_val`` look up at call time) is wrapped once, at import, with that type check.
+and ``read_val`` look up at call time) is wrapped with that type check by
+``install_checked_skip``, which ``request_protocol_factory`` calls (nothing is patched at
+import). The wrapper changes nothing for well-formed messages, whoever reads them.
 Replies are still written with the Cython writer.
 """
 
@@ -28,8 +30,10 @@ def _skip_checked(inbuf, ftype, budget=binary.DEFAULT_MAX_DEPTH):
     return _library_skip(inbuf, ftype, budget)
 
 
-if getattr(binary.skip, "__name__", "") != "_skip_checked":
-    binary.skip = _skip_checked
+def install_checked_skip() -> None:
+    """Wrap thriftpy2's ``skip`` with the type check (once per process; idempotent)."""
+    if getattr(binary.skip, "__name__", "") != "_skip_checked":
+        binary.skip = _skip_checked
 
 
 class _CheckedReads:
@@ -56,4 +60,5 @@ class _RequestProtocolFactory(binary.TBinaryProtocolFactory):
 def request_protocol_factory() -> binary.TBinaryProtocolFactory:
     """Java's TBinaryProtocol.Factory default: lenient read (docs/protocol.md 3), so old-style
     requests without the 0x8001 version word are served too."""
+    install_checked_skip()
     return _RequestProtocolFactory(strict_read=False, strict_write=True)

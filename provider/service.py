@@ -73,7 +73,7 @@ class ScanService:
             return self._push
 
     def _engine_chosen(self, ctx: ScanContext, engine: str) -> None:
-        ctx.info["engine"] = engine
+        ctx.info.engine = engine
         for listener in self.engine_listeners:
             listener(engine)
 
@@ -126,8 +126,9 @@ class ScanService:
         for name in ("opaqued_query_plan", "user", "passwd", "database", "table", "cluster"):
             _check_text(getattr(params, name, None), name)
         plan = plan_codec.decode(params.opaqued_query_plan or "", self.signer)
-        ctx.info.update(query_id=plan.query_id, user=plan.user, table=f"{plan.database}.{plan.table}",
-                        columns=[c.name for c in plan.columns], sql=plan.sql)
+        info = ctx.info
+        info.query_id, info.user, info.table = plan.query_id, plan.user, f"{plan.database}.{plan.table}"
+        info.columns, info.sql = [c.name for c in plan.columns], plan.sql
         self.admission.check_identity(plan, params.user, params.passwd, ctx.client)
         if (params.database and params.database != plan.database) or (params.table and params.table != plan.table):
             raise InvalidArgument(
@@ -146,7 +147,7 @@ class ScanService:
             if tid not in planned:
                 raise NotFound(f"tablet_id: {tid} not found")
         tablet_ids = list(dict.fromkeys(tablet_ids))
-        ctx.info["tablets"] = len(tablet_ids)
+        ctx.info.tablets = len(tablet_ids)
         with self.admission.lock:
             self.admission.check_caps(self.contexts.snapshot(), plan.user)
             ctx.admitted = True
@@ -164,13 +165,13 @@ class ScanService:
             hit = cache.get(key, plan.table_location, plan.version)
             if hit is not None:
                 ctx.replay = hit
-                ctx.info["result_cache"] = "hit"
+                ctx.info.result_cache = "hit"
                 log.info("open context_id=%s query_id=%s user=%s table=%s tablets=%d batch_size=%d: from the result "
                          "cache (%d rows, %d bytes)", ctx.context_id, plan.query_id, plan.user, ctx.table,
                          len(tablet_ids), params.batch_size, hit.rows, hit.nbytes, extra=scan_fields(ctx))
                 return columns
             ctx.cache_fill = cache.fill(key, plan.table_location, plan.version)
-            ctx.info["result_cache"] = "miss"
+            ctx.info.result_cache = "miss"
         limit = self.settings.queue_max_bytes
         if params.mem_limit and params.mem_limit > 0:
             limit = min(limit, params.mem_limit)
@@ -287,11 +288,11 @@ class ScanService:
         outcome, error = scan_outcome(ctx, how)
         info = ctx.info
         self.audit.record(
-            "scan", context_id=ctx.context_id, query_id=info.get("query_id"), user=info.get("user"), client=ctx.client,
-            table=info.get("table"), columns=info.get("columns"), sql=info.get("sql"), tablets=info.get("tablets"),
-            engine=info.get("engine"),
+            "scan", context_id=ctx.context_id, query_id=info.query_id, user=info.user, client=ctx.client,
+            table=info.table, columns=info.columns if info.columns or info.table else None, sql=info.sql,
+            tablets=info.tablets, engine=info.engine,
             rows=ctx.rows_sent, bytes=ctx.bytes_sent, duration_ms=round((time.monotonic() - ctx.created) * 1000, 1),
-            outcome=outcome, error=error, result_cache=info.get("result_cache"), profile=info.get("profile"))
+            outcome=outcome, error=error, result_cache=info.result_cache, profile=info.profile)
 
 
 def _check_text(value, name: str) -> None:

@@ -17,15 +17,15 @@ import time
 
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
-# JVM loggers that report a deliberately cancelled scan as an error with a stack trace.
+
 def scan_fields(ctx=None, *, context_id=None, query_id=None, user=None, table=None) -> dict:
     """The fields every scan line carries, from a ScanContext (or given one by one)."""
     if ctx is not None:
-        info = getattr(ctx, "info", {}) or {}
+        info = getattr(ctx, "info", None)  # provider.contexts.ScanInfo
         context_id = context_id or ctx.context_id
-        query_id = query_id or info.get("query_id")
-        user = user or getattr(ctx, "user", "") or info.get("user")
-        table = table or getattr(ctx, "table", "") or info.get("table")
+        query_id = query_id or getattr(info, "query_id", None)
+        user = user or getattr(ctx, "user", "") or getattr(info, "user", None)
+        table = table or getattr(ctx, "table", "") or getattr(info, "table", None)
     return {"context_id": context_id, "query_id": query_id, "user": user or None, "table": table or None}
 
 
