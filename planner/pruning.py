@@ -37,7 +37,7 @@ from pyspark.sql import types as T
 from starscan.catalog import Tablet
 from starscan.expr import Expr, ExprVisitor, Kind, Operator
 from starscan.hadoop_paths import unescape_path_name
-from starscan.types import INTEGER_RANGES
+from starscan.types import INTEGER_RANGES, decimal_precision_scale
 
 # ---- three-valued logic over sets of outcomes ------------------------------------------
 TRUE, FALSE, NULL = "T", "F", "N"
@@ -148,16 +148,6 @@ def parse_timestamp(text: str) -> _dt.datetime | None:
         return _dt.datetime(int(y), int(mo), int(d), int(hh), int(mm), int(ss), micro)
     except ValueError:
         return None
-
-
-def decimal_precision_scale(value: Decimal) -> tuple[Decimal, int, int]:
-    """A literal's value, precision and scale as Spark types it (java BigDecimal rules)."""
-    _, digits, exponent = value.as_tuple()
-    if exponent > 0:
-        value = value.quantize(Decimal(1), context=_CTX)
-        _, digits, exponent = value.as_tuple()
-    scale = -exponent
-    return value, max(len(digits), scale, 1), scale
 
 
 def _fits(value: Decimal, p: int, s: int) -> Decimal | None:

@@ -22,15 +22,11 @@ from pathlib import Path
 from cachetools import TTLCache
 
 from starscan.errors import DatabaseNotFound, TableNotFound
+from starscan.files import is_hidden
 from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
 
 DEFAULT_DB = "default"
 DB_SUFFIX = ".db"
-
-
-def _hidden(name: str) -> bool:
-    # Spark's rule for files and directories a data source ignores.
-    return name.startswith("_") or name.startswith(".")
 
 
 def _hash_int(text: str, bits: int) -> int:
@@ -95,7 +91,7 @@ def list_table_files(location: Path) -> tuple[list[DataFile], list[str]]:
         except FileNotFoundError:
             return
         for entry in entries:
-            if _hidden(entry.name):
+            if is_hidden(entry.name):
                 continue
             if entry.is_dir(follow_symlinks=False):
                 spelled, eq, raw = entry.name.partition("=")
@@ -140,7 +136,7 @@ class Warehouse:
     def database_path(self, db: str) -> Path:
         if db == DEFAULT_DB:
             return self.root
-        if not db or "/" in db or "\\" in db or db in (".", "..") or _hidden(db):
+        if not db or "/" in db or "\\" in db or db in (".", "..") or is_hidden(db):
             raise DatabaseNotFound(db)
         return self.root / f"{db}{DB_SUFFIX}"
 
@@ -152,7 +148,7 @@ class Warehouse:
             return []
         names = [DEFAULT_DB] if self.tables(DEFAULT_DB) else []
         for entry in sorted(os.scandir(self.root), key=lambda e: e.name):
-            if entry.is_dir() and entry.name.endswith(DB_SUFFIX) and not _hidden(entry.name):
+            if entry.is_dir() and entry.name.endswith(DB_SUFFIX) and not is_hidden(entry.name):
                 names.append(entry.name[: -len(DB_SUFFIX)])
         return names
 
@@ -169,7 +165,7 @@ class Warehouse:
             return []
         out = []
         for entry in sorted(os.scandir(path), key=lambda e: e.name):
-            if not entry.is_dir() or _hidden(entry.name):
+            if not entry.is_dir() or is_hidden(entry.name):
                 continue
             if db == DEFAULT_DB and entry.name.endswith(DB_SUFFIX):
                 continue
@@ -177,7 +173,7 @@ class Warehouse:
         return out
 
     def has_table(self, db: str, table: str) -> bool:
-        if not table or "/" in table or "\\" in table or table in (".", "..") or _hidden(table):
+        if not table or "/" in table or "\\" in table or table in (".", "..") or is_hidden(table):
             return False
         if db == DEFAULT_DB and table.endswith(DB_SUFFIX):
             return False

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from starscan.catalog import DEFAULT_DB, Warehouse, list_table_files
 from starscan.errors import InvalidInput
+from starscan.files import is_hidden
 from starscan.hadoop_paths import literal
 
 FORMATS = ("csv", "parquet", "json")
@@ -42,19 +43,14 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
-def _visible(name: str) -> bool:
-    # Spark ignores files and folders starting with '_' or '.' (_SUCCESS, .crc, _temporary).
-    return not (name.startswith("_") or name.startswith("."))
-
-
 def source_files(source: Path) -> list[Path]:
     """The data files of a source: the file itself, or every visible file below a directory."""
     if source.is_file():
         return [source]
     files: list[Path] = []
     for directory, dirnames, filenames in os.walk(source):
-        dirnames[:] = sorted(d for d in dirnames if _visible(d))
-        files.extend(Path(directory) / f for f in sorted(filenames) if _visible(f))
+        dirnames[:] = sorted(d for d in dirnames if not is_hidden(d))
+        files.extend(Path(directory) / f for f in sorted(filenames) if not is_hidden(f))
     return files
 
 

@@ -12,7 +12,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import os
 import secrets
 import struct
 import time
@@ -24,6 +23,7 @@ from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.transport import TCyMemoryBuffer
 
 from starscan.errors import PlanInvalid
+from starscan.files import write_private
 from starscan.thrift_defs import plan as plan_idl
 
 FORMAT_VERSION = 1
@@ -127,16 +127,7 @@ def load_or_create_secret(state_dir: Path, configured: str | None) -> bytes:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     value = secrets.token_hex(32).encode("ascii")
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(value)
-    try:
-        os.link(tmp, path)  # first writer wins when two processes start together
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_private(path, value, replace=False)  # first writer wins when two processes start together
     return path.read_bytes().strip()
 
 

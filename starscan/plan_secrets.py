@@ -11,24 +11,16 @@ the old one to ``plan_secret_previous`` on every node.
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
 from pathlib import Path
 
+from starscan.files import write_private
 from starscan.plan import PlanSigner, load_or_create_secret
 
 CURRENT = "plan_secret"
 PREVIOUS = "plan_secret.previous"
-
-
-def _write_private(path: Path, value: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(value)
-    os.replace(tmp, path)
 
 
 def rotate_secret(state_dir: Path) -> str:
@@ -38,8 +30,8 @@ def rotate_secret(state_dir: Path) -> str:
     state_dir = Path(state_dir)
     old = load_or_create_secret(state_dir, None)
     new = secrets.token_hex(32).encode("ascii")
-    _write_private(state_dir / PREVIOUS, old)
-    _write_private(state_dir / CURRENT, new)
+    write_private(state_dir / PREVIOUS, old)
+    write_private(state_dir / CURRENT, new)
     return key_id(new)
 
 

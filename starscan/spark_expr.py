@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from decimal import Context, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 from starscan.errors import PlanInvalid, SqlInvalid
 from starscan.expr import Expr, ExprVisitor
 from starscan.functions import SPARK_FUNCTIONS
-from starscan.types import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
+from starscan.types import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, decimal_precision_scale
 
 MAX_DECIMAL_PRECISION = 38
 
@@ -81,15 +81,7 @@ def decimal_type_of(text: str) -> tuple[Decimal, int, int]:
         raise PlanInvalid(f"query plan has a bad decimal literal {text!r}") from None
     if not value.is_finite():
         raise PlanInvalid(f"query plan has a bad decimal literal {text!r}")
-    _, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int)  # a finite value
-    if exponent > 0:  # 1E+2: Spark sets the scale to 0
-        value = value.quantize(Decimal(1), context=Context(prec=400))
-        _, digits, exponent = value.as_tuple()
-        assert isinstance(exponent, int)
-    scale = -exponent
-    # Leading zeros are not significant (Python's Decimal drops them, like BigDecimal).
-    precision = max(len(digits), scale, 1)
+    value, precision, scale = decimal_precision_scale(value)
     if precision > MAX_DECIMAL_PRECISION:
         raise SqlInvalid(f"decimal literal {text!r}: precision {precision} exceeds max precision 38")
     return value, precision, scale

@@ -11,7 +11,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
 import threading
 from pathlib import Path
@@ -21,6 +20,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from cachetools import TTLCache
 
 from starscan.errors import InvalidInput, UnknownUser
+from starscan.files import write_private
 
 log = logging.getLogger("starscan.users")
 
@@ -69,11 +69,7 @@ class UserStore:
             self._verified.clear()
 
     def _write(self, users: dict) -> None:
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"users": users}, fh, indent=2, sort_keys=True)
-        os.replace(tmp, self.path)
+        write_private(self.path, json.dumps({"users": users}, indent=2, sort_keys=True).encode("utf-8"))
 
     def warn_if_default_root(self) -> None:
         root = self._users.get("root")

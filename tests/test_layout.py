@@ -142,3 +142,16 @@ def test_pyproject_ships_the_folders_and_idl():
     # Every folder is a package (has __init__.py), so setuptools picks up its modules.
     for folder in FOLDERS.values():
         assert (REPO / folder / "__init__.py").is_file()
+
+
+def test_every_kernel_module_is_under_the_layer_contract():
+    """A module added to starscan/ is either kernel (listed in the import-linter contract,
+    so it may not import the FE, the BE or the wiring) or one of the wiring modules."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    kernel = next(c for c in contracts if c["name"].startswith("The kernel"))
+    listed = set(kernel["source_modules"])
+    wiring = {"starscan.server", "starscan.cli", "starscan.operations", "starscan.__main__", "starscan.__init__"}
+    modules = {f"starscan.{p.stem}" for p in (REPO / "starscan").glob("*.py")}
+    assert modules - listed - wiring == set(), "add the new module to the kernel contract in pyproject.toml"
+    assert listed <= modules
