@@ -441,15 +441,26 @@ def test_6_a_slow_reader_pauses_production_within_the_queue_bound(rel_server, re
     cols = ["l_orderkey", "l_linenumber", "l_comment", "l_shipinstruct"]
     plan, tablets = plan_for(rel_client, "demo", "lineitem", f"select {', '.join(cols)} from `demo`.`lineitem`")
     conn = Conn(rel_be)
-    batches, offset, paused = [], 0, 0
+    batches, offset, paused, cid = [], 0, 0, None
     try:
         cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=1000, mem_limit=MIB)
         ctx = rel_server.contexts.get(cid)
         queue = ctx.queue
+
+        def blocked() -> bool:
+            """The queue is over half full and its producers have stopped adding (a task
+            may start after the first rows and fill the rest of the bound first)."""
+            if ctx.scan.done.is_set():
+                return True
+            before = queue.rows_in
+            time.sleep(0.3)
+            return queue.bytes > MIB // 2 and queue.rows_in == before
+
         while True:
             if len(batches) < 3:
-                # Wait longer than the fill time: the producer blocks at the bound ...
-                wait_until(lambda: ctx.scan.done.is_set() or queue.bytes > MIB // 2, what="the queue to fill")
+                # Wait for the producers to block at the bound (a bound that does not hold
+                # lets them run to the end of the scan: then nothing pauses) ...
+                wait_until(blocked, what="the producers to block at the queue bound")
                 if not ctx.scan.done.is_set():
                     produced = queue.rows_in
                     time.sleep(1.0)  # ... and nothing more is produced while the reader waits
@@ -463,7 +474,13 @@ def test_6_a_slow_reader_pauses_production_within_the_queue_bound(rel_server, re
             batches.append(batch)
             offset += batch.num_rows
         conn.close_scanner(cid)
+        cid = None
     finally:
+        if cid is not None:  # a failed check must not leave a scan running for the next tests
+            try:
+                conn.close_scanner(cid)
+            except Exception:  # noqa: BLE001 - closing is best effort here
+                pass
         conn.close()
     assert paused >= 2
     # One batch may always be admitted: the bound is the limit plus one Spark batch (4096 rows).
