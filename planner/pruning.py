@@ -35,7 +35,7 @@ from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from pyspark.sql import types as T
 
 from starscan.catalog import Tablet
-from starscan.expr import Expr, ExprVisitor, Kind, Operator
+from starscan.expr import COMPARISONS, LOGICAL, Expr, ExprVisitor, Kind, Operator
 from starscan.hadoop_paths import unescape_path_name
 from starscan.types import INTEGER_RANGES, decimal_precision_scale
 
@@ -97,7 +97,6 @@ _UNK = None  # "some value we cannot know"
 NULL_VAL = Val("null")
 
 INT_WIDTH = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
-INT_RANGE = INTEGER_RANGES
 _TYPE_ALIASES = {
     "integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint",
     "timestamp_ltz": "timestamp", "varchar": "string",
@@ -182,7 +181,7 @@ def partition_value(raw: str | None, dt: T.DataType) -> Val | None:
         if not _INT_RE.fullmatch(raw):
             return _UNK
         value = int(raw)
-        lo, hi = INT_RANGE[name]
+        lo, hi = INTEGER_RANGES[name]
         return Val("int", value, INT_WIDTH[name]) if lo <= value <= hi else _UNK
     if isinstance(dt, T.DecimalType):
         if not _DEC_RE.fullmatch(raw):
@@ -218,8 +217,8 @@ def _double(x: float) -> Val | None:
 
 
 # ---- the evaluator -------------------------------------------------------------------------
-_COMPARISONS = {"=", "!=", "<", "<=", ">", ">="}
-_BOOLEAN_OPS = _COMPARISONS | {"<=>", "and", "or", "not"}
+_COMPARISONS = COMPARISONS - {Operator.EQ_NULL_SAFE}  # <=> never gives NULL: null_safe_equal
+_BOOLEAN_OPS = COMPARISONS | LOGICAL
 _NUMERIC = {"int", "decimal", "double"}
 
 
@@ -346,7 +345,7 @@ def literal_value(e: Expr) -> Val | None:
             if not _LITERAL_INT_RE.fullmatch(text):
                 return _UNK
             value = int(text)
-            lo, hi = INT_RANGE[lt]
+            lo, hi = INTEGER_RANGES[lt]
             return Val("int", value, INT_WIDTH[lt]) if lo <= value <= hi else _UNK
         if lt == "decimal":
             parsed = Decimal(text)
@@ -376,8 +375,8 @@ def cast_value(v: Val, type_name: str | None, ts_exact: bool) -> Val | None:
     to = _canon_type(type_name)
     if v.kind == "null":
         return NULL_VAL
-    if to in INT_RANGE:
-        lo, hi = INT_RANGE[to]
+    if to in INTEGER_RANGES:
+        lo, hi = INTEGER_RANGES[to]
         if v.kind == "int":
             value = v.v
         elif v.kind == "string" and _INT_RE.fullmatch(v.v):

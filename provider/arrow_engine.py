@@ -33,7 +33,6 @@ from starscan.types import SPARK_INTEGER_RANGES
 
 _SCALAR_TYPES = (T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
                  T.DecimalType, T.StringType, T.DateType, T.TimestampType, T.TimestampNTZType, T.BinaryType)
-_INT_RANGE = SPARK_INTEGER_RANGES
 #: What opening one more file costs, in bytes of reading (Spark's openCostInBytes).
 OPEN_COST_BYTES = 4 << 20
 
@@ -107,7 +106,7 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
                     continue
                 dtype = field_of(col).dataType
                 try:
-                    values.append((canonical, exact_partition_value(raw, dtype, _INT_RANGE.get(type(dtype)))))
+                    values.append((canonical, exact_partition_value(raw, dtype, SPARK_INTEGER_RANGES.get(type(dtype)))))
                 except ValueError as exc:
                     raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
             parts.append(FilePart(str(location / f.path), f.path, f.size, f.mtime_ns, None, tuple(values)))

@@ -78,7 +78,6 @@ class _ArrowFilter(_Untranslatable):
 
     def __init__(self, field_of):
         super().__init__()
-        self.field_of = field_of
         self.operands = _ArrowOperand(field_of)
 
     def visit_op(self, e: Expr) -> pc.Expression:

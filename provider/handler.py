@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from starscan.protocol_extensions import EOS_ROWS_PREFIX
 from starscan.provider import status
 from starscan.provider.peer import current_peer
 from starscan.provider.service import ScanService
@@ -44,7 +45,7 @@ class ExternalServiceHandler:
             return wire.TScanBatchResult(status=status.from_error(exc))
         st = status.ok()
         if result.rows_total is not None:  # opt-in row count at eos (service.EOS_ROWS_PROPERTY)
-            st.error_msgs = [f"{status.EOS_ROWS_PREFIX}{result.rows_total}"]
+            st.error_msgs = [f"{EOS_ROWS_PREFIX}{result.rows_total}"]
         return wire.TScanBatchResult(status=st, eos=result.eos, rows=result.rows)
 
     def close_scanner(self, params):

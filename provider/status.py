@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from starscan.errors import StarscanError
-from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY  # noqa: F401 (re-exported for the BE)
 from starscan.thrift_defs import wire
 
 # Codes the StarRocks Java SDK knows (docs/protocol.md 3); anything else would crash it.

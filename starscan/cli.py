@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -36,15 +37,30 @@ ConfOpt = typer.Option(None, "--conf", help="starscan.conf file (key = value)")
 WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse directory")
 
 
+# Exit codes (docs/operations.md "CLI"): 0 done; 1 the server answered with an error (not found, bad
+# value, refused change); 2 bad usage or configuration; 3 Java/Spark cannot start; 4 a port
+# cannot be bound; 5 the server cannot be reached; 6 authentication or permission refused.
+EXIT_SERVER_ERROR, EXIT_USAGE, EXIT_JAVA, EXIT_UNREACHABLE, EXIT_AUTH = 1, 2, 3, 5, 6
+
+
 def exit_code(exc: StarscanError) -> int:
-    """The CLI's exit code for a domain error (the codes are listed in docs/operations.md, "CLI")."""
+    """The CLI's exit code for a domain error."""
     if isinstance(exc, (InvalidInput, UnknownUser, ConfigError)):
-        return 2
+        return EXIT_USAGE
     if isinstance(exc, JavaMissingError):
-        return 3
+        return EXIT_JAVA
     if isinstance(exc, (Unauthorized, NotAuthorized)):
-        return 6
-    return 1
+        return EXIT_AUTH
+    return EXIT_SERVER_ERROR
+
+
+@contextmanager
+def _domain_errors():
+    """A domain error ends the command with its message and its exit code."""
+    try:
+        yield
+    except StarscanError as exc:
+        _fail(exc.message, exit_code(exc))
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -72,7 +88,7 @@ def _spark(settings: Settings):
     try:
         return build_session(settings)
     except StarscanError as exc:
-        _fail(exc.message, 3)
+        _fail(exc.message, EXIT_JAVA)
 
 
 @app.command()
@@ -228,11 +244,9 @@ def load(
     from starscan.loader import load_table
 
     wh = Warehouse(settings.warehouse, 0)
-    try:
+    with _domain_errors():
         result = load_table(spark, wh, db, table, source, fmt=fmt, partition_by=list(partition_by or []),
                             tablet_target_bytes=settings.tablet_target_bytes, mode=mode)
-    except StarscanError as exc:
-        _fail(exc.message, exit_code(exc))
     typer.echo(f"loaded {result['rows']:,} rows into {db}.{table}: {result['files']} tablets, "
                f"{result['bytes']:,} bytes in {result['seconds']:.1f} s")
 
@@ -295,12 +309,10 @@ def user_add(name: str, password: str | None = typer.Option(None, "--password", 
              conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """Add a user."""
     store = _users(conf, warehouse)
-    try:
+    with _domain_errors():
         store.set_password(name, None if no_password else _ask_password(password), create=True)
         for g in grant or []:
             store.grant(name, g)
-    except StarscanError as exc:
-        _fail(exc.message, exit_code(exc))
     typer.echo(f"user {name} added")
 
 
@@ -308,10 +320,8 @@ def user_add(name: str, password: str | None = typer.Option(None, "--password", 
 def user_passwd(name: str, password: str | None = typer.Option(None, "--password"),
                 conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """Change a user's password."""
-    try:
+    with _domain_errors():
         _users(conf, warehouse).set_password(name, _ask_password(password))
-    except StarscanError as exc:
-        _fail(exc.message, exit_code(exc))
     typer.echo(f"password of {name} changed")
 
 
@@ -320,10 +330,8 @@ def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* 
                revoke: bool = typer.Option(False, "--revoke", help="remove the grant instead"),
                conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
     """Grant (or --revoke) SELECT on db.table, db.* or *.*."""
-    try:
+    with _domain_errors():
         _users(conf, warehouse).grant(name, grant, revoke=revoke)
-    except StarscanError as exc:
-        _fail(exc.message, exit_code(exc))
     typer.echo(f"{'revoked' if revoke else 'granted'} SELECT on {grant} {'from' if revoke else 'to'} {name}")
 
 
@@ -356,10 +364,6 @@ def user_list(conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt
 
 
 # ---- commands that talk to a running server over HTTP ------------------------------------
-# Exit codes (docs/operations.md "CLI"): 0 done; 1 the server answered with an error (not found, bad
-# value, refused change); 2 bad usage or configuration; 3 Java/Spark cannot start; 4 a port
-# cannot be bound; 5 the server cannot be reached; 6 authentication or permission refused.
-EXIT_SERVER_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_AUTH = 1, 2, 5, 6
 
 scanners_app = typer.Typer(help="List and close the scanners of a running server (admin).", no_args_is_help=True)
 app.add_typer(scanners_app, name="scanners")

@@ -5,7 +5,6 @@ fails when the file in the repository is stale)."""
 from __future__ import annotations
 
 import enum
-from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
@@ -56,8 +55,6 @@ def _default(field) -> str:
         return ", ".join(f"`{v}`" for v in value) if value else "—"
     if isinstance(value, dict):
         return "—" if not value else ", ".join(f"`{k}={v}`" for k, v in value.items())
-    if isinstance(value, Path):
-        return f"`{value}`"
     return f"`{value}`"
 
 

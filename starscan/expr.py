@@ -85,12 +85,8 @@ class Operator(_Text):
 COMPARISONS = frozenset({Operator.EQ, Operator.NE, Operator.LT, Operator.LE, Operator.GT, Operator.GE,
                          Operator.EQ_NULL_SAFE})
 LOGICAL = frozenset({Operator.AND, Operator.OR, Operator.NOT})
-ARITHMETIC = frozenset({Operator.ADD, Operator.SUB, Operator.MUL, Operator.DIV, Operator.MOD, Operator.NEG,
-                        Operator.INT_DIV})
 
 KINDS = frozenset(k.value for k in Kind)
-LITERAL_TYPES = frozenset(t.value for t in LiteralType)
-OPERATORS = frozenset(o.value for o in Operator)
 LIKE_FORMS = ("like", "ilike")
 MAX_DEPTH = 500  # deeper predicates are refused (a hostile plan must not exhaust the stack)
 

@@ -21,11 +21,11 @@ _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"messa
 def scan_fields(ctx=None, *, context_id=None, query_id=None, user=None, table=None) -> dict:
     """The fields every scan line carries, from a ScanContext (or given one by one)."""
     if ctx is not None:
-        info = getattr(ctx, "info", None)  # provider.contexts.ScanInfo
+        info = ctx.info  # provider.contexts.ScanInfo
         context_id = context_id or ctx.context_id
-        query_id = query_id or getattr(info, "query_id", None)
-        user = user or getattr(ctx, "user", "") or getattr(info, "user", None)
-        table = table or getattr(ctx, "table", "") or getattr(info, "table", None)
+        query_id = query_id or info.query_id
+        user = user or ctx.user or info.user
+        table = table or ctx.table or info.table
     return {"context_id": context_id, "query_id": query_id, "user": user or None, "table": table or None}
 
 
