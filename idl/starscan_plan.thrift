@@ -34,9 +34,15 @@ struct TPlanFile {
   3: required i64 mtime_ns
 }
 
+// Whole files, or (first_row_group set) a run of row_groups row groups of its one file that
+// holds rows [first_row, first_row + rows) of it.
 struct TPlanTablet {
   1: required i64 tablet_id
   2: required list<TPlanFile> files
+  3: optional i32 first_row_group
+  4: optional i32 row_groups
+  5: optional i64 first_row
+  6: optional i64 rows
 }
 
 // The planned tablets, serialized once per table version and tablet set and carried as
@@ -60,6 +66,10 @@ struct TScanPlan {
   12: required string table_schema    // the table's full Spark schema as JSON
   13: required i32 schema_hash
   14: optional string sql             // the client's SQL (truncated), for audit lines only: never executed
+  // A large table's plan leaves `tablets` empty and names the table's whole tablet list by
+  // its digest (starscan.tablet_lists) with the ids of the tablets planned.
+  15: optional binary tablets_digest
+  16: optional list<i64> tablet_ids
 }
 
 // What actually goes on the wire (base64 of its binary serialization).

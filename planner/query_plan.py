@@ -19,8 +19,21 @@ from starscan.errors import BadRequest, RequestTooLarge, SqlInvalid
 from starscan.planner import sql as sqlmod
 from starscan.planner.pruning import prune
 from starscan.schemas import SchemaResolver, schema_hash
+from starscan.tablet_lists import TabletLists, pack_snapshot, to_plan_tablets
 from starscan.thrift_defs import plan as plan_idl
 from starscan.types import starrocks_type
+
+
+@dataclass
+class TabletParts:
+    """What a plan says about its tablets: the packed list inline (``tablets``), or the
+    table's whole list by ``digest`` with the planned ``tablet_ids`` (``full``: that list)."""
+
+    tablets: bytes
+    digest: bytes | None
+    tablet_ids: list[int] | None
+    full: bytes | None
+    partitions_json: bytes
 
 
 @dataclass(frozen=True)
@@ -58,8 +71,10 @@ def read_sql_body(body: bytes, max_sql_length: int | None = None) -> str:
 
 
 class QueryPlanner:
-    def __init__(self, settings: Settings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.Signer):
+    def __init__(self, settings: Settings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.Signer,
+                 tablet_lists: TabletLists | None = None):
         self.settings = settings
+        self.tablet_lists = tablet_lists if tablet_lists is not None else TabletLists(settings.tablet_lists_max_bytes)
         self.warehouse = warehouse
         self.schemas = schemas
         self.signer = signer
@@ -90,7 +105,10 @@ class QueryPlanner:
             return b'{"status":200,"opaqued_query_plan":"","partitions":{}}'
         now_ms = int(time.time() * 1000)
         shash = schema_hash(schema)
-        plan_tablets, partitions_json = self._tablet_parts(snap, tablets, shash)
+        parts = self._tablet_parts(snap, tablets, shash)
+        if parts.digest is not None:
+            assert parts.full is not None
+            self.tablet_lists.put(parts.full)  # again: the store may have dropped it since
         plan = plan_idl.TScanPlan(
             query_id=str(uuid.uuid4()),
             database=db,
@@ -99,7 +117,9 @@ class QueryPlanner:
             version=snap.version,
             columns=columns,
             predicate=E.flatten(predicate) if predicate is not None else None,
-            tablets=plan_tablets,
+            tablets=parts.tablets,
+            tablets_digest=parts.digest,
+            tablet_ids=parts.tablet_ids,
             user=user,
             issued_at_ms=now_ms,
             expires_at_ms=now_ms + self.settings.plan_ttl_s * 1000,
@@ -109,28 +129,28 @@ class QueryPlanner:
         )
         audit["query_id"] = plan.query_id
         encoded = plan_codec.encode(plan, self.signer)
-        return b'{"status":200,"opaqued_query_plan":"' + encoded.encode("ascii") + b'","partitions":' + partitions_json + b"}"
+        return b'{"status":200,"opaqued_query_plan":"' + encoded.encode("ascii") + b'","partitions":' + parts.partitions_json + b"}"
 
-    def _tablet_parts(self, snap, tablets, shash: int):
-        """The plan's tablet list and the rendered `partitions` JSON, cached per table
-        version and tablet set: large tables make these the bulk of every answer."""
-        key = (str(snap.location), snap.version, shash, tuple(t.tablet_id for t in tablets))
+    def _tablet_parts(self, snap, tablets, shash: int) -> TabletParts:
+        """The plan's tablets and the rendered `partitions` JSON, cached per table version and
+        tablet set: large tables make these the bulk of every answer."""
+        inline_max = self.settings.plan_inline_tablets_max_bytes
+        key = (str(snap.location), snap.version, shash, inline_max, tuple(t.tablet_id for t in tablets))
         with self._parts_lock:
             hit = self._parts_cache.get(key)
         if hit is not None:
             return hit
-        plan_tablets = [
-            plan_idl.TPlanTablet(
-                tablet_id=t.tablet_id,
-                files=[plan_idl.TPlanFile(path=f.path, size=f.size, mtime_ns=f.mtime_ns) for f in t.files],
-            )
-            for t in tablets
-        ]
+        packed = plan_codec.pack_tablets(to_plan_tablets(tablets))
+        if len(packed) <= inline_max:
+            value = TabletParts(packed, None, None, None, b"")
+        else:
+            full = pack_snapshot(snap)
+            value = TabletParts(b"", self.tablet_lists.put(full), [t.tablet_id for t in tablets], full, b"")
         routings = self.settings.routings
         partitions = {
             str(t.tablet_id): {"routings": list(routings), "version": snap.version, "schemaHash": shash} for t in tablets
         }
-        value = (plan_codec.pack_tablets(plan_tablets), json.dumps(partitions, separators=(",", ":")).encode("ascii"))
+        value.partitions_json = json.dumps(partitions, separators=(",", ":")).encode("ascii")
         with self._parts_lock:
             self._parts_cache[key] = value
         return value

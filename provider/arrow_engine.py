@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow import ArrowException
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
@@ -109,7 +110,10 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
                     values.append((canonical, exact_partition_value(raw, dtype, SPARK_INTEGER_RANGES.get(type(dtype)))))
                 except ValueError as exc:
                     raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
-            parts.append(FilePart(str(location / f.path), f.path, f.size, f.mtime_ns, None, tuple(values)))
+            tablet = by_id[tid]
+            row_groups = None if tablet.first_row_group is None else tuple(
+                range(tablet.first_row_group, tablet.first_row_group + (tablet.row_groups or 0)))
+            parts.append(FilePart(str(location / f.path), f.path, f.size, f.mtime_ns, row_groups, tuple(values)))
     return read, _splits(parts, split_size(sum(p.size for p in parts), tasks))
 
 
@@ -149,13 +153,21 @@ def _splits(parts: list[FilePart], split_bytes: int) -> list[ArrowSplit]:
     out: list[ArrowSplit] = []
     small: list[FilePart] = []
     for part in parts:
-        if part.size <= split_bytes:
+        if part.size <= split_bytes and part.row_groups is None:
             small.append(part)
             continue
-        meta = pq.read_metadata(part.path)
+        try:
+            meta = pq.read_metadata(part.path)
+        except (OSError, ValueError, ArrowException):
+            out.append(ArrowSplit((part,)))  # the task reports what is wrong with the file
+            continue
+        chosen = range(meta.num_row_groups) if part.row_groups is None else part.row_groups
+        if any(not 0 <= rg < meta.num_row_groups for rg in chosen):
+            out.append(ArrowSplit((part,)))  # past the end of the file: the task says so
+            continue
         run: list[int] = []
         run_bytes = 0
-        for rg in range(meta.num_row_groups):
+        for rg in chosen:
             group = meta.row_group(rg)
             size = sum(group.column(j).total_compressed_size for j in range(group.num_columns))
             if run and run_bytes + size > split_bytes:
@@ -163,7 +175,7 @@ def _splits(parts: list[FilePart], split_bytes: int) -> list[ArrowSplit]:
                 run, run_bytes = [], 0
             run.append(rg)
             run_bytes += size
-        if run or meta.num_row_groups == 0:
+        if run or not chosen:
             out.append(ArrowSplit((_with_row_groups(part, run),)))
     small.sort(key=lambda p: p.size, reverse=True)
     current: list = []

@@ -98,6 +98,9 @@ def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
         columns.append(found.name)
         exact_names &= found.name == name and found.type == expected
     row_groups = list(part.row_groups) if part.row_groups is not None else list(range(parquet.num_row_groups))
+    if any(not 0 <= rg < parquet.num_row_groups for rg in row_groups):
+        raise SplitReadError(f"table {read.table}: the plan reads row groups {row_groups[0]}-{row_groups[-1]} of file "
+                             f"{part.relative}, which has {parquet.num_row_groups}: the plan does not match the file")
     try:
         if read.pushdown is not None and exact_names and row_groups:
             # Row-group statistics: skip the groups no row of which can match.

@@ -210,7 +210,8 @@ class CacheMetrics:
 def cache_key(plan, plan_tablets: list, tablet_ids: list[int], batch_size: int, time_zone: str) -> str:
     """Everything that decides a scan's reply bytes, hashed (see the module docstring)."""
     by_id = {t.tablet_id: t for t in plan_tablets}
-    files = tuple((tid, tuple((f.path, f.size, f.mtime_ns) for f in by_id[tid].files)) for tid in tablet_ids)
+    files = tuple((tid, tuple((f.path, f.size, f.mtime_ns) for f in by_id[tid].files),
+                   by_id[tid].first_row_group, by_id[tid].row_groups) for tid in tablet_ids)
     columns = tuple((c.name, c.source, c.spark_type, c.primitive_type, c.nullable, c.is_slot_ref) for c in plan.columns)
     predicate = None
     if plan.predicate is not None:

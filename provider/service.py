@@ -8,6 +8,7 @@ import time
 
 from starscan import plan as plan_codec
 from starscan.audit import AuditLog
+from starscan.catalog import Warehouse
 from starscan.config import Settings
 from starscan.errors import InternalError, InvalidArgument, NotFound, ScanCancelled, SnapshotGone, SparkUnavailable, StarscanError
 from starscan.logs import scan_fields
@@ -19,6 +20,7 @@ from starscan.provider.result_cache import ResultCache, cache_key
 from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
 from starscan.provider.spark_scan import SparkScan, check_snapshot
 from starscan.spark import scan_pool, spark_problem
+from starscan.tablet_lists import TabletLists, planned_tablets
 
 log = logging.getLogger("starscan.provider")
 
@@ -45,12 +47,15 @@ class NextResult:
 
 class ScanService:
     def __init__(self, settings: Settings, spark, signer: plan_codec.Signer, contexts: ScanContextManager | None = None,
-                 admission: Admission | None = None, audit: AuditLog | None = None):
+                 admission: Admission | None = None, audit: AuditLog | None = None,
+                 tablet_lists: TabletLists | None = None, warehouse: Warehouse | None = None):
         self.settings = settings
         self.spark = spark
         self.signer = signer
         self.admission = admission or Admission(settings, None)
         self.audit = audit
+        self.tablet_lists = tablet_lists if tablet_lists is not None else TabletLists(settings.tablet_lists_max_bytes)
+        self.warehouse = warehouse  # rebuilds a large plan's tablet list this process does not hold
         self.budget = QueueBudget(settings.total_queue_max_bytes)
         self.result_cache = ResultCache(settings.result_cache_max_bytes, settings.result_cache_max_entry_bytes,
                                         settings.result_cache_tables)
@@ -141,7 +146,7 @@ class ScanService:
             raise InvalidArgument(
                 f"{len(tablet_ids)} tablet_ids in one open_scanner, more than max_tablets_per_scanner="
                 f"{self.settings.max_tablets_per_scanner}: split them over several scanners")
-        plan_tablets = plan_codec.tablets_of(plan)
+        plan_tablets = planned_tablets(plan, self.tablet_lists, self.warehouse)
         planned = {t.tablet_id for t in plan_tablets}
         for tid in tablet_ids:
             if tid not in planned:

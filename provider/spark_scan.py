@@ -30,6 +30,7 @@ from queue import Empty, SimpleQueue
 
 from pyspark.rdd import RDD
 from pyspark.serializers import NoOpSerializer
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -51,9 +52,12 @@ from starscan.provider.push_task import PushTarget, push_arrow_splits, push_spar
 from starscan.provider.result_queue import ResultQueue
 from starscan.spark import read_parquet_files
 from starscan.spark_expr import column_ref, to_column
+from starscan.tablets import Footers, row_range_problem
 from starscan.types import is_supported
 
 log = logging.getLogger("starscan.provider.scan")
+
+_FOOTERS = Footers(maxsize=256)  # row groups of the cut files scanned on the sql engine
 
 #: Seconds a stopped scan's tasks get to notice the stop before their jobs are cancelled.
 STOP_GRACE_S = 2.0
@@ -130,8 +134,8 @@ class SparkScan:
     def _build_dataframe(self):
         """The scan as a Spark DataFrame (py4j work: the file index, the plan's analysis)."""
         plan = self.plan
-        paths = check_snapshot(plan, self._plan_tablets, self._tablet_ids)
-        df = read_parquet_files(self.spark, self._table_schema, plan.table_location, paths)
+        check_snapshot(plan, self._plan_tablets, self._tablet_ids)
+        df = self._read_tablets()
         if plan.predicate is not None:
             try:
                 df = df.filter(to_column(unflatten(plan.predicate), self._resolve))
@@ -140,6 +144,38 @@ class SparkScan:
             except Exception as exc:  # noqa: BLE001 - AnalysisException: types that do not fit, etc.
                 raise InvalidArgument(f"the predicate cannot be evaluated on {plan.database}.{plan.table}: {_short(exc)}") from None
         return df.select(*[column_ref(field.name) for _, field in self._out_cols])
+
+    def _read_tablets(self):
+        """The planned tablets' rows: whole files read as they are; a tablet that is a run of
+        a file's row groups selects the rows those groups hold by their index in the file
+        (Spark's ``_metadata.row_index``), since Spark cannot be told which row groups to read."""
+        plan, location = self.plan, Path(self.plan.table_location)
+        by_id = {t.tablet_id: t for t in self._plan_tablets}
+        whole: list[str] = []
+        cuts: list[tuple[str, int, int]] = []
+        for tid in self._tablet_ids:
+            t = by_id[tid]
+            if t.first_row_group is None:
+                whole.extend(str(location / f.path) for f in t.files)
+            else:
+                f = t.files[0]
+                problem = row_range_problem(_FOOTERS.row_groups(location / f.path, f.size, f.mtime_ns),
+                                            t.first_row_group, t.row_groups or 0, t.first_row, t.rows)
+                if problem is not None:
+                    raise ScanFailed(f"table {plan.database}.{plan.table}: file {f.path} does not hold the planned "
+                                     f"tablet {tid}: {problem}")
+                cuts.append((str(location / f.path), t.first_row or 0, t.rows or 0))
+        frames = []
+        if whole:
+            frames.append(read_parquet_files(self.spark, self._table_schema, plan.table_location, whole))
+        for path, first_row, rows in cuts:
+            index = F.col("_metadata.row_index")
+            frames.append(read_parquet_files(self.spark, self._table_schema, plan.table_location, [path])
+                          .filter((index >= first_row) & (index < first_row + rows)))
+        df = frames[0]
+        for more in frames[1:]:
+            df = df.unionByName(more)
+        return df
 
     @classmethod
     def of_dataframe(cls, spark, df, queue: ResultQueue, context_id: str, listener: PushListener,

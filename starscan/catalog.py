@@ -5,34 +5,30 @@ table ``t`` of it is ``<warehouse>/d.db/t`` (the ``default`` database lives in t
 so a table written by any Spark job (``saveAsTable`` or ``write.parquet`` into that path)
 is served as it is. The directory tree is the persistent catalog.
 
-A tablet is one data file; its id is a positive 63-bit hash of the file's identity, so the
-same data keeps the same id across restarts and hosts. A table's version is a 31-bit hash
-of its file set: it changes whenever a file is added, removed or rewritten.
+Tablets are splits of the table's files (starscan.tablets): small files of a partition packed
+together, a large file cut into runs of row groups; their ids are stable hashes of the files'
+identities. A table's version is a 31-bit hash of its file set: it changes whenever a file is
+added, removed or rewritten.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from cachetools import TTLCache
 
 from starscan.errors import DatabaseNotFound, TableNotFound
 from starscan.files import is_hidden
 from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
+from starscan.tablets import Footers, Sizing, hash_int, split_files, tablet_id
 
 DEFAULT_DB = "default"
 DB_SUFFIX = ".db"
-
-
-def _hash_int(text: str, bits: int) -> int:
-    value = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
-    value &= (1 << bits) - 1
-    return value or 1
 
 
 @dataclass(frozen=True)
@@ -48,8 +44,19 @@ class DataFile:
 
 @dataclass(frozen=True)
 class Tablet:
+    """Whole files of one partition, or (``first_row_group`` set) a run of ``row_groups`` row
+    groups of its single file, holding rows ``[first_row, first_row + rows)`` of it."""
+
     tablet_id: int
     files: tuple[DataFile, ...]
+    first_row_group: int | None = None
+    row_groups: int | None = None
+    first_row: int | None = None
+    rows: int | None = None
+
+    @property
+    def is_cut(self) -> bool:
+        return self.first_row_group is not None
 
     @property
     def raw_partition(self) -> dict[str, str | None]:
@@ -77,6 +84,15 @@ class TableSnapshot:
     @property
     def qualified_name(self) -> str:
         return f"{self.db}.{self.name}"
+
+    @property
+    def files(self) -> list[DataFile]:
+        """Every data file once (a cut file is in several tablets), in path order."""
+        seen: dict[str, DataFile] = {}
+        for t in self.tablets:
+            for f in t.files:
+                seen.setdefault(f.path, f)
+        return sorted(seen.values(), key=lambda f: f.path)
 
 
 def list_table_files(location: Path) -> tuple[list[DataFile], list[str]]:
@@ -126,8 +142,10 @@ class Warehouse:
     """Finds databases and tables in the warehouse directory; caches file listings
     (``listing_ttl_s``; 0 disables the cache)."""
 
-    def __init__(self, root: Path, listing_ttl_s: float = 5.0):
+    def __init__(self, root: Path, listing_ttl_s: float = 5.0, sizing: Sizing | None = None):
         self.root = Path(root).resolve()
+        self.sizing = sizing or Sizing()
+        self._footers = Footers()
         self._lock = threading.Lock()
         self._listings: TTLCache | None = TTLCache(maxsize=4096, ttl=listing_ttl_s) if listing_ttl_s > 0 else None
         self._listeners: list[Callable[[str, str], None]] = []
@@ -211,6 +229,14 @@ class Warehouse:
             self._listings[key] = (stamp, snap)
         return snap
 
+    def set_sizing(self, sizing: Sizing) -> None:
+        """New tablet sizes: listings are made again (a plan issued before still reads what it
+        planned while this process holds its tablet list or the table is unchanged)."""
+        with self._lock:
+            self.sizing = sizing
+            if self._listings is not None:
+                self._listings.clear()
+
     def invalidate(self, db: str, table: str) -> None:
         """Forget a cached listing (after this process wrote the table)."""
         if self._listings is None:
@@ -221,9 +247,12 @@ class Warehouse:
     def _build_snapshot(self, db: str, table: str, location: Path) -> TableSnapshot:
         files, part_cols = list_table_files(location)
         identity = f"{db}.{table}"
-        tablets = tuple(
-            Tablet(_hash_int(f"{identity}/{f.path}|{f.size}|{f.mtime_ns}", 63), (f,)) for f in files
-        )
-        version = _hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
+        tablets = []
+        for pieces in split_files(files, self.sizing,
+                                  lambda f: self._footers.row_groups(location / f.path, f.size, f.mtime_ns)):
+            first = pieces[0]
+            tablets.append(Tablet(tablet_id(identity, pieces), tuple(cast(DataFile, p.file) for p in pieces),
+                                  first.first_row_group, first.row_groups, first.first_row, first.rows))
+        version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
         by_id = {t.tablet_id: t for t in tablets}
-        return TableSnapshot(db, table, location, version, tablets, tuple(part_cols), by_id)
+        return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id)

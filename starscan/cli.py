@@ -214,12 +214,12 @@ def tables(conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -
     from starscan.catalog import Warehouse
 
     settings = _settings(conf, warehouse=warehouse)
-    wh = Warehouse(settings.warehouse, 0)
+    wh = Warehouse(settings.warehouse, 0, settings.tablet_sizing)
     out = Table("database", "table", "tablets", "bytes", "version", "partitioned by")
     for db in wh.databases():
         for name in wh.tables(db):
             snap = wh.snapshot(db, name)
-            size = sum(f.size for t in snap.tablets for f in t.files)
+            size = sum(f.size for f in snap.files)
             out.add_row(db, name, str(len(snap.tablets)), f"{size:,}", str(snap.version), ", ".join(snap.partition_columns))
     Console().print(out)
 
@@ -243,11 +243,11 @@ def load(
     from starscan.catalog import Warehouse
     from starscan.loader import load_table
 
-    wh = Warehouse(settings.warehouse, 0)
+    wh = Warehouse(settings.warehouse, 0, settings.tablet_sizing)
     with _domain_errors():
         result = load_table(spark, wh, db, table, source, fmt=fmt, partition_by=list(partition_by or []),
                             tablet_target_bytes=settings.tablet_target_bytes, mode=mode)
-    typer.echo(f"loaded {result['rows']:,} rows into {db}.{table}: {result['files']} tablets, "
+    typer.echo(f"loaded {result['rows']:,} rows into {db}.{table}: {result['files']} files, "
                f"{result['bytes']:,} bytes in {result['seconds']:.1f} s")
 
 

@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from starscan.errors import ConfigError
+from starscan.tablets import Sizing
 
 ENV_PREFIX = "STARSCAN_"
 # Marks a field that takes effect on a running server (POST /api/update_config); every other
@@ -59,8 +60,11 @@ class Settings(BaseSettings):
 
     # ---- warehouse, tables, plans ----
     warehouse: Path = Field(Path("starscan-warehouse"), description="warehouse directory (Spark layout: <db>.db/<table>)")
-    tablet_target_bytes: int = Field(128 << 20, ge=1 << 10, description="target Parquet bytes per tablet written by `starscan load`")
+    tablet_target_bytes: int = Field(128 << 20, ge=1 << 10, description="target bytes per tablet: small files of a partition are packed into one tablet up to this size, a larger file is cut into tablets of whole row groups of about this size; also the size of the files `starscan load` writes", json_schema_extra=RUNTIME)
+    tablet_open_cost_bytes: int = Field(128 << 10, ge=0, description="what opening one more file costs, in bytes of reading, when small files are packed into tablets (Spark's openCostInBytes)", json_schema_extra=RUNTIME)
     listing_cache_ttl_s: float = Field(5.0, ge=0, description="seconds a table's file listing is cached")
+    plan_inline_tablets_max_bytes: int = Field(16 << 10, ge=0, description="a plan whose tablet list is larger than this (bytes, packed) carries its digest instead and the server keeps the list (starscan.tablet_lists): plans of tables of thousands of files stay small", json_schema_extra=RUNTIME)
+    tablet_lists_max_bytes: int = Field(64 << 20, ge=1 << 20, description="memory for the tablet lists of large tables' plans; a list dropped from it is rebuilt from the table's files while they are unchanged")
     plan_ttl_s: int = Field(86400, ge=1, description="seconds an issued plan stays valid")
     plan_secret: SecretStr | None = Field(None, description="HMAC secret for plans (generated and kept in the warehouse if unset)")
     users_file: Path | None = Field(None, description="users and grants (default: <warehouse>/_starscan/users.json)")
@@ -160,6 +164,10 @@ class Settings(BaseSettings):
     @property
     def routings(self) -> list[str]:
         return list(self.be_endpoints) or [f"{self.advertise_host}:{self.be_port}"]
+
+    @property
+    def tablet_sizing(self) -> Sizing:
+        return Sizing(self.tablet_target_bytes, self.tablet_open_cost_bytes)
 
     @property
     def state_dir(self) -> Path:

@@ -37,7 +37,7 @@ class SchemaResolver:
             return hit
         if not snap.tablets:
             raise SqlInvalid(f"table {snap.qualified_name} has no data files, so it has no schema yet")
-        check_openable(snap.qualified_name, str(snap.location), (f.path for t in snap.tablets for f in t.files))
+        check_openable(snap.qualified_name, str(snap.location), (f.path for f in snap.files))
         try:
             spark_schema = self.spark.read.parquet(literal(str(snap.location))).schema
         except Exception as exc:
@@ -70,7 +70,7 @@ def _with_footer_details(schema: T.StructType, snap: TableSnapshot) -> T.StructT
 
     import pyarrow.parquet as pq
 
-    first = snap.tablets[0].files[0]
+    first = snap.files[0]
     try:
         meta = pq.read_schema(snap.location / first.path).metadata or {}
         written = T.StructType.fromJson(json.loads(meta[SPARK_ROW_METADATA]))

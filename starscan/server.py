@@ -31,6 +31,7 @@ from starscan.provider.worker_keeper import PythonWorkerKeeper
 from starscan.ratelimit import LoginGuard
 from starscan.runtime_config import LiveSettings
 from starscan.schemas import SchemaResolver
+from starscan.tablet_lists import TabletLists
 from starscan.tokens import TokenVerifier
 from starscan.users import UserStore
 
@@ -49,7 +50,7 @@ class StarscanServer:
         self.live_settings = LiveSettings(settings)  # run-time changes (POST /api/update_config)
         self.spark = spark
         settings.warehouse.mkdir(parents=True, exist_ok=True)
-        self.warehouse = Warehouse(settings.warehouse, settings.listing_cache_ttl_s)
+        self.warehouse = Warehouse(settings.warehouse, settings.listing_cache_ttl_s, settings.tablet_sizing)
         self.signer = RotatingPlanSigner(settings.state_dir, _reveal(settings.plan_secret),
                                          _reveal(settings.plan_secret_previous), settings.plan_secret_grace_s)
         self.users = UserStore(settings.effective_users_file)
@@ -67,9 +68,11 @@ class StarscanServer:
         self.query_port: int | None = None
         self.mysql: MysqlPort | None = None  # when the FE runs
         self.workers: PythonWorkerKeeper | None = None  # with the warm-up
+        self.tablet_lists = TabletLists(settings.tablet_lists_max_bytes)
         self.service = ScanService(settings, spark, self.signer, self.contexts,
-                                   Admission(settings, self.users, self.login_guard), self.audit)
-        self.planner = QueryPlanner(settings, self.warehouse, SchemaResolver(spark), self.signer)
+                                   Admission(settings, self.users, self.login_guard), self.audit,
+                                   tablet_lists=self.tablet_lists, warehouse=self.warehouse)
+        self.planner = QueryPlanner(settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists)
         self.ops = Operations(self.live_settings, self.service, self.contexts, self.users, self.audit, spark,
                               lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port})
         self._subscribe_runtime_changes()
@@ -84,6 +87,8 @@ class StarscanServer:
         live.subscribe(["result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables"],
                        lambda s, _: self.service.result_cache.configure(s.result_cache_max_bytes,
                                                                          s.result_cache_max_entry_bytes, s.result_cache_tables))
+        live.subscribe(["tablet_target_bytes", "tablet_open_cost_bytes"],
+                       lambda s, _: self.warehouse.set_sizing(s.tablet_sizing))
         live.subscribe(["login_max_failures", "login_lockout_s"],
                        lambda s, _: self.login_guard.configure(s.login_max_failures, s.login_lockout_s))
 

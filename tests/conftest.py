@@ -46,6 +46,10 @@ def base_settings(warehouse_dir):
         # The shared server must not lock anyone out or rate-limit the suite: tests/test_limits.py
         # and tests/test_security.py check those limits on servers of their own.
         plan_rate_per_user=0, login_max_failures=1_000_000, warmup_rows=0,
+        # Every file a tablet of its own, as the protocol's vectors define db1.t1 (two files, two
+        # tablets) and as the lifecycle tests count scanners; tests/test_tablet_splits.py packs
+        # and cuts through the run-time config.
+        tablet_open_cost_bytes=1 << 30,
         spark_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"},
     )
 

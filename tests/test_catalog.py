@@ -11,6 +11,7 @@ import pytest
 
 from starscan.catalog import Warehouse
 from starscan.errors import DatabaseNotFound, TableNotFound
+from starscan.tablets import Sizing
 
 
 def _write(path, rows=3):
@@ -49,14 +50,78 @@ def test_names(wh):
             wh.snapshot("d1", bad)
 
 
-def test_tablets_are_files_with_stable_ids(wh, tmp_path):
+ONE_FILE_EACH = Sizing(target_bytes=1024, open_cost_bytes=1 << 20)  # every file is a tablet of its own
+
+
+def test_small_files_are_packed_into_one_tablet_with_a_stable_id(wh):
     snap = wh.snapshot("d1", "t")
-    assert [t.files[0].path for t in snap.tablets] == ["part-0.parquet", "part-1.parquet"]  # hidden files skipped
+    assert [[f.path for f in t.files] for t in snap.tablets] == [["part-0.parquet", "part-1.parquet"]]  # hidden skipped
+    assert [f.path for f in snap.files] == ["part-0.parquet", "part-1.parquet"]
     ids = [t.tablet_id for t in snap.tablets]
-    assert all(0 < i < 2**63 for i in ids) and len(set(ids)) == 2
+    assert all(0 < i < 2**63 for i in ids)
     assert 0 < snap.version <= 2**31 - 1
     again = Warehouse(wh.root, listing_ttl_s=0).snapshot("d1", "t")  # another process, same data
     assert [t.tablet_id for t in again.tablets] == ids and again.version == snap.version
+
+
+def test_files_become_tablets_of_their_own_when_they_do_not_fit_together(wh):
+    snap = Warehouse(wh.root, listing_ttl_s=0, sizing=ONE_FILE_EACH).snapshot("d1", "t")
+    assert [[f.path for f in t.files] for t in snap.tablets] == [["part-0.parquet"], ["part-1.parquet"]]
+    assert len({t.tablet_id for t in snap.tablets}) == 2 and not any(t.is_cut for t in snap.tablets)
+    # Packing does not change what the table is: the same version either way.
+    assert snap.version == wh.snapshot("d1", "t").version
+
+
+def test_a_tablet_never_mixes_partitions(wh):
+    snap = wh.snapshot("d1", "p")
+    assert len(snap.tablets) == 3
+    for t in snap.tablets:
+        assert len({f.partition for f in t.files}) == 1
+
+
+def test_many_tiny_files_plan_as_a_handful_of_tablets(tmp_path):
+    table = tmp_path / "wh" / "d.db" / "tiny"
+    for i in range(2000):
+        _write(table / f"part-{i:05d}.parquet", rows=2)
+    snap = Warehouse(tmp_path / "wh", 0, Sizing(target_bytes=64 << 20, open_cost_bytes=128 << 10)).snapshot("d", "tiny")
+    assert len(snap.files) == 2000
+    assert 2 <= len(snap.tablets) <= 6
+    assert sorted(f.path for t in snap.tablets for f in t.files) == [f.path for f in snap.files]  # each file once
+
+
+def test_a_large_file_is_cut_into_runs_of_whole_row_groups(tmp_path):
+    table = tmp_path / "wh" / "d.db" / "big"
+    table.mkdir(parents=True)
+    pq.write_table(pa.table({"a": list(range(100_000)), "b": [str(i) for i in range(100_000)]}),
+                   table / "big.parquet", row_group_size=10_000)
+    _write(table / "small.parquet")
+    meta = pq.read_metadata(table / "big.parquet")
+    group_bytes = [sum(meta.row_group(i).column(j).total_compressed_size for j in range(meta.num_columns))
+                   for i in range(meta.num_row_groups)]
+    sizing = Sizing(target_bytes=3 * max(group_bytes) + 1, open_cost_bytes=0)
+    snap = Warehouse(tmp_path / "wh", 0, sizing).snapshot("d", "big")
+    cuts = [t for t in snap.tablets if t.is_cut]
+    assert [(t.first_row_group, t.row_groups, t.first_row, t.rows) for t in cuts] == [
+        (0, 3, 0, 30_000), (3, 3, 30_000, 30_000), (6, 3, 60_000, 30_000), (9, 1, 90_000, 10_000)]
+    assert all([f.path for f in t.files] == ["big.parquet"] for t in cuts)
+    assert [[f.path for f in t.files] for t in snap.tablets if not t.is_cut] == [["small.parquet"]]
+    assert len({t.tablet_id for t in snap.tablets}) == 5
+    # The same file gives the same cuts and ids; a rewritten one gives new ids.
+    again = Warehouse(tmp_path / "wh", 0, sizing).snapshot("d", "big")
+    assert [t.tablet_id for t in again.tablets] == [t.tablet_id for t in snap.tablets]
+    time.sleep(0.01)
+    pq.write_table(pa.table({"a": list(range(100_000)), "b": [str(i) for i in range(100_000)]}),
+                   table / "big.parquet", row_group_size=10_000)
+    rewritten = Warehouse(tmp_path / "wh", 0, sizing).snapshot("d", "big")
+    assert not {t.tablet_id for t in rewritten.tablets if t.is_cut} & {t.tablet_id for t in cuts}
+
+
+def test_a_file_whose_footer_cannot_be_read_stays_whole(tmp_path):
+    table = tmp_path / "wh" / "d.db" / "bad"
+    table.mkdir(parents=True)
+    (table / "broken.parquet").write_bytes(b"x" * 5000)
+    snap = Warehouse(tmp_path / "wh", 0, Sizing(target_bytes=1024, open_cost_bytes=0)).snapshot("d", "bad")
+    assert [(t.is_cut, [f.path for f in t.files]) for t in snap.tablets] == [(False, ["broken.parquet"])]
 
 
 def test_partition_values_are_decoded(wh):
@@ -72,7 +137,7 @@ def test_version_changes_with_the_file_set_and_the_cache_sees_it(wh):
     time.sleep(0.01)
     _write(wh.root / "d1.db" / "t" / "part-2.parquet")
     after = wh.snapshot("d1", "t")  # cached for 60 s, but the directory changed
-    assert after.version != before.version and len(after.tablets) == 3
+    assert after.version != before.version and len(after.files) == 3
     # A rewritten file (same name, new content) is a new tablet and a new version.
     path = wh.root / "d1.db" / "t" / "part-0.parquet"
     _write(path, rows=50)

@@ -27,7 +27,7 @@ def test_load_csv_in_bounded_tablets_and_read_it_back(server, client, spark, tmp
     result = load_table(spark, server.warehouse, "loaded", "orders", str(src), tablet_target_bytes=64 << 10,
                         progress=False)
     snap = server.warehouse.snapshot("loaded", "orders")
-    assert result["rows"] == 20_000 and result["files"] == len(snap.tablets) > 1
+    assert result["rows"] == 20_000 and result["files"] == len(snap.files) > 1
     table = client.read("loaded", "orders", "select id, city from loaded.orders where city = 'lima'")
     assert sorted(table.column("id").to_pylist()) == [i for i in range(20_000) if i % 3 == 1]
 

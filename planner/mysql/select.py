@@ -88,7 +88,7 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
             raise SqlInvalid(f"Unknown column '{name}' in '{prepared.table}'")
         return field.name
 
-    paths = [str(snap.location / f.path) for t in snap.tablets for f in t.files]
+    paths = [str(snap.location / f.path) for f in snap.files]
     df = read_parquet_files(spark, schema, str(snap.location), paths)
     if prepared.parsed.predicate is not None:
         df = df.filter(to_column(prepared.parsed.predicate, resolve))
