@@ -1,7 +1,7 @@
-"""`_query_plan` latency on a table with many tablets (issue 2's benchmark; not a test).
+"""`_query_plan` latency on a table of many files (not a test).
 
-Builds ``bench.wide`` with N tiny Parquet files written directly with pyarrow (one tablet
-each), makes sure ``demo.lineitem`` exists as a small peer table, starts an in-process starscan
+Builds ``bench.wide`` with N tiny Parquet files written directly with pyarrow (the server
+packs them into tablets: starscan.tablets), makes sure ``demo.lineitem`` exists as a small peer table, starts an in-process starscan
 server (FE + BE on 127.0.0.1, free ports, local Spark), then measures over real HTTP:
 
 - the first call after start (Spark reads the table's schema once per table version);
@@ -10,9 +10,9 @@ server (FE + BE on 127.0.0.1, free ports, local Spark), then measures over real 
 - warm, C concurrent callers (threads in a separate client process, each with its own
   ``httpx.Client``; a bounded total request count and a time cap).
 
-Target (issue 2): p99 under 50 ms warm at 50 concurrent callers on the 10,000-tablet table.
+Target: p99 under 50 ms warm at 50 concurrent callers on the 10,000-file table.
 
-    python bench/plan_latency.py                      # 10,000 tablets, 2,000 requests, 50 callers
+    python bench/plan_latency.py                      # 10,000 files, 2,000 requests, 50 callers
     python bench/plan_latency.py --tablets 500 --requests 200 --no-append
 """
 
@@ -252,7 +252,7 @@ def measure_table(server, label: str, db: str, table: str, sql: str, args) -> tu
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tablets", type=int, default=10_000, help="tablets (files) of bench.wide (default 10000)")
+    ap.add_argument("--tablets", type=int, default=10_000, help="files of bench.wide (default 10000); tablets are what the server makes of them")
     ap.add_argument("--requests", type=int, default=2000, help="total requests of the concurrent phase (default 2000)")
     ap.add_argument("--concurrency", type=int, default=50, help="concurrent callers (default 50)")
     ap.add_argument("--seq-requests", type=int, default=200, help="requests of each warm sequential phase (default 200)")
@@ -315,7 +315,7 @@ def main(argv=None) -> int:
             if label == f"{WIDE_DB}.{WIDE_TABLE}" and callers == args.concurrency and callers > 1:
                 met = s["n"] > 0 and res["error_count"] == 0 and s["p99"] < 50.0
                 scope = "" if args.tablets == 10_000 and args.concurrency == 50 else \
-                    f" (the target is defined for 10,000 tablets and 50 callers; this run: {args.tablets:,} tablets, {args.concurrency} callers)"
+                    f" (the target is defined for 10,000 files and 50 callers; this run: {args.tablets:,} files, {args.concurrency} callers)"
                 verdict = (f"Target p99 < 50 ms warm at {args.concurrency} concurrent callers on {label}: "
                            f"**{'MET' if met else 'NOT MET'}**, p99 = {common.fmt(s['p99'])} ms, "
                            f"{res['error_count']} errors, think time {args.think_ms:g} ms{scope}.")
@@ -345,7 +345,7 @@ def main(argv=None) -> int:
                 f"per phase; closed loop with think time {args.think_ms:g} ms (with none, latency ≈ callers ÷ req/s: Little's law); "
                 "each thread makes one unmeasured call first",
     }
-    title = f"plan_latency: {args.tablets:,} tablets, {args.concurrency} callers"
+    title = f"plan_latency: {args.tablets:,} files, {args.concurrency} callers"
     common.report(title, conditions, table_md, env, append=not args.no_append)
     return 0
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from cachetools import TTLCache
+from cachetools import LRUCache
 
 from starscan.errors import DatabaseNotFound, TableNotFound
 from starscan.files import is_hidden
@@ -95,6 +96,13 @@ class TableSnapshot:
         return sorted(seen.values(), key=lambda f: f.path)
 
 
+@dataclass(frozen=True)
+class _Listing:
+    stamp: int            # the table directory's mtime when listed
+    listed_at: float      # time.monotonic()
+    snapshot: TableSnapshot
+
+
 def list_table_files(location: Path) -> tuple[list[DataFile], list[str]]:
     """All data files below a table directory (Hive-style partition folders understood)."""
     files: list[DataFile] = []
@@ -147,7 +155,10 @@ class Warehouse:
         self.sizing = sizing or Sizing()
         self._footers = Footers()
         self._lock = threading.Lock()
-        self._listings: TTLCache | None = TTLCache(maxsize=4096, ttl=listing_ttl_s) if listing_ttl_s > 0 else None
+        self._ttl_s = listing_ttl_s
+        self._listings: LRUCache = LRUCache(maxsize=4096)  # table location -> _Listing
+        self._refreshing: dict[str, threading.Event] = {}  # table location -> set when listed
+        self._generation = 0  # counts invalidations
         self._listeners: list[Callable[[str, str], None]] = []
 
     # ---- names ----
@@ -210,38 +221,59 @@ class Warehouse:
     # ---- snapshots ----
     def snapshot(self, db: str, table: str) -> TableSnapshot:
         location = self.require_table(db, table)
-        key = str(location)
-        if self._listings is None:
+        if self._ttl_s <= 0:
             return self._build_snapshot(db, table, location)
+        key = str(location)
         # A cached listing is used while the table directory itself is unchanged (files
         # added or removed at the top level, or the directory replaced, show at once);
-        # changes deeper in partition folders show when the TTL runs out.
+        # changes deeper in partition folders, and files rewritten in place, show when the
+        # TTL runs out.
         try:
             stamp = os.stat(location).st_mtime_ns
         except FileNotFoundError:
             raise TableNotFound(table) from None
-        with self._lock:
-            cached = self._listings.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        snap = self._build_snapshot(db, table, location)
-        with self._lock:
-            self._listings[key] = (stamp, snap)
-        return snap
+        waited = False
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                cached = self._listings.get(key)
+                if cached is not None and cached.stamp == stamp and (waited or now - cached.listed_at < self._ttl_s):
+                    return cached.snapshot  # fresh, or listed while this caller waited for it
+                refreshing = self._refreshing.get(key)
+                if refreshing is None:
+                    refreshing = self._refreshing[key] = threading.Event()
+                    generation = self._generation
+                    break
+                if cached is not None and cached.stamp == stamp:
+                    # Only the TTL ran out and another caller is listing the table again: this
+                    # listing is as good as it was a moment ago (a 10,000-file table takes ~0.1 s
+                    # to list, and 50 callers listing it at once took over a second each).
+                    return cached.snapshot
+            refreshing.wait()  # the directory changed: wait for the one listing under way
+            waited = True
+        try:
+            snap = self._build_snapshot(db, table, location)
+            with self._lock:
+                if generation == self._generation:  # not invalidated while it was listed
+                    self._listings[key] = _Listing(stamp, now, snap)
+            return snap
+        finally:
+            with self._lock:
+                self._refreshing.pop(key, None)
+            refreshing.set()
 
     def set_sizing(self, sizing: Sizing) -> None:
         """New tablet sizes: listings are made again (a plan issued before still reads what it
         planned while this process holds its tablet list or the table is unchanged)."""
         with self._lock:
             self.sizing = sizing
-            if self._listings is not None:
-                self._listings.clear()
+            self._generation += 1
+            self._listings.clear()
 
     def invalidate(self, db: str, table: str) -> None:
         """Forget a cached listing (after this process wrote the table)."""
-        if self._listings is None:
-            return
         with self._lock:
+            self._generation += 1
             self._listings.pop(str(self.table_path(db, table)), None)
 
     def _build_snapshot(self, db: str, table: str, location: Path) -> TableSnapshot:

@@ -52,8 +52,9 @@ class TabletLists:
         self._packed: LRUCache = LRUCache(maxsize=max(1, max_bytes), getsizeof=len)
         self._decoded: LRUCache = LRUCache(maxsize=8)  # digest -> {tablet_id: TPlanTablet}
 
-    def put(self, packed: bytes) -> bytes:
-        digest = digest_of(packed)
+    def put(self, packed: bytes, digest: bytes | None = None) -> bytes:
+        """Store ``packed``; ``digest``: its digest when the caller has it already."""
+        digest = digest if digest is not None else digest_of(packed)
         with self._lock:
             if digest not in self._packed and len(packed) <= self._packed.maxsize:
                 self._packed[digest] = packed

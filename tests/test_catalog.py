@@ -152,3 +152,42 @@ def test_cache_serves_unchanged_tables(wh):
     assert wh.snapshot("d1", "t") is first
     wh.invalidate("d1", "t")
     assert wh.snapshot("d1", "t") is not first
+
+
+def test_callers_of_an_expired_listing_share_one_listing(wh):
+    """When the TTL runs out under load, one caller lists the table again and the others keep
+    the listing they had meanwhile (50 callers listing a 10,000-file table at once each waited
+    over a second); a changed directory makes them wait for that one listing."""
+    import threading
+
+    wh._ttl_s = 0.05
+    first = wh.snapshot("d1", "t")
+    builds = []
+    real_build = wh._build_snapshot
+
+    def slow_build(*args):
+        builds.append(1)
+        time.sleep(0.3)
+        return real_build(*args)
+
+    wh._build_snapshot = slow_build
+    time.sleep(0.1)  # expired
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(wh.snapshot("d1", "t"))) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and len(got) == 20
+    assert all(s.version == first.version for s in got)
+
+    time.sleep(0.01)
+    _write(wh.root / "d1.db" / "t" / "part-9.parquet")  # the directory changes: nobody gets the old listing
+    builds.clear()
+    got.clear()
+    threads = [threading.Thread(target=lambda: got.append(wh.snapshot("d1", "t"))) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and {len(s.files) for s in got} == {3}
