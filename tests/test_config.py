@@ -295,7 +295,9 @@ def test_cli_tables(server, tmp_path):
     sales = row("db1", "sales")
     assert sales and "region, day" in sales[0], out.stdout
     t1 = row("db1", "t1")[0]
-    snap = server.warehouse.snapshot("db1", "t1")
+    from starscan.catalog import Warehouse
+
+    snap = Warehouse(server.warehouse.root, 0).snapshot("db1", "t1")  # the CLI's default tablet sizes
     assert f" {len(snap.tablets)} " in t1 and f" {snap.version} " in t1
 
 

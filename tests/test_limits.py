@@ -34,6 +34,9 @@ def limited(server, spark, base_settings):
         "max_tablets_per_scanner": 2, "max_tablets_per_plan": 10,
         "max_sql_length": 2000, "max_request_body_bytes": 8192,
         "query_timeout_max_s": 2,
+        # Scanners opened and not read hold their tasks' slots (local[2]) until they yield:
+        # well within the 2 s timeout, so a scanner opened after them gets a slot in time.
+        "scan_yield_after_s": 0.2,
         "queue_max_bytes": 2 * MIB, "total_queue_max_bytes": 3 * MIB,
         "max_thrift_message_bytes": 1 << 16,
         "audit_log": base_settings.warehouse / "_starscan" / f"audit-limits-{uuid.uuid4().hex[:6]}.log",
