@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from starscan.errors import Unauthorized
+from starscan.errors import TooManyRequests, Unauthorized
 from starscan.ratelimit import LoginGuard
 from starscan.tokens import TokenVerifier
 from starscan.users import UserStore
@@ -48,6 +48,21 @@ class Authenticator:
         self.guard.succeeded(user, client)
         return user
 
+    def authenticate_recent(self, header: str | None, client: str) -> str | None:
+        """The user, when Basic credentials were verified lately (no argon2: cheap enough for
+        the event loop); None when ``authenticate`` must run (in a thread)."""
+        if not header or header[:6].lower() != "basic ":
+            return None
+        try:
+            user, password = parse_basic(header)
+            self.guard.check(user, client)
+        except (Unauthorized, TooManyRequests):
+            return None  # authenticate says why
+        if not self.users.recently_verified(user, password):
+            return None
+        self.guard.succeeded(user, client)
+        return user
+
     def _bearer(self, token: str, client: str) -> str:
         if self.tokens is None:
             raise Unauthorized("bearer tokens are not enabled on this server (set jwt_key); use Basic auth")
@@ -59,9 +74,10 @@ class Authenticator:
         return user
 
     def require_select(self, user: str, client: str, db: str, table: str) -> None:
-        require_select(self.users, user, client, db, table)
+        """After ``authenticate`` in the same request (the users file was just read)."""
+        require_select(self.users, user, client, db, table, reload=False)
 
 
-def require_select(users: UserStore, user: str, client: str, db: str, table: str) -> None:
-    if not users.can_select(user, db, table):
+def require_select(users: UserStore, user: str, client: str, db: str, table: str, reload: bool = True) -> None:
+    if not users.can_select(user, db, table, reload=reload):
         raise Unauthorized(f"Access denied; you need (at least one of) the SELECT privilege(s) on TABLE {db}.{table} for {user}@{client}")

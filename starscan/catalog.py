@@ -14,6 +14,7 @@ added, removed or rewritten.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -201,10 +202,14 @@ class Warehouse:
             out.append(entry.name)
         return out
 
-    def has_table(self, db: str, table: str) -> bool:
+    @staticmethod
+    def _table_name_ok(db: str, table: str) -> bool:
         if not table or "/" in table or "\\" in table or table in (".", "..") or is_hidden(table):
             return False
-        if db == DEFAULT_DB and table.endswith(DB_SUFFIX):
+        return not (db == DEFAULT_DB and table.endswith(DB_SUFFIX))
+
+    def has_table(self, db: str, table: str) -> bool:
+        if not self._table_name_ok(db, table):
             return False
         try:
             return self.table_path(db, table).is_dir()
@@ -220,7 +225,16 @@ class Warehouse:
 
     # ---- snapshots ----
     def snapshot(self, db: str, table: str) -> TableSnapshot:
-        location = self.require_table(db, table)
+        # One stat in the common case (a plan's hot path): an existing table folder means
+        # its database exists too. Otherwise require_table says which is missing.
+        location = self.table_path(db, table) if self._table_name_ok(db, table) else self.require_table(db, table)
+        try:
+            st = os.stat(location)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            self.require_table(db, table)
+            raise TableNotFound(table)  # it was there a moment ago
         if self._ttl_s <= 0:
             return self._build_snapshot(db, table, location)
         key = str(location)
@@ -228,10 +242,7 @@ class Warehouse:
         # added or removed at the top level, or the directory replaced, show at once);
         # changes deeper in partition folders, and files rewritten in place, show when the
         # TTL runs out.
-        try:
-            stamp = os.stat(location).st_mtime_ns
-        except FileNotFoundError:
-            raise TableNotFound(table) from None
+        stamp = st.st_mtime_ns
         waited = False
         while True:
             now = time.monotonic()

@@ -84,13 +84,24 @@ class UserStore:
         except (VerificationError, InvalidHashError):
             return False
 
+    def _verified_key(self, user: str, password: str, record: dict) -> bytes:
+        return hmac.new(self._cache_key, f"{user}\0{password}\0{record.get('password_hash')}".encode("utf-8", "surrogatepass"),
+                        hashlib.sha256).digest()
+
+    def recently_verified(self, user: str, password: str) -> bool:
+        """True when these credentials passed ``authenticate`` lately and the user's password
+        is unchanged: microseconds, no argon2 (an event loop may call it)."""
+        self._reload()
+        record = self._users.get(user)
+        return record is not None and self._verified_key(user, password, record) in self._verified
+
     def authenticate(self, user: str, password: str) -> bool:
         self._reload()
         record = self._users.get(user)
         if record is None:
             _hasher.hash(password)  # same work for unknown users: no timing oracle
             return False
-        key = hmac.new(self._cache_key, f"{user}\0{password}\0{record.get('password_hash')}".encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        key = self._verified_key(user, password, record)
         if key in self._verified:
             return True
         if not record.get("password_hash"):
@@ -116,8 +127,10 @@ class UserStore:
         self._reload()
         return (self._users.get(user) or {}).get("mysql_native_password") or None
 
-    def can_select(self, user: str, db: str, table: str) -> bool:
-        self._reload()
+    def can_select(self, user: str, db: str, table: str, reload: bool = True) -> bool:
+        """``reload=False``: the caller has just authenticated, which read the file."""
+        if reload:
+            self._reload()
         record = self._users.get(user) or {}
         return any(grant_matches(g, db, table) for g in record.get("grants", []))
 

@@ -34,16 +34,35 @@ def test_filtered_projection(server, client, spark):
 
 
 def test_http_port_turns_nagle_off(server):
-    """uvicorn writes a reply's headers and body with two sends. asyncio disables Nagle's
-    algorithm (TCP_NODELAY) on accepted sockets only when the listening socket's proto is
-    IPPROTO_TCP; with proto 0 every keep-alive request after the first waited ~40 ms for
-    the client's delayed ACK (found in bench/plan_latency.py: 44 ms for a 4 KB plan)."""
+    """uvicorn writes a reply's headers and body with two sends: with Nagle's algorithm on,
+    every keep-alive request after the first waited ~40 ms for the client's delayed ACK
+    (found in bench/plan_latency.py: 44 ms for a 4 KB plan). The FE's accepted connection
+    (found by its peer address among this process's sockets) must have TCP_NODELAY set."""
+    import os
     import socket
 
-    listening = [s for srv in server._uvicorn.servers for s in srv.sockets]
-    assert listening, "the FE is not listening"
-    for sock in listening:
-        assert sock.proto == socket.IPPROTO_TCP
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
+        sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 ")
+        mine = sock.getsockname()
+        found = []
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                fd = os.dup(int(name))
+            except OSError:
+                continue
+            try:
+                accepted = socket.socket(fileno=fd)
+            except OSError:
+                os.close(fd)
+                continue
+            with accepted:
+                try:
+                    if accepted.getpeername() == mine and accepted.getsockname()[1] == server.http_port:
+                        found.append(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                except OSError:
+                    pass
+    assert found and all(found), found
 
 
 def test_a_second_be_cannot_bind_a_port_in_use(server, spark, base_settings):
@@ -71,3 +90,29 @@ def test_stop_ends_the_servers_threads(spark, base_settings):
     worker.join(timeout=10)
     assert not worker.is_alive()
     assert not srv.reaper._thread.is_alive()
+
+
+def test_a_request_head_that_never_ends_is_refused_and_the_fe_keeps_serving(server, client):
+    """The FE's HTTP parser (httptools) would buffer an endless header: the head is bounded."""
+    import socket
+
+    from starscan.planner.http_protocol import MAX_HEAD_BYTES
+
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
+        sock.sendall(b"POST /api/db1/t1/_query_plan HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        sent = 0
+        try:
+            while sent < 8 * MAX_HEAD_BYTES:
+                sock.sendall(b"a" * 65536)
+                sent += 65536
+        except OSError:
+            pass  # closed by the server while sending
+        reply = b""
+        try:
+            while chunk := sock.recv(65536):
+                reply += chunk
+        except OSError:
+            pass
+    assert reply.startswith(b"HTTP/1.1 431 "), reply[:200]
+    assert sent <= 4 * MAX_HEAD_BYTES
+    assert client.plan("db1", "t1", "select k1 from db1.t1")["status"] == 200
