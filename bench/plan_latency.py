@@ -162,14 +162,16 @@ def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: fl
         t.start()
     barrier.wait()
     started = time.perf_counter()
+    cpu_before = os.times()
     for t in threads:
         t.join(timeout=time_cap_s + 120)
     wall = time.perf_counter() - started
-    cpu = os.times()
+    cpu_after = os.times()
     return {
         "latencies": latencies, "errors": errors[:20], "error_count": len(errors), "wall_s": wall,
         "resp_bytes": (sum(sizes) / len(sizes)) if sizes else 0, "capped": remaining[0] > 0,
-        "client_cpu_s": cpu.user + cpu.system,
+        # the measured calls only (not the process's start or the callers' first calls)
+        "client_cpu_s": (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system),
     }
 
 
@@ -243,11 +245,28 @@ def measure_table(server, label: str, db: str, table: str, sql: str, args) -> tu
     out.append((label, "warm, client in server process", 1,
                 sequential(server, db, table, sql, args.seq_requests, False, args.time_cap)))
     out.append((label, "warm, client process", 1,
-                run_load_in_subprocess(url, sql, 1, args.seq_requests, args.time_cap)))
+                with_server_cpu(run_load_in_subprocess, url, sql, 1, args.seq_requests, args.time_cap)))
     common.log(f"{label}: warm, {args.concurrency} concurrent callers, {args.requests} requests")
     out.append((label, "warm, client process", args.concurrency,
-                run_load_in_subprocess(url, sql, args.concurrency, args.requests, args.time_cap, args.think_ms / 1000)))
+                with_server_cpu(run_load_in_subprocess, url, sql, args.concurrency, args.requests, args.time_cap,
+                                args.think_ms / 1000)))
     return out, first["tablets_planned"]
+
+
+def with_server_cpu(run, *args) -> dict:
+    """``run``'s result plus the CPU seconds this process (the server: FE, BE, Spark's
+    driver-side Python) spent meanwhile."""
+    before = os.times()
+    res = run(*args)
+    after = os.times()
+    res["server_cpu_s"] = (after.user - before.user) + (after.system - before.system)
+    return res
+
+
+def _cpu_per_request(res: dict, n: int) -> str:
+    if "server_cpu_s" not in res or "client_cpu_s" not in res or n < 1:
+        return "–"
+    return f"{res['server_cpu_s'] / n * 1e3:.2f} / {res['client_cpu_s'] / n * 1e3:.2f}"
 
 
 def main(argv=None) -> int:
@@ -311,7 +330,7 @@ def main(argv=None) -> int:
             rows.append([label, f"{tablets:,} / {planned:,}", phase + note, callers, s["n"], res["error_count"],
                          common.fmt(s["p50"]), common.fmt(s["p90"]), common.fmt(s["p99"]), common.fmt(s["max"]),
                          common.fmt(s["rps"]) if s["n"] > 1 else "–",
-                         common.fmt(res["resp_bytes"] / 1e3, 0)])
+                         common.fmt(res["resp_bytes"] / 1e3, 0), _cpu_per_request(res, s["n"])])
             if label == f"{WIDE_DB}.{WIDE_TABLE}" and callers == args.concurrency and callers > 1:
                 met = s["n"] > 0 and res["error_count"] == 0 and s["p99"] < 50.0
                 scope = "" if args.tablets == 10_000 and args.concurrency == 50 else \
@@ -326,11 +345,14 @@ def main(argv=None) -> int:
         spark.stop()
 
     header = ["table", "tablets / planned", "phase", "callers", "n", "errors", "p50 ms", "p90 ms", "p99 ms",
-              "max ms", "req/s", "response KB"]
+              "max ms", "req/s", "response KB", "CPU ms per request: server / client"]
     table_md = common.markdown_table(header, rows) + "\n\n" + verdict + "\n"
     conditions = {
         "what": "`_query_plan` latency over real HTTP to 127.0.0.1 (httpx, keep-alive, Basic auth root:''), "
                 "from sending the request until the whole body is read; HTTP 200 only",
+        "cpu": "CPU ms per request: the server process's CPU time (FE, BE and Spark's driver-side Python; not the JVM) "
+               "and the client process's (the measured calls only) during the phase, divided by its requests; both "
+               "share the machine's cores",
         "server": f"in-process StarscanServer (uvicorn FE + thriftpy2 BE), SparkSession {settings.spark_master}, "
                   f"spark.driver.memory={args.driver_memory}, listing_cache_ttl_s={settings.listing_cache_ttl_s}, "
                   f"plan_rate_per_user={settings.plan_rate_per_user:g} (no per-user cap: every caller is root); "
