@@ -45,7 +45,7 @@ class Settings(BaseSettings):
     scan_context_gc_interval_min: int = Field(5, ge=1, description="minutes between reaper ticks", json_schema_extra=RUNTIME)
     scan_context_gc_interval_s: float | None = Field(None, gt=0, description="reaper tick in seconds (overrides the minutes; for tests)", json_schema_extra=RUNTIME)
     query_timeout_s: int = Field(3600, ge=1, description="scan timeout when the client sends none", json_schema_extra=RUNTIME)
-    queue_max_bytes: int = Field(64 << 20, ge=1 << 16, description="upper bound of one scanner's result queue (mem_limit lowers it)", json_schema_extra=RUNTIME)
+    queue_max_bytes: int = Field(16 << 20, ge=1 << 16, description="upper bound of one scanner's result queue (mem_limit lowers it)", json_schema_extra=RUNTIME)
     result_cache_max_bytes: int = Field(0, ge=0, description="bytes of get_next replies kept for repeated scans of the same plan content (0: no result cache)", json_schema_extra=RUNTIME)
     result_cache_max_entry_bytes: int = Field(256 << 20, ge=1, description="a scan whose replies pass this many bytes is not cached", json_schema_extra=RUNTIME)
     result_cache_tables: list[str] = Field(default_factory=lambda: ["*.*"], description="tables whose scans may be cached: db.table, db.* or *.*, comma-separated", json_schema_extra=RUNTIME)
