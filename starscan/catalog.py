@@ -230,7 +230,7 @@ class Warehouse:
         location = self.table_path(db, table) if self._table_name_ok(db, table) else self.require_table(db, table)
         try:
             st = os.stat(location)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL in a name
             st = None
         if st is None or not stat.S_ISDIR(st.st_mode):
             self.require_table(db, table)

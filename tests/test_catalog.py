@@ -43,7 +43,7 @@ def test_names(wh):
         wh.snapshot("nodb", "t")
     with pytest.raises(TableNotFound, match=r"Table \[nope\] does not exists"):
         wh.snapshot("d1", "nope")
-    for bad in ("..", "../d1", "_starscan", ".hidden", "a/b"):
+    for bad in ("..", "../d1", "_starscan", ".hidden", "a/b", "d1\x00"):
         with pytest.raises((DatabaseNotFound, TableNotFound)):
             wh.snapshot(bad, "t")
         with pytest.raises(TableNotFound):
