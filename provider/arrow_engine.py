@@ -20,8 +20,6 @@ import json
 from pathlib import Path
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from pyarrow import ArrowException
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
@@ -30,6 +28,7 @@ from starscan.expr import Expr, unflatten
 from starscan.hadoop_paths import exact_partition_value
 from starscan.provider.arrow_expr import NotArrowable, to_arrow_filter
 from starscan.provider.arrow_reader import ArrowRead, ArrowSplit, FilePart
+from starscan.tablets import FOOTERS, cut_file, pack
 from starscan.types import SPARK_INTEGER_RANGES
 
 _SCALAR_TYPES = (T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
@@ -148,47 +147,26 @@ def _file_conjuncts(predicate: Expr, field_of, partition_names: set[str]) -> pc.
 
 
 def _splits(parts: list[FilePart], split_bytes: int) -> list[ArrowSplit]:
-    """Large files cut at row-group boundaries, small ones packed (Spark's rule: files
-    sorted by size, each split filled up to split_bytes with an open cost per file)."""
+    """The scanner's tablets split again for its tasks, by the FE's rules (starscan.tablets):
+    a large file or cut tablet in runs of its row groups, small files packed."""
     out: list[ArrowSplit] = []
     small: list[FilePart] = []
     for part in parts:
         if part.size <= split_bytes and part.row_groups is None:
             small.append(part)
             continue
-        try:
-            meta = pq.read_metadata(part.path)
-        except (OSError, ValueError, ArrowException):
-            out.append(ArrowSplit((part,)))  # the task reports what is wrong with the file
+        groups = FOOTERS.row_groups(Path(part.path), part.size, part.mtime_ns)
+        chosen = list(range(len(groups or ()))) if part.row_groups is None else list(part.row_groups)
+        if groups is None or any(not 0 <= rg < len(groups) for rg in chosen):
+            out.append(ArrowSplit((part,)))  # unreadable, or past the end of the file: the task says so
             continue
-        chosen = range(meta.num_row_groups) if part.row_groups is None else part.row_groups
-        if any(not 0 <= rg < meta.num_row_groups for rg in chosen):
-            out.append(ArrowSplit((part,)))  # past the end of the file: the task says so
+        if not chosen:
+            out.append(ArrowSplit((_with_row_groups(part, []),)))
             continue
-        run: list[int] = []
-        run_bytes = 0
-        for rg in chosen:
-            group = meta.row_group(rg)
-            size = sum(group.column(j).total_compressed_size for j in range(group.num_columns))
-            if run and run_bytes + size > split_bytes:
-                out.append(ArrowSplit((_with_row_groups(part, run),)))
-                run, run_bytes = [], 0
-            run.append(rg)
-            run_bytes += size
-        if run or not chosen:
-            out.append(ArrowSplit((_with_row_groups(part, run),)))
-    small.sort(key=lambda p: p.size, reverse=True)
-    current: list = []
-    current_bytes = 0
-    for part in small:
-        cost = part.size + OPEN_COST_BYTES
-        if current and current_bytes + cost > split_bytes:
-            out.append(ArrowSplit(tuple(current)))
-            current, current_bytes = [], 0
-        current.append(part)
-        current_bytes += cost
-    if current:
-        out.append(ArrowSplit(tuple(current)))
+        first = chosen[0]  # a tablet's row groups are a contiguous run
+        for run_first, run_groups, _, _ in cut_file(groups[first:chosen[-1] + 1], split_bytes):
+            out.append(ArrowSplit((_with_row_groups(part, list(range(first + run_first, first + run_first + run_groups))),)))
+    out.extend(ArrowSplit(tuple(group)) for group in pack(small, lambda p: p.size, split_bytes, OPEN_COST_BYTES))
     return out
 
 

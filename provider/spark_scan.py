@@ -52,12 +52,10 @@ from starscan.provider.push_task import PushTarget, push_arrow_splits, push_spar
 from starscan.provider.result_queue import ResultQueue
 from starscan.spark import read_parquet_files
 from starscan.spark_expr import column_ref, to_column
-from starscan.tablets import Footers, row_range_problem
+from starscan.tablets import FOOTERS, row_range_problem
 from starscan.types import is_supported
 
 log = logging.getLogger("starscan.provider.scan")
-
-_FOOTERS = Footers(maxsize=256)  # row groups of the cut files scanned on the sql engine
 
 #: Seconds a stopped scan's tasks get to notice the stop before their jobs are cancelled.
 STOP_GRACE_S = 2.0
@@ -159,7 +157,7 @@ class SparkScan:
                 whole.extend(str(location / f.path) for f in t.files)
             else:
                 f = t.files[0]
-                problem = row_range_problem(_FOOTERS.row_groups(location / f.path, f.size, f.mtime_ns),
+                problem = row_range_problem(FOOTERS.row_groups(location / f.path, f.size, f.mtime_ns),
                                             t.first_row_group, t.row_groups or 0, t.first_row, t.rows)
                 if problem is not None:
                     raise ScanFailed(f"table {plan.database}.{plan.table}: file {f.path} does not hold the planned "

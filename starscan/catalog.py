@@ -20,14 +20,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 from cachetools import LRUCache
 
 from starscan.errors import DatabaseNotFound, TableNotFound
 from starscan.files import is_hidden
 from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
-from starscan.tablets import Footers, Sizing, hash_int, split_files, tablet_id
+from starscan.tablets import FOOTERS, DataFileLike, Sizing, Tablet, hash_int, split_files
+
+__all__ = ["DataFile", "Tablet", "TableSnapshot", "Warehouse", "list_table_files", "partition_of"]
 
 DEFAULT_DB = "default"
 DB_SUFFIX = ".db"
@@ -42,33 +43,6 @@ class DataFile:
     # Spark decodes it, the value exactly as the folder spells it (None: Hive's NULL folder).
     # How a value reads depends on the column's type: see starscan.hadoop_paths.
     partition: tuple[tuple[str, str | None], ...] = ()
-
-
-@dataclass(frozen=True)
-class Tablet:
-    """Whole files of one partition, or (``first_row_group`` set) a run of ``row_groups`` row
-    groups of its single file, holding rows ``[first_row, first_row + rows)`` of it."""
-
-    tablet_id: int
-    files: tuple[DataFile, ...]
-    first_row_group: int | None = None
-    row_groups: int | None = None
-    first_row: int | None = None
-    rows: int | None = None
-
-    @property
-    def is_cut(self) -> bool:
-        return self.first_row_group is not None
-
-    @property
-    def raw_partition(self) -> dict[str, str | None]:
-        """Partition column -> the folder's value as spelled (None: NULL)."""
-        return dict(self.files[0].partition) if self.files else {}
-
-    @property
-    def partition(self) -> dict[str, str | None]:
-        """Partition column -> its value as Spark reads it into a string column."""
-        return {col: None if raw is None else unescape_path_name(raw) for col, raw in self.raw_partition.items()}
 
 
 @dataclass(frozen=True)
@@ -88,9 +62,9 @@ class TableSnapshot:
         return f"{self.db}.{self.name}"
 
     @property
-    def files(self) -> list[DataFile]:
+    def files(self) -> list[DataFileLike]:
         """Every data file once (a cut file is in several tablets), in path order."""
-        seen: dict[str, DataFile] = {}
+        seen: dict[str, DataFileLike] = {}
         for t in self.tablets:
             for f in t.files:
                 seen.setdefault(f.path, f)
@@ -154,7 +128,6 @@ class Warehouse:
     def __init__(self, root: Path, listing_ttl_s: float = 5.0, sizing: Sizing | None = None):
         self.root = Path(root).resolve()
         self.sizing = sizing or Sizing()
-        self._footers = Footers()
         self._lock = threading.Lock()
         self._ttl_s = listing_ttl_s
         self._listings: LRUCache = LRUCache(maxsize=4096)  # table location -> _Listing
@@ -289,13 +262,8 @@ class Warehouse:
 
     def _build_snapshot(self, db: str, table: str, location: Path) -> TableSnapshot:
         files, part_cols = list_table_files(location)
-        identity = f"{db}.{table}"
-        tablets = []
-        for pieces in split_files(files, self.sizing,
-                                  lambda f: self._footers.row_groups(location / f.path, f.size, f.mtime_ns)):
-            first = pieces[0]
-            tablets.append(Tablet(tablet_id(identity, pieces), tuple(cast(DataFile, p.file) for p in pieces),
-                                  first.first_row_group, first.row_groups, first.first_row, first.rows))
+        tablets = split_files(f"{db}.{table}", files, self.sizing,
+                              lambda f: FOOTERS.row_groups(location / f.path, f.size, f.mtime_ns))
         version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
         by_id = {t.tablet_id: t for t in tablets}
         return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id)

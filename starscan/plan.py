@@ -181,12 +181,17 @@ def pack_tablets(tablets: list) -> bytes:
     return serialize(plan_idl.TPlanTablets(tablets=tablets))
 
 
-def tablets_of(plan) -> list:
-    """The ``TPlanTablet`` list of a decoded (signature-checked) plan."""
+def unpack_tablets(packed: bytes) -> list:
+    """``pack_tablets``' bytes (from a signed plan, or a list the server keeps) -> ``[TPlanTablet]``."""
     try:
-        return deserialize(plan_idl.TPlanTablets(), plan.tablets or b"").tablets or []
+        return deserialize(plan_idl.TPlanTablets(), packed).tablets or []
     except Exception:  # noqa: BLE001 - any decode failure means a damaged plan
         raise PlanInvalid("query plan tablet list is damaged") from None
+
+
+def tablets_of(plan) -> list:
+    """The ``TPlanTablet`` list a decoded (signature-checked) plan carries."""
+    return unpack_tablets(plan.tablets or b"")
 
 
 def to_bytes(plan) -> bytes:

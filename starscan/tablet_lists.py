@@ -69,16 +69,10 @@ class TabletLists:
             packed = self._packed.get(digest)
         if packed is None:
             return None
-        holder = plan_idl.TScanPlan(tablets=packed)
-        decoded = {t.tablet_id: t for t in plan_codec.tablets_of(holder)}
+        decoded = {t.tablet_id: t for t in plan_codec.unpack_tablets(packed)}
         with self._lock:
             self._decoded[digest] = decoded
         return decoded
-
-    @property
-    def nbytes(self) -> int:
-        with self._lock:
-            return int(self._packed.currsize)
 
 
 def pack_snapshot(snap) -> bytes:
@@ -101,9 +95,9 @@ def planned_tablets(plan, lists: TabletLists, warehouse=None) -> list:
         if snap is not None and str(snap.location) == plan.table_location:
             packed = pack_snapshot(snap)
             if digest_of(packed) == plan.tablets_digest:
-                lists.put(packed)
+                lists.put(packed, plan.tablets_digest)
                 by_id = lists.tablets(plan.tablets_digest) or {
-                    t.tablet_id: t for t in plan_codec.tablets_of(plan_idl.TScanPlan(tablets=packed))}
+                    t.tablet_id: t for t in plan_codec.unpack_tablets(packed)}  # too large to keep
     if by_id is None:
         raise SnapshotGone(
             f"table {plan.database}.{plan.table} version {plan.version} is gone: its files changed since the plan "

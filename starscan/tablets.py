@@ -25,9 +25,11 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from cachetools import LRUCache
+
+from starscan.hadoop_paths import unescape_path_name
 
 #: Opening a small Parquet file and reading its footer with pyarrow takes about 0.3 ms here,
 #: the time it reads ~80 KB of column data (measured on 500 ten-row files against a 3M-row
@@ -68,7 +70,8 @@ class RowGroup:
 
 
 class Footers:
-    """Row-group layouts of Parquet files, read once per file identity (LRU-bounded)."""
+    """Row-group layouts of Parquet files, read once per file identity (LRU-bounded). One per
+    process (``FOOTERS``): the FE cuts files with it, the BE splits and checks tablets."""
 
     def __init__(self, maxsize: int = 4096):
         self._lock = threading.Lock()
@@ -97,91 +100,117 @@ class Footers:
         return groups
 
 
-@dataclass(frozen=True)
-class Piece:
-    """One file, or a run of its row groups ``[first_row_group, first_row_group + row_groups)``
-    holding rows ``[first_row, first_row + rows)`` of the file."""
+FOOTERS = Footers()
 
-    file: DataFileLike
+
+@dataclass(frozen=True)
+class Tablet:
+    """Whole files of one partition, or (``first_row_group`` set) a run of ``row_groups`` row
+    groups of its single file, holding rows ``[first_row, first_row + rows)`` of it."""
+
+    tablet_id: int
+    files: tuple[DataFileLike, ...]
     first_row_group: int | None = None
     row_groups: int | None = None
     first_row: int | None = None
     rows: int | None = None
 
     @property
-    def is_whole(self) -> bool:
-        return self.first_row_group is None
+    def is_cut(self) -> bool:
+        return self.first_row_group is not None
+
+    @property
+    def raw_partition(self) -> dict[str, str | None]:
+        """Partition column -> the folder's value as spelled (None: NULL)."""
+        return dict(self.files[0].partition) if self.files else {}
+
+    @property
+    def partition(self) -> dict[str, str | None]:
+        """Partition column -> its value as Spark reads it into a string column."""
+        return {col: None if raw is None else unescape_path_name(raw) for col, raw in self.raw_partition.items()}
+
+
+#: A run of a file's row groups: (first_row_group, row_groups, first_row, rows).
+_Run = tuple[int, int, int, int]
+_Item = TypeVar("_Item")
 
 
 def file_identity(f: DataFileLike) -> str:
     return f"{f.path}|{f.size}|{f.mtime_ns}"
 
 
-def tablet_id(table: str, pieces: tuple[Piece, ...]) -> int:
+def tablet_id(table: str, files: tuple[DataFileLike, ...], run: _Run | None = None) -> int:
     """A whole single file keeps the id it always had: hash of table and file identity."""
-    parts = []
-    for p in pieces:
-        text = file_identity(p.file)
-        if not p.is_whole:
-            text += f"#rg{p.first_row_group}+{p.row_groups}"
-        parts.append(text)
-    return hash_int(f"{table}/" + "\n".join(parts), 63)
+    text = "\n".join(file_identity(f) for f in files)
+    if run is not None:
+        text += f"#rg{run[0]}+{run[1]}"
+    return hash_int(f"{table}/" + text, 63)
 
 
-def cut_file(f: DataFileLike, groups: tuple[RowGroup, ...], target_bytes: int) -> list[Piece]:
+def cut_file(groups: tuple[RowGroup, ...], target_bytes: int) -> list[_Run]:
     """Runs of whole row groups of about ``target_bytes`` (a run ends before the group that
     would take it past the target; a larger group is a run of its own)."""
-    out: list[Piece] = []
+    out: list[_Run] = []
     first_group, first_row, run_groups, run_rows, run_bytes = 0, 0, 0, 0, 0
     for i, g in enumerate(groups):
         if run_groups and run_bytes + g.compressed_bytes > target_bytes:
-            out.append(Piece(f, first_group, run_groups, first_row, run_rows))
+            out.append((first_group, run_groups, first_row, run_rows))
             first_group, first_row = i, first_row + run_rows
             run_groups, run_rows, run_bytes = 0, 0, 0
         run_groups += 1
         run_rows += g.rows
         run_bytes += g.compressed_bytes
     if run_groups:
-        out.append(Piece(f, first_group, run_groups, first_row, run_rows))
+        out.append((first_group, run_groups, first_row, run_rows))
     return out
 
 
-def split_files(files: Iterable[DataFileLike], sizing: Sizing,
-                row_groups_of: Callable[[DataFileLike], tuple[RowGroup, ...] | None]) -> list[tuple[Piece, ...]]:
-    """The tablets of a table's files (each a tuple of pieces), partition by partition in the
-    order the partitions first appear in ``files``."""
+def pack(items: list[_Item], size_of: Callable[[_Item], int], target_bytes: int, open_cost_bytes: int
+         ) -> list[list[_Item]]:
+    """Spark's packing of files into partitions: largest first (ties in the given order), a
+    group closed when the next item, counted with ``open_cost_bytes``, would take it past
+    ``target_bytes``."""
+    out: list[list[_Item]] = []
+    current: list[_Item] = []
+    current_bytes = 0
+    for item in sorted(items, key=size_of, reverse=True):
+        cost = size_of(item) + open_cost_bytes
+        if current and current_bytes + cost > target_bytes:
+            out.append(current)
+            current, current_bytes = [], 0
+        current.append(item)
+        current_bytes += cost
+    if current:
+        out.append(current)
+    return out
+
+
+def split_files(table: str, files: Iterable[DataFileLike], sizing: Sizing,
+                row_groups_of: Callable[[DataFileLike], tuple[RowGroup, ...] | None]) -> list[Tablet]:
+    """The tablets of ``table``'s files, in path order."""
     by_partition: dict[tuple, list[DataFileLike]] = {}
     for f in files:
         by_partition.setdefault(f.partition, []).append(f)
-    out: list[tuple[Piece, ...]] = []
+    splits: list[tuple[tuple[DataFileLike, ...], _Run | None]] = []
     for members in by_partition.values():
         small: list[DataFileLike] = []
         for f in members:
             groups = row_groups_of(f) if f.size > sizing.target_bytes else None
-            if groups is not None and len(groups) > 1:
-                cut = cut_file(f, groups, sizing.target_bytes)
-                if len(cut) > 1:
-                    out.extend((piece,) for piece in cut)
-                    continue
-            if f.size >= sizing.target_bytes:
-                out.append((Piece(f),))
+            runs = cut_file(groups, sizing.target_bytes) if groups is not None and len(groups) > 1 else []
+            if len(runs) > 1:
+                splits.extend(((f,), run) for run in runs)
+            elif f.size >= sizing.target_bytes:
+                splits.append(((f,), None))
             else:
                 small.append(f)
-        # Spark's packing: largest first, a tablet closed when the next file would overflow it.
-        small.sort(key=lambda f: (-f.size, f.path))
-        current: list[Piece] = []
-        current_bytes = 0
-        for f in small:
-            cost = f.size + sizing.open_cost_bytes
-            if current and current_bytes + cost > sizing.target_bytes:
-                out.append(tuple(current))
-                current, current_bytes = [], 0
-            current.append(Piece(f))
-            current_bytes += cost
-        if current:
-            out.append(tuple(current))
-    tablets = [tuple(sorted(t, key=lambda p: p.file.path)) for t in out]
-    tablets.sort(key=lambda t: (t[0].file.path, t[0].first_row_group or 0))
+        small.sort(key=lambda f: f.path)
+        splits.extend((tuple(group), None)
+                      for group in pack(small, lambda f: f.size, sizing.target_bytes, sizing.open_cost_bytes))
+    tablets = []
+    for members_of, run in splits:
+        ordered = tuple(sorted(members_of, key=lambda f: f.path))
+        tablets.append(Tablet(tablet_id(table, ordered, run), ordered, *(run or (None, None, None, None))))
+    tablets.sort(key=lambda t: (t.files[0].path, t.first_row_group or 0))
     return tablets
 
 
