@@ -6,7 +6,7 @@ One run, one process tree, the same generated data (``demo.lineitem`` written by
 - **starscan** (in this process: FE over HTTP + BE over Thrift on local Spark), read through the
   protocol by ``starscan/client.py`` (thriftpy2) and by a client that Debian's Apache Thrift
   compiler generates from ``idl/StarrocksExternalService.thrift`` at run time (the official
-  ``thrift`` library, as ``tests/test_wire_official.py``);
+  ``thrift`` library, as ``tests/wire/test_wire_official.py``);
 - **Spark Connect**: a local Spark Connect server (``spark-submit --class ...SparkConnectServer``
   from pyspark's own jars, child process, 127.0.0.1, the same Spark settings as starscan's
   session) read with ``spark.read.parquet(path)[...].toArrow()``;

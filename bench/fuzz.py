@@ -1,4 +1,4 @@
-"""Long fuzz runs of the BE request path and the SQL validator (tests/fuzz), bounded.
+"""Long fuzz runs of the BE request path and the SQL validator (tests/wire/fuzz), bounded.
 
 CI runs the same targets briefly with fixed examples; this runs them with fresh random
 examples, `--examples` per target, and stops after `--minutes` whatever happens.
@@ -23,7 +23,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10.0, help="hard stop")
     args = ap.parse_args()
     env = {**os.environ, "FUZZ_EXAMPLES": str(args.examples), "FUZZ_RANDOM": "1", "SPARK_LOCAL_IP": "127.0.0.1"}
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests" / "fuzz"), "-q", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests" / "wire" / "fuzz"), "-q", "-p", "no:cacheprovider",
            "--timeout", str(int(args.minutes * 60)), "-o", "log_level=WARNING"]
     try:
         return subprocess.run(cmd, env=env, cwd=ROOT, timeout=args.minutes * 60 + 120).returncode

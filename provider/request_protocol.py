@@ -5,7 +5,7 @@ Both of thriftpy2's readers skip unknown fields by looping over a container's de
 size, and elements of a type that has no bytes on the wire (STOP, VOID, or any undefined
 type number) cost nothing to skip. A 20-byte request declaring a list of two billion such
 elements kept the Cython reader busy for 5 s and the pure-Python one for minutes, holding
-the GIL (found by tests/fuzz). No Thrift IDL can declare such a list, so skipping one is
+the GIL (found by tests/wire/fuzz). No Thrift IDL can declare such a list, so skipping one is
 refused at its first element: thriftpy2's module-level ``skip`` (which its ``read_struct``
 and ``read_val`` look up at call time) is wrapped with that type check by
 ``install_checked_skip``, which ``request_protocol_factory`` calls (nothing is patched at

@@ -18,7 +18,7 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 for _key in [k for k in os.environ if k.startswith("STARSCAN_")]:
     del os.environ[_key]
 # Servers the tests start as subprocesses (`starscan serve`) skip the start-up warm-up scan:
-# it is worth its seconds to a reader, not to a test. tests/test_warmup.py checks it.
+# it is worth its seconds to a reader, not to a test. tests/integration/test_warmup.py checks it.
 os.environ["STARSCAN_WARMUP_ROWS"] = "0"
 
 DEMO_SCALE = 0.005  # 30k lineitem rows: enough batches, quick to write
@@ -43,11 +43,11 @@ def base_settings(warehouse_dir):
     return load_settings(
         warehouse=warehouse_dir, spark_master="local[2]", http_port=0, be_port=0, query_port=0, bind_host="127.0.0.1",
         advertise_host="127.0.0.1", scan_context_gc_interval_s=1.0, listing_cache_ttl_s=0,
-        # The shared server must not lock anyone out or rate-limit the suite: tests/test_limits.py
-        # and tests/test_security.py check those limits on servers of their own.
+        # The shared server must not lock anyone out or rate-limit the suite: tests/integration/test_limits.py
+        # and tests/integration/test_security.py check those limits on servers of their own.
         plan_rate_per_user=0, login_max_failures=1_000_000, warmup_rows=0,
         # Every file a tablet of its own, as the protocol's vectors define db1.t1 (two files, two
-        # tablets) and as the lifecycle tests count scanners; tests/test_tablet_splits.py packs
+        # tablets) and as the lifecycle tests count scanners; tests/integration/test_tablet_splits.py packs
         # and cuts through the run-time config.
         tablet_open_cost_bytes=1 << 30,
         spark_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"},
@@ -161,15 +161,32 @@ def engine(request, server):
 
 
 # ---- test tiers ----------------------------------------------------------------------------
-# `quick`: needs no SparkSession and starts no server process (pytest -m quick, under a
-# minute); everything else talks to a real Spark and real servers. Decided from what a test
-# uses, so a new test lands in the right tier without anyone remembering a marker: a test
-# that starts `starscan serve` or Spark on its own marks itself `slow`.
+# The folders are the tiers:
+#   tests/unit         no SparkSession, no server process: the whole folder runs in seconds;
+#   tests/wire         the wire contract: REST, Thrift and plan vectors, the official Apache
+#                      Thrift client, bad input and fuzz targets, against the real server;
+#   tests/integration  scans on a real Spark through real servers, one behaviour per file.
+# `quick` (pytest -m quick, under a minute) is every test, in any folder, that needs no
+# SparkSession and starts no server process. It is decided from what a test uses, so a new
+# test lands in the right tier without anyone remembering a marker; a test that starts
+# `starscan serve` or Spark on its own marks itself `slow`. A test in tests/unit that is not
+# quick fails the collection: the folder's promise is kept by the suite, not by habit.
 _NEEDS_SPARK = {"spark", "server", "fe_url", "be_addr", "client", "engine"}
+_TIERS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config, items):
+    misplaced = []
     for item in items:
         needs = set(getattr(item, "fixturenames", ())) & _NEEDS_SPARK
-        if not needs and item.get_closest_marker("slow") is None:
+        quick = not needs and item.get_closest_marker("slow") is None
+        if quick:
             item.add_marker(pytest.mark.quick)
+        tier = Path(str(item.path)).resolve().relative_to(_TIERS).parts[0]
+        if tier in ("unit", "wire", "integration"):
+            item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit" and not quick:
+            misplaced.append(f"{item.nodeid} (uses {', '.join(sorted(needs)) or 'a slow marker'})")
+    if misplaced:
+        raise pytest.UsageError("tests/unit holds only tests without Spark or a server process; move these to "
+                                "tests/integration: " + "; ".join(misplaced))

@@ -27,7 +27,7 @@ from starscan.client import StarscanClient
 
 pytestmark = pytest.mark.slow  # starts its own `starscan serve` (not the quick tier)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SKIP_DIRS = {".venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis", "starscan-warehouse",
              "spark-warehouse", "metastore_db", ".git", "docs"}
 

@@ -36,7 +36,7 @@ from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
 from starscan.thrift_defs import wire
 from test_scan_lifecycle import Conn, arrow_rows, job_states, one_batch, plan_for, spark_rows, wait_until
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from faults import FaultProxy  # noqa: E402
 
 OK = wire.TStatusCode.OK
@@ -49,7 +49,7 @@ QUEUE_MAX = 4 * MIB
 # has computed at most two partitions ahead of the reader (a bigger batch would be refused).
 ONE_BATCH_ALL_COLUMNS = MIB           # lineitem, all 16 columns: ~0.8 MB a batch
 ONE_BATCH_THREE_COLUMNS = 256 << 10   # lineitem key + comment: ~0.2 MB a batch
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TRANSPORT_ERRORS = (TTransportException, OSError, EOFError)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 
@@ -92,3 +93,26 @@ def test_user_cli_manages_the_users_file(tmp_path):
     assert bad.returncode != 0 and "db.table" in bad.stderr
     assert "password_hash" in (wh / "_starscan" / "users.json").read_text()
     assert "pässwörd" not in (wh / "_starscan" / "users.json").read_text()
+
+
+def test_cli_tables(server, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
+    env["COLUMNS"] = "200"
+    out = subprocess.run([sys.executable, "-m", "starscan", "tables", "--warehouse", str(server.warehouse.root)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+
+    def row(db, table):
+        return [ln for ln in lines if f" {db} " in ln and f" {table} " in ln]
+
+    assert row("demo", "lineitem"), out.stdout
+    assert row("demo", "all_types"), out.stdout
+    assert row("db1", "t1"), out.stdout
+    sales = row("db1", "sales")
+    assert sales and "region, day" in sales[0], out.stdout
+    t1 = row("db1", "t1")[0]
+    from starscan.catalog import Warehouse
+
+    snap = Warehouse(server.warehouse.root, 0).snapshot("db1", "t1")  # the CLI's default tablet sizes
+    assert f" {len(snap.tablets)} " in t1 and f" {snap.version} " in t1

@@ -25,7 +25,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
-IDL = Path(__file__).resolve().parent.parent / "idl" / "StarrocksExternalService.thrift"
+IDL = Path(__file__).resolve().parents[2] / "idl" / "StarrocksExternalService.thrift"
 AUTH = "Basic " + base64.b64encode(b"root:").decode()  # cm9vdDo=
 VECTOR_SQL = "select `k1`,`v1` from `db1`.`t1` where (`k1` > 0)"
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -295,7 +295,7 @@ def test_limits_are_listed_in_the_security_doc():
 
     from starscan.config import Settings
 
-    readme = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text(encoding="utf-8")
     for key in ("plan_rate_per_user", "plan_rate_burst", "max_scanners", "max_scanners_per_user",
                 "total_queue_max_bytes", "query_timeout_max_s", "max_tablets_per_scanner", "max_tablets_per_plan",
                 "max_sql_length", "max_request_body_bytes", "max_thrift_message_bytes", "login_max_failures",

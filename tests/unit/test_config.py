@@ -281,33 +281,13 @@ def test_cli_version(tmp_path):
     assert out.stdout.strip() == f"starscan {__version__}"
 
 
-def test_cli_tables(server, tmp_path):
-    out = _cli("tables", "--warehouse", str(server.warehouse.root), cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-
-    def row(db, table):
-        return [ln for ln in lines if f" {db} " in ln and f" {table} " in ln]
-
-    assert row("demo", "lineitem"), out.stdout
-    assert row("demo", "all_types"), out.stdout
-    assert row("db1", "t1"), out.stdout
-    sales = row("db1", "sales")
-    assert sales and "region, day" in sales[0], out.stdout
-    t1 = row("db1", "t1")[0]
-    from starscan.catalog import Warehouse
-
-    snap = Warehouse(server.warehouse.root, 0).snapshot("db1", "t1")  # the CLI's default tablet sizes
-    assert f" {len(snap.tablets)} " in t1 and f" {snap.version} " in t1
-
-
 def test_the_configuration_reference_is_generated_from_the_model():
     """docs/configuration.md is `starscan config reference`: regenerate it when a field changes."""
     from pathlib import Path
 
     from starscan.config_reference import render
 
-    path = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    path = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert path.read_text(encoding="utf-8") == render(), (
         "docs/configuration.md is stale: run `starscan config reference > docs/configuration.md`")
 

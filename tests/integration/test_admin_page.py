@@ -19,7 +19,7 @@ from starscan.client import StarscanClient
 from starscan.users import UserStore
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _browser_or_skip():
