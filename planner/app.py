@@ -13,12 +13,12 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from starscan import __version__
 from starscan.audit import AuditLog
-from starscan.config import Settings
 from starscan.errors import BadRequest, RequestTooLarge, StarscanError, TooManyRequests, unexpected_error_message
 from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
 from starscan.planner.query_plan import QueryPlanner, read_sql_body
 from starscan.ratelimit import TokenBuckets
+from starscan.runtime_config import LiveSettings
 from starscan.spark import spark_problem
 
 log = logging.getLogger("starscan.planner")
@@ -50,12 +50,13 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def create_app(planner: QueryPlanner, auth: Authenticator, settings: Settings, audit: AuditLog | None = None) -> FastAPI:
+def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, audit: AuditLog | None = None) -> FastAPI:
     register_url_convertor("seg", _Segment())  # a path segment that may be empty (StarRocks' 404s)
     app = FastAPI(title="starscan FE", version=__version__, description="StarRocks FE scan-planning endpoints served from Spark tables.")
     app.add_exception_handler(StarscanError, handle_starscan_error)  # type: ignore[arg-type]
     app.state.planner = planner
     app.state.auth = auth
+    settings = live.current  # at start; a request reads live.current for the keys that change at run time
     plan_rate = TokenBuckets(settings.plan_rate_per_user, settings.plan_rate_burst)
     app.state.plan_rate = plan_rate  # update_config changes its limits
     # Planning is CPU work under the GIL: many plans at once only share the same cores, and
@@ -70,6 +71,7 @@ def create_app(planner: QueryPlanner, auth: Authenticator, settings: Settings, a
     async def query_plan(request: Request, db: str, table: str) -> Response:
         client = client_of(request)
         started = time.monotonic()
+        settings = live.current
         info: dict = {}
         user = None
         try:

@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from typing import ClassVar
 
 from pyspark.sql import types as T
 
@@ -80,21 +81,70 @@ def t_or(a: frozenset, b: frozenset) -> frozenset:
 
 
 # ---- values ------------------------------------------------------------------------------
+# One class per kind of known SQL value; ``None`` stands for a value that cannot be known.
+# ``kind`` names the class for the coercion tables below; the fields are typed per kind.
 @dataclass(frozen=True)
-class Val:
-    """A known SQL value. ``kind``: null, int, decimal, double, string, date, timestamp,
-    boolean. ``p``/``s``: decimal precision/scale (for ints: the decimal precision Spark
-    widens that integer type to). ``ntz``: a TIMESTAMP_NTZ value (else local time zone)."""
+class NullV:
+    kind: ClassVar[str] = "null"
 
-    kind: str
-    v: object = None
-    p: int = 0
-    s: int = 0
+
+@dataclass(frozen=True)
+class IntV:
+    """An integer; ``p``: the decimal precision Spark widens its integer type to."""
+
+    v: int
+    p: int
+    kind: ClassVar[str] = "int"
+    s: ClassVar[int] = 0
+
+
+@dataclass(frozen=True)
+class DecimalV:
+    v: Decimal
+    p: int
+    s: int
+    kind: ClassVar[str] = "decimal"
+
+
+@dataclass(frozen=True)
+class DoubleV:
+    v: float
+    kind: ClassVar[str] = "double"
+
+
+@dataclass(frozen=True)
+class StringV:
+    v: str
+    kind: ClassVar[str] = "string"
+
+
+@dataclass(frozen=True)
+class DateV:
+    v: _dt.date
+    kind: ClassVar[str] = "date"
+
+
+@dataclass(frozen=True)
+class TimestampV:
+    """``ntz``: a TIMESTAMP_NTZ value (else Spark's local-time-zone kind)."""
+
+    v: _dt.datetime
     ntz: bool = False
+    kind: ClassVar[str] = "timestamp"
 
+
+@dataclass(frozen=True)
+class BooleanV:
+    v: bool
+    kind: ClassVar[str] = "boolean"
+
+
+Val = NullV | IntV | DecimalV | DoubleV | StringV | DateV | TimestampV | BooleanV
+ExactNumber = IntV | DecimalV
+Number = IntV | DecimalV | DoubleV
 
 _UNK = None  # "some value we cannot know"
-NULL_VAL = Val("null")
+NULL_VAL = NullV()
 
 INT_WIDTH = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
 _TYPE_ALIASES = {
@@ -182,15 +232,15 @@ def partition_value(raw: str | None, dt: T.DataType) -> Val | None:
             return _UNK
         value = int(raw)
         lo, hi = INTEGER_RANGES[name]
-        return Val("int", value, INT_WIDTH[name]) if lo <= value <= hi else _UNK
+        return IntV(value, INT_WIDTH[name]) if lo <= value <= hi else _UNK
     if isinstance(dt, T.DecimalType):
         if not _DEC_RE.fullmatch(raw):
             return _UNK
-        value = Decimal(raw)
-        q = _fits(value, dt.precision, dt.scale)
-        if q is None or q != value:
+        exact = Decimal(raw)
+        q = _fits(exact, dt.precision, dt.scale)
+        if q is None or q != exact:
             return _UNK
-        return Val("decimal", q, dt.precision, dt.scale)
+        return DecimalV(q, dt.precision, dt.scale)
     if isinstance(dt, T.DoubleType):
         if not _DOUBLE_RE.fullmatch(raw):
             return _UNK
@@ -198,28 +248,27 @@ def partition_value(raw: str | None, dt: T.DataType) -> Val | None:
     if isinstance(dt, (T.StringType, T.VarcharType)) and not isinstance(dt, T.CharType):
         if getattr(dt, "collation", "UTF8_BINARY") not in (None, "UTF8_BINARY"):
             return _UNK
-        return Val("string", raw)
+        return StringV(raw)
     if isinstance(dt, T.DateType):
         d = parse_date(raw)
-        return Val("date", d) if d is not None else _UNK
+        return DateV(d) if d is not None else _UNK
     if isinstance(dt, (T.TimestampType, T.TimestampNTZType)):
         ts = parse_timestamp(raw)
-        return Val("timestamp", ts, ntz=isinstance(dt, T.TimestampNTZType)) if ts is not None else _UNK
+        return TimestampV(ts, ntz=isinstance(dt, T.TimestampNTZType)) if ts is not None else _UNK
     if isinstance(dt, T.BooleanType):
-        return Val("boolean", raw == "true") if raw in ("true", "false") else _UNK
+        return BooleanV(raw == "true") if raw in ("true", "false") else _UNK
     return _UNK
 
 
-def _double(x: float) -> Val | None:
+def _double(x: float) -> DoubleV | None:
     if x != x or x in (float("inf"), float("-inf")):
         return _UNK  # NaN / infinities: Spark's special ordering, not worth the risk
-    return Val("double", x)
+    return DoubleV(x)
 
 
 # ---- the evaluator -------------------------------------------------------------------------
 _COMPARISONS = COMPARISONS - {Operator.EQ_NULL_SAFE}  # <=> never gives NULL: null_safe_equal
 _BOOLEAN_OPS = COMPARISONS | LOGICAL
-_NUMERIC = {"int", "decimal", "double"}
 
 
 class _Evaluator:
@@ -270,7 +319,7 @@ class _Values(ExprVisitor["Val | None"]):
         t = self.ev.truth(e)
         if len(t) == 1:
             (only,) = t
-            return NULL_VAL if only == NULL else Val("boolean", only == TRUE)
+            return NULL_VAL if only == NULL else BooleanV(only == TRUE)
         return _UNK
 
     visit_in = visit_between = visit_is_null = visit_like = _boolean
@@ -312,7 +361,7 @@ class _Truths(ExprVisitor[frozenset]):
         v = self.ev.value(e.children[0])
         if v is None:
             return NOT_NULL
-        return ALWAYS_TRUE if v.kind == "null" else ALWAYS_FALSE
+        return ALWAYS_TRUE if isinstance(v, NullV) else ALWAYS_FALSE
 
     def visit_between(self, e: Expr) -> frozenset:
         x, lo, hi = (self.ev.value(c) for c in e.children)
@@ -325,9 +374,9 @@ class _Truths(ExprVisitor[frozenset]):
         v = self.ev.value(e)
         if v is None:
             return UNKNOWN
-        if v.kind == "null":
+        if isinstance(v, NullV):
             return ALWAYS_NULL
-        if v.kind == "boolean":
+        if isinstance(v, BooleanV):
             return ALWAYS_TRUE if v.v else ALWAYS_FALSE
         return UNKNOWN
 
@@ -346,119 +395,115 @@ def literal_value(e: Expr) -> Val | None:
                 return _UNK
             value = int(text)
             lo, hi = INTEGER_RANGES[lt]
-            return Val("int", value, INT_WIDTH[lt]) if lo <= value <= hi else _UNK
+            return IntV(value, INT_WIDTH[lt]) if lo <= value <= hi else _UNK
         if lt == "decimal":
             parsed = Decimal(text)
             if not parsed.is_finite():
                 return _UNK
-            value, p, s = decimal_precision_scale(parsed)
-            return Val("decimal", value, p, s) if p <= MAX_PRECISION else _UNK
+            number, p, s = decimal_precision_scale(parsed)
+            return DecimalV(number, p, s) if p <= MAX_PRECISION else _UNK
         if lt == "double":
             return _double(float(text))
     except (ValueError, InvalidOperation):
         return _UNK
     if lt == "string":
-        return Val("string", text)
+        return StringV(text)
     if lt == "boolean":
-        return Val("boolean", text.lower() == "true") if text.lower() in ("true", "false") else _UNK
+        return BooleanV(text.lower() == "true") if text.lower() in ("true", "false") else _UNK
     if lt == "date":
         d = parse_date(text)
-        return Val("date", d) if d is not None else _UNK
+        return DateV(d) if d is not None else _UNK
     if lt == "timestamp":
         ts = parse_timestamp(text)
-        return Val("timestamp", ts) if ts is not None else _UNK
+        return TimestampV(ts) if ts is not None else _UNK
     return _UNK
 
 
 def cast_value(v: Val, type_name: str | None, ts_exact: bool) -> Val | None:
     """CAST(v AS type_name) where the result is certain in both ANSI and legacy mode."""
     to = _canon_type(type_name)
-    if v.kind == "null":
+    if isinstance(v, NullV):
         return NULL_VAL
     if to in INTEGER_RANGES:
         lo, hi = INTEGER_RANGES[to]
-        if v.kind == "int":
+        if isinstance(v, IntV):
             value = v.v
-        elif v.kind == "string" and _INT_RE.fullmatch(v.v):
+        elif isinstance(v, StringV) and _INT_RE.fullmatch(v.v):
             value = int(v.v)
         else:
             return _UNK
-        return Val("int", value, INT_WIDTH[to]) if lo <= value <= hi else _UNK
+        return IntV(value, INT_WIDTH[to]) if lo <= value <= hi else _UNK
     m = _DECIMAL_TYPE_RE.fullmatch(to)
     if m:
         p = int(m.group(1)) if m.group(1) else 10
         s = int(m.group(2)) if m.group(2) else 0
         if not (1 <= p <= MAX_PRECISION and 0 <= s <= p):
             return _UNK
-        if v.kind in ("int", "decimal"):
-            value = Decimal(v.v)
-        elif v.kind == "string" and _DEC_RE.fullmatch(v.v):
-            value = Decimal(v.v)
+        if isinstance(v, (IntV, DecimalV)):
+            number = Decimal(v.v)
+        elif isinstance(v, StringV) and _DEC_RE.fullmatch(v.v):
+            number = Decimal(v.v)
         else:
             return _UNK
-        q = _fits(value, p, s)
-        return Val("decimal", q, p, s) if q is not None else _UNK
+        q = _fits(number, p, s)
+        return DecimalV(q, p, s) if q is not None else _UNK
     if to == "double":
-        if v.kind == "int":
+        if isinstance(v, IntV):
             return _double(float(v.v))
-        if v.kind == "double":
-            return v
-        return _UNK
+        return v if isinstance(v, DoubleV) else _UNK
     if to == "string":
-        if v.kind == "string":
+        if isinstance(v, StringV):
             return v
-        if v.kind == "int":
-            return Val("string", str(v.v))
-        if v.kind == "date":
-            return Val("string", v.v.isoformat())
-        if v.kind == "boolean":
-            return Val("string", "true" if v.v else "false")
+        if isinstance(v, IntV):
+            return StringV(str(v.v))
+        if isinstance(v, DateV):
+            return StringV(v.v.isoformat())
+        if isinstance(v, BooleanV):
+            return StringV("true" if v.v else "false")
         return _UNK
     if to == "date":
-        if v.kind == "date":
+        if isinstance(v, DateV):
             return v
-        if v.kind == "string":
+        if isinstance(v, StringV):
             d = parse_date(v.v)
-            return Val("date", d) if d is not None else _UNK
-        if v.kind == "timestamp" and (v.ntz or ts_exact):
-            return Val("date", v.v.date())
+            return DateV(d) if d is not None else _UNK
+        if isinstance(v, TimestampV) and (v.ntz or ts_exact):
+            return DateV(v.v.date())
         return _UNK
     if to in ("timestamp", "timestamp_ntz"):
         ntz = to == "timestamp_ntz"
-        if v.kind == "string":
+        if isinstance(v, StringV):
             ts = parse_timestamp(v.v)
-            return Val("timestamp", ts, ntz=ntz) if ts is not None else _UNK
-        if v.kind == "date":
-            return Val("timestamp", _dt.datetime.combine(v.v, _dt.time()), ntz=ntz)
-        if v.kind == "timestamp" and (v.ntz == ntz or ts_exact):
-            return Val("timestamp", v.v, ntz=ntz)
+            return TimestampV(ts, ntz=ntz) if ts is not None else _UNK
+        if isinstance(v, DateV):
+            return TimestampV(_dt.datetime.combine(v.v, _dt.time()), ntz=ntz)
+        if isinstance(v, TimestampV) and (v.ntz == ntz or ts_exact):
+            return TimestampV(v.v, ntz=ntz)
         return _UNK
-    if to == "boolean" and v.kind == "boolean":
+    if to == "boolean" and isinstance(v, BooleanV):
         return v
     return _UNK
 
 
 # ---- comparisons ---------------------------------------------------------------------------
-def _as_float(v: Val) -> float | None:
-    if v.kind == "double":
+def _as_float(v: Number) -> float | None:
+    if isinstance(v, DoubleV):
         return v.v
-    if v.kind == "int":
+    if isinstance(v, IntV):
         return float(v.v)  # round-to-nearest, as Java's long -> double
-    if v.kind == "decimal":
-        f = float(v.v)
-        # Only when exact: no doubt about how the JVM rounds.
-        return f if Decimal(f) == v.v else None
-    return None
+    f = float(v.v)
+    # Only when exact: no doubt about how the JVM rounds.
+    return f if Decimal(f) == v.v else None
 
 
-def _wider_precision(vals: Iterable[Val]) -> int:
-    vals = list(vals)
-    scale = max(v.s for v in vals)
-    return scale + max(v.p - v.s for v in vals)
+def _wider_precision(vals: Iterable[ExactNumber]) -> int:
+    listed = list(vals)
+    scale = max(v.s for v in listed)
+    return scale + max(v.p - v.s for v in listed)
 
 
-def _num_cmp(a: Val, b: Val) -> int | None:
-    if a.kind == "double" or b.kind == "double":
+def _num_cmp(a: Number, b: Number) -> int | None:
+    if isinstance(a, DoubleV) or isinstance(b, DoubleV):
         fa, fb = _as_float(a), _as_float(b)
         if fa is None or fb is None:
             return None
@@ -477,29 +522,35 @@ def _ts_cmp(a: _dt.datetime, b: _dt.datetime, exact: bool) -> int | None:
     return None
 
 
-def _to_timestamp(v: Val) -> _dt.datetime | None:
-    if v.kind == "timestamp":
+def _to_date(v: Val) -> _dt.date | None:
+    if isinstance(v, DateV):
         return v.v
-    if v.kind == "date":
+    return parse_date(v.v) if isinstance(v, StringV) else None
+
+
+def _to_timestamp(v: Val) -> _dt.datetime | None:
+    if isinstance(v, TimestampV):
+        return v.v
+    if isinstance(v, DateV):
         return _dt.datetime.combine(v.v, _dt.time())
-    if v.kind == "string":
-        return parse_timestamp(v.v)
-    return None
+    return parse_timestamp(v.v) if isinstance(v, StringV) else None
+
+
+_NUMBERS = (IntV, DecimalV, DoubleV)
 
 
 def order(a: Val, b: Val, ts_exact: bool) -> int | None:
     """-1/0/1 for two known non-null values under Spark's coercion, None if not sure."""
     ka, kb = a.kind, b.kind
-    if ka in _NUMERIC and kb in _NUMERIC:
+    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS):
         return _num_cmp(a, b)
-    if ka == "string" and kb == "string":
+    if isinstance(a, StringV) and isinstance(b, StringV):
         ea, eb = a.v.encode("utf-8", "surrogatepass"), b.v.encode("utf-8", "surrogatepass")
         return (ea > eb) - (ea < eb)
-    if ka == "boolean" and kb == "boolean":
+    if isinstance(a, BooleanV) and isinstance(b, BooleanV):
         return (a.v > b.v) - (a.v < b.v)
     if {ka, kb} <= {"date", "string"} and "date" in (ka, kb):
-        da = a.v if ka == "date" else parse_date(a.v)
-        db = b.v if kb == "date" else parse_date(b.v)
+        da, db = _to_date(a), _to_date(b)
         if da is None or db is None:
             return None
         return (da > db) - (da < db)
@@ -507,7 +558,7 @@ def order(a: Val, b: Val, ts_exact: bool) -> int | None:
         ta, tb = _to_timestamp(a), _to_timestamp(b)
         if ta is None or tb is None:
             return None
-        both_ntz = all(v.ntz for v in (a, b) if v.kind == "timestamp")
+        both_ntz = all(v.ntz for v in (a, b) if isinstance(v, TimestampV))
         return _ts_cmp(ta, tb, ts_exact or both_ntz)
     return None
 
@@ -519,7 +570,7 @@ _OPS = {
 
 
 def compare(op: str, a: Val | None, b: Val | None, ts_exact: bool) -> frozenset:
-    if (a is not None and a.kind == "null") or (b is not None and b.kind == "null"):
+    if isinstance(a, NullV) or isinstance(b, NullV):
         return ALWAYS_NULL
     if a is None or b is None:
         return UNKNOWN
@@ -532,7 +583,7 @@ def compare(op: str, a: Val | None, b: Val | None, ts_exact: bool) -> frozenset:
 def null_safe_equal(a: Val | None, b: Val | None, ts_exact: bool) -> frozenset:
     if a is None or b is None:
         return NOT_NULL
-    if a.kind == "null" or b.kind == "null":
+    if isinstance(a, NullV) or isinstance(b, NullV):
         return ALWAYS_TRUE if a.kind == b.kind else ALWAYS_FALSE
     c = order(a, b, ts_exact)
     if c is None:
@@ -545,21 +596,23 @@ def in_list(vals: list[Val | None], ts_exact: bool) -> frozenset:
     Spark compares in the common type of *all* operands; where that could differ from the
     pairwise comparison, a definite non-TRUE answer is withheld."""
     x, items = vals[0], vals[1:]
-    if x is not None and x.kind == "null":
+    if isinstance(x, NullV):
         return ALWAYS_NULL
-    if all(v is not None for v in vals):
-        known = [v for v in vals if v.kind != "null"]
+    known: list[Val] = [v for v in vals if v is not None and not isinstance(v, NullV)]
+    if len(known) + sum(isinstance(v, NullV) for v in vals) == len(vals):  # every operand known
         kinds = {v.kind for v in known}
-        if kinds & _NUMERIC and not kinds <= _NUMERIC:
+        numbers = [v for v in known if isinstance(v, _NUMBERS)]
+        if numbers and len(numbers) < len(known):
             return UNKNOWN
-        if kinds <= _NUMERIC and "double" in kinds:
-            floats = [_as_float(v) for v in known]
-            if any(f is None for f in floats):
+        if numbers and "double" in kinds:
+            floats = [_as_float(v) for v in numbers]
+            doubles = [f for f in floats if f is not None]
+            if len(doubles) < len(floats):
                 return UNKNOWN
-            known_iter = iter(floats)
-            vals = [v if v.kind == "null" else Val("double", next(known_iter)) for v in vals]
+            as_doubles = iter(doubles)
+            vals = [v if isinstance(v, NullV) else DoubleV(next(as_doubles)) for v in vals]
             x, items = vals[0], vals[1:]
-        elif kinds <= _NUMERIC and known and _wider_precision(known) > MAX_PRECISION:
+        elif numbers and _wider_precision(v for v in numbers if not isinstance(v, DoubleV)) > MAX_PRECISION:
             return UNKNOWN
         elif len(kinds) > 1 and not kinds <= {"string", "date", "timestamp"}:
             return UNKNOWN
@@ -608,10 +661,10 @@ def prune(
         keep = cache.get(signature)
         if keep is None:
             columns: dict[str, Val | None] = {}
-            for key, dt in types.items():
-                if dt is None or key not in raw:
+            for key, column_type in types.items():
+                if column_type is None or key not in raw:
                     continue
-                columns[key] = partition_value(raw[key], dt)
+                columns[key] = partition_value(raw[key], column_type)
             result = _Evaluator(columns, ts_exact).truth(predicate)
             keep = not result <= _DROPPABLE
             cache[signature] = keep

@@ -18,6 +18,7 @@ from starscan.config import Settings
 from starscan.errors import BadRequest, RequestTooLarge, SqlInvalid
 from starscan.planner import sql as sqlmod
 from starscan.planner.pruning import prune
+from starscan.runtime_config import LiveSettings
 from starscan.schemas import SchemaResolver, schema_hash
 from starscan.tablet_lists import TabletLists, pack_snapshot, to_plan_tablets
 from starscan.thrift_defs import plan as plan_idl
@@ -71,9 +72,10 @@ def read_sql_body(body: bytes, max_sql_length: int | None = None) -> str:
 
 
 class QueryPlanner:
-    def __init__(self, settings: Settings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.Signer,
+    def __init__(self, settings: Settings | LiveSettings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.Signer,
                  tablet_lists: TabletLists | None = None):
-        self.settings = settings
+        self.live = LiveSettings.of(settings)
+        settings = self.live.current
         self.tablet_lists = tablet_lists if tablet_lists is not None else TabletLists(settings.tablet_lists_max_bytes)
         self.warehouse = warehouse
         self.schemas = schemas
@@ -82,7 +84,13 @@ class QueryPlanner:
         self._parts_cache: LRUCache = LRUCache(maxsize=64)
         self._parsed: LRUCache = LRUCache(maxsize=1024)  # (sql, db, table) -> ParsedQuery (immutable)
 
+    @property
+    def settings(self) -> Settings:
+        """The settings as they are now (run-time changes replace them)."""
+        return self.live.current
+
     # ---- _query_plan ----
+
     def query_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None) -> bytes:
         """The answer's bytes. ``audit``, when given, is filled with what the audit line needs."""
         audit = {} if audit is None else audit

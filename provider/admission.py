@@ -14,15 +14,22 @@ import threading
 from starscan.config import Settings
 from starscan.errors import NotAuthorized, TooManyRequests, TooManyTasks
 from starscan.ratelimit import LoginGuard
+from starscan.runtime_config import LiveSettings
 from starscan.users import UserStore
 
 
 class Admission:
-    def __init__(self, settings: Settings, users: UserStore | None, guard: LoginGuard | None = None):
-        self.settings = settings
+    def __init__(self, settings: Settings | LiveSettings, users: UserStore | None, guard: LoginGuard | None = None):
+        self.live = LiveSettings.of(settings)
+        settings = self.live.current
         self.users = users
         self.guard = guard or LoginGuard(settings.login_max_failures, settings.login_lockout_s)
         self.lock = threading.Lock()  # check-and-admit is atomic across concurrent opens
+
+    @property
+    def settings(self) -> Settings:
+        """The settings as they are now (run-time changes replace them)."""
+        return self.live.current
 
     def check_identity(self, plan, sent_user: str | None, sent_passwd: str | None, client: str) -> None:
         if sent_user and sent_user != plan.user:

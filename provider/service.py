@@ -19,6 +19,7 @@ from starscan.provider.push_listener import PushListener
 from starscan.provider.result_cache import ResultCache, cache_key
 from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
 from starscan.provider.spark_scan import SparkScan, check_snapshot
+from starscan.runtime_config import LiveSettings
 from starscan.spark import scan_pool, spark_problem
 from starscan.tablet_lists import TabletLists, planned_tablets
 
@@ -46,13 +47,14 @@ class NextResult:
 
 
 class ScanService:
-    def __init__(self, settings: Settings, spark, signer: plan_codec.Signer, contexts: ScanContextManager | None = None,
+    def __init__(self, settings: Settings | LiveSettings, spark, signer: plan_codec.Signer, contexts: ScanContextManager | None = None,
                  admission: Admission | None = None, audit: AuditLog | None = None,
                  tablet_lists: TabletLists | None = None, warehouse: Warehouse | None = None):
-        self.settings = settings
+        self.live = LiveSettings.of(settings)
+        settings = self.live.current
         self.spark = spark
         self.signer = signer
-        self.admission = admission or Admission(settings, None)
+        self.admission = admission or Admission(self.live, None)
         self.audit = audit
         self.tablet_lists = tablet_lists if tablet_lists is not None else TabletLists(settings.tablet_lists_max_bytes)
         self.warehouse = warehouse  # rebuilds a large plan's tablet list this process does not hold
@@ -66,6 +68,11 @@ class ScanService:
         self._push: PushListener | None = None
         self.engine_listeners: list = []  # called with "arrow" or "sql" as each scan's engine is chosen
         self._push_lock = threading.Lock()
+
+    @property
+    def settings(self) -> Settings:
+        """The settings as they are now (run-time changes replace them)."""
+        return self.live.current
 
     def push_listener(self) -> PushListener:
         """Where this BE's scan tasks push their rows (started with the first scan)."""

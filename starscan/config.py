@@ -25,7 +25,8 @@ RUNTIME: dict[str, Any] = {"runtime": True}
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, enable_decoding=False)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, enable_decoding=False,
+                                      frozen=True)  # changes at run time make a new object (runtime_config)
 
     # ---- ports and addresses (StarRocks names) ----
     http_port: int = Field(8030, ge=0, le=65535, description="FE HTTP port (_query_plan, _schema)")

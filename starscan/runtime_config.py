@@ -1,11 +1,13 @@
 """Run-time configuration: which keys may change on a running server, checking a change,
 and applying it in one place.
 
-The keys are the ``Settings`` fields marked ``json_schema_extra=RUNTIME`` (starscan.config).
-The server's wiring registers every ``Settings`` object a running part reads
-(``track``) and what must happen when a key changes (``subscribe``: the reaper's interval,
-the log level, the plan rate limit, ...); ``apply`` checks every change first, then sets
-them all and tells the subscribers.
+``Settings`` is immutable. The keys that may change while the server runs are the fields
+marked ``json_schema_extra=RUNTIME`` (starscan.config). ``LiveSettings`` holds the settings
+as they are now: a change is checked by validating a whole new ``Settings`` with the model
+itself (every field validator runs), then that object replaces the current one in one step
+and the subscribers hear of it (the reaper's interval, the log level, the plan rate limit,
+...). The running parts read ``live.current`` when they need a value, so none of them keeps
+a copy that could go stale.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from starscan.config import Settings, table_patterns
+from starscan.config import Settings
 from starscan.errors import ConfigChangeRefused
 
 log = logging.getLogger("starscan.config")
@@ -28,32 +30,26 @@ RUNTIME_KEYS: tuple[str, ...] = tuple(
 )
 
 
-def parse_changes(changes: dict[str, str]) -> dict[str, Any]:
-    """The typed values of ``changes`` (key -> text), or ``ConfigChangeRefused`` naming the
-    first key that is unknown, fixed until a restart, or given a bad value."""
+def changed_settings(current: Settings, changes: dict[str, str]) -> Settings:
+    """``current`` with ``changes`` (key -> text) applied and validated by the model, or
+    ``ConfigChangeRefused`` naming the first key that is unknown, fixed until a restart, or
+    given a bad value."""
     if not changes:
         raise ConfigChangeRefused("nothing to change: POST /api/update_config?key=value")
-    parsed: dict[str, Any] = {}
-    for key, raw in changes.items():
-        field = Settings.model_fields.get(key)
-        if field is None:
+    for key in changes:
+        if key not in Settings.model_fields:
             raise ConfigChangeRefused(f"unknown configuration key {key!r}")
         if key not in RUNTIME_KEYS:
             raise ConfigChangeRefused(
                 f"{key!r} cannot change at run time: set it in starscan.conf (or STARSCAN_{key.upper()}) and restart; "
                 f"keys that can: {', '.join(RUNTIME_KEYS)}")
-        try:
-            if key == "result_cache_tables":
-                parsed[key] = table_patterns(raw)
-                continue
-            args = (field.annotation, *field.metadata)
-            kind: Any = Annotated[args] if field.metadata else field.annotation
-            parsed[key] = TypeAdapter(kind).validate_python(raw)
-        except ValidationError as exc:
-            raise ConfigChangeRefused(f"bad value for {key!r}: {exc.errors()[0]['msg']} (got {raw!r})") from None
-        except ValueError as exc:
-            raise ConfigChangeRefused(f"bad value for {key!r}: {exc} (got {raw!r})") from None
-    return parsed
+    try:
+        return Settings.model_validate({**current.model_dump(), **changes})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0]) if error["loc"] else "?"
+        message = error["msg"].removeprefix("Value error, ")
+        raise ConfigChangeRefused(f"bad value for {key!r}: {message} (got {changes.get(key)!r})") from None
 
 
 Subscriber = Callable[[Settings, dict[str, Any]], None]
@@ -64,18 +60,18 @@ class LiveSettings:
 
     def __init__(self, settings: Settings):
         self._lock = threading.Lock()
-        self._holders: list[Settings] = [settings]
+        self._current = settings
         self._subscribers: list[tuple[frozenset[str], Subscriber]] = []
+
+    @classmethod
+    def of(cls, settings: Settings | LiveSettings) -> LiveSettings:
+        """``settings`` itself if live, else live settings that start from it (a part built
+        on its own, outside a server)."""
+        return settings if isinstance(settings, LiveSettings) else cls(settings)
 
     @property
     def current(self) -> Settings:
-        return self._holders[0]
-
-    def track(self, settings: Settings) -> None:
-        """Another ``Settings`` object a running part reads (a copy made at start)."""
-        with self._lock:
-            if all(held is not settings for held in self._holders):
-                self._holders.append(settings)
+        return self._current
 
     def subscribe(self, keys: Iterable[str], callback: Subscriber) -> None:
         """``callback(settings, changed)`` after a change to any of ``keys``."""
@@ -85,15 +81,19 @@ class LiveSettings:
         with self._lock:
             self._subscribers.append((frozenset(keys), callback))
 
+    def bound(self, **fixed: Any) -> None:
+        """Record what the server found at start (a port bound where the config said 0)."""
+        with self._lock:
+            self._current = self._current.model_copy(update=fixed)
+
     def apply(self, changes: dict[str, str]) -> dict[str, Any]:
         """Check every change, then apply them all; returns the typed values."""
-        parsed = parse_changes(changes)
         with self._lock:
-            for held in self._holders:
-                for key, value in parsed.items():
-                    setattr(held, key, value)
+            new = changed_settings(self._current, changes)
+            self._current = new
+            parsed = {key: getattr(new, key) for key in changes}
             subscribers = [cb for keys, cb in self._subscribers if keys & parsed.keys()]
         for callback in subscribers:
-            callback(self.current, parsed)
+            callback(new, parsed)
         log.info("configuration changed at run time: %s", ", ".join(f"{k}={v}" for k, v in parsed.items()))
         return parsed

@@ -48,7 +48,6 @@ class StarscanServer:
     """FE (uvicorn) + BE (thriftpy2) + reaper in one process. Ports 0 pick free ports."""
 
     def __init__(self, settings: Settings, spark, fe: bool = True, be: bool = True):
-        self.settings = settings
         self.live_settings = LiveSettings(settings)  # run-time changes (POST /api/update_config)
         self.spark = spark
         settings.warehouse.mkdir(parents=True, exist_ok=True)
@@ -71,13 +70,18 @@ class StarscanServer:
         self.mysql: MysqlPort | None = None  # when the FE runs
         self.workers: PythonWorkerKeeper | None = None  # with the warm-up
         self.tablet_lists = TabletLists(settings.tablet_lists_max_bytes)
-        self.service = ScanService(settings, spark, self.signer, self.contexts,
-                                   Admission(settings, self.users, self.login_guard), self.audit,
+        self.service = ScanService(self.live_settings, spark, self.signer, self.contexts,
+                                   Admission(self.live_settings, self.users, self.login_guard), self.audit,
                                    tablet_lists=self.tablet_lists, warehouse=self.warehouse)
-        self.planner = QueryPlanner(settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists)
+        self.planner = QueryPlanner(self.live_settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists)
         self.ops = Operations(self.live_settings, self.service, self.contexts, self.users, self.audit, spark,
                               lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port})
         self._subscribe_runtime_changes()
+
+    @property
+    def settings(self) -> Settings:
+        """The settings as they are now (run-time changes replace them)."""
+        return self.live_settings.current
 
     def _subscribe_runtime_changes(self) -> None:
         """What a run-time configuration change must reach besides the settings objects."""
@@ -124,9 +128,7 @@ class StarscanServer:
             self.be_port = self.thrift.port
             if self.settings.be_port == 0 and not self.settings.be_endpoints:
                 # Tests bind port 0: advertise the port actually bound.
-                self.settings = self.settings.model_copy(update={"be_port": self.be_port})
-                self.planner.settings = self.settings
-                self.live_settings.track(self.settings)
+                self.live_settings.bound(be_port=self.be_port)
             self.reaper = ScanContextReaper(self.contexts, self.settings.gc_interval_s)
             self.reaper.start()
         if self.fe_enabled:
@@ -143,7 +145,7 @@ class StarscanServer:
                 tokens = TokenVerifier(self.settings.jwt_key.get_secret_value(), self.settings.jwt_algorithms,
                                        self.settings.jwt_issuer, self.settings.jwt_audience)
             auth = Authenticator(self.users, self.login_guard, tokens)
-            app = create_app(self.planner, auth, self.settings, self.audit)
+            app = create_app(self.planner, auth, self.live_settings, self.audit)
             install_routes(app, self.ops)
             self.live_settings.subscribe(["plan_rate_per_user", "plan_rate_burst"],
                                          lambda s, _: app.state.plan_rate.configure(s.plan_rate_per_user, s.plan_rate_burst))

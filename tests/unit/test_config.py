@@ -304,3 +304,35 @@ def test_runtime_keys_are_the_marked_fields():
     assert heard == [] and live.current.scan_engine == "sql"
     live.apply({"log_level": "DEBUG"})
     assert heard == [("DEBUG", {"log_level": "DEBUG"})]
+
+
+def test_settings_are_immutable_and_a_change_is_a_new_validated_object():
+    from pydantic import ValidationError
+
+    from starscan.errors import ConfigChangeRefused
+    from starscan.runtime_config import LiveSettings
+
+    first = Settings(warehouse="/tmp/x", jwt_key="k", be_endpoints="a:1, b:2", spark_conf="x=1")
+    with pytest.raises(ValidationError):
+        first.max_scanners = 3
+    live = LiveSettings(first)
+    assert LiveSettings.of(live) is live and LiveSettings.of(first).current is first
+    seen = []
+    live.subscribe(["max_scanners"], lambda s, changed: seen.append(s))
+    live.apply({"max_scanners": "7", "result_cache_tables": "db.t, other.*"})
+    new = live.current
+    assert new is not first and first.max_scanners == 256  # the old object is untouched
+    assert (new.max_scanners, new.result_cache_tables) == (7, ["db.t", "other.*"])  # field validators ran
+    assert seen == [new]
+    # The rest is carried over as it was, secrets included.
+    assert new.jwt_key is not None and new.jwt_key.get_secret_value() == "k"
+    assert (new.be_endpoints, new.spark_conf) == (["a:1", "b:2"], {"x": "1"})
+    # A change is all or nothing: one bad value, nothing changes.
+    with pytest.raises(ConfigChangeRefused, match="bad value for 'result_cache_tables'"):
+        live.apply({"max_scanners": "9", "result_cache_tables": "no pattern"})
+    assert live.current is new
+    with pytest.raises(ConfigChangeRefused, match="cannot change at run time"):
+        live.apply({"http_port": "1"})
+    live.bound(be_port=4321)  # what the server found at start is kept through later changes
+    live.apply({"max_scanners": "8"})
+    assert (live.current.be_port, live.current.max_scanners) == (4321, 8)
