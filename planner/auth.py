@@ -41,11 +41,8 @@ class Authenticator:
         if header and header[:7].lower() == "bearer ":
             return self._bearer(header[7:].strip(), client)
         user, password = parse_basic(header)
-        self.guard.check(user, client)
-        if not self.users.authenticate(user, password):
-            self.guard.failed(user, client)
+        if not self.guard.attempt(user, client, lambda: self.users.authenticate(user, password)):
             raise Unauthorized(f"Access denied for {user}@{client}")
-        self.guard.succeeded(user, client)
         return user
 
     def authenticate_recent(self, header: str | None, client: str) -> str | None:

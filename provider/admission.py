@@ -40,18 +40,19 @@ class Admission:
         if not self.users.exists(user):
             raise NotAuthorized(f"user {user!r} of this plan no longer exists")
         if sent_passwd is not None:
+            users = self.users
+
+            def verify() -> bool:
+                if users.has_password(user):
+                    return users.authenticate(user, sent_passwd)
+                return sent_passwd == ""  # a token-only user has no password to send
+
             try:
-                self.guard.check(user, client)
+                ok = self.guard.attempt(user, client, verify)
             except TooManyRequests as exc:
                 raise NotAuthorized(exc.message) from None
-            if self.users.has_password(user):
-                ok = self.users.authenticate(user, sent_passwd)
-            else:
-                ok = sent_passwd == ""  # a token-only user has no password to send
             if not ok:
-                self.guard.failed(user, client)
                 raise NotAuthorized(f"Access denied for {user}@{client}: passwd does not match the users file")
-            self.guard.succeeded(user, client)
         if not self.users.can_select(user, plan.database, plan.table):
             raise NotAuthorized(
                 f"Access denied; user {user!r} no longer has the SELECT privilege on {plan.database}.{plan.table} "

@@ -74,7 +74,7 @@ class TableSnapshot:
 @dataclass(frozen=True)
 class _Listing:
     stamp: int            # the table directory's mtime when listed
-    listed_at: float      # time.monotonic()
+    listed_at: float      # the warehouse clock (time.monotonic())
     snapshot: TableSnapshot
 
 
@@ -123,14 +123,17 @@ def partition_of(relative_path: str) -> tuple[tuple[str, str | None], ...]:
 
 class Warehouse:
     """Finds databases and tables in the warehouse directory; caches file listings
-    (``listing_ttl_s``; 0 disables the cache)."""
+    (``listing_ttl_s``; 0 disables the cache). ``clock`` tells the time for the TTL (tests
+    move it instead of sleeping)."""
 
-    def __init__(self, root: Path, listing_ttl_s: float = 5.0, sizing: Sizing | None = None):
+    def __init__(self, root: Path, listing_ttl_s: float = 5.0, sizing: Sizing | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.root = Path(root).resolve()
         self.sizing = sizing or Sizing()
         self._lock = threading.Lock()
         self._ttl_s = listing_ttl_s
-        self._listings: LRUCache = LRUCache(maxsize=4096)  # table location -> _Listing
+        self._clock = clock
+        self._listings: LRUCache[str, _Listing] = LRUCache(maxsize=4096)  # table location -> _Listing
         self._refreshing: dict[str, threading.Event] = {}  # table location -> set when listed
         self._generation = 0  # counts invalidations
         self._listeners: list[Callable[[str, str], None]] = []
@@ -218,7 +221,7 @@ class Warehouse:
         stamp = st.st_mtime_ns
         waited = False
         while True:
-            now = time.monotonic()
+            now = self._clock()
             with self._lock:
                 cached = self._listings.get(key)
                 if cached is not None and cached.stamp == stamp and (waited or now - cached.listed_at < self._ttl_s):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from cachetools import TTLCache
 
@@ -26,7 +27,7 @@ class TokenBuckets:
         ttl = (burst / rate + 1.0) if rate > 0 else 1.0
         with self._lock:
             self.rate, self.burst = rate, burst
-            self._buckets: TTLCache = TTLCache(maxsize=self._max_keys, ttl=ttl)
+            self._buckets: TTLCache[str, tuple[float, float]] = TTLCache(maxsize=self._max_keys, ttl=ttl)
 
     def acquire(self, key: str) -> float:
         """Take one token; 0.0 when allowed, else the seconds until one is available."""
@@ -57,7 +58,7 @@ class LoginGuard:
         """New limits (update_config); failures counted so far are forgotten."""
         with self._lock:
             self.max_failures, self.lockout_s = max_failures, lockout_s
-            self._failures: TTLCache = TTLCache(maxsize=self._max_keys, ttl=lockout_s)
+            self._failures: TTLCache[tuple[str, str], tuple[int, float]] = TTLCache(maxsize=self._max_keys, ttl=lockout_s)
 
     def check(self, user: str, client: str) -> None:
         with self._lock:
@@ -75,3 +76,14 @@ class LoginGuard:
     def succeeded(self, user: str, client: str) -> None:
         with self._lock:
             self._failures.pop((user, client), None)
+
+    def attempt(self, user: str, client: str, verify: Callable[[], bool]) -> bool:
+        """One login attempt: refused unchecked while locked out (``TooManyRequests``), else
+        ``verify()``'s answer, counted as a failure or clearing the count. Every port's login
+        goes through here."""
+        self.check(user, client)
+        if verify():
+            self.succeeded(user, client)
+            return True
+        self.failed(user, client)
+        return False

@@ -48,21 +48,20 @@ class UsersFilePasswordPlugin(NativePasswordAuthPlugin):
         assert auth_info is not None
         name = auth_info.username
         client = client_address.get()
-        if self.guard is not None:
-            try:
-                self.guard.check(name, client)
-            except TooManyRequests as exc:
-                self._refused()
-                yield Forbidden(exc.message)
-                return
-        if self._check(name, auth_info.data, nonce):
+        data = auth_info.data
+        try:
             if self.guard is not None:
-                self.guard.succeeded(name, client)
+                ok = self.guard.attempt(name, client, lambda: self._check(name, data, nonce))
+            else:
+                ok = self._check(name, data, nonce)
+        except TooManyRequests as exc:
+            self._refused()
+            yield Forbidden(exc.message)
+            return
+        if ok:
             login_refused.set(False)
             yield Success(name)
         else:
-            if self.guard is not None:
-                self.guard.failed(name, client)
             self._refused()
             using = "YES" if auth_info.data else "NO"
             yield Forbidden(f"Access denied for user '{name}' (using password: {using})")

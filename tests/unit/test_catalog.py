@@ -160,22 +160,29 @@ def test_callers_of_an_expired_listing_share_one_listing(wh):
     over a second); a changed directory makes them wait for that one listing."""
     import threading
 
-    wh._ttl_s = 0.05
+    now = [0.0]
+    wh = Warehouse(wh.root, listing_ttl_s=5, clock=lambda: now[0])
     first = wh.snapshot("d1", "t")
     builds = []
+    listing = threading.Event()  # held until the other callers have their answers
     real_build = wh._build_snapshot
 
     def slow_build(*args):
         builds.append(1)
-        time.sleep(0.3)
+        listing.wait(30)
         return real_build(*args)
 
     wh._build_snapshot = slow_build
-    time.sleep(0.1)  # expired
+    now[0] += 6  # the TTL ran out
     got = []
     threads = [threading.Thread(target=lambda: got.append(wh.snapshot("d1", "t"))) for _ in range(20)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 30
+    while len(got) < 19 and time.monotonic() < deadline:  # all but the one listing the table
+        time.sleep(0.005)
+    assert len(builds) == 1 and len(got) == 19
+    listing.set()
     for t in threads:
         t.join()
     assert len(builds) == 1 and len(got) == 20
