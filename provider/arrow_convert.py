@@ -23,8 +23,39 @@ ArrayFn = Callable[[pa.Array], pa.Array]
 
 # Arrow's casts to text print exactly StarRocks' forms (zero-padded years, 6 fraction digits)
 # and are about 7x faster than pc.strftime (bench/RESULTS.md).
-def _dates(arr: pa.Array) -> pa.Array:
+def _dates_by_cast(arr: pa.Array) -> pa.Array:
     return arr.cast(pa.utf8())  # YYYY-MM-DD
+
+
+# A column of dates usually spans a few thousand distinct days. Taking each day's text from a
+# table of the days in range is ~3x faster than formatting every value (1 M dates: 6.8 ms
+# against 19 ms), and dates were a quarter of a worker's time on TPC-H lineitem.
+_DATE_SPAN_MAX = 1 << 16  # days (~180 years): the table stays under 1 MB
+_DATE_LOOKUP_MIN_ROWS = 1024
+
+
+class _DateText:
+    """DATE -> ``YYYY-MM-DD`` for one scan's column; keeps the day-to-text table it built
+    (first day, texts) as one value, so threads sharing a converter never see half of it."""
+
+    def __init__(self) -> None:
+        self._table: tuple[int, pa.Array] | None = None
+
+    def __call__(self, arr: pa.Array) -> pa.Array:
+        if len(arr) < _DATE_LOOKUP_MIN_ROWS or arr.null_count == len(arr):
+            return _dates_by_cast(arr)
+        days = arr.view(pa.int32())
+        bounds = pc.min_max(days)
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        table = self._table
+        if table is None or lo < table[0] or hi >= table[0] + len(table[1]):
+            if table is not None:  # widen what is kept rather than rebuild it per batch
+                lo, hi = min(lo, table[0]), max(hi, table[0] + len(table[1]) - 1)
+            if hi - lo + 1 > min(_DATE_SPAN_MAX, len(arr)):
+                return _dates_by_cast(arr)
+            table = self._table = (lo, _dates_by_cast(pa.array(range(lo, hi + 1), pa.int32()).view(pa.date32())))
+        first, texts = table
+        return texts.take(pc.subtract(days, first))
 
 
 def _timestamps(arr: pa.Array) -> pa.Array:
@@ -40,7 +71,7 @@ def _converter(dt: T.DataType) -> ArrayFn | None:
     if not needs_conversion(dt):
         return None
     if isinstance(dt, T.DateType):
-        return _dates
+        return _DateText()
     if isinstance(dt, (T.TimestampType, T.TimestampNTZType)):
         return _timestamps
     target = arrow_type(dt)

@@ -1,0 +1,39 @@
+"""The wire-type conversion of dates (provider/arrow_convert.py): the day-to-text table
+gives exactly what Arrow's cast gives, for every batch shape a scan can hand it."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from starscan.provider.arrow_convert import _converter, _dates_by_cast
+
+MIN_DAY, MAX_DAY = -719162, 2932896  # 0001-01-01 and 9999-12-31
+
+
+def _dates(days: list[int | None]) -> pa.Array:
+    return pa.array(days, pa.int32()).view(pa.date32())
+
+
+def test_dates_by_table_equal_the_cast_for_every_batch_shape():
+    rng = random.Random(7)
+    convert = _converter(T.DateType())
+    batches = [
+        [rng.randint(8000, 10500) for _ in range(5000)],                      # lineitem-like
+        [None if rng.random() < 0.3 else rng.randint(8000, 10500) for _ in range(5000)],  # nulls
+        [rng.randint(7000, 12000) for _ in range(5000)],                      # wider: the table grows
+        [rng.randint(MIN_DAY, MAX_DAY) for _ in range(3000)],                 # too wide: cast
+        [MIN_DAY, MAX_DAY, 0, -1] * 400,                                     # the ends of the range
+        [rng.randint(-400, 400) for _ in range(2000)],                        # around 1970 and before it
+        [None] * 2000,
+        [rng.randint(9000, 9010) for _ in range(10)],                         # small: cast
+    ]
+    for days in batches:
+        arr = _dates(days)
+        assert convert(arr).equals(_dates_by_cast(arr)), days[:5]
+        sliced = arr.slice(17, len(arr) - 40) if len(arr) > 60 else arr
+        assert convert(sliced).equals(_dates_by_cast(sliced))
+    assert _dates([0]).cast(pa.utf8()).to_pylist() == ["1970-01-01"]
+    assert _dates_by_cast(_dates([MIN_DAY, MAX_DAY])).to_pylist() == ["0001-01-01", "9999-12-31"]
