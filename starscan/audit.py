@@ -39,7 +39,7 @@ class AuditLog:
         """Also hand every line, as a dict, to ``listener`` (the admin page's recent plans)."""
         self._listeners.append(listener)
 
-    def record(self, event: str, **fields) -> None:
+    def record(self, event: str, **fields: Any) -> None:
         now = time.time()
         line = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z",
                 "event": event}

@@ -12,6 +12,7 @@ import json
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 import httpx
@@ -23,9 +24,12 @@ from thriftpy2.transport import TCyBufferedTransportFactory, TTransportException
 from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
 from starscan.thrift_defs import wire
 
+if TYPE_CHECKING:
+    from thriftpy2.thrift import TClient
+
 
 class ScanError(Exception):
-    def __init__(self, call: str, status):
+    def __init__(self, call: str, status: Any):
         self.call = call
         self.status_code = status.status_code
         self.messages = list(status.error_msgs or [])
@@ -58,12 +62,12 @@ class ScanStats:
     bytes: int = 0
     scanners: int = 0
     first_batch_s: float | None = None
-    columns: list = field(default_factory=list)
+    columns: list[tuple[str, int]] = field(default_factory=list)
     retries: int = 0        # calls repeated on a new connection after the connection failed
     verified: int = 0       # scanners whose end-of-scan row count the server reported and matched
 
 
-def _verify_eos(st, context_id: str, received: int, stats: ScanStats) -> None:
+def _verify_eos(st: Any, context_id: str, received: int, stats: ScanStats) -> None:
     """Check the opt-in row count in the eos reply (absent from StarRocks and older servers)."""
     for msg in st.error_msgs or []:
         if msg.startswith(EOS_ROWS_PREFIX):
@@ -81,9 +85,9 @@ class _Connection:
                  ssl_context: ssl.SSLContext | None = None):
         self.host, self.port, self.timeout_s, self.retries, self.stats = host, port, timeout_s, retries, stats
         self.ssl_context = ssl_context
-        self.client = None
+        self.client: TClient | None = None
 
-    def call(self, method: str, params, retries: int | None = None):
+    def call(self, method: str, params: Any, retries: int | None = None) -> Any:
         attempts = (self.retries if retries is None else retries) + 1
         for attempt in range(attempts):
             try:
@@ -106,11 +110,12 @@ class _Connection:
             self.client = None
 
 
-def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ssl.SSLContext | None = None):
+def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ssl.SSLContext | None = None) -> TClient:
     """A thriftpy2 client of the BE; ``ssl_context`` for a BE with `be_tls` on."""
     return make_client(
         wire.TStarrocksExternalService, host, port,
-        proto_factory=TCyBinaryProtocolFactory(), trans_factory=TCyBufferedTransportFactory(),
+        # thriftpy2's protocol factory is untyped: called through Any.
+        proto_factory=cast(Any, TCyBinaryProtocolFactory)(), trans_factory=TCyBufferedTransportFactory(),
         timeout=int(timeout_s * 1000), ssl_context=ssl_context,
     )
 
@@ -139,7 +144,7 @@ class StarscanClient:
             return f"Bearer {self.token}"
         return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
 
-    def plan(self, db: str, table: str, sql: str) -> dict:
+    def plan(self, db: str, table: str, sql: str) -> dict[str, Any]:
         r = httpx.post(
             f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_query_plan",
             content=json.dumps({"sql": sql}),
@@ -149,7 +154,7 @@ class StarscanClient:
         )
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text)
-        body = r.json()
+        body: dict[str, Any] = r.json()
         if body.get("status") != 200:
             raise PlanError(r.status_code, r.text)
         return body
@@ -210,7 +215,7 @@ class StarscanClient:
             finally:
                 conn.close()
 
-    def read(self, db: str, table: str, sql: str, batch_size: int = 4096, **kwargs) -> pa.Table:
+    def read(self, db: str, table: str, sql: str, batch_size: int = 4096, **kwargs: Any) -> pa.Table:
         batches = list(self.batches(db, table, sql, batch_size, **kwargs))
         if not batches:
             return pa.table({})

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from starscan.errors import ConfigError
@@ -147,7 +148,7 @@ class Settings(BaseSettings):
 
     @field_validator("be_endpoints", "spark_conf", mode="before")
     @classmethod
-    def _split_text(cls, value: Any, info) -> Any:
+    def _split_text(cls, value: Any, info: ValidationInfo) -> Any:
         # Conf files and env variables give text: "a:1, b:2" / "k=v; k2=v2".
         if isinstance(value, str):
             if info.field_name == "be_endpoints":
@@ -186,8 +187,15 @@ class Settings(BaseSettings):
         return self.users_file or self.state_dir / "users.json"
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
-        return (init_settings, _spark_conf_as_dict(env_settings), _ConfFileSource(settings_cls))
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _SparkConfAsDict(env_settings), _ConfFileSource(settings_cls))
 
 
 def _parse_pairs(text: str) -> dict[str, str]:
@@ -214,13 +222,20 @@ def table_patterns(value: list[str] | str) -> list[str]:
     return list(value)
 
 
-def _spark_conf_as_dict(source):
+class _SparkConfAsDict(PydanticBaseSettingsSource):
     """The environment gives ``spark_conf`` as text; as a dict it merges key by key with the
     other layers (file < env < overrides) instead of replacing some of them. Text that does
     not parse is left for the validator to report."""
 
-    def env_settings() -> dict[str, Any]:
-        values = source()
+    def __init__(self, source: PydanticBaseSettingsSource):
+        super().__init__(source.settings_cls)
+        self._source = source
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - not used
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = self._source()
         text = values.get("spark_conf")
         if isinstance(text, str):
             try:
@@ -229,15 +244,13 @@ def _spark_conf_as_dict(source):
                 pass
         return values
 
-    return env_settings
-
 
 class _ConfFileSource(PydanticBaseSettingsSource):
     """Reads the file named by the ``_conf_file`` context variable (set by ``load_settings``)."""
 
     path: Path | None = None
 
-    def get_field_value(self, field, field_name):  # pragma: no cover - not used
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - not used
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:

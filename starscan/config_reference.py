@@ -5,9 +5,11 @@ fails when the file in the repository is stale)."""
 from __future__ import annotations
 
 import enum
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from pydantic import SecretStr
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from starscan.config import ENV_PREFIX, Settings
@@ -38,9 +40,9 @@ def _type_name(annotation: Any) -> str:
     return text.replace("NoneType", "None")
 
 
-def _default(field) -> str:
+def _default(field: FieldInfo) -> str:
     if field.default_factory is not None:
-        value = field.default_factory()
+        value = cast(Callable[[], Any], field.default_factory)()  # Settings' factories take no data
     elif field.default is PydanticUndefined:
         return "required"
     else:

@@ -17,8 +17,12 @@ from __future__ import annotations
 import math
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from typing import TYPE_CHECKING, cast
 
 from starscan.catalog import Warehouse
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 DEMO_DB = "demo"
 LINEITEM = "lineitem"
@@ -52,7 +56,7 @@ def warehouse_is_empty(warehouse: Warehouse) -> bool:
     return not any(warehouse.tables(db) for db in warehouse.databases())
 
 
-def create_demo(spark, warehouse: Warehouse, scale: float, tablet_target_bytes: int) -> list[str]:
+def create_demo(spark: SparkSession, warehouse: Warehouse, scale: float, tablet_target_bytes: int) -> list[str]:
     """Create ``demo.lineitem`` and ``demo.all_types`` when the warehouse has no tables at all.
 
     Returns the qualified names of the tables created (empty when the warehouse already had
@@ -84,7 +88,7 @@ def lineitem_files(scale: float, tablet_target_bytes: int) -> int:
     return max(1, math.ceil(rows * LINEITEM_BYTES_PER_ROW / max(1, tablet_target_bytes)))
 
 
-def lineitem_frame(spark, scale: float, num_partitions: int = 1):
+def lineitem_frame(spark: SparkSession, scale: float, num_partitions: int = 1) -> DataFrame:
     """The lineitem DataFrame for ``scale``; ``num_partitions`` contiguous order ranges."""
     from pyspark.sql import Column
     from pyspark.sql import functions as F
@@ -161,7 +165,7 @@ def lineitem_frame(spark, scale: float, num_partitions: int = 1):
     )
 
 
-def write_lineitem(spark, path: str, scale: float, tablet_target_bytes: int) -> None:
+def write_lineitem(spark: SparkSession, path: str, scale: float, tablet_target_bytes: int) -> None:
     # One range partition per output file: each file holds a contiguous run of order keys
     # (good min/max statistics), and no shuffle is needed.
     files = lineitem_files(scale, tablet_target_bytes)
@@ -190,7 +194,7 @@ _D38_MAX = Decimal("9999999999999999999999999999.9999999999")
 _D38_MIN = Decimal("-9999999999999999999999999999.9999999999")
 
 
-def all_types_rows() -> list[tuple]:
+def all_types_rows() -> list[tuple[object, ...]]:
     """Eight rows: minimums, maximums, zeros/empties, all nulls, typical and odd values.
 
     ``c_datetime`` (an instant) stays within 1900-01-01 .. 9999-12-30 UTC: it must render
@@ -241,11 +245,11 @@ def all_types_rows() -> list[tuple]:
     ]
 
 
-def all_types_frame(spark):
+def all_types_frame(spark: SparkSession) -> DataFrame:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    schema = T.StructType.fromDDL(ALL_TYPES_DDL)
+    schema = cast(T.StructType, T.StructType.fromDDL(ALL_TYPES_DDL))  # a struct DDL gives a StructType
     df = spark.createDataFrame(all_types_rows(), schema=schema)
     cols = []
     for field in schema.fields:
@@ -262,7 +266,7 @@ def all_types_frame(spark):
     return df.select(*cols)
 
 
-def write_all_types(spark, path: str) -> None:
+def write_all_types(spark: SparkSession, path: str) -> None:
     df = all_types_frame(spark).coalesce(1)
     # Dates before 1582 are written as they are (proleptic Gregorian): Spark 4's default
     # (CORRECTED). Only a session configured otherwise is switched for this write.

@@ -12,9 +12,10 @@ decides only what the node means to it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from starscan.errors import PlanInvalid
 from starscan.thrift_defs import plan as plan_idl
@@ -179,7 +180,7 @@ def op(name: str, *children: Expr) -> Expr:
     return Expr(Kind.OP, name=name, children=tuple(children))
 
 
-def flatten(expr: Expr):
+def flatten(expr: Expr) -> Any:
     """Expr -> TExpr (pre-order node list)."""
     nodes = []
 
@@ -198,14 +199,14 @@ def flatten(expr: Expr):
     return plan_idl.TExpr(nodes=nodes)
 
 
-def unflatten(texpr) -> Expr:
+def unflatten(texpr: Any) -> Expr:
     """TExpr -> Expr; rejects malformed node lists. Iterative, so a hostile depth cannot
     exhaust the interpreter's stack."""
     nodes = list(texpr.nodes or [])
     if not nodes:
         raise PlanInvalid("query plan predicate is truncated")
     # Each open frame: [node, children built so far].
-    stack: list[list] = []
+    stack: list[list[Any]] = []
     root: Expr | None = None
     for n in nodes:
         if root is not None:
@@ -249,7 +250,8 @@ class ExprVisitor(Generic[R]):
             return self.too_deep(e)
         self._depth += 1
         try:
-            return getattr(self, _METHODS[e.kind])(e)
+            method: Callable[[Expr], R] = getattr(self, _METHODS[e.kind])
+            return method(e)
         finally:
             self._depth -= 1
 

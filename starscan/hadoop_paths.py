@@ -20,8 +20,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from starscan.errors import TableUnreadable
+
+if TYPE_CHECKING:
+    import datetime
+
+    from pyspark.sql.types import DataType
 
 _GLOB = re.compile(r"([\\\[\]{}*?])")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -65,7 +71,8 @@ _INT_TEXT = re.compile(r"[+-]?[0-9]+")
 _DATE_TEXT = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
 
 
-def exact_partition_value(raw: str | None, spark_type, int_range: tuple[int, int] | None = None):
+def exact_partition_value(raw: str | None, spark_type: DataType,
+                          int_range: tuple[int, int] | None = None) -> str | int | datetime.date | None:
     """A partition folder's value as the Python value Spark reads for ``spark_type``, where
     that reading is certain: strings decoded, integers and ``YYYY-MM-DD`` dates parsed as
     they stand, Hive's NULL folder as None. Raises ValueError for anything else (other

@@ -14,12 +14,21 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from starscan.catalog import DEFAULT_DB, Warehouse, list_table_files
 from starscan.errors import InvalidInput
 from starscan.files import is_hidden
 from starscan.hadoop_paths import literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.status import StatusTracker
+    from rich.progress import Progress
+
+    from starscan.catalog import DataFile
 
 FORMATS = ("csv", "parquet", "json")
 MODES = ("overwrite", "append", "error", "errorifexists", "ignore")
@@ -31,6 +40,8 @@ _EXTENSIONS = {
     ".parquet": "parquet", ".parq": "parquet", ".pq": "parquet",
 }
 _SAMPLE_BYTES = 1 << 20
+
+_T = TypeVar("_T")
 
 
 def check_name(kind: str, name: str) -> str:
@@ -103,7 +114,8 @@ def _estimate_rows(fmt: str, files: list[Path], total_bytes: int) -> int | None:
         import pyarrow.parquet as pq
 
         try:
-            return sum(pq.read_metadata(p).num_rows for p in files)
+            rows: int = sum(pq.read_metadata(p).num_rows for p in files)
+            return rows
         except Exception:  # noqa: BLE001 - a row count is only a hint
             return None
     if any(_is_compressed(p) for p in files):
@@ -121,7 +133,7 @@ def _estimate_rows(fmt: str, files: list[Path], total_bytes: int) -> int | None:
     return max(1, round(total_bytes * max(lines, 1) / sampled))
 
 
-def _read(spark, fmt: str, path: str, files: list[Path], source: Path):
+def _read(spark: SparkSession, fmt: str, path: str, files: list[Path], source: Path) -> DataFrame:
     reader = spark.read
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
@@ -138,10 +150,10 @@ def _read(spark, fmt: str, path: str, files: list[Path], source: Path):
 class _Progress:
     """A rich progress bar fed by Spark's status tracker for one job group."""
 
-    def __init__(self, spark, enabled: bool):
+    def __init__(self, spark: SparkSession, enabled: bool):
         self.spark = spark
         self.enabled = enabled
-        self._progress = None
+        self._progress: Progress | None = None
         if enabled:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -152,16 +164,16 @@ class _Progress:
                 console=Console(stderr=True), transient=False,
             )
 
-    def __enter__(self):
+    def __enter__(self) -> _Progress:
         if self._progress is not None:
             self._progress.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
 
-    def run(self, description: str, fn):
+    def run(self, description: str, fn: Callable[[], _T]) -> _T:
         """Run ``fn()`` (Spark work); with a bar, in a thread under its own job group."""
         if self._progress is None:
             return fn()
@@ -169,9 +181,9 @@ class _Progress:
 
         sc = self.spark.sparkContext
         group = f"starscan-load-{uuid.uuid4().hex}"
-        outcome: dict = {}
+        outcome: dict[str, Any] = {}
 
-        def work():
+        def work() -> None:
             sc.setJobGroup(group, description, interruptOnCancel=True)
             try:
                 outcome["value"] = fn()
@@ -196,10 +208,10 @@ class _Progress:
             self._progress.update(task, description=f"{description} [red]failed")
             raise outcome["error"]
         self._progress.update(task, completed=max(done, total or 1), total=total or 1)
-        return outcome.get("value")
+        return cast(_T, outcome.get("value"))
 
     @staticmethod
-    def _tasks(tracker, group: str) -> tuple[int, int]:
+    def _tasks(tracker: StatusTracker, group: str) -> tuple[int, int]:
         done = total = 0
         for job_id in tracker.getJobIdsForGroup(group):
             job = tracker.getJobInfo(job_id)
@@ -216,7 +228,7 @@ class _Progress:
 
 
 def load_table(
-    spark,
+    spark: SparkSession,
     warehouse: Warehouse,
     db: str,
     table: str,
@@ -226,7 +238,7 @@ def load_table(
     tablet_target_bytes: int = 128 << 20,
     mode: str = "overwrite",
     progress: bool = True,
-) -> dict:
+) -> dict[str, Any]:
     """Load ``source`` (a CSV/JSON/Parquet file or a directory of them) into ``db.table``.
 
     ``mode`` is Spark's save mode: overwrite (default), append, error/errorifexists or ignore.
@@ -314,7 +326,7 @@ def load_table(
     }
 
 
-def _count_rows(location: Path, files) -> int:
+def _count_rows(location: Path, files: Iterable[DataFile]) -> int:
     import pyarrow.parquet as pq
 
     return sum(pq.read_metadata(location / f.path).num_rows for f in files)

@@ -14,11 +14,16 @@ import json
 import logging
 import sys
 import time
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
-def scan_fields(ctx=None, *, context_id=None, query_id=None, user=None, table=None) -> dict:
+def scan_fields(ctx: Any = None, *, context_id: str | None = None, query_id: str | None = None,
+                user: str | None = None, table: str | None = None) -> dict[str, str | None]:
     """The fields every scan line carries, from a ScanContext (or given one by one)."""
     if ctx is not None:
         info = ctx.info  # provider.contexts.ScanInfo
@@ -29,7 +34,7 @@ def scan_fields(ctx=None, *, context_id=None, query_id=None, user=None, table=No
     return {"context_id": context_id, "query_id": query_id, "user": user or None, "table": table or None}
 
 
-def _extras(record: logging.LogRecord) -> dict:
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")}
 
 
@@ -50,7 +55,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class HumanFormatter(logging.Formatter):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
@@ -63,7 +68,7 @@ class HumanFormatter(logging.Formatter):
         return line
 
 
-def setup_logging(fmt: str = "human", level: str = "INFO", stream=None) -> None:
+def setup_logging(fmt: str = "human", level: str = "INFO", stream: IO[str] | None = None) -> None:
     """Configure the root logger once for the process (the CLI calls this)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else HumanFormatter())
@@ -80,7 +85,7 @@ def set_level(level: str) -> None:
     logging.getLogger().setLevel(level)
 
 
-def quiet_spark(spark) -> None:
+def quiet_spark(spark: SparkSession) -> None:
     """Spark's JVM logs at WARN. Nothing more is silenced: a scan closed early or reaped
     ends without an error in Spark's log (provider/spark_scan.py stops it cleanly), and a
     real task failure must stay visible there."""

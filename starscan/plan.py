@@ -17,7 +17,7 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.transport import TCyMemoryBuffer
@@ -27,22 +27,23 @@ from starscan.files import write_private
 from starscan.thrift_defs import plan as plan_idl
 
 FORMAT_VERSION = 1
-_PROTO = TCyBinaryProtocolFactory()
+# thriftpy2 is untyped (and so are the structs its IDLs make): both are used as Any.
+_PROTO: Any = cast(Any, TCyBinaryProtocolFactory)()
 
 
-def serialize(obj, _factory=None) -> bytes:
+def serialize(obj: Any, _factory: object = None) -> bytes:
     buf = TCyMemoryBuffer()
     obj.write(_PROTO.get_protocol(buf))
-    return buf.getvalue()
+    return cast(bytes, buf.getvalue())
 
 
-def deserialize(obj, raw: bytes, _factory=None):
+def deserialize(obj: Any, raw: bytes, _factory: object = None) -> Any:
     """Fast (Cython) decoding: only for bytes whose signature was verified."""
     obj.read(_PROTO.get_protocol(TCyMemoryBuffer(raw)))
     return obj
 
 
-def _read_signed_envelope(raw: bytes):
+def _read_signed_envelope(raw: bytes) -> Any:
     """``TSignedPlan`` from untrusted bytes, read by hand in exactly the layout ``encode``
     writes (fields 1-4 in order, then STOP; anything else is refused).
 
@@ -131,14 +132,14 @@ def load_or_create_secret(state_dir: Path, configured: str | None) -> bytes:
     return path.read_bytes().strip()
 
 
-def encode(plan, signer: Signer) -> str:
+def encode(plan: Any, signer: Signer) -> str:
     body = serialize(plan, _PROTO)
     signature, kid = signer.sign(body)
     wrapper = plan_idl.TSignedPlan(format_version=FORMAT_VERSION, plan=body, signature=signature, key_id=kid)
     return base64.b64encode(serialize(wrapper, _PROTO)).decode("ascii")
 
 
-def decode(text: str, signer: Signer, now_ms: int | None = None):
+def decode(text: str, signer: Signer, now_ms: int | None = None) -> Any:
     """Base64 text -> verified ``TScanPlan``. Raises ``PlanInvalid`` with a reason a person can act on."""
     if not text:
         raise PlanInvalid("opaqued_query_plan is empty")
@@ -176,27 +177,28 @@ def decode(text: str, signer: Signer, now_ms: int | None = None):
     return plan
 
 
-def pack_tablets(tablets: list) -> bytes:
+def pack_tablets(tablets: list[Any]) -> bytes:
     """``[TPlanTablet]`` -> the bytes carried in ``TScanPlan.tablets``."""
     return serialize(plan_idl.TPlanTablets(tablets=tablets))
 
 
-def unpack_tablets(packed: bytes) -> list:
+def unpack_tablets(packed: bytes) -> list[Any]:
     """``pack_tablets``' bytes (from a signed plan, or a list the server keeps) -> ``[TPlanTablet]``."""
     try:
-        return deserialize(plan_idl.TPlanTablets(), packed).tablets or []
+        tablets: list[Any] = deserialize(plan_idl.TPlanTablets(), packed).tablets or []
+        return tablets
     except Exception:  # noqa: BLE001 - any decode failure means a damaged plan
         raise PlanInvalid("query plan tablet list is damaged") from None
 
 
-def tablets_of(plan) -> list:
+def tablets_of(plan: Any) -> list[Any]:
     """The ``TPlanTablet`` list a decoded (signature-checked) plan carries."""
     return unpack_tablets(plan.tablets or b"")
 
 
-def to_bytes(plan) -> bytes:
+def to_bytes(plan: Any) -> bytes:
     return serialize(plan, _PROTO)
 
 
-def from_bytes(raw: bytes):
+def from_bytes(raw: bytes) -> Any:
     return deserialize(plan_idl.TScanPlan(), raw, _PROTO)

@@ -47,7 +47,7 @@ class RotatingPlanSigner:
         self.configured_previous = configured_previous
         self.grace_s = grace_s
         self._lock = threading.Lock()
-        self._stamp: tuple | None = None
+        self._stamp: tuple[tuple[int, int, int] | None, ...] | None = None
         self._checked = 0.0
         self._signer = self._load()
 
@@ -62,7 +62,7 @@ class RotatingPlanSigner:
         self._current().verify(body, signature, kid)
 
     # ---- loading ----
-    def _files_stamp(self) -> tuple:
+    def _files_stamp(self) -> tuple[tuple[int, int, int] | None, ...]:
         out: list[tuple[int, int, int] | None] = []
         for name in (CURRENT, PREVIOUS):
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
 from pyspark.sql import types as T
@@ -11,6 +12,9 @@ from starscan.catalog import TableSnapshot
 from starscan.errors import SqlInvalid, TableUnreadable
 from starscan.hadoop_paths import check_openable, literal
 from starscan.spark import spark_problem
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _lock = threading.Lock()
 
@@ -25,9 +29,9 @@ def schema_hash(schema: T.StructType) -> int:
 class SchemaResolver:
     """``snapshot -> StructType``: Spark's own view of the table (partition columns last)."""
 
-    def __init__(self, spark):
+    def __init__(self, spark: SparkSession):
         self.spark = spark
-        self._cache: LRUCache = LRUCache(maxsize=1024)
+        self._cache: LRUCache[tuple[str, int], T.StructType] = LRUCache(maxsize=1024)
 
     def schema(self, snap: TableSnapshot) -> T.StructType:
         key = (str(snap.location), snap.version)

@@ -8,10 +8,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from starscan.config import Settings
 from starscan.errors import JavaMissingError
 from starscan.hadoop_paths import literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 JAVA_HELP = (
     "starscan needs Java 17 or newer for Spark. Install it, e.g. "
@@ -109,7 +114,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     return conf
 
 
-def spark_problem(spark) -> str | None:
+def spark_problem(spark: SparkSession) -> str | None:
     """Why this process's Spark cannot run scans, or None when it can. A JVM that died (an
     OutOfMemoryError in a task makes Spark exit it) or a stopped SparkContext fails every
     later scan, so health checks must see it and let the orchestrator restart us."""
@@ -122,7 +127,7 @@ def spark_problem(spark) -> str | None:
     return None
 
 
-def build_session(settings: Settings):
+def build_session(settings: Settings) -> SparkSession:
     """Start (or join) the process's SparkSession with starscan's settings."""
     check_java()
     if settings.spark_master.startswith("local"):
@@ -142,7 +147,7 @@ def build_session(settings: Settings):
 
 
 
-def read_parquet_files(spark, schema, base: str, paths: list[str]):
+def read_parquet_files(spark: SparkSession, schema: StructType, base: str, paths: list[str]) -> DataFrame:
     """A DataFrame over exactly these Parquet files of the table at ``base`` (names never
     read as glob patterns), partition columns from the folders between ``base`` and each
     file, typed by ``schema``."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
@@ -24,11 +26,15 @@ from starscan import plan as plan_codec
 from starscan.errors import SnapshotGone, StarscanError
 from starscan.thrift_defs import plan as plan_idl
 
+if TYPE_CHECKING:
+    from starscan.catalog import TableSnapshot, Warehouse
+    from starscan.tablets import Tablet
+
 #: Digest size in bytes: two different tablet lists sharing a digest is not a concern.
 DIGEST_BYTES = 16
 
 
-def to_plan_tablets(tablets) -> list:
+def to_plan_tablets(tablets: Iterable[Tablet]) -> list[Any]:
     """catalog ``Tablet``s -> ``TPlanTablet``s."""
     return [
         plan_idl.TPlanTablet(
@@ -49,8 +55,8 @@ class TabletLists:
 
     def __init__(self, max_bytes: int):
         self._lock = threading.Lock()
-        self._packed: LRUCache = LRUCache(maxsize=max(1, max_bytes), getsizeof=len)
-        self._decoded: LRUCache = LRUCache(maxsize=8)  # digest -> {tablet_id: TPlanTablet}
+        self._packed: LRUCache[bytes, bytes] = LRUCache(maxsize=max(1, max_bytes), getsizeof=len)
+        self._decoded: LRUCache[bytes, dict[int, Any]] = LRUCache(maxsize=8)  # digest -> {tablet_id: TPlanTablet}
 
     def put(self, packed: bytes, digest: bytes | None = None) -> bytes:
         """Store ``packed``; ``digest``: its digest when the caller has it already."""
@@ -60,7 +66,7 @@ class TabletLists:
                 self._packed[digest] = packed
         return digest
 
-    def tablets(self, digest: bytes) -> dict | None:
+    def tablets(self, digest: bytes) -> dict[int, Any] | None:
         """``{tablet_id: TPlanTablet}`` of a stored list, or None when it is not held."""
         with self._lock:
             decoded = self._decoded.get(digest)
@@ -75,12 +81,12 @@ class TabletLists:
         return decoded
 
 
-def pack_snapshot(snap) -> bytes:
+def pack_snapshot(snap: TableSnapshot) -> bytes:
     """A table snapshot's whole tablet list, packed as plans carry it."""
     return plan_codec.pack_tablets(to_plan_tablets(snap.tablets))
 
 
-def planned_tablets(plan, lists: TabletLists, warehouse=None) -> list:
+def planned_tablets(plan: Any, lists: TabletLists, warehouse: Warehouse | None = None) -> list[Any]:
     """The ``TPlanTablet``s a (signature-checked) plan planned. A list held by digest and not
     in ``lists`` is rebuilt from ``warehouse`` when the table is unchanged; otherwise the
     plan's version is gone."""

@@ -54,7 +54,7 @@ class DataFileLike(Protocol):
     @property
     def mtime_ns(self) -> int: ...
     @property
-    def partition(self) -> tuple: ...
+    def partition(self) -> tuple[tuple[str, str | None], ...]: ...
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Footers:
 
     def __init__(self, maxsize: int = 4096):
         self._lock = threading.Lock()
-        self._cache: LRUCache = LRUCache(maxsize=maxsize)
+        self._cache: LRUCache[tuple[str, int, int], tuple[RowGroup, ...] | None] = LRUCache(maxsize=maxsize)
 
     def row_groups(self, path: Path, size: int, mtime_ns: int) -> tuple[RowGroup, ...] | None:
         """The file's row groups, or None when its footer cannot be read (the file then stays
@@ -188,7 +188,7 @@ def pack(items: list[_Item], size_of: Callable[[_Item], int], target_bytes: int,
 def split_files(table: str, files: Iterable[DataFileLike], sizing: Sizing,
                 row_groups_of: Callable[[DataFileLike], tuple[RowGroup, ...] | None]) -> list[Tablet]:
     """The tablets of ``table``'s files, in path order."""
-    by_partition: dict[tuple, list[DataFileLike]] = {}
+    by_partition: dict[tuple[tuple[str, str | None], ...], list[DataFileLike]] = {}
     for f in files:
         by_partition.setdefault(f.partition, []).append(f)
     splits: list[tuple[tuple[DataFileLike, ...], _Run | None]] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from typing import Any
 
 from starscan.config import Settings
 from starscan.errors import ConfigError
@@ -40,7 +41,7 @@ def server_context(settings: Settings) -> ssl.SSLContext:
     return ctx
 
 
-def uvicorn_options(settings: Settings) -> dict:
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
     if not settings.http_tls:
         return {}
     check(settings)

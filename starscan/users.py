@@ -14,6 +14,7 @@ import logging
 import secrets
 import threading
 from pathlib import Path
+from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -69,11 +70,11 @@ class UserStore:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._verified: TTLCache = TTLCache(maxsize=10_000, ttl=300)
+        self._verified: TTLCache[bytes, bool] = TTLCache(maxsize=10_000, ttl=300)
         self._checking: dict[bytes, _Check] = {}  # credentials being checked now
         self._cache_key = secrets.token_bytes(32)
         self._mtime: int | None = None
-        self._users: dict[str, dict] = {}
+        self._users: dict[str, dict[str, Any]] = {}
         self._ensure()
 
     # ---- file ----
@@ -94,7 +95,7 @@ class UserStore:
             self._mtime = st.st_mtime_ns
             self._verified.clear()
 
-    def _write(self, users: dict) -> None:
+    def _write(self, users: dict[str, dict[str, Any]]) -> None:
         write_private(self.path, json.dumps({"users": users}, indent=2, sort_keys=True).encode("utf-8"))
 
     def warn_if_default_root(self) -> None:
@@ -110,7 +111,7 @@ class UserStore:
         except (VerificationError, InvalidHashError):
             return False
 
-    def _verified_key(self, user: str, password: str, record: dict) -> bytes:
+    def _verified_key(self, user: str, password: str, record: dict[str, Any]) -> bytes:
         return hmac.new(self._cache_key, f"{user}\0{password}\0{record.get('password_hash')}".encode("utf-8", "surrogatepass"),
                         hashlib.sha256).digest()
 

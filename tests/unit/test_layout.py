@@ -155,3 +155,6 @@ def test_every_kernel_module_is_under_the_layer_contract():
     modules = {f"starscan.{p.stem}" for p in (REPO / "starscan").glob("*.py")}
     assert modules - listed - wiring == set(), "add the new module to the kernel contract in pyproject.toml"
     assert listed <= modules
+    # ... and every kernel module is type-checked strictly.
+    strict = next(o for o in config["tool"]["mypy"]["overrides"] if o.get("disallow_untyped_defs"))
+    assert set(strict["module"]) == listed, "list the kernel module in the strict mypy override in pyproject.toml"
