@@ -98,7 +98,12 @@ def test_a_request_head_that_never_ends_is_refused_and_the_fe_keeps_serving(serv
 
     from starscan.planner.http_protocol import MAX_HEAD_BYTES
 
-    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # A small send buffer: what the client counts as sent is then what the server took
+        # (Linux otherwise grows a loopback send buffer to megabytes, hiding the bound).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+        sock.settimeout(30)
+        sock.connect(("127.0.0.1", server.http_port))
         sock.sendall(b"POST /api/db1/t1/_query_plan HTTP/1.1\r\nHost: x\r\nX-Endless: ")
         sent = 0
         try:
