@@ -134,7 +134,7 @@ class Soak:
         for db, table, cols, where in QUERIES:
             snap = self.server.warehouse.snapshot(db, table)
             df = self.spark.read.option("basePath", str(snap.location)).parquet(
-                *[str(snap.location / f.path) for t in snap.tablets for f in t.files])
+                *[str(Path(snap.location) / f.path) for t in snap.tablets for f in t.files])
             if where:
                 df = df.where(where)
             self.expected[sql_of(db, table, cols, where)] = Counter(

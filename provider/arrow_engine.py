@@ -17,7 +17,6 @@ split (provider/spark_scan.py).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.compute as pc
 from pyspark.sql import types as T
@@ -28,6 +27,7 @@ from starscan.expr import Expr, unflatten
 from starscan.hadoop_paths import exact_partition_value
 from starscan.provider.arrow_expr import NotArrowable, to_arrow_filter
 from starscan.provider.arrow_reader import ArrowRead, ArrowSplit, FilePart
+from starscan.storage import LOCAL, Storage
 from starscan.tablets import FOOTERS, cut_file, pack
 from starscan.types import SPARK_INTEGER_RANGES
 
@@ -48,7 +48,7 @@ def split_size(total_bytes: int, tasks: int) -> int:
 
 
 def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
-               tasks: int = 2) -> tuple[ArrowRead, list[ArrowSplit]]:
+               tasks: int = 2, storage: Storage = LOCAL) -> tuple[ArrowRead, list[ArrowSplit]]:
     """The read instructions and splits of ``plan`` on the arrow engine, or NotArrowable."""
     schema = T.StructType.fromJson(json.loads(plan.table_schema))
     by_lower = {f.name.lower(): f for f in schema.fields}
@@ -92,9 +92,9 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
         partition_columns=tuple((n, arrow_of(n)) for n in part_columns),
         output=tuple(output),
         output_schema=to_arrow_schema(T.StructType(out_fields), timezone=time_zone, prefers_large_types=False),
-        filter=arrow_filter, pushdown=pushdown, dates=dates,
+        filter=arrow_filter, pushdown=pushdown, dates=dates, storage=storage,
     )
-    location = Path(plan.table_location)
+    location = plan.table_location
     by_id = {t.tablet_id: t for t in plan_tablets}
     parts = []
     for tid in tablet_ids:
@@ -112,8 +112,8 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
             tablet = by_id[tid]
             row_groups = None if tablet.first_row_group is None else tuple(
                 range(tablet.first_row_group, tablet.first_row_group + (tablet.row_groups or 0)))
-            parts.append(FilePart(str(location / f.path), f.path, f.size, f.mtime_ns, row_groups, tuple(values)))
-    return read, _splits(parts, split_size(sum(p.size for p in parts), tasks))
+            parts.append(FilePart(storage.join(location, f.path), f.path, f.size, f.mtime_ns, row_groups, tuple(values)))
+    return read, _splits(parts, split_size(sum(p.size for p in parts), tasks), storage)
 
 
 def _check_type(f: T.StructField) -> None:
@@ -146,7 +146,7 @@ def _file_conjuncts(predicate: Expr, field_of, partition_names: set[str]) -> pc.
     return out
 
 
-def _splits(parts: list[FilePart], split_bytes: int) -> list[ArrowSplit]:
+def _splits(parts: list[FilePart], split_bytes: int, storage: Storage = LOCAL) -> list[ArrowSplit]:
     """The scanner's tablets split again for its tasks, by the FE's rules (starscan.tablets):
     a large file or cut tablet in runs of its row groups, small files packed."""
     out: list[ArrowSplit] = []
@@ -155,7 +155,7 @@ def _splits(parts: list[FilePart], split_bytes: int) -> list[ArrowSplit]:
         if part.size <= split_bytes and part.row_groups is None:
             small.append(part)
             continue
-        groups = FOOTERS.row_groups(Path(part.path), part.size, part.mtime_ns)
+        groups = FOOTERS.row_groups(part.path, part.size, part.mtime_ns, storage)
         chosen = list(range(len(groups or ()))) if part.row_groups is None else list(part.row_groups)
         if groups is None or any(not 0 <= rg < len(groups) for rg in chosen):
             out.append(ArrowSplit((part,)))  # unreadable, or past the end of the file: the task says so

@@ -10,18 +10,18 @@ the scan fails it with "version ... is gone" instead of giving other rows.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from starscan.errors import StarscanError
+from starscan.storage import LOCAL, Storage
+
 BATCH_ROWS = 4096
-_LOCAL = pafs.LocalFileSystem()
 # INT96 timestamps (Spark's default) as microseconds, Spark's unit: as nanoseconds, years
 # after 2262 would overflow.
 _FORMAT = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
@@ -60,6 +60,7 @@ class ArrowRead:
     filter: pc.Expression | None = None
     pushdown: pc.Expression | None = None         # conjuncts over file columns only (row-group stats)
     dates: bool = False           # reads dates or timestamps: refuse legacy-calendar files
+    storage: Storage = LOCAL      # where the files are (a local folder or an object store)
 
 
 def read_split(read: ArrowRead, split: ArrowSplit) -> Iterator[pa.RecordBatch]:
@@ -69,15 +70,22 @@ def read_split(read: ArrowRead, split: ArrowSplit) -> Iterator[pa.RecordBatch]:
 
 def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
     try:
-        st = os.stat(part.path)
-    except FileNotFoundError:
+        yield from _read_part_of_store(read, part)
+    except StarscanError as exc:  # the store refused or did not answer
+        raise SplitReadError(f"table {read.table}: file {part.relative}: {exc.message}") from None
+
+
+def _read_part_of_store(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
+    storage = read.storage
+    identity = storage.file_identity(part.path)
+    if identity is None:
         raise SplitReadError(f"table {read.table} version {read.version} is gone: file {part.relative} was removed "
-                             "during the scan; ask the FE for a new plan") from None
-    if st.st_size != part.size or st.st_mtime_ns != part.mtime_ns:
+                             "during the scan; ask the FE for a new plan")
+    if identity != (part.size, part.mtime_ns):
         raise SplitReadError(f"table {read.table} version {read.version} is gone: file {part.relative} was rewritten "
                              "during the scan; ask the FE for a new plan")
     try:
-        parquet = pq.ParquetFile(part.path, coerce_int96_timestamp_unit="us")
+        parquet = pq.ParquetFile(storage.open(part.path), coerce_int96_timestamp_unit="us")
         physical = parquet.schema_arrow
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet file: "
@@ -104,7 +112,8 @@ def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
     try:
         if read.pushdown is not None and exact_names and row_groups:
             # Row-group statistics: skip the groups no row of which can match.
-            fragment = _FORMAT.make_fragment(part.path, filesystem=_LOCAL, row_groups=row_groups)
+            fs, fs_path = storage.arrow_path(part.path)
+            fragment = _FORMAT.make_fragment(fs_path, filesystem=fs, row_groups=row_groups)
             kept = fragment.subset(filter=read.pushdown)
             row_groups = [rg.id for rg in kept.row_groups] if kept is not None else []
         if not row_groups:

@@ -21,6 +21,7 @@ from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
 from starscan.provider.spark_scan import SparkScan, check_snapshot
 from starscan.runtime_config import LiveSettings
 from starscan.spark import scan_pool, spark_problem
+from starscan.storage import Storage, open_storage
 from starscan.tablet_lists import TabletLists, planned_tablets
 
 log = logging.getLogger("starscan.provider")
@@ -73,6 +74,14 @@ class ScanService:
     def settings(self) -> Settings:
         """The settings as they are now (run-time changes replace them)."""
         return self.live.current
+
+    def _storage_of(self, location: str) -> Storage:
+        """Where a plan's files are: the warehouse's store (with its credentials) for a table
+        of the warehouse, else the store its location names."""
+        if self.warehouse is not None and (location == self.warehouse.location
+                                           or location.startswith(self.warehouse.location.rstrip("/") + "/")):
+            return self.warehouse.storage
+        return open_storage(location, self.settings.storage_options)
 
     def push_listener(self) -> PushListener:
         """Where this BE's scan tasks push their rows (started with the first scan)."""
@@ -168,11 +177,12 @@ class ScanService:
         ctx.batch_size = params.batch_size
         ctx.report_rows = str((params.properties or {}).get(EOS_ROWS_PROPERTY, "")).lower() == "true"
         columns = [(c.name, c.primitive_type) for c in plan.columns]
+        storage = self._storage_of(plan.table_location)
         cache = self.result_cache
         if cache.enabled_for(plan.database, plan.table):
             # Every check above has passed (signature, identity, grants, tablets, caps); the
             # planned files must still be there, exactly as a Spark scan would require.
-            check_snapshot(plan, plan_tablets, tablet_ids)
+            check_snapshot(plan, plan_tablets, tablet_ids, storage)
             key = cache_key(plan, plan_tablets, tablet_ids, params.batch_size, self.settings.time_zone)
             hit = cache.get(key, plan.table_location, plan.version)
             if hit is not None:
@@ -191,7 +201,7 @@ class ScanService:
         scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id, self.push_listener(),
                          tasks_per_scanner=self.settings.scan_tasks_per_scanner,
                          yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
-                         engine=self.settings.scan_engine)
+                         engine=self.settings.scan_engine, storage=storage)
         scan.on_engine = lambda engine, ctx=ctx: self._engine_chosen(ctx, engine)
         scan.batch_rows = params.batch_size
         ctx.queue, ctx.scan = queue, scan

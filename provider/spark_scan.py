@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from queue import Empty, SimpleQueue
 
 from pyspark.rdd import RDD
@@ -52,6 +50,7 @@ from starscan.provider.push_task import PushTarget, push_arrow_splits, push_spar
 from starscan.provider.result_queue import ResultQueue
 from starscan.spark import read_parquet_files
 from starscan.spark_expr import column_ref, to_column
+from starscan.storage import LOCAL, Storage
 from starscan.tablets import FOOTERS, row_range_problem
 from starscan.types import is_supported
 
@@ -61,22 +60,21 @@ log = logging.getLogger("starscan.provider.scan")
 STOP_GRACE_S = 2.0
 
 
-def check_snapshot(plan, plan_tablets: list, tablet_ids: list[int]) -> list[str]:
-    """Absolute paths of the requested tablets' files, verified to be the planned ones."""
-    location = Path(plan.table_location)
+def check_snapshot(plan, plan_tablets: list, tablet_ids: list[int], storage: Storage = LOCAL) -> list[str]:
+    """Locations of the requested tablets' files, verified to be the planned ones."""
+    location = plan.table_location
     by_id = {t.tablet_id: t for t in plan_tablets}
     paths = []
     for tid in tablet_ids:
         for f in by_id[tid].files:
-            path = location / f.path
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
+            path = storage.join(location, f.path)
+            identity = storage.file_identity(path)
+            if identity is None:
                 raise SnapshotGone(
                     f"table {plan.database}.{plan.table} version {plan.version} is gone: file {f.path} was removed; "
                     "ask the FE for a new plan"
-                ) from None
-            if st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
+                )
+            if identity != (f.size, f.mtime_ns):
                 raise SnapshotGone(
                     f"table {plan.database}.{plan.table} version {plan.version} is gone: file {f.path} was rewritten; "
                     "ask the FE for a new plan"
@@ -92,8 +90,9 @@ class SparkScan:
 
     def __init__(self, spark, plan, plan_tablets: list, tablet_ids: list[int], queue: ResultQueue, context_id: str,
                  listener: PushListener, tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0,
-                 pool: str = "default", engine: str = "auto"):
+                 pool: str = "default", engine: str = "auto", storage: Storage = LOCAL):
         self._setup(spark, queue, context_id, listener, tasks_per_scanner, yield_after_s, pool)
+        self.storage = storage
         self.engine_setting = engine
         self.plan = plan
         self.description = f"{plan.database}.{plan.table}"
@@ -123,7 +122,7 @@ class SparkScan:
             out_cols.append((c.name, field))
 
         self._plan_tablets, self._tablet_ids = plan_tablets, tablet_ids
-        check_snapshot(plan, plan_tablets, tablet_ids)
+        check_snapshot(plan, plan_tablets, tablet_ids, storage)
         self._table_schema, self._resolve, self._out_cols = table_schema, resolve, out_cols
         self.df = None  # built by the producer thread: open_scanner does only the checks
         self.columns = tuple((name, f.dataType, f.nullable) for name, f in out_cols)
@@ -132,7 +131,7 @@ class SparkScan:
     def _build_dataframe(self):
         """The scan as a Spark DataFrame (py4j work: the file index, the plan's analysis)."""
         plan = self.plan
-        check_snapshot(plan, self._plan_tablets, self._tablet_ids)
+        check_snapshot(plan, self._plan_tablets, self._tablet_ids, self.storage)
         df = self._read_tablets()
         if plan.predicate is not None:
             try:
@@ -147,28 +146,30 @@ class SparkScan:
         """The planned tablets' rows: whole files read as they are; a tablet that is a run of
         a file's row groups selects the rows those groups hold by their index in the file
         (Spark's ``_metadata.row_index``), since Spark cannot be told which row groups to read."""
-        plan, location = self.plan, Path(self.plan.table_location)
+        plan, storage = self.plan, self.storage
+        location = plan.table_location
         by_id = {t.tablet_id: t for t in self._plan_tablets}
         whole: list[str] = []
         cuts: list[tuple[str, int, int]] = []
         for tid in self._tablet_ids:
             t = by_id[tid]
             if t.first_row_group is None:
-                whole.extend(str(location / f.path) for f in t.files)
+                whole.extend(storage.spark_path(storage.join(location, f.path)) for f in t.files)
             else:
                 f = t.files[0]
-                problem = row_range_problem(FOOTERS.row_groups(location / f.path, f.size, f.mtime_ns),
+                path = storage.join(location, f.path)
+                problem = row_range_problem(FOOTERS.row_groups(path, f.size, f.mtime_ns, storage),
                                             t.first_row_group, t.row_groups or 0, t.first_row, t.rows)
                 if problem is not None:
                     raise ScanFailed(f"table {plan.database}.{plan.table}: file {f.path} does not hold the planned "
                                      f"tablet {tid}: {problem}")
-                cuts.append((str(location / f.path), t.first_row or 0, t.rows or 0))
+                cuts.append((storage.spark_path(path), t.first_row or 0, t.rows or 0))
         frames = []
         if whole:
-            frames.append(read_parquet_files(self.spark, self._table_schema, plan.table_location, whole))
+            frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), whole))
         for path, first_row, rows in cuts:
             index = F.col("_metadata.row_index")
-            frames.append(read_parquet_files(self.spark, self._table_schema, plan.table_location, [path])
+            frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), [path])
                           .filter((index >= first_row) & (index < first_row + rows)))
         df = frames[0]
         for more in frames[1:]:
@@ -209,6 +210,7 @@ class SparkScan:
         self.engine_reason: str | None = None  # why not the arrow engine
         self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
         self.time_zone = spark.conf.get("spark.sql.session.timeZone")
+        self.storage = LOCAL  # where the plan's files are
 
 
     # ---- lifecycle ----
@@ -296,7 +298,7 @@ class SparkScan:
         if self.plan is not None and self.engine_setting in ("auto", "arrow"):
             try:
                 read, splits = plan_arrow(self.plan, self._plan_tablets, self._tablet_ids, self.time_zone,
-                                          self.tasks_per_scanner)
+                                          self.tasks_per_scanner, self.storage)
             except NotArrowable as why:
                 if self.engine_setting == "arrow":
                     raise InvalidArgument(f"scan_engine = arrow cannot run this scan: {why}; "
@@ -382,13 +384,20 @@ class SparkScan:
             return sink.error
         try:
             if self.plan is not None:
-                check_snapshot(self.plan, self._plan_tablets, self._tablet_ids)
+                check_snapshot(self.plan, self._plan_tablets, self._tablet_ids, self.storage)
         except SnapshotGone as gone:
             return SnapshotGone(gone.message.replace(" was removed;", " was removed during the scan;")
                                 .replace(" was rewritten;", " was rewritten during the scan;"))
         except Exception:  # noqa: BLE001 - the original failure is what matters
             pass
-        return ScanFailed(f"Spark scan failed: {task_reason or _spark_reason(exc)}")
+        reason = task_reason or _spark_reason(exc)
+        no_filesystem = "No FileSystem for scheme" in reason or ("ClassNotFoundException" in reason and "FileSystem" in reason)
+        if no_filesystem and not self.storage.is_local:
+            return ScanFailed(f"this scan of {self.description} needs the sql engine ({self.engine_reason}), and this "
+                              f"server's Spark has no filesystem for {self.storage.spark_path(self.plan.table_location)}: "
+                              "add Hadoop's cloud connector jars to Spark (docs/storage.md), or ask for a scan the arrow "
+                              "engine can read")
+        return ScanFailed(f"Spark scan failed: {reason}")
 
 
 def _run_job(sc, mapped, split: int) -> None:

@@ -13,19 +13,22 @@ added, removed or rewritten.
 
 from __future__ import annotations
 
-import os
-import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
 
-from starscan.errors import DatabaseNotFound, TableNotFound
+from starscan.errors import DatabaseNotFound, StorageUnavailable, TableNotFound
 from starscan.files import is_hidden
 from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
+from starscan.storage import LOCAL, Storage, local_path, open_storage
+
+if TYPE_CHECKING:
+    from starscan.config import Settings
 from starscan.tablets import FOOTERS, DataFileLike, Sizing, Tablet, hash_int, split_files
 
 __all__ = ["DataFile", "Tablet", "TableSnapshot", "Warehouse", "list_table_files", "partition_of"]
@@ -51,11 +54,12 @@ class TableSnapshot:
 
     db: str
     name: str
-    location: Path
+    location: str        # a local path or a URI (starscan.storage)
     version: int
     tablets: tuple[Tablet, ...]
     partition_columns: tuple[str, ...]
     by_id: dict[int, Tablet] = field(default_factory=dict, compare=False, repr=False)
+    storage: Storage = field(default_factory=lambda: LOCAL, compare=False, repr=False)  # where the files are
 
     @property
     def qualified_name(self) -> str:
@@ -78,34 +82,21 @@ class _Listing:
     snapshot: TableSnapshot
 
 
-def list_table_files(location: Path) -> tuple[list[DataFile], list[str]]:
-    """All data files below a table directory (Hive-style partition folders understood)."""
+def list_table_files(location: Path | str, storage: Storage | None = None) -> tuple[list[DataFile], list[str]]:
+    """All data files below a table folder (Hive-style partition folders understood): one
+    walk of a local folder, one listing of an object store."""
+    storage = storage or LOCAL
     files: list[DataFile] = []
     part_cols: list[str] = []
-    root = str(location)
-
-    def walk(directory: str, rel: str, partition: tuple[tuple[str, str | None], ...]) -> None:
-        try:
-            entries = list(os.scandir(directory))
-        except FileNotFoundError:
-            return
-        for entry in entries:
-            if is_hidden(entry.name):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                spelled, eq, raw = entry.name.partition("=")
-                if not eq:
-                    continue  # not a partition directory: Spark ignores it as well
-                col = unescape_path_name(spelled)
-                value = None if raw == HIVE_DEFAULT_PARTITION else raw
-                if col not in part_cols:
-                    part_cols.append(col)
-                walk(entry.path, f"{rel}{entry.name}/", partition + ((col, value),))
-            elif entry.is_file():
-                st = entry.stat()
-                files.append(DataFile(rel + entry.name, st.st_size, st.st_mtime_ns, partition))
-
-    walk(root, "", ())
+    for entry in storage.walk_files(str(location)):
+        *folders, name = entry.name.split("/")
+        if is_hidden(name) or any(is_hidden(f) or "=" not in f for f in folders):
+            continue  # hidden, or below a folder that is not a partition: Spark skips it too
+        partition = partition_of(entry.name)
+        for col, _ in partition:
+            if col not in part_cols:
+                part_cols.append(col)
+        files.append(DataFile(entry.name, entry.size, entry.mtime_ns, partition))
     files.sort(key=lambda f: f.path)
     return files, part_cols
 
@@ -122,13 +113,14 @@ def partition_of(relative_path: str) -> tuple[tuple[str, str | None], ...]:
 
 
 class Warehouse:
-    """Finds databases and tables in the warehouse directory; caches file listings
-    (``listing_ttl_s``; 0 disables the cache). ``clock`` tells the time for the TTL (tests
-    move it instead of sleeping)."""
+    """Finds databases and tables in the warehouse (a local folder or an object-store
+    location, starscan.storage); caches file listings (``listing_ttl_s``; 0 disables the
+    cache). ``clock`` tells the time for the TTL (tests move it instead of sleeping)."""
 
-    def __init__(self, root: Path, listing_ttl_s: float = 5.0, sizing: Sizing | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self.root = Path(root).resolve()
+    def __init__(self, root: Path | str, listing_ttl_s: float = 5.0, sizing: Sizing | None = None,
+                 clock: Callable[[], float] = time.monotonic, storage: Storage | None = None):
+        self.storage = storage or open_storage(str(root))
+        self.location = str(Path(local_path(str(root))).resolve()) if self.storage.is_local else str(root).rstrip("/")
         self.sizing = sizing or Sizing()
         self._lock = threading.Lock()
         self._ttl_s = listing_ttl_s
@@ -138,40 +130,59 @@ class Warehouse:
         self._generation = 0  # counts invalidations
         self._listeners: list[Callable[[str, str], None]] = []
 
+    @classmethod
+    def of(cls, settings: Settings, listing_ttl_s: float | None = None) -> Warehouse:
+        """The warehouse a configuration names, reached with its storage options."""
+        storage = open_storage(settings.warehouse, settings.storage_options)
+        ttl = settings.listing_cache_ttl_s if listing_ttl_s is None else listing_ttl_s
+        return cls(settings.warehouse, ttl, settings.tablet_sizing, storage=storage)
+
+    @property
+    def root(self) -> Path:
+        """The warehouse folder, when it is local (what writers with a local path need)."""
+        if not self.storage.is_local:
+            raise StorageUnavailable(f"the warehouse {self.location} is not a local folder")
+        return Path(self.location)
+
     # ---- names ----
-    def database_path(self, db: str) -> Path:
+    def _database_location(self, db: str) -> str:
         if db == DEFAULT_DB:
-            return self.root
+            return self.location
         if not db or "/" in db or "\\" in db or db in (".", "..") or is_hidden(db):
             raise DatabaseNotFound(db)
-        return self.root / f"{db}{DB_SUFFIX}"
+        return self.storage.join(self.location, f"{db}{DB_SUFFIX}")
+
+    def table_location(self, db: str, table: str) -> str:
+        return self.storage.join(self._database_location(db), table)
+
+    def database_path(self, db: str) -> Path:
+        self._database_location(db)  # checks the name
+        return self.root if db == DEFAULT_DB else self.root / f"{db}{DB_SUFFIX}"
 
     def table_path(self, db: str, table: str) -> Path:
         return self.database_path(db) / table
 
     def databases(self) -> list[str]:
-        if not self.root.is_dir():
+        if not self.storage.is_dir(self.location):
             return []
         names = [DEFAULT_DB] if self.tables(DEFAULT_DB) else []
-        for entry in sorted(os.scandir(self.root), key=lambda e: e.name):
-            if entry.is_dir() and entry.name.endswith(DB_SUFFIX) and not is_hidden(entry.name):
+        for entry in self.storage.list_dir(self.location):
+            if entry.is_dir and entry.name.endswith(DB_SUFFIX) and not is_hidden(entry.name):
                 names.append(entry.name[: -len(DB_SUFFIX)])
         return names
 
     def has_database(self, db: str) -> bool:
         try:
-            path = self.database_path(db)
+            location = self._database_location(db)
         except DatabaseNotFound:
             return False
-        return path.is_dir() and (db != DEFAULT_DB or bool(self.tables(DEFAULT_DB)))
+        return self.storage.is_dir(location) and (db != DEFAULT_DB or bool(self.tables(DEFAULT_DB)))
 
     def tables(self, db: str) -> list[str]:
-        path = self.database_path(db)
-        if not path.is_dir():
-            return []
+        location = self._database_location(db)
         out = []
-        for entry in sorted(os.scandir(path), key=lambda e: e.name):
-            if not entry.is_dir() or is_hidden(entry.name):
+        for entry in self.storage.list_dir(location):
+            if not entry.is_dir or is_hidden(entry.name):
                 continue
             if db == DEFAULT_DB and entry.name.endswith(DB_SUFFIX):
                 continue
@@ -188,37 +199,47 @@ class Warehouse:
         if not self._table_name_ok(db, table):
             return False
         try:
-            return self.table_path(db, table).is_dir()
+            return self.storage.is_dir(self.table_location(db, table))
         except DatabaseNotFound:
             return False
 
-    def require_table(self, db: str, table: str) -> Path:
+    def require_table(self, db: str, table: str) -> str:
         if not self.has_database(db):
+            self._check_root()
             raise DatabaseNotFound(db)
         if not self.has_table(db, table):
             raise TableNotFound(table)
-        return self.table_path(db, table)
+        return self.table_location(db, table)
+
+    def _check_root(self) -> None:
+        """A remote warehouse whose bucket or prefix is gone says so, rather than that every
+        database is missing."""
+        if not self.storage.is_local and not self.storage.is_dir(self.location):
+            raise StorageUnavailable(f"the warehouse {self.location} is not there (its bucket or folder is gone)")
 
     # ---- snapshots ----
     def snapshot(self, db: str, table: str) -> TableSnapshot:
         # One stat in the common case (a plan's hot path): an existing table folder means
         # its database exists too. Otherwise require_table says which is missing.
-        location = self.table_path(db, table) if self._table_name_ok(db, table) else self.require_table(db, table)
-        try:
-            st = os.stat(location)
-        except (OSError, ValueError):  # ValueError: a NUL in a name
-            st = None
-        if st is None or not stat.S_ISDIR(st.st_mode):
+        location = self.table_location(db, table) if self._table_name_ok(db, table) else self.require_table(db, table)
+        key = location
+        if not self.storage.is_local and self._ttl_s > 0:
+            # An object store has no folder stamps, and every question costs a request: a
+            # listing is used for the TTL, as it is.
+            with self._lock:
+                cached = self._listings.get(key)
+                if cached is not None and self._clock() - cached.listed_at < self._ttl_s:
+                    return cached.snapshot
+        stamp = self.storage.dir_stamp(location)
+        if stamp is None:
             self.require_table(db, table)
             raise TableNotFound(table)  # it was there a moment ago
         if self._ttl_s <= 0:
             return self._build_snapshot(db, table, location)
-        key = str(location)
         # A cached listing is used while the table directory itself is unchanged (files
         # added or removed at the top level, or the directory replaced, show at once);
         # changes deeper in partition folders, and files rewritten in place, show when the
         # TTL runs out.
-        stamp = st.st_mtime_ns
         waited = False
         while True:
             now = self._clock()
@@ -261,12 +282,13 @@ class Warehouse:
         """Forget a cached listing (after this process wrote the table)."""
         with self._lock:
             self._generation += 1
-            self._listings.pop(str(self.table_path(db, table)), None)
+            self._listings.pop(self.table_location(db, table), None)
 
-    def _build_snapshot(self, db: str, table: str, location: Path) -> TableSnapshot:
-        files, part_cols = list_table_files(location)
+    def _build_snapshot(self, db: str, table: str, location: str) -> TableSnapshot:
+        files, part_cols = list_table_files(location, self.storage)
+        storage = self.storage
         tablets = split_files(f"{db}.{table}", files, self.sizing,
-                              lambda f: FOOTERS.row_groups(location / f.path, f.size, f.mtime_ns))
+                              lambda f: FOOTERS.row_groups(storage.join(location, f.path), f.size, f.mtime_ns, storage))
         version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
         by_id = {t.tablet_id: t for t in tablets}
-        return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id)
+        return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, self.storage)

@@ -34,7 +34,7 @@ app.add_typer(secret_app, name="secret")
 
 
 ConfOpt = typer.Option(None, "--conf", help="starscan.conf file (key = value)")
-WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse directory")
+WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse: a local folder or a URI (s3://bucket/prefix)")
 
 
 # Exit codes (docs/operations.md "CLI"): 0 done; 1 the server answered with an error (not found, bad
@@ -110,7 +110,14 @@ def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
 
     quiet_spark(spark)
     server = StarscanServer(settings, spark, fe=fe, be=be)
-    if fe and settings.demo_scale > 0 and not any(server.warehouse.tables(db) for db in server.warehouse.databases()):
+    if not server.warehouse.storage.is_local:
+        try:
+            found = server.warehouse.databases()
+        except StarscanError as exc:  # serve anyway: plans say what is wrong until it is fixed
+            log.warning("the warehouse %s cannot be read now: %s", server.warehouse.location, exc.message)
+        else:
+            log.info("warehouse %s: %d database(s)", server.warehouse.location, len(found))
+    elif fe and settings.demo_scale > 0 and not any(server.warehouse.tables(db) for db in server.warehouse.databases()):
         from starscan.demo import create_demo
 
         started = time.monotonic()
@@ -126,7 +133,7 @@ def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
                      f"MySQL {settings.bind_host}:{server.query_port}")
     if be:
         parts.append(f"BE {settings.bind_host}:{server.be_port}")
-    log.info("starscan %s ready: %s  warehouse %s", __version__, "  ".join(parts), settings.warehouse.resolve())
+    log.info("starscan %s ready: %s  warehouse %s", __version__, "  ".join(parts), server.warehouse.location)
     stop = {"now": False}
 
     def _on_signal(signum, frame):
@@ -162,7 +169,7 @@ def serve(
     http_port: int | None = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
     be_port: int | None = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
     query_port: int | None = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
-    warehouse: Path | None = WarehouseOpt,
+    warehouse: str | None = WarehouseOpt,
     spark_master: str | None = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
     demo_scale: float | None = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
     bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
@@ -180,7 +187,7 @@ def fe(
     conf: Path | None = ConfOpt,
     http_port: int | None = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
     query_port: int | None = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
-    warehouse: Path | None = WarehouseOpt,
+    warehouse: str | None = WarehouseOpt,
     demo_scale: float | None = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
     bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
     be_endpoints: str | None = typer.Option(None, "--be-endpoints", help="the BEs as host:port, host:port (routings)"),
@@ -195,7 +202,7 @@ def fe(
 def be(
     conf: Path | None = ConfOpt,
     be_port: int | None = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
-    warehouse: Path | None = WarehouseOpt,
+    warehouse: str | None = WarehouseOpt,
     spark_master: str | None = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
     bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
     log_format: str | None = LogFormatOpt,
@@ -206,7 +213,7 @@ def be(
 
 
 @app.command()
-def tables(conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
+def tables(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
     """List databases and tables in the warehouse, with tablets and versions."""
     from rich.console import Console
     from rich.table import Table
@@ -214,7 +221,7 @@ def tables(conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -
     from starscan.catalog import Warehouse
 
     settings = _settings(conf, warehouse=warehouse)
-    wh = Warehouse(settings.warehouse, 0, settings.tablet_sizing)
+    wh = Warehouse.of(settings, listing_ttl_s=0)
     out = Table("database", "table", "tablets", "bytes", "version", "partitioned by")
     for db in wh.databases():
         for name in wh.tables(db):
@@ -233,7 +240,7 @@ def load(
     partition_by: list[str] | None = typer.Option(None, "--partition-by", help="partition column (repeatable)"),
     mode: str = typer.Option("overwrite", "--mode", help="overwrite | append"),
     conf: Path | None = ConfOpt,
-    warehouse: Path | None = WarehouseOpt,
+    warehouse: str | None = WarehouseOpt,
 ) -> None:
     """Import CSV/Parquet/JSON through Spark into a warehouse table, in tablets of bounded size."""
     settings = _settings(conf, warehouse=warehouse, spark_master=None)
@@ -243,7 +250,7 @@ def load(
     from starscan.catalog import Warehouse
     from starscan.loader import load_table
 
-    wh = Warehouse(settings.warehouse, 0, settings.tablet_sizing)
+    wh = Warehouse.of(settings, listing_ttl_s=0)
     with _domain_errors():
         result = load_table(spark, wh, db, table, source, fmt=fmt, partition_by=list(partition_by or []),
                             tablet_target_bytes=settings.tablet_target_bytes, mode=mode)
@@ -287,7 +294,7 @@ def scan(
                f"seconds={seconds:.3f} throughput={mb / seconds if seconds else 0:.1f} MB/s first_batch={first}")
 
 
-def _users(conf: Path | None, warehouse: Path | None):
+def _users(conf: Path | None, warehouse: str | None):
     from starscan.users import UserStore
 
     settings = _settings(conf, warehouse=warehouse)
@@ -306,7 +313,7 @@ def _ask_password(password: str | None) -> str:
 def user_add(name: str, password: str | None = typer.Option(None, "--password", help="(read from stdin/prompt if omitted)"),
              grant: list[str] | None = typer.Option(None, "--grant", help="db.table, db.* or *.* (repeatable)"),
              no_password: bool = typer.Option(False, "--no-password", help="a user who signs in with bearer tokens only"),
-             conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
+             conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
     """Add a user."""
     store = _users(conf, warehouse)
     with _domain_errors():
@@ -318,7 +325,7 @@ def user_add(name: str, password: str | None = typer.Option(None, "--password", 
 
 @user_app.command("passwd")
 def user_passwd(name: str, password: str | None = typer.Option(None, "--password"),
-                conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
+                conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
     """Change a user's password."""
     with _domain_errors():
         _users(conf, warehouse).set_password(name, _ask_password(password))
@@ -328,7 +335,7 @@ def user_passwd(name: str, password: str | None = typer.Option(None, "--password
 @user_app.command("grant")
 def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
                revoke: bool = typer.Option(False, "--revoke", help="remove the grant instead"),
-               conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
+               conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
     """Grant (or --revoke) SELECT on db.table, db.* or *.*."""
     with _domain_errors():
         _users(conf, warehouse).grant(name, grant, revoke=revoke)
@@ -337,13 +344,13 @@ def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* 
 
 @user_app.command("revoke")
 def user_revoke(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
-                conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
+                conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
     """Revoke SELECT on db.table, db.* or *.* (running servers notice at once)."""
     user_grant(name, grant, revoke=True, conf=conf, warehouse=warehouse)
 
 
 @secret_app.command("rotate")
-def secret_rotate(conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
+def secret_rotate(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
     """Make a new plan-signing secret. Running servers switch to it within a second and still
     accept plans signed with the previous one for plan_secret_grace_s."""
     from starscan.plan_secrets import rotate_secret
@@ -351,13 +358,13 @@ def secret_rotate(conf: Path | None = ConfOpt, warehouse: Path | None = Warehous
     settings = _settings(conf, warehouse=warehouse)
     if settings.plan_secret is not None:
         _fail("plan_secret is set in the configuration: rotate it there (move the old value to plan_secret_previous)")
-    kid = rotate_secret(settings.state_dir)
-    typer.echo(f"new plan secret {kid} in {settings.state_dir}; the previous one is accepted for "
+    kid = rotate_secret(settings.state_path)
+    typer.echo(f"new plan secret {kid} in {settings.state_path}; the previous one is accepted for "
                f"{settings.plan_secret_grace_s} s")
 
 
 @user_app.command("list")
-def user_list(conf: Path | None = ConfOpt, warehouse: Path | None = WarehouseOpt) -> None:
+def user_list(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
     """List users and their grants."""
     for name, grants in sorted(_users(conf, warehouse).users().items()):
         typer.echo(f"{name}\t{', '.join(grants)}")

@@ -17,6 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from starscan.errors import ConfigError
+from starscan.storage import StorageOptions, is_uri, local_path
 from starscan.tablets import Sizing
 
 ENV_PREFIX = "STARSCAN_"
@@ -61,7 +62,14 @@ class Settings(BaseSettings):
     warmup_rows: int = Field(1_000_000, ge=0, le=100_000_000, description="rows of a throw-away table the BE writes and scans once at start, so the first reader does not pay the JVM's class loading and JIT (0: off)")
 
     # ---- warehouse, tables, plans ----
-    warehouse: Path = Field(Path("starscan-warehouse"), description="warehouse directory (Spark layout: <db>.db/<table>)")
+    warehouse: str = Field("starscan-warehouse", description="where the tables are: a local folder or a URI (s3://bucket/prefix, gs://bucket/prefix, hdfs://host/path), in Spark's layout <db>.db/<table>")
+    state_dir: Path | None = Field(None, description="folder for starscan's own files (plan secret, users, audit log): default <warehouse>/_starscan for a local warehouse, ./starscan-state for one in object storage")
+    s3_endpoint: str | None = Field(None, description="S3 endpoint URL for S3-compatible stores (http://host:9000); unset: AWS itself")
+    s3_region: str | None = Field(None, description="S3 region (unset: AWS_REGION / AWS_DEFAULT_REGION, else found from the bucket)")
+    s3_access_key_id: SecretStr | None = Field(None, description="S3 access key id (unset: the AWS environment, profile or instance credentials; never logged or shown)")
+    s3_secret_access_key: SecretStr | None = Field(None, description="S3 secret access key (never logged or shown)")
+    s3_session_token: SecretStr | None = Field(None, description="S3 session token of temporary credentials (never logged or shown)")
+    s3_path_style: bool | None = Field(None, description="path-style S3 requests (bucket in the path, as MinIO wants); unset: on when s3_endpoint is set")
     tablet_target_bytes: int = Field(128 << 20, ge=1 << 10, description="target bytes per tablet: small files of a partition are packed into one tablet up to this size, a larger file is cut into tablets of whole row groups of about this size; also the size of the files `starscan load` writes", json_schema_extra=RUNTIME)
     tablet_open_cost_bytes: int = Field(128 << 10, ge=0, description="what opening one more file costs, in bytes of reading, when small files are packed into tablets (Spark's openCostInBytes)", json_schema_extra=RUNTIME)
     listing_cache_ttl_s: float = Field(5.0, ge=0, description="seconds a table's file listing is cached")
@@ -113,6 +121,11 @@ class Settings(BaseSettings):
     # ---- Spark ----
     spark_master: str = Field("local[16]", description="Spark master URL: local[N], spark://, k8s://, yarn. Locally, N is the number of Spark task slots, not cores: every open scanner keeps scan_tasks_per_scanner tasks running (the OS shares the cores among them), so N should be that many times the scanners read at once")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
+
+    @field_validator("warehouse", mode="before")
+    @classmethod
+    def _warehouse_text(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
     @field_validator("be_endpoints")
     @classmethod
@@ -172,19 +185,41 @@ class Settings(BaseSettings):
         return Sizing(self.tablet_target_bytes, self.tablet_open_cost_bytes)
 
     @property
-    def state_dir(self) -> Path:
-        return self.warehouse / "_starscan"
+    def warehouse_is_local(self) -> bool:
+        return not is_uri(self.warehouse) or self.warehouse.startswith("file://")
+
+    @property
+    def warehouse_path(self) -> Path:
+        """The warehouse folder of a local warehouse (ConfigError for object storage)."""
+        if not self.warehouse_is_local:
+            raise ConfigError(f"warehouse {self.warehouse} is not a local folder")
+        return Path(local_path(self.warehouse))
+
+    @property
+    def state_path(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir
+        return self.warehouse_path / "_starscan" if self.warehouse_is_local else Path("starscan-state")
+
+    @property
+    def storage_options(self) -> StorageOptions:
+        return StorageOptions(
+            endpoint=self.s3_endpoint, region=self.s3_region,
+            access_key_id=self.s3_access_key_id.get_secret_value() if self.s3_access_key_id else None,
+            secret_access_key=self.s3_secret_access_key.get_secret_value() if self.s3_secret_access_key else None,
+            session_token=self.s3_session_token.get_secret_value() if self.s3_session_token else None,
+            path_style=self.s3_path_style)
 
     @property
     def effective_audit_log(self) -> Path | None:
         """None means stderr."""
         if self.audit_log is not None and str(self.audit_log) == "-":
             return None
-        return self.audit_log or self.state_dir / "audit.log"
+        return self.audit_log or self.state_path / "audit.log"
 
     @property
     def effective_users_file(self) -> Path:
-        return self.users_file or self.state_dir / "users.json"
+        return self.users_file or self.state_path / "users.json"
 
     @classmethod
     def settings_customise_sources(

@@ -60,9 +60,10 @@ def create_demo(spark: SparkSession, warehouse: Warehouse, scale: float, tablet_
     """Create ``demo.lineitem`` and ``demo.all_types`` when the warehouse has no tables at all.
 
     Returns the qualified names of the tables created (empty when the warehouse already had
-    tables, or when ``scale`` is 0 or less, which means "no demo").
+    tables, when ``scale`` is 0 or less, which means "no demo", or when the warehouse is in
+    object storage: the demo is for a first local try; `starscan load` fills a bucket).
     """
-    if scale <= 0 or not warehouse_is_empty(warehouse):
+    if scale <= 0 or not warehouse.storage.is_local or not warehouse_is_empty(warehouse):
         return []
     db_path = warehouse.database_path(DEMO_DB)
     db_path.mkdir(parents=True, exist_ok=True)

@@ -164,6 +164,21 @@ class SparkUnavailable(StarscanError):
     status_code = "SERVICE_UNAVAILABLE"
 
 
+class StorageUnavailable(StarscanError):
+    """The store that holds the tables does not answer, or its bucket or folder is gone."""
+
+    http_status = 503
+    status_code = "SERVICE_UNAVAILABLE"
+
+
+class StorageDenied(StarscanError):
+    """The store refused starscan's credentials (wrong keys, no permission): an operator
+    must fix the ``s3_*`` configuration; the reader cannot."""
+
+    http_status = 403
+    status_code = "NOT_AUTHORIZED"
+
+
 class InternalError(StarscanError):
     status_code = "INTERNAL_ERROR"
 

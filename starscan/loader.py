@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -267,17 +269,51 @@ def load_table(
         raise InvalidInput(f"unsupported format {fmt!r}: use csv, json or parquet")
     source_bytes = sum(p.stat().st_size for p in files)
 
-    location = warehouse.table_path(db, table)
-    if db != DEFAULT_DB:
-        location.parent.mkdir(parents=True, exist_ok=True)
+    remote = not warehouse.storage.is_local
+    staging: Path | None = None
+    if remote:
+        # Spark writes the files into a local staging folder (this Spark may have no
+        # filesystem for the store), then they are uploaded through pyarrow.fs.
+        target = warehouse.table_location(db, table)
+        exists = warehouse.storage.is_dir(target)
+        if exists and mode in ("error", "errorifexists"):
+            raise InvalidInput(f"table {db}.{table} already exists (mode {mode})")
+        if exists and mode == "ignore":
+            return {"rows": 0, "files": 0, "bytes": 0, "seconds": round(time.monotonic() - started, 3)}
+        existing_columns = list_table_files(target, warehouse.storage)[1] if exists else []
+        staging = Path(tempfile.mkdtemp(prefix="starscan-load-"))
+        location = staging / table
+        write_mode = "overwrite"
     else:
-        warehouse.root.mkdir(parents=True, exist_ok=True)
-    if src.resolve() == location.resolve() or location.resolve() in src.resolve().parents:
-        raise InvalidInput(f"source {source} is inside the table {db}.{table} it would be loaded into")
+        location = warehouse.table_path(db, table)
+        if db != DEFAULT_DB:
+            location.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            warehouse.root.mkdir(parents=True, exist_ok=True)
+        if src.resolve() == location.resolve() or location.resolve() in src.resolve().parents:
+            raise InvalidInput(f"source {source} is inside the table {db}.{table} it would be loaded into")
+        existing_columns = list_table_files(location)[1]
+        write_mode = mode
 
     num_files = max(1, math.ceil(source_bytes / tablet_target_bytes))
     before = {(f.path, f.size, f.mtime_ns) for f in list_table_files(location)[0]}
+    try:
+        result = _write(spark, warehouse, db, table, src, files, fmt, partition_by, num_files, source_bytes, location,
+                        write_mode, mode, existing_columns, before, progress)
+        if staging is not None:
+            _publish(warehouse, db, table, location, mode, partition_by, existing_columns)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    warehouse.invalidate(db, table)
+    result["seconds"] = round(time.monotonic() - started, 3)
+    return result
 
+
+def _write(spark: SparkSession, warehouse: Warehouse, db: str, table: str, src: Path, files: list[Path], fmt: str,
+           partition_by: list[str], num_files: int, source_bytes: int, location: Path, write_mode: str, mode: str,
+           existing_columns: list[str], before: set[tuple[str, int, int]], progress: bool) -> dict[str, Any]:
+    """Spark reads the source and writes the table's files at ``location`` (a local folder)."""
     with _Progress(spark, progress) as bar:
         df = bar.run(f"Reading {src.name}", lambda: _read(spark, fmt, literal(str(src.resolve())), files, src))
         columns = df.columns
@@ -302,28 +338,42 @@ def load_table(
             options["maxRecordsPerFile"] = str(max(1, math.ceil(rows / num_files)))
             # All rows of a partition value in one task: one file per partition and bound.
             writer_df = df.repartition(*[F.col(c) for c in partition_by])
-            if mode == "overwrite":
+            if mode == "overwrite" and existing_columns != partition_by:
                 # Dynamic overwrite (the session default) replaces only the partitions
                 # loaded; it is right only when the table is partitioned the same way.
-                existing = list_table_files(location)[1]
-                if existing != partition_by:
-                    options["partitionOverwriteMode"] = "static"
+                options["partitionOverwriteMode"] = "static"
         else:
             writer_df = df.repartition(num_files)
 
-        writer = writer_df.write.mode(mode).options(**options)
+        writer = writer_df.write.mode(write_mode).options(**options)
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         bar.run(f"Writing {db}.{table}", lambda: writer.parquet(str(location)))
 
-    warehouse.invalidate(db, table)
     written = [f for f in list_table_files(location)[0] if (f.path, f.size, f.mtime_ns) not in before]
     return {
         "rows": _count_rows(location, written),
         "files": len(written),
         "bytes": sum(f.size for f in written),
-        "seconds": round(time.monotonic() - started, 3),
     }
+
+
+def _publish(warehouse: Warehouse, db: str, table: str, staged: Path, mode: str, partition_by: list[str],
+             existing_columns: list[str]) -> None:
+    """Upload the staged files into the table in object storage, as Spark's save mode would
+    have written them there: overwrite replaces the table, or only the partitions loaded when
+    the table is partitioned the same way (Spark's dynamic overwrite); append adds."""
+    storage = warehouse.storage
+    target = warehouse.table_location(db, table)
+    files = list_table_files(staged)[0]
+    if mode == "overwrite":
+        if partition_by and existing_columns == partition_by:
+            for folder in sorted({f.path.rpartition("/")[0] for f in files}):
+                storage.delete_dir(storage.join(target, folder))
+        else:
+            storage.delete_dir(target)
+    for f in files:
+        storage.upload(str(staged / f.path), storage.join(target, f.path))
 
 
 def _count_rows(location: Path, files: Iterable[DataFile]) -> int:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from cachetools import LRUCache
 from pyspark.sql import types as T
 
 from starscan.catalog import TableSnapshot
-from starscan.errors import SqlInvalid, TableUnreadable
+from starscan.errors import SqlInvalid, StarscanError, TableUnreadable
 from starscan.hadoop_paths import check_openable, literal
 from starscan.spark import spark_problem
 
@@ -41,9 +42,15 @@ class SchemaResolver:
             return hit
         if not snap.tablets:
             raise SqlInvalid(f"table {snap.qualified_name} has no data files, so it has no schema yet")
-        check_openable(snap.qualified_name, str(snap.location), (f.path for f in snap.files))
+        storage = snap.storage
+        check_openable(snap.qualified_name, storage.spark_path(snap.location), (f.path for f in snap.files))
         try:
-            spark_schema = self.spark.read.parquet(literal(str(snap.location))).schema
+            if storage.is_local:
+                spark_schema = self.spark.read.parquet(literal(snap.location)).schema
+            else:
+                spark_schema = self._schema_without_reading(snap)
+        except StarscanError:
+            raise
         except Exception as exc:
             if spark_problem(self.spark) is not None:
                 raise  # Spark itself is gone: the caller reports that
@@ -53,6 +60,77 @@ class SchemaResolver:
         with _lock:
             self._cache[key] = schema
         return schema
+
+
+    def _schema_without_reading(self, snap: TableSnapshot) -> T.StructType:
+        """Spark's view of a table in object storage, which this process's Spark may have no
+        filesystem for (s3a needs jars of its own): the data columns from a footer, the
+        partition columns typed by Spark's own inference over the folder names."""
+        data = _footer_schema(snap)
+        if data is None:
+            raise TableUnreadable(f"table {snap.qualified_name}: the footer of {snap.files[0].path} cannot be read")
+        partitions = self._partition_schema(snap)
+        names = {f.name.lower() for f in partitions.fields}
+        return T.StructType([f for f in data.fields if f.name.lower() not in names] + list(partitions.fields))
+
+    def _partition_schema(self, snap: TableSnapshot) -> T.StructType:
+        """``PartitioningUtils.parsePartitions`` (what ``spark.read.parquet`` runs on the
+        folders it lists): the same names, types and type inference settings."""
+        if not snap.partition_columns:
+            return T.StructType([])
+        jvm: Any = self.spark._jvm
+        storage = snap.storage
+        folders = sorted({f.path.rpartition("/")[0] for f in snap.files})
+        paths = jvm.java.util.ArrayList()
+        for folder in folders:
+            paths.add(jvm.org.apache.hadoop.fs.Path(storage.spark_path(storage.join(snap.location, folder))))
+        base = jvm.java.util.HashSet()
+        base.add(jvm.org.apache.hadoop.fs.Path(storage.spark_path(snap.location)))
+        scala = jvm.scala.jdk.javaapi.CollectionConverters
+        conf = self.spark.conf
+        utils = getattr(jvm, "org.apache.spark.sql.execution.datasources.PartitioningUtils$").__getattr__("MODULE$")
+        spec = utils.parsePartitions(
+            scala.asScala(paths).toList(),
+            conf.get("spark.sql.sources.partitionColumnTypeInference.enabled", "true") == "true",
+            scala.asScala(base).toSet(), jvm.scala.Option.empty(),
+            conf.get("spark.sql.caseSensitive", "false") == "true",
+            conf.get("spark.sql.sources.validatePartitionColumns", "true") == "true",
+            conf.get("spark.sql.session.timeZone"), False)
+        return T.StructType.fromJson(json.loads(spec.partitionColumns().json()))
+
+
+def _footer_schema(snap: TableSnapshot) -> T.StructType | None:
+    """The data columns as Spark reads them from the first file: the schema Spark wrote into
+    the footer, or pyspark's mapping of its Arrow schema; every field nullable and char or
+    varchar read as string, as Spark's file sources read them."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    first = snap.files[0]
+    try:
+        arrow_schema = pq.read_schema(snap.storage.open(snap.storage.join(snap.location, first.path)))
+    except StarscanError:
+        raise
+    except Exception:  # noqa: BLE001 - an unreadable footer: the caller says so
+        return None
+    meta = arrow_schema.metadata or {}
+    if SPARK_ROW_METADATA in meta:
+        written = T.StructType.fromJson(json.loads(meta[SPARK_ROW_METADATA]))
+    else:
+        written = from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False)
+    return cast(T.StructType, _as_read(written))
+
+
+def _as_read(dt: T.DataType) -> T.DataType:
+    if isinstance(dt, T.StructType):
+        return T.StructType([T.StructField(f.name, _as_read(f.dataType), True, f.metadata) for f in dt.fields])
+    if isinstance(dt, T.ArrayType):
+        return T.ArrayType(_as_read(dt.elementType), True)
+    if isinstance(dt, T.MapType):
+        return T.MapType(_as_read(dt.keyType), _as_read(dt.valueType), True)
+    if isinstance(dt, (T.CharType, T.VarcharType)):
+        return T.StringType()
+    return dt
 
 
 def _reason(exc: BaseException, location: str) -> str:
@@ -70,14 +148,14 @@ SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
 def _with_footer_details(schema: T.StructType, snap: TableSnapshot) -> T.StructType:
     """Spark reads file sources as all-nullable and drops char/varchar; the writer's schema in
     the Parquet footer (first file) still has NOT NULL and the declared char/varchar types."""
-    import json
-
     import pyarrow.parquet as pq
 
     first = snap.files[0]
     try:
-        meta = pq.read_schema(snap.location / first.path).metadata or {}
+        meta = pq.read_schema(snap.storage.open(snap.storage.join(snap.location, first.path))).metadata or {}
         written = T.StructType.fromJson(json.loads(meta[SPARK_ROW_METADATA]))
+    except StarscanError:
+        raise
     except Exception:  # noqa: BLE001 - not written by Spark, unreadable footer: keep Spark's view
         return schema
     by_name = {f.name: f for f in written.fields}

@@ -50,9 +50,11 @@ class StarscanServer:
     def __init__(self, settings: Settings, spark, fe: bool = True, be: bool = True):
         self.live_settings = LiveSettings(settings)  # run-time changes (POST /api/update_config)
         self.spark = spark
-        settings.warehouse.mkdir(parents=True, exist_ok=True)
-        self.warehouse = Warehouse(settings.warehouse, settings.listing_cache_ttl_s, settings.tablet_sizing)
-        self.signer = RotatingPlanSigner(settings.state_dir, _reveal(settings.plan_secret),
+        if settings.warehouse_is_local:
+            settings.warehouse_path.mkdir(parents=True, exist_ok=True)
+        settings.state_path.mkdir(parents=True, exist_ok=True)
+        self.warehouse = Warehouse.of(settings)
+        self.signer = RotatingPlanSigner(settings.state_path, _reveal(settings.plan_secret),
                                          _reveal(settings.plan_secret_previous), settings.plan_secret_grace_s)
         self.users = UserStore(settings.effective_users_file)
         tls.check(settings)
@@ -104,7 +106,8 @@ class StarscanServer:
             from starscan.provider.warmup import warm_up
 
             try:
-                seconds = warm_up(self.spark, self.settings.warehouse, self.settings.warmup_rows,
+                seconds = warm_up(self.spark, self.settings.warehouse_path if self.settings.warehouse_is_local
+                                  else self.settings.state_path, self.settings.warmup_rows,
                                   self.service.push_listener())
             except Exception as exc:  # noqa: BLE001 - a cold JVM is slower, not broken
                 log.warning("JVM warm-up skipped: %s: %s (the first scans will be slower; warmup_rows=0 turns the "

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from starscan.config import Settings
 from starscan.errors import JavaMissingError
 from starscan.hadoop_paths import literal
+from starscan.storage import open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -93,7 +94,7 @@ def fair_pools_file(state_dir: Path) -> Path:
 def spark_conf(settings: Settings) -> dict[str, str]:
     conf = dict(DEFAULT_SPARK_CONF)
     try:
-        conf["spark.scheduler.allocation.file"] = str(fair_pools_file(settings.state_dir))
+        conf["spark.scheduler.allocation.file"] = str(fair_pools_file(settings.state_path))
     except OSError:  # a read-only warehouse: pools are created on demand (with a warning each)
         pass
     # Scan tasks run starscan's own code in Spark's Python workers (provider/push_task.py):
@@ -106,7 +107,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     # Workers are forked from a daemon that has the scan tasks' imports done already.
     conf["spark.python.daemon.module"] = "starscan.provider.worker_daemon"
     conf["spark.sql.session.timeZone"] = settings.time_zone
-    conf["spark.sql.warehouse.dir"] = str(settings.warehouse.resolve())
+    if settings.warehouse_is_local:
+        conf["spark.sql.warehouse.dir"] = str(settings.warehouse_path.resolve())
+    else:
+        conf["spark.sql.warehouse.dir"] = open_storage(settings.warehouse).spark_path(settings.warehouse)
     if settings.spark_master.startswith("local"):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"

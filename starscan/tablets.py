@@ -25,11 +25,15 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from cachetools import LRUCache
 
+from starscan.errors import StarscanError
 from starscan.hadoop_paths import unescape_path_name
+
+if TYPE_CHECKING:
+    from starscan.storage import Storage
 
 #: Opening a small Parquet file and reading its footer with pyarrow takes about 0.3 ms here,
 #: the time it reads ~80 KB of column data (measured on 500 ten-row files against a 3M-row
@@ -77,9 +81,11 @@ class Footers:
         self._lock = threading.Lock()
         self._cache: LRUCache[tuple[str, int, int], tuple[RowGroup, ...] | None] = LRUCache(maxsize=maxsize)
 
-    def row_groups(self, path: Path, size: int, mtime_ns: int) -> tuple[RowGroup, ...] | None:
+    def row_groups(self, path: Path | str, size: int, mtime_ns: int,
+                   storage: Storage | None = None) -> tuple[RowGroup, ...] | None:
         """The file's row groups, or None when its footer cannot be read (the file then stays
-        one tablet, and the scan reports what is wrong with it)."""
+        one tablet, and the scan reports what is wrong with it). A store that refuses or
+        does not answer raises (starscan.storage): that is not a property of the file."""
         key = (str(path), size, mtime_ns)
         with self._lock:
             if key in self._cache:
@@ -87,12 +93,14 @@ class Footers:
         import pyarrow.parquet as pq
 
         try:
-            meta = pq.read_metadata(path)
+            meta = pq.read_metadata(storage.open(str(path)) if storage is not None else path)
             groups: tuple[RowGroup, ...] | None = tuple(
                 RowGroup(meta.row_group(i).num_rows,
                          sum(meta.row_group(i).column(j).total_compressed_size
                              for j in range(meta.row_group(i).num_columns)))
                 for i in range(meta.num_row_groups))
+        except StarscanError:
+            raise  # the store refused or is gone: not a property of the file
         except Exception:  # noqa: BLE001 - unreadable footer: the file is not cut
             groups = None
         with self._lock:

@@ -88,8 +88,9 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
             raise SqlInvalid(f"Unknown column '{name}' in '{prepared.table}'")
         return field.name
 
-    paths = [str(snap.location / f.path) for f in snap.files]
-    df = read_parquet_files(spark, schema, str(snap.location), paths)
+    storage = snap.storage
+    paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
+    df = read_parquet_files(spark, schema, storage.spark_path(snap.location), paths)
     if prepared.parsed.predicate is not None:
         df = df.filter(to_column(prepared.parsed.predicate, resolve))
     cols, names = [], []

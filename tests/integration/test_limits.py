@@ -39,7 +39,7 @@ def limited(server, spark, base_settings):
         "scan_yield_after_s": 0.2,
         "queue_max_bytes": 2 * MIB, "total_queue_max_bytes": 3 * MIB,
         "max_thrift_message_bytes": 1 << 16,
-        "audit_log": base_settings.warehouse / "_starscan" / f"audit-limits-{uuid.uuid4().hex[:6]}.log",
+        "audit_log": base_settings.warehouse_path / "_starscan" / f"audit-limits-{uuid.uuid4().hex[:6]}.log",
     })
     with running_server(spark, settings) as srv:
         yield srv

@@ -48,7 +48,7 @@ def _planned_rows(server, db: str, table: str, plan: dict, columns: list[str], t
     for tablet_id in plan["partitions"]:
         tablet = snap.by_id[int(tablet_id)]
         for f in tablet.files:
-            data = pq.read_table(snap.location / f.path).to_pylist()
+            data = pq.read_table(Path(snap.location) / f.path).to_pylist()
             parts = {}
             for col, raw in f.partition:
                 value = None if raw is None else unescape_path_name(raw)

@@ -360,7 +360,7 @@ def test_4_a_task_that_throws_gives_an_error_never_eos(rel_server, rel_client, r
     snap = rel_server.warehouse.snapshot("rel", name)
     smallest = min(snap.tablets, key=lambda t: t.files[0].size)
     # (l_orderkey, l_linenumber) is unique: exactly one row divides by zero.
-    key = spark.read.parquet(str(snap.location / smallest.files[0].path)).selectExpr(
+    key = spark.read.parquet(str(Path(snap.location) / smallest.files[0].path)).selectExpr(
         "max(l_orderkey * 8 + l_linenumber)").first()[0]
     row_key = "(l_orderkey * 8 + l_linenumber)"
     sql = f"select l_orderkey, l_comment from `rel`.`{name}` where ({row_key} div ({row_key} - {key})) >= 0"

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
@@ -133,7 +134,7 @@ def arrow_rows(batches) -> Counter:
 def spark_rows(spark, server, db, table, tablets, columns, where=None) -> Counter:
     """What Spark reads from exactly the files of ``tablets``, filtered by ``where``."""
     snap = server.warehouse.snapshot(db, table)
-    paths = [str(snap.location / f.path) for t in tablets for f in snap.by_id[t].files]
+    paths = [str(Path(snap.location) / f.path) for t in tablets for f in snap.by_id[t].files]
     df = spark.read.option("basePath", str(snap.location)).parquet(*paths)
     if where:
         df = df.where(where)
@@ -165,7 +166,7 @@ def slow_tail_sql(spark, server) -> str:
     snap = server.warehouse.snapshot("demo", "lineitem")
     assert len(snap.tablets) >= 2
     smallest = min(snap.tablets, key=lambda t: t.files[0].size)
-    lo, hi = spark.read.parquet(str(snap.location / smallest.files[0].path)).selectExpr(
+    lo, hi = spark.read.parquet(str(Path(snap.location) / smallest.files[0].path)).selectExpr(
         "min(l_orderkey)", "max(l_orderkey)").collect()[0]
     return (f"select * from `demo`.`lineitem` where l_orderkey < {lo} or l_orderkey > {hi} "
             "or l_comment regexp '(([a-z]+)+)+!'")
@@ -504,7 +505,7 @@ def test_open_fails_clearly_when_a_planned_file_was_deleted(client, be_addr, spa
     assert len(snap.tablets) == 2
     plan, tablets = plan_for(client, "scratch", name, f"select id from `scratch`.`{name}`")
     victim = snap.tablets[0]
-    os.remove(snap.location / victim.files[0].path)
+    os.remove(Path(snap.location) / victim.files[0].path)
     survivor = [t for t in tablets if t != victim.tablet_id]
 
     conn = Conn(be_addr)

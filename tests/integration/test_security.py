@@ -195,8 +195,8 @@ def test_bearer_tokens_refused_where_not_configured(fe_url):
 # ---- plan secret rotation -------------------------------------------------------------
 def test_plan_secret_rotates_without_downtime(secure):
     before = alice_plan(secure)
-    old_kid = RotatingPlanSigner(secure.settings.state_dir).sign(b"x")[1]
-    new_kid = rotate_secret(secure.settings.state_dir)
+    old_kid = RotatingPlanSigner(secure.settings.state_path).sign(b"x")[1]
+    new_kid = rotate_secret(secure.settings.state_path)
     assert new_kid != old_kid
     # The running server notices within a second: new plans carry the new key ...
     wait_until(lambda: secure.signer.sign(b"x")[1] == new_kid, 10, what="the server to load the new secret")

@@ -50,7 +50,7 @@ def test_defaults(clean):
     assert s.plan_secret is None
     assert s.routings == ["127.0.0.1:9060"]
     assert s.gc_interval_s == 5 * 60.0
-    assert s.effective_users_file == s.warehouse / "_starscan" / "users.json"
+    assert s.effective_users_file == s.warehouse_path / "_starscan" / "users.json"
 
 
 def test_precedence(clean, monkeypatch):
@@ -104,7 +104,7 @@ def test_conf_file_syntax(clean):
     assert s.http_port == 8110 and s.be_port == 9110
     assert s.advertise_host == "10.0.0.7"
     assert s.bind_host == "0.0.0.0"
-    assert s.warehouse == Path("/tmp/with space/wh")
+    assert s.warehouse_path == Path("/tmp/with space/wh")
     assert s.plan_secret.get_secret_value() == "a=b=c"  # split at the first "="
     assert s.time_zone == "Europe/Berlin"
     assert s.be_endpoints == ["10.0.0.1:9060", "10.0.0.2:9061"]

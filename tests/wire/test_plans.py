@@ -317,7 +317,7 @@ def test_load_or_create_secret(tmp_path):
 
 def test_server_secret_is_kept_in_the_warehouse(server):
     assert server.settings.plan_secret is None
-    assert P.load_or_create_secret(server.settings.state_dir, None) == server.signer.secret
+    assert P.load_or_create_secret(server.settings.state_path, None) == server.signer.secret
 
 
 def test_tampered_plan_refused_by_the_be(be_addr, t1_plan):

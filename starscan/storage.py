@@ -1,0 +1,302 @@
+"""Where tables live: a local folder or an object store, read through ``pyarrow.fs``.
+
+A location is a local absolute path (``/data/wh``) or a URI (``s3://bucket/prefix``,
+``gs://bucket/prefix``, ``hdfs://namenode/path``, ``file:///data/wh``). ``Storage`` answers
+the few questions the catalog, the schema reader and the scans ask of one: is this a folder,
+what is in it, what is below it (one listing for an object store), and a file to read. Local
+folders keep the ``os`` calls they always had (one ``stat`` on a plan's hot path); everything
+else goes through a ``pyarrow.fs`` filesystem.
+
+Credentials and the endpoint come from ``StorageOptions`` (config keys ``s3_*``) or, when
+those are unset, from each store's standard environment (``AWS_ACCESS_KEY_ID``, ...). They
+live in the filesystem object only: never in a location, a plan, a log line or ``/varz``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+from starscan.errors import StorageDenied, StorageUnavailable
+
+__all__ = ["LOCAL", "Entry", "Storage", "StorageOptions", "is_uri", "local_path", "open_storage", "store_error"]
+
+_LOCAL_FS = pafs.LocalFileSystem()
+# Hadoop's name for each scheme, for the Spark SQL path (s3a is Hadoop's S3 client).
+_HADOOP_SCHEMES = {"s3": "s3a", "s3a": "s3a", "gs": "gs", "gcs": "gs", "hdfs": "hdfs", "viewfs": "viewfs"}
+
+
+def is_uri(location: str) -> bool:
+    """``scheme://...`` (a single letter is a Windows drive, not a scheme)."""
+    scheme = urlsplit(location).scheme
+    return len(scheme) > 1 and "://" in location
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """How to reach an S3-compatible store; unset fields fall back to the AWS environment."""
+
+    endpoint: str | None = None          # http://127.0.0.1:9000 for MinIO or a test server
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    path_style: bool | None = None       # None: path-style when an endpoint is set
+
+    def s3_filesystem(self) -> pafs.S3FileSystem:
+        kwargs: dict[str, Any] = {}
+        if self.endpoint:
+            parts = urlsplit(self.endpoint if "://" in self.endpoint else f"https://{self.endpoint}")
+            kwargs["endpoint_override"] = parts.netloc + parts.path.rstrip("/")
+            kwargs["scheme"] = parts.scheme or "https"
+        if self.region:
+            kwargs["region"] = self.region
+        if self.access_key_id or self.secret_access_key:
+            kwargs["access_key"] = self.access_key_id or ""
+            kwargs["secret_key"] = self.secret_access_key or ""
+            if self.session_token:
+                kwargs["session_token"] = self.session_token
+        path_style = self.path_style if self.path_style is not None else bool(self.endpoint)
+        kwargs["force_virtual_addressing"] = not path_style
+        # A table read must not wait minutes on a store that does not answer.
+        kwargs["connect_timeout"] = 10
+        kwargs["request_timeout"] = 60
+        return pafs.S3FileSystem(**kwargs)
+
+    def hadoop_conf(self) -> dict[str, str]:
+        """The same options for Hadoop's s3a client (the Spark SQL path)."""
+        conf: dict[str, str] = {}
+        if self.endpoint:
+            conf["fs.s3a.endpoint"] = self.endpoint
+            conf["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https")).lower()
+        if self.region:
+            conf["fs.s3a.endpoint.region"] = self.region
+        path_style = self.path_style if self.path_style is not None else bool(self.endpoint)
+        conf["fs.s3a.path.style.access"] = str(path_style).lower()
+        if self.access_key_id:
+            conf["fs.s3a.access.key"] = self.access_key_id
+        if self.secret_access_key:
+            conf["fs.s3a.secret.key"] = self.secret_access_key
+        if self.session_token:
+            conf["fs.s3a.session.token"] = self.session_token
+        return conf
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One name in a folder, or one file below a table (``name`` is then its relative path)."""
+
+    name: str
+    is_dir: bool
+    size: int = 0
+    mtime_ns: int = 0
+
+
+class Storage:
+    """A local folder tree or an object store; locations are strings (see the module doc)."""
+
+    def __init__(self, fs: pafs.FileSystem | None, scheme: str, authority: str = ""):
+        self.fs = fs              # None: a local folder, read with os calls
+        self.scheme = scheme      # "" for local paths
+        self.authority = authority  # the bucket (s3, gs) or namenode (hdfs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Sent to Spark's Python tasks with the scan: the filesystem pickles itself.
+        return (Storage, (self.fs, self.scheme, self.authority))
+
+    @property
+    def is_local(self) -> bool:
+        return self.fs is None
+
+    # ---- locations ----
+    def join(self, location: str, *names: str) -> str:
+        out = location.rstrip("/") if location not in ("/", "") else location
+        for name in names:
+            out = f"{out}/{name}" if not out.endswith("/") else f"{out}{name}"
+        return out
+
+    def _fs_path(self, location: str) -> str:
+        if self.fs is None or not is_uri(location):
+            return location
+        parts = urlsplit(location)
+        return f"{parts.netloc}{parts.path}".rstrip("/") if self.scheme in ("s3", "gs") else parts.path.rstrip("/") or "/"
+
+    def arrow_path(self, location: str) -> tuple[pafs.FileSystem, str]:
+        """The pyarrow filesystem and the path in it (for ``pyarrow.dataset``)."""
+        if self.fs is None:
+            return _LOCAL_FS, location
+        return self.fs, self._fs_path(location)
+
+    def spark_path(self, location: str) -> str:
+        """The location as Spark's Hadoop filesystems name it (``s3://`` -> ``s3a://``)."""
+        if self.fs is None or not is_uri(location):
+            return location
+        scheme, rest = location.split("://", 1)
+        return f"{_HADOOP_SCHEMES.get(scheme, scheme)}://{rest}"
+
+    # ---- questions ----
+    def dir_stamp(self, location: str) -> int | None:
+        """A number that changes when the folder's own entries change (local: its mtime), 0
+        when the store cannot tell (object stores); None when it is not a folder."""
+        if self.fs is None:
+            try:
+                st = os.stat(location)
+            except (OSError, ValueError):  # ValueError: a NUL in a name
+                return None
+            return st.st_mtime_ns if stat.S_ISDIR(st.st_mode) else None
+        info = self._info(location)
+        return 0 if info.type == pafs.FileType.Directory else None
+
+    def is_dir(self, location: str) -> bool:
+        return self.dir_stamp(location) is not None
+
+    def list_dir(self, location: str) -> list[Entry]:
+        """The names in a folder (none when it does not exist), sorted."""
+        if self.fs is None:
+            try:
+                with os.scandir(location) as it:
+                    out = [Entry(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        else:
+            try:
+                infos = self._call(self.fs.get_file_info, pafs.FileSelector(self._fs_path(location), allow_not_found=True))
+            except NotADirectoryError:
+                return []
+            out = [Entry(i.base_name, i.type == pafs.FileType.Directory) for i in infos]
+        return sorted(out, key=lambda e: e.name)
+
+    def walk_files(self, location: str) -> Iterator[Entry]:
+        """Every file below a folder, as paths relative to it ('/'-separated), with size and
+        modification time; folders whose name starts with '_' or '.' are not entered."""
+        if self.fs is None:
+            yield from _walk_local(location, "")
+            return
+        root = self._fs_path(location)
+        try:
+            infos = self._call(self.fs.get_file_info, pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        except NotADirectoryError:
+            return
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            rel = info.path[len(root):].lstrip("/")
+            if any(part[:1] in ("_", ".") for part in rel.split("/")[:-1]):
+                continue
+            mtime = info.mtime_ns if info.mtime_ns is not None else 0
+            yield Entry(rel, False, info.size or 0, mtime)
+
+    def file_identity(self, location: str) -> tuple[int, int] | None:
+        """(size, modification time in ns) of a file, or None when it is not there."""
+        if self.fs is None:
+            try:
+                st = os.stat(location)
+            except (OSError, ValueError):
+                return None
+            return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+        info = self._info(location)
+        if info.type != pafs.FileType.File:
+            return None
+        return info.size or 0, info.mtime_ns or 0
+
+    def open(self, location: str) -> Any:
+        """A file to read (what pyarrow's readers take)."""
+        if self.fs is None:
+            return location
+        return self._call(self.fs.open_input_file, self._fs_path(location))
+
+    # ---- writing (starscan load into object storage) ----
+    def upload(self, local_file: str, location: str) -> None:
+        """Copy a local file to ``location``, in one piece as the store sees it."""
+        fs, path = self.arrow_path(location)
+        self._call(pafs.copy_files, local_file, path, _LOCAL_FS, fs)
+
+    def delete_dir(self, location: str) -> None:
+        """Remove a folder and everything below it (nothing when it is not there)."""
+        fs, path = self.arrow_path(location)
+        try:
+            self._call(fs.delete_dir, path)
+        except FileNotFoundError:
+            pass
+
+    def _info(self, location: str) -> pafs.FileInfo:
+        return self._call(self.fs.get_file_info, self._fs_path(location))  # type: ignore[union-attr]
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """Run one store call; errors of the store itself (refused credentials, a bucket that
+        is gone, no answer) become ``StorageUnavailable`` naming the store, never its keys."""
+        try:
+            return fn(*args)
+        except (FileNotFoundError, NotADirectoryError):
+            raise
+        except OSError as exc:
+            raise store_error(f"{self.scheme}://{self.authority}", exc) from None
+
+
+def _walk_local(directory: str, rel: str) -> Iterator[Entry]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name[:1] not in ("_", "."):
+                yield from _walk_local(entry.path, f"{rel}{entry.name}/")
+        elif entry.is_file():
+            st = entry.stat()
+            yield Entry(rel + entry.name, False, st.st_size, st.st_mtime_ns)
+
+
+_DENIED = ("ACCESS_DENIED", "Access Denied", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+           "Forbidden", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "HTTP status 403", "code 15")
+
+
+def store_error(store: str, exc: OSError) -> StorageDenied | StorageUnavailable:
+    """The domain error for a failed store call: refused credentials, or a store that cannot
+    serve (gone, unreachable)."""
+    message = _store_message(exc)
+    if any(marker in str(exc) for marker in _DENIED):
+        return StorageDenied(f"{store} refused starscan's credentials ({message}); check the s3_* settings "
+                             "or the AWS_* environment of the server")
+    return StorageUnavailable(f"{store} cannot be read: {message}")
+
+
+def _store_message(exc: OSError) -> str:
+    """The store's own words, without pyarrow's request ids and with any key blanked."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    for marker in (" Detail: ", " detail: "):
+        text = text.split(marker)[0]
+    return text[:300]
+
+
+LOCAL = Storage(None, "")  # local folders
+
+
+def open_storage(location: str, options: StorageOptions | None = None) -> Storage:
+    """The storage a location lives in: local for a path or ``file://``, else pyarrow.fs."""
+    if not is_uri(location):
+        return LOCAL
+    parts = urlsplit(location)
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        return LOCAL
+    if scheme in ("s3", "s3a"):
+        return Storage((options or StorageOptions()).s3_filesystem(), "s3", parts.netloc)
+    try:
+        fs, _ = pafs.FileSystem.from_uri(location)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, OSError):
+            raise store_error(f"{scheme}://{parts.netloc}", exc) from None
+        raise StorageUnavailable(f"cannot open {scheme}://{parts.netloc}: {exc}") from None
+    return Storage(fs, scheme, parts.netloc)
+
+
+def local_path(location: str) -> str:
+    """A local location as a plain path (``file:///x`` -> ``/x``)."""
+    return urlsplit(location).path if location.startswith("file://") else location

@@ -1,0 +1,277 @@
+"""A warehouse in object storage (starscan.storage), against a real S3 API: moto's standalone
+server, started here on 127.0.0.1 with IAM authentication on, so wrong keys are refused as
+AWS refuses them.
+
+The tables are written by Spark into a local folder and uploaded (as any Spark job writing to
+S3 leaves them), or loaded with ``starscan load``'s loader; every value read through the
+server is compared with what Spark SQL reads from the local copy of the same files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import pyarrow.fs as pafs
+import pytest
+
+from extra_servers import basic, plan, running_server, wait_until
+
+BUCKET = "lake"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """moto's S3 server with an IAM user allowed s3:*; authentication starts after the three
+    IAM calls that create that user."""
+    port = _free_port()
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3", "AWS_ACCESS_KEY_ID": "setup",
+           "AWS_SECRET_ACCESS_KEY": "setup"}
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(port), timeout_s=60, what="moto's server")
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="setup", aws_secret_access_key="setup")
+        iam.create_user(UserName="starscan")
+        key = iam.create_access_key(UserName="starscan")["AccessKey"]
+        iam.put_user_policy(UserName="starscan", PolicyName="s3", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        creds = {"s3_endpoint": endpoint, "s3_region": "us-east-1", "s3_access_key_id": key["AccessKeyId"],
+                 "s3_secret_access_key": key["SecretAccessKey"]}
+        fs = pafs.S3FileSystem(access_key=key["AccessKeyId"], secret_key=key["SecretAccessKey"],
+                               endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
+                               force_virtual_addressing=False, allow_bucket_creation=True,
+                               allow_bucket_deletion=True)
+        fs.create_dir(BUCKET)
+        yield {"creds": creds, "fs": fs, "endpoint": endpoint}
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _upload(fs: pafs.S3FileSystem, local: Path, target: str) -> None:
+    for path in sorted(local.rglob("*")):
+        if path.is_file() and not path.name.startswith((".", "_")):
+            pafs.copy_files(str(path), f"{target}/{path.relative_to(local).as_posix()}", pafs.LocalFileSystem(), fs)
+
+
+ROWS = [(i, ["oslo", "lima", "paris"][i % 3], Decimal(i) / 4, dt.date(2024, 1, 1) + dt.timedelta(days=i % 40),
+         None if i % 7 == 0 else f"note {i}", i * 0.5) for i in range(3000)]
+
+
+@pytest.fixture(scope="module")
+def orders(spark, s3, tmp_path_factory):
+    """sales.orders in the bucket, partitioned by city, and its local copy (Spark's answers)."""
+    from pyspark.sql import types as T
+
+    schema = T.StructType([
+        T.StructField("id", T.IntegerType(), False), T.StructField("city", T.StringType()),
+        T.StructField("amount", T.DecimalType(10, 2)), T.StructField("day", T.DateType()),
+        T.StructField("note", T.StringType()), T.StructField("score", T.DoubleType())])
+    local = tmp_path_factory.mktemp("orders") / "orders"
+    spark.createDataFrame(ROWS, schema).repartition(3).write.partitionBy("city").parquet(str(local))
+    _upload(s3["fs"], local, f"{BUCKET}/wh/sales.db/orders")
+    spark.read.parquet(str(local)).createOrReplaceTempView("orders_local")
+    return local
+
+
+@pytest.fixture(scope="module")
+def s3_server(spark, s3, orders, base_settings, tmp_path_factory):
+    settings = base_settings.model_copy(update={
+        "warehouse": f"s3://{BUCKET}/wh", "state_dir": tmp_path_factory.mktemp("s3-state"), **s3["creds"]})
+    settings = type(settings).model_validate(settings.model_dump())
+    with running_server(spark, settings) as srv:
+        yield srv
+
+
+def _fe(srv) -> str:
+    return f"http://127.0.0.1:{srv.http_port}"
+
+
+def _read(srv, sql: str, db: str = "sales", table: str = "orders"):
+    from starscan.client import StarscanClient
+
+    return StarscanClient(_fe(srv), "root", "").read(db, table, sql)
+
+
+def _wire(value):
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value
+
+
+@pytest.mark.parametrize("where", [
+    "",
+    " where city = 'oslo'",
+    " where amount > 100 and city in ('lima', 'paris')",
+    " where note is null or day between '2024-01-05' and '2024-01-09'",
+    " where note like 'note 1%' and id >= 200",
+])
+def test_scans_of_a_table_in_s3_equal_spark(s3_server, spark, where):
+    sql = "select id, city, amount, day, note, score from sales.orders" + where
+    got = _read(s3_server, sql)
+    expected = spark.sql(sql.replace("sales.orders", "orders_local")).collect()
+    assert got.num_rows == len(expected)
+    key = lambda r: r[0]  # noqa: E731
+    assert sorted((tuple(r.values()) for r in got.to_pylist()), key=key) == \
+        sorted((tuple(_wire(v) for v in row) for row in expected), key=key)
+
+
+def test_the_catalog_lists_s3_tables_and_prunes_partitions(s3_server):
+    wh = s3_server.warehouse
+    assert wh.databases() == ["sales"] and wh.tables("sales") == ["orders"]
+    snap = wh.snapshot("sales", "orders")
+    assert snap.location == f"s3://{BUCKET}/wh/sales.db/orders" and snap.partition_columns == ("city",)
+    body = httpx.post(f"{_fe(s3_server)}/api/sales/orders/_query_plan", headers={"Authorization": basic("root", "")},
+                      content=json.dumps({"sql": "select id from sales.orders where city = 'oslo'"}), timeout=60).json()
+    planned = {int(t) for t in body["partitions"]}
+    oslo = {t.tablet_id for t in snap.tablets if t.partition["city"] == "oslo"}
+    assert planned == oslo and len(planned) < len(snap.tablets)
+    assert "s3_secret" not in json.dumps(body) and s3_server.settings.s3_secret_access_key.get_secret_value() \
+        not in json.dumps(body)
+
+
+def test_a_file_rewritten_under_a_plan_is_version_gone(s3_server, s3, spark):
+    from ops_helpers import Reader, plan_for
+
+    from starscan.client import StarscanClient
+
+    client = StarscanClient(_fe(s3_server), "root", "")
+    opaque, tablets = plan_for(client, "sales", "orders", "select id from sales.orders where city = 'lima'")
+    snap = s3_server.warehouse.snapshot("sales", "orders")
+    victim = snap.by_id[tablets[0]].files[0]
+    target = f"{BUCKET}/wh/sales.db/orders/{victim.path}"
+    with s3["fs"].open_input_file(target) as fh:
+        original = fh.read()
+    try:
+        with s3["fs"].open_output_stream(target) as out:
+            out.write(original + b"x")  # another size: a different version of the file
+        reader = Reader(("127.0.0.1", s3_server.be_port))
+        try:
+            opened = reader.open("sales", "orders", opaque, tablets)
+            assert opened.status.status_code != 0
+            assert "version" in opened.status.error_msgs[0] and "is gone" in opened.status.error_msgs[0]
+            assert victim.path in opened.status.error_msgs[0]
+        finally:
+            reader.close()
+    finally:
+        with s3["fs"].open_output_stream(target) as out:
+            out.write(original)
+    assert _read(s3_server, "select id from sales.orders where city = 'lima'").num_rows == 1000
+
+
+def test_a_plan_the_arrow_engine_cannot_read_says_what_spark_lacks(s3_server):
+    from starscan.client import StarscanClient
+
+    with pytest.raises(Exception) as failed:
+        StarscanClient(_fe(s3_server), "root", "").read(
+            "sales", "orders", "select id from sales.orders where upper(city) = 'OSLO'")
+    message = str(failed.value)
+    assert "needs the sql engine" in message and "s3a://" in message, message
+    assert _read(s3_server, "select id from sales.orders").num_rows == len(ROWS)  # still serving
+
+
+def test_load_into_s3_and_read_it_back(s3_server, spark, tmp_path):
+    import csv
+
+    from starscan.loader import load_table
+
+    src = tmp_path / "visits.csv"
+    with open(src, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "site"])
+        for i in range(500):
+            w.writerow([i, ["a", "b"][i % 2]])
+    wh = s3_server.warehouse
+    result = load_table(spark, wh, "web", "visits", str(src), partition_by=["site"], progress=False)
+    assert result["rows"] == 500 and result["files"] >= 2
+    assert sorted(r["id"] for r in _read(s3_server, "select id from web.visits where site = 'b'", "web", "visits")
+                  .to_pylist()) == list(range(1, 500, 2))
+    again = load_table(spark, wh, "web", "visits", str(src), partition_by=["site"], mode="append", progress=False)
+    assert again["rows"] == 500
+    assert _read(s3_server, "select id from web.visits", "web", "visits").num_rows == 1000
+    load_table(spark, wh, "web", "visits", str(src), partition_by=["site"], progress=False)  # overwrite
+    assert _read(s3_server, "select id from web.visits", "web", "visits").num_rows == 500
+
+
+def test_wrong_credentials_are_a_clear_403_and_never_shown(spark, s3, orders, base_settings, tmp_path):
+    creds = {**s3["creds"], "s3_secret_access_key": "not-the-secret-at-all"}
+    settings = base_settings.model_copy(update={"warehouse": f"s3://{BUCKET}/wh", "state_dir": tmp_path, **creds})
+    settings = type(settings).model_validate(settings.model_dump())
+    with running_server(spark, settings) as srv:
+        r = plan(_fe(srv), "sales", "orders", "select id from sales.orders", basic("root", ""))
+        assert r.status_code == 403, r.text
+        body = r.json()
+        assert "refused starscan's credentials" in body["exception"] and "not-the-secret" not in r.text
+        assert "Traceback" not in r.text
+        varz = httpx.get(f"{_fe(srv)}/varz", headers={"Authorization": basic("root", "")}, timeout=30).text
+        assert "not-the-secret" not in varz
+        assert httpx.get(f"{_fe(srv)}/api/health", timeout=30).status_code == 200
+
+
+def test_a_bucket_that_is_gone_is_said_so(spark, s3, base_settings, tmp_path):
+    fs = s3["fs"]
+    fs.create_dir("brief")
+    _upload(fs, _small_table(spark, tmp_path), "brief/wh/d.db/t")
+    settings = base_settings.model_copy(update={"warehouse": "s3://brief/wh", "state_dir": tmp_path / "state",
+                                                **s3["creds"]})
+    settings = type(settings).model_validate(settings.model_dump())
+    with running_server(spark, settings) as srv:
+        assert _read(srv, "select a from d.t", "d", "t").num_rows == 3
+        fs.delete_dir("brief")
+        r = plan(_fe(srv), "d", "t", "select a from d.t", basic("root", ""))
+        assert r.status_code == 503, r.text
+        assert "brief/wh" in r.json()["exception"] and "gone" in r.json()["exception"]
+        time.sleep(0)  # the server keeps serving: health still answers
+        assert httpx.get(f"{_fe(srv)}/api/health", timeout=30).status_code == 200
+
+
+def _small_table(spark, tmp_path: Path) -> Path:
+    path = tmp_path / "small"
+    spark.createDataFrame([(1,), (2,), (3,)], "a int").coalesce(1).write.parquet(str(path))
+    return path
+
+
+def test_the_schema_of_an_s3_table_is_sparks(s3_server, s3, spark, tmp_path):
+    """Data columns from the footer, partition columns typed by Spark's own inference."""
+    local = tmp_path / "events"
+    spark.createDataFrame([(i, f"e{i}", 2023 + i % 2, f"2024-01-0{1 + i % 3}", i % 2 == 0) for i in range(12)],
+                          "id long, name string, year int, day string, flag boolean") \
+        .write.partitionBy("year", "day", "flag").parquet(str(local))
+    _upload(s3["fs"], local, f"{BUCKET}/wh/sales.db/events")
+    want = spark.read.parquet(str(local)).schema
+    snap = s3_server.warehouse.snapshot("sales", "events")
+    got = s3_server.planner.schemas.schema(snap)
+    assert [(f.name, f.dataType, f.nullable) for f in got.fields] == \
+        [(f.name, f.dataType, f.nullable) for f in want.fields]
+    rows = _read(s3_server, "select id, day from sales.events where year = 2024 and day = '2024-01-02'", "sales", "events")
+    expected = spark.read.parquet(str(local)).where("year = 2024 and day = '2024-01-02'").select("id", "day").collect()
+    assert sorted((r["id"], r["day"]) for r in rows.to_pylist()) == sorted((r[0], r[1].isoformat()) for r in expected)
