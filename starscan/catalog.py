@@ -133,9 +133,9 @@ class Warehouse:
     @classmethod
     def of(cls, settings: Settings, listing_ttl_s: float | None = None) -> Warehouse:
         """The warehouse a configuration names, reached with its storage options."""
-        storage = open_storage(settings.warehouse, settings.storage_options)
+        storage = open_storage(settings.warehouse_location, settings.storage_options)
         ttl = settings.listing_cache_ttl_s if listing_ttl_s is None else listing_ttl_s
-        return cls(settings.warehouse, ttl, settings.tablet_sizing, storage=storage)
+        return cls(settings.warehouse_location, ttl, settings.tablet_sizing, storage=storage)
 
     @property
     def root(self) -> Path:

@@ -185,15 +185,20 @@ class Settings(BaseSettings):
         return Sizing(self.tablet_target_bytes, self.tablet_open_cost_bytes)
 
     @property
+    def warehouse_location(self) -> str:
+        """The warehouse as text (a copy made with ``model_copy(update=...)`` may hold a Path)."""
+        return os.fspath(self.warehouse)
+
+    @property
     def warehouse_is_local(self) -> bool:
-        return not is_uri(self.warehouse) or self.warehouse.startswith("file://")
+        return not is_uri(self.warehouse_location) or self.warehouse_location.startswith("file://")
 
     @property
     def warehouse_path(self) -> Path:
         """The warehouse folder of a local warehouse (ConfigError for object storage)."""
         if not self.warehouse_is_local:
-            raise ConfigError(f"warehouse {self.warehouse} is not a local folder")
-        return Path(local_path(self.warehouse))
+            raise ConfigError(f"warehouse {self.warehouse_location} is not a local folder")
+        return Path(local_path(self.warehouse_location))
 
     @property
     def state_path(self) -> Path:

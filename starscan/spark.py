@@ -110,7 +110,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     if settings.warehouse_is_local:
         conf["spark.sql.warehouse.dir"] = str(settings.warehouse_path.resolve())
     else:
-        conf["spark.sql.warehouse.dir"] = open_storage(settings.warehouse).spark_path(settings.warehouse)
+        conf["spark.sql.warehouse.dir"] = open_storage(settings.warehouse_location).spark_path(settings.warehouse_location)
     if settings.spark_master.startswith("local"):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
