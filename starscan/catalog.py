@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
 
-from starscan.errors import DatabaseNotFound, StorageUnavailable, TableNotFound
+from starscan.delta import DELTA_LOG, read_delta
+from starscan.errors import DatabaseNotFound, StorageUnavailable, TableNotFound, TableUnreadable
 from starscan.files import is_hidden
 from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
 from starscan.storage import LOCAL, Storage, local_path, open_storage
@@ -60,6 +61,7 @@ class TableSnapshot:
     partition_columns: tuple[str, ...]
     by_id: dict[int, Tablet] = field(default_factory=dict, compare=False, repr=False)
     storage: Storage = field(default_factory=lambda: LOCAL, compare=False, repr=False)  # where the files are
+    schema_json: str | None = None  # the table format's own schema (Delta), else read from the files
 
     @property
     def qualified_name(self) -> str:
@@ -285,10 +287,21 @@ class Warehouse:
             self._listings.pop(self.table_location(db, table), None)
 
     def _build_snapshot(self, db: str, table: str, location: str) -> TableSnapshot:
-        files, part_cols = list_table_files(location, self.storage)
         storage = self.storage
+        version: int | None = None
+        schema_json = None
+        if storage.is_dir(storage.join(location, DELTA_LOG)):
+            delta = read_delta(f"{db}.{table}", location, storage, list(storage.walk_files(location)))
+            files = [DataFile(path, size, mtime, partition) for path, size, mtime, partition in delta.files]
+            part_cols = list(delta.partition_columns)
+            version, schema_json = delta.version, delta.schema_json
+            if not 0 <= version < 1 << 31:
+                raise TableUnreadable(f"table {db}.{table}: Delta version {version} does not fit a plan's version")
+        else:
+            files, part_cols = list_table_files(location, storage)
         tablets = split_files(f"{db}.{table}", files, self.sizing,
                               lambda f: FOOTERS.row_groups(storage.join(location, f.path), f.size, f.mtime_ns, storage))
-        version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
+        if version is None:
+            version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
         by_id = {t.tablet_id: t for t in tablets}
-        return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, self.storage)
+        return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json)

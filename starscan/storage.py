@@ -101,14 +101,37 @@ class Entry:
 class Storage:
     """A local folder tree or an object store; locations are strings (see the module doc)."""
 
-    def __init__(self, fs: pafs.FileSystem | None, scheme: str, authority: str = ""):
+    def __init__(self, fs: pafs.FileSystem | None, scheme: str, authority: str = "",
+                 options: StorageOptions | None = None):
         self.fs = fs              # None: a local folder, read with os calls
         self.scheme = scheme      # "" for local paths
         self.authority = authority  # the bucket (s3, gs) or namenode (hdfs)
+        self.options = options
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Sent to Spark's Python tasks with the scan: the filesystem pickles itself.
-        return (Storage, (self.fs, self.scheme, self.authority))
+        return (Storage, (self.fs, self.scheme, self.authority, self.options))
+
+    def delta_options(self) -> dict[str, str] | None:
+        """The same store for ``deltalake`` (delta-rs names its options as AWS does)."""
+        if self.scheme != "s3":
+            return None
+        options = self.options or StorageOptions()
+        out: dict[str, str] = {}
+        if options.endpoint:
+            out["AWS_ENDPOINT_URL"] = options.endpoint
+            out["AWS_ALLOW_HTTP"] = str(options.endpoint.startswith("http://")).lower()
+        path_style = options.path_style if options.path_style is not None else bool(options.endpoint)
+        out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(not path_style).lower()
+        if options.region:
+            out["AWS_REGION"] = options.region
+        if options.access_key_id:
+            out["AWS_ACCESS_KEY_ID"] = options.access_key_id
+        if options.secret_access_key:
+            out["AWS_SECRET_ACCESS_KEY"] = options.secret_access_key
+        if options.session_token:
+            out["AWS_SESSION_TOKEN"] = options.session_token
+        return out
 
     @property
     def is_local(self) -> bool:
@@ -287,7 +310,8 @@ def open_storage(location: str, options: StorageOptions | None = None) -> Storag
     if scheme == "file":
         return LOCAL
     if scheme in ("s3", "s3a"):
-        return Storage((options or StorageOptions()).s3_filesystem(), "s3", parts.netloc)
+        options = options or StorageOptions()
+        return Storage(options.s3_filesystem(), "s3", parts.netloc, options)
     try:
         fs, _ = pafs.FileSystem.from_uri(location)
     except (OSError, ValueError) as exc:

@@ -275,3 +275,21 @@ def test_the_schema_of_an_s3_table_is_sparks(s3_server, s3, spark, tmp_path):
     rows = _read(s3_server, "select id, day from sales.events where year = 2024 and day = '2024-01-02'", "sales", "events")
     expected = spark.read.parquet(str(local)).where("year = 2024 and day = '2024-01-02'").select("id", "day").collect()
     assert sorted((r["id"], r["day"]) for r in rows.to_pylist()) == sorted((r[0], r[1].isoformat()) for r in expected)
+
+
+def test_a_delta_table_in_s3_serves_its_current_version(s3_server, s3):
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    creds = s3["creds"]
+    options = {"AWS_ENDPOINT_URL": creds["s3_endpoint"], "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+               "AWS_ACCESS_KEY_ID": creds["s3_access_key_id"], "AWS_SECRET_ACCESS_KEY": creds["s3_secret_access_key"],
+               "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false"}
+    uri = f"s3://{BUCKET}/wh/sales.db/deltas"
+    table = pa.table({"id": pa.array(range(100), pa.int64()), "k": pa.array([i % 4 for i in range(100)], pa.int32())})
+    write_deltalake(uri, table, partition_by=["k"], storage_options=options)
+    write_deltalake(uri, table.slice(0, 10), partition_by=["k"], mode="overwrite", storage_options=options)
+    assert DeltaTable(uri, storage_options=options).version() == 1
+    got = _read(s3_server, "select id, k from sales.deltas where k < 2", "sales", "deltas")
+    assert sorted((r["id"], r["k"]) for r in got.to_pylist()) == [(i, i % 4) for i in range(10) if i % 4 < 2]
+    assert s3_server.warehouse.snapshot("sales", "deltas").version == 1

@@ -1,0 +1,148 @@
+"""Delta tables in the warehouse (starscan.delta): the rows of the current version only, on
+both engines, against what delta-rs reads for that version; what cannot be read exactly is
+refused by name.
+
+A Delta table's folder keeps the files of older versions until they are vacuumed: served as
+a plain folder, an overwritten or deleted row would come back. These tests make exactly
+such tables (overwrite, append, delete) with ``deltalake`` and read them through the server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+on_both_engines = pytest.mark.usefixtures("engine")
+
+
+def _table(server, name: str) -> Path:
+    location = server.warehouse.table_path("lake", name)
+    shutil.rmtree(location, ignore_errors=True)
+    location.parent.mkdir(parents=True, exist_ok=True)
+    return location
+
+
+def _rows(first: int, count: int) -> pa.Table:
+    ids = list(range(first, first + count))
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "city": pa.array([["oslo", "lima", "a/b %c"][i % 3] for i in ids]),
+        "day": pa.array([dt.date(2024, 1, 1) + dt.timedelta(days=i % 5) for i in ids], pa.date32()),
+        "amount": pa.array([None if i % 11 == 0 else i * 0.25 for i in ids], pa.float64()),
+    })
+
+
+def _wire(row: dict) -> tuple:
+    return tuple(v.isoformat() if isinstance(v, dt.date) else v for v in row.values())
+
+
+def _expected(location: Path, where=lambda r: True) -> list[tuple]:
+    """What delta-rs reads for the table's current version."""
+    rows = DeltaTable(str(location)).to_pyarrow_table(columns=["id", "city", "day", "amount"]).to_pylist()
+    return sorted(_wire(r) for r in rows if where(r))
+
+
+@pytest.fixture(scope="module")
+def events(server):
+    """lake.events at version 3: written, overwritten, appended to, then rows deleted; the
+    folder still holds every file of versions 0-2."""
+    location = _table(server, "events")
+    write_deltalake(str(location), _rows(0, 900), partition_by=["city"])
+    write_deltalake(str(location), _rows(1000, 600), partition_by=["city"], mode="overwrite")
+    write_deltalake(str(location), _rows(5000, 300), partition_by=["city"], mode="append")
+    DeltaTable(str(location)).delete("id < 1100")
+    return location
+
+
+@on_both_engines
+@pytest.mark.parametrize("where, keep", [
+    ("", lambda r: True),
+    (" where city = 'oslo'", lambda r: r["city"] == "oslo"),
+    (" where city = 'a/b %c' and id > 5100", lambda r: r["city"] == "a/b %c" and r["id"] > 5100),
+    (" where day = '2024-01-03' or amount is null", lambda r: r["day"] == dt.date(2024, 1, 3) or r["amount"] is None),
+])
+def test_a_delta_table_serves_its_current_version_only(server, client, events, where, keep):
+    got = client.read("lake", "events", "select id, city, day, amount from lake.events" + where)
+    assert sorted(_wire(r) for r in got.to_pylist()) == _expected(events, keep)
+
+
+def test_the_plan_carries_deltas_version_and_schema(server, client, events):
+    body = client.plan("lake", "events", "select id from lake.events where city = 'lima'")
+    snap = server.warehouse.snapshot("lake", "events")
+    assert snap.version == DeltaTable(str(events)).version() >= 3
+    assert {t["version"] for t in body["partitions"].values()} == {snap.version}
+    assert {int(t) for t in body["partitions"]} == {t.tablet_id for t in snap.tablets if t.partition["city"] == "lima"}
+    on_disk = {p.relative_to(events).as_posix() for p in events.rglob("*.parquet")}
+    served = {f.path for f in snap.files}
+    assert served < on_disk  # the files of older versions are still there, and not served
+    schema = server.planner.schemas.schema(snap)
+    assert [(f.name, f.dataType.simpleString()) for f in schema.fields] == \
+        [("id", "bigint"), ("city", "string"), ("day", "date"), ("amount", "double")]
+
+
+def test_an_old_plan_reads_its_version_and_a_new_plan_the_new_one(server, client, events, be_addr):
+    """Delta keeps an overwritten version's files until they are vacuumed: a plan made before
+    the overwrite still reads exactly its own version (the plan pins the files)."""
+    from ops_helpers import Reader, plan_for
+
+    before = _expected(events)
+    version = DeltaTable(str(events)).version()
+    opaque, tablets = plan_for(client, "lake", "events", "select id, city, day, amount from lake.events")
+    write_deltalake(str(events), _rows(9000, 30), partition_by=["city"], mode="overwrite")
+    try:
+        reader = Reader(be_addr)
+        try:
+            rows = []
+            for tablet in tablets:
+                cid = reader.open_ok("lake", "events", opaque, [tablet])
+                offset = 0
+                while True:
+                    res = reader.next(cid, offset)
+                    assert res.status.status_code == 0, res.status
+                    if res.eos:
+                        break
+                    batch = pa.ipc.open_stream(res.rows).read_all()
+                    rows.extend(tuple(r.values()) for r in batch.to_pylist())
+                    offset += batch.num_rows
+                reader.close_scanner(cid)
+        finally:
+            reader.close()
+        assert sorted(rows) == before
+        got = client.read("lake", "events", "select id from lake.events")
+        assert sorted(r["id"] for r in got.to_pylist()) == list(range(9000, 9030))
+    finally:
+        DeltaTable(str(events)).restore(version)  # the module's other tests read the rows of before
+    assert server.warehouse.snapshot("lake", "events").version == version + 2
+    assert sorted(_wire(r) for r in client.read("lake", "events", "select id, city, day, amount from lake.events")
+                  .to_pylist()) == before
+
+
+def test_deletion_vectors_are_refused_by_name(server, client):
+    """A commit whose add action carries a deletion vector (rows deleted without rewriting
+    the file): serving the file whole would return deleted rows."""
+    location = _table(server, "with_dv")
+    write_deltalake(str(location), _rows(0, 10))
+    added = DeltaTable(str(location)).get_add_actions(flatten=False)
+    path = pa.table(added).to_pylist()[0]["path"]
+    size = (location / path).stat().st_size
+    commit = [
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
+                      "writerFeatures": ["deletionVectors"]}},
+        {"remove": {"path": path, "deletionTimestamp": 1, "dataChange": True}},
+        {"add": {"path": path, "size": size, "partitionValues": {}, "modificationTime": 1, "dataChange": True,
+                 "deletionVector": {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L",
+                                    "sizeInBytes": 40, "cardinality": 6}}},
+        {"commitInfo": {"timestamp": 2, "operation": "DELETE"}},
+    ]
+    (location / "_delta_log" / "00000000000000000001.json").write_text("\n".join(json.dumps(a) for a in commit) + "\n")
+    with pytest.raises(Exception) as refused:
+        client.plan("lake", "with_dv", "select id from lake.with_dv")
+    message = str(refused.value)
+    assert "deletion vector" in message and "lake.with_dv" in message, message
+    assert client.read("lake", "events", "select id from lake.events").num_rows > 0  # still serving
