@@ -13,10 +13,14 @@ only where the answer is provably Spark's:
   common exact scale, of strings byte-wise (Spark's default UTF8_BINARY collation), of
   booleans, of dates with dates and with ``'YYYY-MM-DD'`` strings (Spark casts the string);
 * ``LIKE`` with Spark's default escape (``\\``): Arrow's ``match_like`` has the same
-  wildcards and also lets ``_``/``%`` match a newline.
+  wildcards and also lets ``_``/``%`` match a newline;
+* a DOUBLE column compared with a number literal (integers, doubles, decimals a double holds
+  exactly): Spark casts the literal to double and orders NaN above every number, so
+  ``x > c`` and ``x >= c`` are also TRUE for NaN (``greater(x, c) or is_nan(x)``); ``=``, ``!=``,
+  ``<`` and ``<=`` already agree with IEEE for a literal that is not NaN, and -0.0 = 0.0 in both.
 
-Not translated (the ``sql`` engine runs them): floating point (Spark orders NaN above
-everything and calls NaN = NaN true), timestamps (session time zone), casts, functions,
+Not translated (the ``sql`` engine runs them): FLOAT columns, two floating-point columns
+compared (NaN = NaN is TRUE in Spark), NaN literals, timestamps (session time zone), casts, functions,
 arithmetic, CASE, ``<=>``, NULL literals, ``ILIKE``, explicit ``ESCAPE`` characters.
 """
 
@@ -150,8 +154,13 @@ class _ArrowOperand(_Untranslatable):
 
 def _literal(e: Expr) -> _Typed:
     lt, text = e.literal_type, e.literal_value
-    if text is None or lt in ("null", "double", "timestamp"):
+    if text is None or lt in ("null", "timestamp"):
         raise NotArrowable(f"a {lt} literal has no exact Arrow translation")
+    if lt == "double":
+        double = float(text)  # Java's Double.parseDouble and Python round the same way
+        if double != double or double in (float("inf"), float("-inf")):
+            raise NotArrowable(f"the double literal {text} is not a finite number")
+        return _Typed(pc.scalar(double), T.DoubleType(), double)
     if lt in ("int", "bigint"):
         value = int(text)
         return _Typed(pc.scalar(value), T.IntegerType() if lt == "int" else T.LongType(), value)
@@ -196,9 +205,46 @@ def _as_decimal(operand: _Typed, precision: int, scale: int):
     return operand.expr.cast(target)
 
 
+_FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _double_literal(operand: _Typed) -> float:
+    """A number literal as the double Spark casts it to, when that cast is exact or is
+    Java's own rounding (integers); NotArrowable otherwise."""
+    value = operand.literal
+    t = operand.spark_type
+    if isinstance(t, T.DoubleType):
+        return float(value)
+    if isinstance(t, _INTEGRAL):
+        return float(int(value))  # round to nearest, as Java's long -> double
+    if isinstance(t, T.DecimalType) and value is not None:
+        number = float(value)
+        if Decimal(number) == Decimal(value):
+            return number
+        raise NotArrowable(f"the decimal {value} is not exactly a double")
+    raise NotArrowable(f"comparing a double with {t.simpleString()} has no exact Arrow translation")
+
+
+def _compare_double(op: str, column: _Typed, literal: _Typed) -> pc.Expression:
+    """``column op literal`` for a DOUBLE column, NaN ordered above every number (Spark)."""
+    value = pc.scalar(_double_literal(literal))
+    out = pc.Expression._call(_COMPARE[op], [column.expr, value])
+    if op in (">", ">="):
+        out = out | pc.Expression._call("is_nan", [column.expr])
+    return out
+
+
 def _compare(op: str, left: _Typed, right: _Typed) -> pc.Expression:
     a, b = left.spark_type, right.spark_type
     fn = _COMPARE[op]
+    if isinstance(a, T.DoubleType) or isinstance(b, T.DoubleType):
+        if isinstance(a, T.DoubleType) and left.literal is None and right.literal is not None:
+            return _compare_double(op, left, right)
+        if isinstance(b, T.DoubleType) and right.literal is None and left.literal is not None:
+            return _compare_double(_FLIPPED[op], right, left)
+        if left.literal is not None and right.literal is not None:
+            raise NotArrowable("comparing two literals has no Arrow translation here")
+        raise NotArrowable(f"comparing {a.simpleString()} with {b.simpleString()} has no exact Arrow translation")
     if isinstance(a, _INTEGRAL) and isinstance(b, _INTEGRAL):
         return pc.Expression._call(fn, [left.expr, right.expr])
     if isinstance(a, (T.DecimalType, *_INTEGRAL)) and isinstance(b, (T.DecimalType, *_INTEGRAL)):

@@ -175,3 +175,26 @@ def test_partition_values_spelled_oddly_go_to_the_sql_engine(server, client, eng
     got = client.read("arrowdb", "oddparts", "select id, i from arrowdb.oddparts where i <> 4 and id < 3")
     assert ran_on(server, before) == "sql"  # pruning cannot drop the odd folder: its value is not certain
     assert sorted(got.column("id").to_pylist()) == [1, 2]
+
+
+DOUBLES = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.5, None, 1e308, -2.5, 3.0, 9007199254740993.0]
+
+
+@pytest.mark.parametrize("predicate", [
+    "x > 1.5", "x >= 1.5", "x < 1.5", "x <= 1.5", "x = 0", "x != 0", "x = -0.0", "x > 3", "1.5 < x", "3 >= x",
+    "x between -3 and 2", "x not between 0 and 2", "x in (0, 1.5, 3)", "x not in (0, 1.5)", "x > 1E308",
+    "x > 9007199254740992", "not (x > 1.5)", "x > 1.5 or x is null", "x >= 1.25",
+])
+def test_double_comparisons_with_literals_run_on_arrow_and_equal_spark(server, client, spark, engine_setting,
+                                                                        predicate):
+    """Spark orders NaN above every number (so NaN > c is TRUE) and calls -0.0 = 0.0; the
+    arrow engine's translation must give the same rows, NULLs included."""
+    engine_setting("auto")
+    fresh_table(server, "doubles", {"part-0.parquet": pa.table({
+        "id": pa.array(range(len(DOUBLES)), pa.int32()), "x": pa.array(DOUBLES, pa.float64())})})
+    before = engine_counts(server)
+    got = client.read("arrowdb", "doubles", f"select id from arrowdb.doubles where {predicate}")
+    assert ran_on(server, before) == "arrow", predicate
+    spark.createDataFrame([(i, x) for i, x in enumerate(DOUBLES)], "id int, x double").createOrReplaceTempView("dbl")
+    want = sorted(r[0] for r in spark.sql(f"select id from dbl where {predicate}").collect())
+    assert sorted(r["id"] for r in got.to_pylist()) == want, predicate
