@@ -70,6 +70,9 @@ struct TScanPlan {
   // its digest (starscan.tablet_lists) with the ids of the tablets planned.
   15: optional binary tablets_digest
   16: optional list<i64> tablet_ids
+  // Set (empty) for a table whose partition values are inside its data files (Iceberg): its
+  // folders are not partitions. Unset: partition columns are read from `col=value` folders.
+  17: optional list<string> partition_columns
 }
 
 // What actually goes on the wire (base64 of its binary serialization).

@@ -135,6 +135,7 @@ class QueryPlanner:
             table_schema=schema.json(),
             schema_hash=shash,
             sql=sql[:AUDIT_SQL_CHARS],
+            partition_columns=None if snap.partitions_in_folders else [],
         )
         audit["query_id"] = plan.query_id
         encoded = plan_codec.encode(plan, self.signer)

@@ -73,7 +73,8 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
         output.append((c.name, f.name, char_len))
         out_fields.append(T.StructField(c.name, f.dataType, f.nullable))
 
-    partition_names = _partition_names(plan_tablets, by_lower)
+    folders = plan.partition_columns is None  # else the partition values are in the files (Iceberg)
+    partition_names = _partition_names(plan_tablets, by_lower) if folders else set()
     used = {src for _, src, _ in output} | {field_of(n).name for n in (predicate.columns() if predicate else set())}
     for name in used:
         _check_type(field_of(name))
@@ -100,7 +101,7 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
     for tid in tablet_ids:
         for f in by_id[tid].files:
             values = []
-            for col, raw in partition_of(f.path):
+            for col, raw in partition_of(f.path) if folders else ():
                 canonical = field_of(col).name
                 if canonical not in part_columns:
                     continue

@@ -165,11 +165,14 @@ class SparkScan:
                                      f"tablet {tid}: {problem}")
                 cuts.append((storage.spark_path(path), t.first_row or 0, t.rows or 0))
         frames = []
+        folders = plan.partition_columns is None  # else the partition values are in the files
         if whole:
-            frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), whole))
+            frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), whole,
+                                             folders))
         for path, first_row, rows in cuts:
             index = F.col("_metadata.row_index")
-            frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), [path])
+            frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), [path],
+                                             folders)
                           .filter((index >= first_row) & (index < first_row + rows)))
         df = frames[0]
         for more in frames[1:]:

@@ -26,6 +26,7 @@ from starscan.delta import DELTA_LOG, read_delta
 from starscan.errors import DatabaseNotFound, StorageUnavailable, TableNotFound, TableUnreadable
 from starscan.files import is_hidden
 from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
+from starscan.iceberg import IcebergFiles, IcebergTables
 from starscan.storage import LOCAL, Storage, local_path, open_storage
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class TableSnapshot:
     by_id: dict[int, Tablet] = field(default_factory=dict, compare=False, repr=False)
     storage: Storage = field(default_factory=lambda: LOCAL, compare=False, repr=False)  # where the files are
     schema_json: str | None = None  # the table format's own schema (Delta), else read from the files
+    partitions_in_folders: bool = True  # False: partition values are inside the files (Iceberg)
 
     @property
     def qualified_name(self) -> str:
@@ -120,8 +122,11 @@ class Warehouse:
     cache). ``clock`` tells the time for the TTL (tests move it instead of sleeping)."""
 
     def __init__(self, root: Path | str, listing_ttl_s: float = 5.0, sizing: Sizing | None = None,
-                 clock: Callable[[], float] = time.monotonic, storage: Storage | None = None):
+                 clock: Callable[[], float] = time.monotonic, storage: Storage | None = None,
+                 iceberg: IcebergTables | None = None):
         self.storage = storage or open_storage(str(root))
+        self.iceberg = iceberg  # an Iceberg catalog whose namespaces are databases too
+        self._iceberg_snapshots: LRUCache[tuple[str, str], tuple[IcebergFiles, TableSnapshot]] = LRUCache(maxsize=1024)
         self.location = str(Path(local_path(str(root))).resolve()) if self.storage.is_local else str(root).rstrip("/")
         self.sizing = sizing or Sizing()
         self._lock = threading.Lock()
@@ -137,7 +142,13 @@ class Warehouse:
         """The warehouse a configuration names, reached with its storage options."""
         storage = open_storage(settings.warehouse_location, settings.storage_options)
         ttl = settings.listing_cache_ttl_s if listing_ttl_s is None else listing_ttl_s
-        return cls(settings.warehouse_location, ttl, settings.tablet_sizing, storage=storage)
+        iceberg = None
+        if settings.iceberg_catalog:
+            iceberg = IcebergTables(settings.iceberg_catalog, settings.iceberg_namespaces, settings.storage_options, ttl)
+        return cls(settings.warehouse_location, ttl, settings.tablet_sizing, storage=storage, iceberg=iceberg)
+
+    def _is_iceberg(self, db: str) -> bool:
+        return self.iceberg is not None and self.iceberg.serves(db)
 
     @property
     def root(self) -> Path:
@@ -165,15 +176,19 @@ class Warehouse:
         return self.database_path(db) / table
 
     def databases(self) -> list[str]:
-        if not self.storage.is_dir(self.location):
-            return []
-        names = [DEFAULT_DB] if self.tables(DEFAULT_DB) else []
-        for entry in self.storage.list_dir(self.location):
-            if entry.is_dir and entry.name.endswith(DB_SUFFIX) and not is_hidden(entry.name):
-                names.append(entry.name[: -len(DB_SUFFIX)])
+        names = []
+        if self.storage.is_dir(self.location):
+            names = [DEFAULT_DB] if self.tables(DEFAULT_DB) else []
+            for entry in self.storage.list_dir(self.location):
+                if entry.is_dir and entry.name.endswith(DB_SUFFIX) and not is_hidden(entry.name):
+                    names.append(entry.name[: -len(DB_SUFFIX)])
+        if self.iceberg is not None:
+            names += [db for db in self.iceberg.databases() if db not in names]
         return names
 
     def has_database(self, db: str) -> bool:
+        if self._is_iceberg(db):
+            return True
         try:
             location = self._database_location(db)
         except DatabaseNotFound:
@@ -181,6 +196,8 @@ class Warehouse:
         return self.storage.is_dir(location) and (db != DEFAULT_DB or bool(self.tables(DEFAULT_DB)))
 
     def tables(self, db: str) -> list[str]:
+        if self.iceberg is not None and self._is_iceberg(db):
+            return self.iceberg.tables(db)
         location = self._database_location(db)
         out = []
         for entry in self.storage.list_dir(location):
@@ -198,6 +215,8 @@ class Warehouse:
         return not (db == DEFAULT_DB and table.endswith(DB_SUFFIX))
 
     def has_table(self, db: str, table: str) -> bool:
+        if self.iceberg is not None and self._is_iceberg(db):
+            return self.iceberg.has_table(db, table)
         if not self._table_name_ok(db, table):
             return False
         try:
@@ -206,6 +225,10 @@ class Warehouse:
             return False
 
     def require_table(self, db: str, table: str) -> str:
+        if self.iceberg is not None and self._is_iceberg(db):
+            if not self.iceberg.has_table(db, table):
+                raise TableNotFound(table)
+            return self.iceberg.snapshot(db, table).location
         if not self.has_database(db):
             self._check_root()
             raise DatabaseNotFound(db)
@@ -221,6 +244,8 @@ class Warehouse:
 
     # ---- snapshots ----
     def snapshot(self, db: str, table: str) -> TableSnapshot:
+        if self.iceberg is not None and self._is_iceberg(db):
+            return self._iceberg_snapshot(db, table)
         # One stat in the common case (a plan's hot path): an existing table folder means
         # its database exists too. Otherwise require_table says which is missing.
         location = self.table_location(db, table) if self._table_name_ok(db, table) else self.require_table(db, table)
@@ -282,9 +307,28 @@ class Warehouse:
 
     def invalidate(self, db: str, table: str) -> None:
         """Forget a cached listing (after this process wrote the table)."""
+        if self.iceberg is not None:
+            self.iceberg.invalidate(db, table)
         with self._lock:
             self._generation += 1
             self._listings.pop(self.table_location(db, table), None)
+
+    def _iceberg_snapshot(self, db: str, table: str) -> TableSnapshot:
+        assert self.iceberg is not None
+        found = self.iceberg.snapshot(db, table)
+        with self._lock:
+            cached = self._iceberg_snapshots.get((db, table))
+        if cached is not None and cached[0] is found:
+            return cached[1]
+        storage = found.storage
+        files = [DataFile(path, size, mtime) for path, size, mtime in found.files]
+        tablets = split_files(f"{db}.{table}", files, self.sizing,
+                              lambda f: FOOTERS.row_groups(storage.join(found.location, f.path), f.size, f.mtime_ns, storage))
+        snap = TableSnapshot(db, table, found.location, found.version, tuple(tablets), (),
+                             {t.tablet_id: t for t in tablets}, storage, found.schema_json, partitions_in_folders=False)
+        with self._lock:
+            self._iceberg_snapshots[(db, table)] = (found, snap)
+        return snap
 
     def _build_snapshot(self, db: str, table: str, location: str) -> TableSnapshot:
         storage = self.storage

@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     # ---- warehouse, tables, plans ----
     warehouse: str = Field("starscan-warehouse", description="where the tables are: a local folder or a URI (s3://bucket/prefix, gs://bucket/prefix, hdfs://host/path), in Spark's layout <db>.db/<table>")
     state_dir: Path | None = Field(None, description="folder for starscan's own files (plan secret, users, audit log): default <warehouse>/_starscan for a local warehouse, ./starscan-state for one in object storage")
+    iceberg_catalog: dict[str, str] = Field(default_factory=dict, description="pyiceberg catalog properties, k=v; k2=v2 (name=lake; type=sql; uri=sqlite:////data/catalog.db; warehouse=file:///data/ice, or type=rest; uri=...; name defaults to default): its namespaces are served as databases beside the warehouse's folders")
+    iceberg_namespaces: list[str] = Field(default_factory=list, description="the Iceberg namespaces served, comma-separated (default: all of the catalog's)")
     s3_endpoint: str | None = Field(None, description="S3 endpoint URL for S3-compatible stores (http://host:9000); unset: AWS itself")
     s3_region: str | None = Field(None, description="S3 region (unset: AWS_REGION / AWS_DEFAULT_REGION, else found from the bucket)")
     s3_access_key_id: SecretStr | None = Field(None, description="S3 access key id (unset: the AWS environment, profile or instance credentials; never logged or shown)")
@@ -152,14 +154,14 @@ class Settings(BaseSettings):
     def _table_patterns(cls, value: list[str]) -> list[str]:
         return table_patterns(value)
 
-    @field_validator("jwt_algorithms", "result_cache_tables", mode="before")
+    @field_validator("jwt_algorithms", "result_cache_tables", "iceberg_namespaces", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("be_endpoints", "spark_conf", mode="before")
+    @field_validator("be_endpoints", "spark_conf", "iceberg_catalog", mode="before")
     @classmethod
     def _split_text(cls, value: Any, info: ValidationInfo) -> Any:
         # Conf files and env variables give text: "a:1, b:2" / "k=v; k2=v2".

@@ -67,8 +67,9 @@ class Operations:
         for key, bound in self._bound_ports().items():  # the ports bound (0 in the config picks one)
             if bound:
                 config[key] = bound
-        config["spark_conf"] = {k: ("**********" if any(w in k.lower() for w in _SECRET_WORDS) else v)
-                                for k, v in (config.get("spark_conf") or {}).items()}
+        for key in ("spark_conf", "iceberg_catalog"):  # free-form options: mask the ones that name a secret
+            config[key] = {k: ("**********" if any(w in k.lower() for w in _SECRET_WORDS) else v)
+                           for k, v in (config.get(key) or {}).items()}
         return {"config": config, "runtime_changeable": list(RUNTIME_KEYS)}
 
     def update_config(self, changes: dict[str, str]) -> dict[str, Any]:

@@ -158,3 +158,9 @@ def test_every_kernel_module_is_under_the_layer_contract():
     # ... and every kernel module is type-checked strictly.
     strict = next(o for o in config["tool"]["mypy"]["overrides"] if o.get("disallow_untyped_defs"))
     assert set(strict["module"]) == listed, "list the kernel module in the strict mypy override in pyproject.toml"
+
+
+def test_test_file_names_are_unique_across_the_tiers():
+    """pytest imports test files by their base name (the folders are not packages)."""
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []

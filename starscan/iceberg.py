@@ -1,0 +1,243 @@
+"""Iceberg tables from a pyiceberg catalog: databases are the catalog's namespaces.
+
+A table's snapshot is its current Iceberg snapshot: the data files ``plan_files`` gives for
+it (never a listing: the table folder also holds other snapshots' files), each matched with
+the store's listing of the table location, whose sizes and modification times the scans
+then check. The plan's version is the snapshot id folded into 31 bits. The schema is
+Iceberg's, mapped to Spark's types as Spark's Iceberg connector maps them.
+
+Both engines read a data file's columns by name, so what would make a name point at other
+data is refused by name: a column renamed, or a name that was dropped and added again, in
+the table's schema history; row-level deletes (position or equality delete files); types
+with no Spark counterpart here (time, uuid, fixed); data files outside the table location.
+Partition values are inside Iceberg's data files, so tablets carry no partition folders and
+the arrow engine's row-group statistics do the skipping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cachetools import LRUCache
+
+from starscan.errors import DatabaseNotFound, StarscanError, TableNotFound, TableUnreadable
+from starscan.storage import StorageOptions, local_path, open_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
+
+    from starscan.storage import Storage
+
+
+@dataclass(frozen=True)
+class IcebergFiles:
+    location: str
+    storage: Storage
+    version: int
+    snapshot_id: int | None
+    schema_json: str
+    files: tuple[tuple[str, int, int], ...]  # path relative to the location, size, mtime_ns
+
+
+class IcebergTables:
+    """The namespaces and tables of one pyiceberg catalog (``iceberg_catalog`` properties)."""
+
+    def __init__(self, properties: dict[str, str], namespaces: list[str] | None = None,
+                 options: StorageOptions | None = None, ttl_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.properties = dict(properties)
+        self.only = set(namespaces or ())
+        self.options = options
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._catalog: Any = None
+        self._lock = threading.Lock()
+        self._snapshots: LRUCache[tuple[str, str], tuple[float, str, IcebergFiles]] = LRUCache(maxsize=1024)
+        self._namespaces: tuple[float, list[str]] | None = None
+
+    @property
+    def catalog(self) -> Any:
+        with self._lock:
+            if self._catalog is None:
+                from pyiceberg.catalog import load_catalog
+
+                try:
+                    properties = {k: v for k, v in self.properties.items() if k != "name"}
+                    self._catalog = load_catalog(self.properties.get("name", "default"), **properties)
+                except Exception as exc:  # noqa: BLE001 - pyiceberg raises many kinds
+                    raise TableUnreadable(f"the Iceberg catalog cannot be opened: {_first_line(exc)}") from None
+            return self._catalog
+
+    # ---- names ----
+    def databases(self) -> list[str]:
+        now = self._clock()
+        cached = self._namespaces
+        if cached is not None and now - cached[0] < self._ttl_s:
+            return cached[1]
+        names = [".".join(ns) for ns in self._call(lambda: self.catalog.list_namespaces())]
+        found = sorted(n for n in names if not self.only or n in self.only)
+        self._namespaces = (now, found)
+        return found
+
+    def serves(self, db: str) -> bool:
+        """Whether ``db`` is one of this catalog's namespaces (and chosen, when a list is set)."""
+        if self.only and db not in self.only:
+            return False
+        return db in self.databases()
+
+    def tables(self, db: str) -> list[str]:
+        if not self.serves(db):
+            raise DatabaseNotFound(db)
+        return sorted(t[-1] for t in self._call(lambda: self.catalog.list_tables(db)))
+
+    def has_table(self, db: str, table: str) -> bool:
+        return self.serves(db) and table in self.tables(db)
+
+    # ---- snapshots ----
+    def snapshot(self, db: str, table: str) -> IcebergFiles:
+        key = (db, table)
+        now = self._clock()
+        with self._lock:
+            cached = self._snapshots.get(key)
+        if cached is not None and now - cached[0] < self._ttl_s:
+            return cached[2]
+        loaded = self._load(db, table)
+        if cached is not None and cached[1] == loaded.metadata_location:
+            files = cached[2]  # the same metadata: the same snapshot
+        else:
+            files = self._files(f"{db}.{table}", loaded)
+        with self._lock:
+            self._snapshots[key] = (now, loaded.metadata_location, files)
+        return files
+
+    def invalidate(self, db: str, table: str) -> None:
+        with self._lock:
+            self._snapshots.pop((db, table), None)
+            self._namespaces = None
+
+    def _load(self, db: str, table: str) -> Any:
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        if not self.serves(db):
+            raise DatabaseNotFound(db)
+        try:
+            return self.catalog.load_table((db, table))
+        except NoSuchTableError:
+            raise TableNotFound(table) from None
+        except NoSuchNamespaceError:
+            raise DatabaseNotFound(db) from None
+        except StarscanError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the catalog's own kinds
+            raise TableUnreadable(f"table {db}.{table} cannot be loaded from the Iceberg catalog: "
+                                  f"{_first_line(exc)}") from None
+
+    def _files(self, name: str, loaded: Any) -> IcebergFiles:
+        _check_schema_history(name, loaded)
+        spark_schema = to_spark_schema(name, loaded.schema())
+        location = loaded.location().rstrip("/")
+        storage = open_storage(location, self.options)
+        if storage.is_local:
+            location = local_path(location)
+        snapshot = loaded.current_snapshot()
+        files: list[tuple[str, int, int]] = []
+        if snapshot is not None:
+            listed = {e.name: e for e in storage.walk_files(location)}
+            try:
+                tasks = list(loaded.scan().plan_files())
+            except StarscanError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - manifests that cannot be read
+                raise TableUnreadable(f"table {name}: its Iceberg manifests cannot be read: {_first_line(exc)}") from None
+            for task in tasks:
+                if task.delete_files:
+                    raise TableUnreadable(f"table {name} has row-level deletes (Iceberg delete files) on "
+                                          f"{_relative(task.file.file_path, location)}, which starscan does not apply; "
+                                          "compact the table (rewrite_data_files) to serve it")
+                if str(task.file.file_format).upper().rsplit(".", 1)[-1] != "PARQUET":
+                    raise TableUnreadable(f"table {name}: data file {task.file.file_path} is not Parquet")
+                rel = _relative(task.file.file_path, location)
+                if rel is None:
+                    raise TableUnreadable(f"table {name}: data file {task.file.file_path} lies outside the table "
+                                          f"location {location}")
+                entry = listed.get(rel)
+                if entry is None:
+                    raise TableUnreadable(f"table {name}: data file {rel} of its current snapshot is missing")
+                files.append((rel, entry.size, entry.mtime_ns))
+        snapshot_id = snapshot.snapshot_id if snapshot is not None else None
+        from starscan.tablets import hash_int
+
+        version = hash_int(f"{snapshot_id}", 31) if snapshot_id is not None else 0
+        return IcebergFiles(location, storage, version, snapshot_id, spark_schema.json(), tuple(sorted(files)))
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except StarscanError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the catalog's own kinds
+            raise TableUnreadable(f"the Iceberg catalog cannot be read: {_first_line(exc)}") from None
+
+
+def _relative(path: str, location: str) -> str | None:
+    for prefix in ("file://", "file:"):
+        if path.startswith(prefix) and not location.startswith(prefix):
+            path = local_path(path) if path.startswith("file://") else path[len("file:"):]
+            break
+    return path[len(location) + 1:] if path.startswith(location + "/") else None
+
+
+def _check_schema_history(name: str, loaded: Any) -> None:
+    names_of: dict[int, set[str]] = {}
+    ids_of: dict[str, set[int]] = {}
+    for schema in loaded.schemas().values():
+        for field in schema.fields:
+            names_of.setdefault(field.field_id, set()).add(field.name)
+            ids_of.setdefault(field.name.lower(), set()).add(field.field_id)
+    for field_id, names in names_of.items():
+        if len(names) > 1:
+            raise TableUnreadable(f"table {name}: column {field_id} was renamed ({', '.join(sorted(names))}); starscan "
+                                  "reads columns by name and would miss the older files' values")
+    for column, ids in ids_of.items():
+        if len(ids) > 1:
+            raise TableUnreadable(f"table {name}: column {column} was dropped and added again; starscan reads columns "
+                                  "by name and would read the dropped column's values")
+
+
+def to_spark_schema(name: str, schema: Any) -> T.StructType:
+    """Iceberg's schema as Spark's Iceberg connector shows it."""
+    from pyspark.sql import types as T
+
+    def convert(t: Any, column: str) -> T.DataType:
+        from pyiceberg import types as I
+
+        simple: dict[type, T.DataType] = {
+            I.BooleanType: T.BooleanType(), I.IntegerType: T.IntegerType(), I.LongType: T.LongType(),
+            I.FloatType: T.FloatType(), I.DoubleType: T.DoubleType(), I.DateType: T.DateType(),
+            I.TimestampType: T.TimestampNTZType(), I.TimestamptzType: T.TimestampType(),
+            I.StringType: T.StringType(), I.BinaryType: T.BinaryType(),
+        }
+        for cls, spark in simple.items():
+            if isinstance(t, cls):
+                return spark
+        if isinstance(t, I.DecimalType):
+            return T.DecimalType(t.precision, t.scale)
+        if isinstance(t, I.StructType):
+            return T.StructType([T.StructField(f.name, convert(f.field_type, f"{column}.{f.name}"), not f.required)
+                                 for f in t.fields])
+        if isinstance(t, I.ListType):
+            return T.ArrayType(convert(t.element_type, column), not t.element_required)
+        if isinstance(t, I.MapType):
+            return T.MapType(convert(t.key_type, column), convert(t.value_type, column), not t.value_required)
+        raise TableUnreadable(f"table {name}: column {column} has Iceberg type {t}, which starscan does not read")
+
+    return T.StructType([T.StructField(f.name, convert(f.field_type, f.name), not f.required) for f in schema.fields])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
