@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
 
+from starscan.catalog_tables import CatalogTable, TableCatalog
 from starscan.delta import DELTA_LOG, read_delta
 from starscan.errors import DatabaseNotFound, StorageUnavailable, TableNotFound, TableUnreadable
 from starscan.files import is_hidden
 from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
-from starscan.iceberg import IcebergFiles, IcebergTables
+from starscan.iceberg import IcebergTables
 from starscan.storage import LOCAL, Storage, local_path, open_storage
 
 if TYPE_CHECKING:
@@ -123,10 +124,10 @@ class Warehouse:
 
     def __init__(self, root: Path | str, listing_ttl_s: float = 5.0, sizing: Sizing | None = None,
                  clock: Callable[[], float] = time.monotonic, storage: Storage | None = None,
-                 iceberg: IcebergTables | None = None):
+                 catalogs: Sequence[TableCatalog] = ()):
         self.storage = storage or open_storage(str(root))
-        self.iceberg = iceberg  # an Iceberg catalog whose namespaces are databases too
-        self._iceberg_snapshots: LRUCache[tuple[str, str], tuple[IcebergFiles, TableSnapshot]] = LRUCache(maxsize=1024)
+        self.catalogs = list(catalogs)  # catalogs whose databases are served beside the folders
+        self._catalog_snapshots: LRUCache[tuple[str, str], tuple[CatalogTable, TableSnapshot]] = LRUCache(maxsize=1024)
         self.location = str(Path(local_path(str(root))).resolve()) if self.storage.is_local else str(root).rstrip("/")
         self.sizing = sizing or Sizing()
         self._lock = threading.Lock()
@@ -138,17 +139,23 @@ class Warehouse:
         self._listeners: list[Callable[[str, str], None]] = []
 
     @classmethod
-    def of(cls, settings: Settings, listing_ttl_s: float | None = None) -> Warehouse:
+    def of(cls, settings: Settings, listing_ttl_s: float | None = None,
+           extra_catalogs: Sequence[TableCatalog] = ()) -> Warehouse:
         """The warehouse a configuration names, reached with its storage options."""
         storage = open_storage(settings.warehouse_location, settings.storage_options)
         ttl = settings.listing_cache_ttl_s if listing_ttl_s is None else listing_ttl_s
-        iceberg = None
+        catalogs: list[TableCatalog] = list(extra_catalogs)
         if settings.iceberg_catalog:
-            iceberg = IcebergTables(settings.iceberg_catalog, settings.iceberg_namespaces, settings.storage_options, ttl)
-        return cls(settings.warehouse_location, ttl, settings.tablet_sizing, storage=storage, iceberg=iceberg)
+            catalogs.append(IcebergTables(settings.iceberg_catalog, settings.iceberg_namespaces,
+                                          settings.storage_options, ttl))
+        return cls(settings.warehouse_location, ttl, settings.tablet_sizing, storage=storage, catalogs=catalogs)
 
-    def _is_iceberg(self, db: str) -> bool:
-        return self.iceberg is not None and self.iceberg.serves(db)
+    def _catalog_of(self, db: str) -> TableCatalog | None:
+        """The catalog that serves ``db``, or None for the warehouse's folders."""
+        for catalog in self.catalogs:
+            if catalog.serves(db):
+                return catalog
+        return None
 
     @property
     def root(self) -> Path:
@@ -182,12 +189,12 @@ class Warehouse:
             for entry in self.storage.list_dir(self.location):
                 if entry.is_dir and entry.name.endswith(DB_SUFFIX) and not is_hidden(entry.name):
                     names.append(entry.name[: -len(DB_SUFFIX)])
-        if self.iceberg is not None:
-            names += [db for db in self.iceberg.databases() if db not in names]
+        for catalog in self.catalogs:
+            names += [db for db in catalog.databases() if db not in names]
         return names
 
     def has_database(self, db: str) -> bool:
-        if self._is_iceberg(db):
+        if self._catalog_of(db) is not None:
             return True
         try:
             location = self._database_location(db)
@@ -196,8 +203,9 @@ class Warehouse:
         return self.storage.is_dir(location) and (db != DEFAULT_DB or bool(self.tables(DEFAULT_DB)))
 
     def tables(self, db: str) -> list[str]:
-        if self.iceberg is not None and self._is_iceberg(db):
-            return self.iceberg.tables(db)
+        catalog = self._catalog_of(db)
+        if catalog is not None:
+            return catalog.tables(db)
         location = self._database_location(db)
         out = []
         for entry in self.storage.list_dir(location):
@@ -215,8 +223,9 @@ class Warehouse:
         return not (db == DEFAULT_DB and table.endswith(DB_SUFFIX))
 
     def has_table(self, db: str, table: str) -> bool:
-        if self.iceberg is not None and self._is_iceberg(db):
-            return self.iceberg.has_table(db, table)
+        catalog = self._catalog_of(db)
+        if catalog is not None:
+            return catalog.has_table(db, table)
         if not self._table_name_ok(db, table):
             return False
         try:
@@ -225,10 +234,11 @@ class Warehouse:
             return False
 
     def require_table(self, db: str, table: str) -> str:
-        if self.iceberg is not None and self._is_iceberg(db):
-            if not self.iceberg.has_table(db, table):
+        catalog = self._catalog_of(db)
+        if catalog is not None:
+            if not catalog.has_table(db, table):
                 raise TableNotFound(table)
-            return self.iceberg.snapshot(db, table).location
+            return catalog.snapshot(db, table).location
         if not self.has_database(db):
             self._check_root()
             raise DatabaseNotFound(db)
@@ -244,8 +254,9 @@ class Warehouse:
 
     # ---- snapshots ----
     def snapshot(self, db: str, table: str) -> TableSnapshot:
-        if self.iceberg is not None and self._is_iceberg(db):
-            return self._iceberg_snapshot(db, table)
+        catalog = self._catalog_of(db)
+        if catalog is not None:
+            return self._catalog_snapshot(catalog, db, table)
         # One stat in the common case (a plan's hot path): an existing table folder means
         # its database exists too. Otherwise require_table says which is missing.
         location = self.table_location(db, table) if self._table_name_ok(db, table) else self.require_table(db, table)
@@ -307,27 +318,27 @@ class Warehouse:
 
     def invalidate(self, db: str, table: str) -> None:
         """Forget a cached listing (after this process wrote the table)."""
-        if self.iceberg is not None:
-            self.iceberg.invalidate(db, table)
+        for catalog in self.catalogs:
+            catalog.invalidate(db, table)
         with self._lock:
             self._generation += 1
             self._listings.pop(self.table_location(db, table), None)
 
-    def _iceberg_snapshot(self, db: str, table: str) -> TableSnapshot:
-        assert self.iceberg is not None
-        found = self.iceberg.snapshot(db, table)
+    def _catalog_snapshot(self, catalog: TableCatalog, db: str, table: str) -> TableSnapshot:
+        found = catalog.snapshot(db, table)
         with self._lock:
-            cached = self._iceberg_snapshots.get((db, table))
+            cached = self._catalog_snapshots.get((db, table))
         if cached is not None and cached[0] is found:
             return cached[1]
         storage = found.storage
-        files = [DataFile(path, size, mtime) for path, size, mtime in found.files]
+        files = [DataFile(path, size, mtime, partition) for path, size, mtime, partition in found.files]
         tablets = split_files(f"{db}.{table}", files, self.sizing,
                               lambda f: FOOTERS.row_groups(storage.join(found.location, f.path), f.size, f.mtime_ns, storage))
-        snap = TableSnapshot(db, table, found.location, found.version, tuple(tablets), (),
-                             {t.tablet_id: t for t in tablets}, storage, found.schema_json, partitions_in_folders=False)
+        snap = TableSnapshot(db, table, found.location, found.version, tuple(tablets), found.partition_columns,
+                             {t.tablet_id: t for t in tablets}, storage, found.schema_json,
+                             partitions_in_folders=found.partitions_in_folders)
         with self._lock:
-            self._iceberg_snapshots[(db, table)] = (found, snap)
+            self._catalog_snapshots[(db, table)] = (found, snap)
         return snap
 
     def _build_snapshot(self, db: str, table: str, location: str) -> TableSnapshot:

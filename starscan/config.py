@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     # ---- warehouse, tables, plans ----
     warehouse: str = Field("starscan-warehouse", description="where the tables are: a local folder or a URI (s3://bucket/prefix, gs://bucket/prefix, hdfs://host/path), in Spark's layout <db>.db/<table>")
     state_dir: Path | None = Field(None, description="folder for starscan's own files (plan secret, users, audit log): default <warehouse>/_starscan for a local warehouse, ./starscan-state for one in object storage")
+    hive_metastore: str = Field("", description="a Hive metastore for Spark's catalog: embedded (Derby under state_dir) or thrift://host:9083; empty: none")
+    hive_databases: list[str] = Field(default_factory=list, description="databases served from the Hive metastore (its tables' locations, partitions and columns), comma-separated")
     iceberg_catalog: dict[str, str] = Field(default_factory=dict, description="pyiceberg catalog properties, k=v; k2=v2 (name=lake; type=sql; uri=sqlite:////data/catalog.db; warehouse=file:///data/ice, or type=rest; uri=...; name defaults to default): its namespaces are served as databases beside the warehouse's folders")
     iceberg_namespaces: list[str] = Field(default_factory=list, description="the Iceberg namespaces served, comma-separated (default: all of the catalog's)")
     s3_endpoint: str | None = Field(None, description="S3 endpoint URL for S3-compatible stores (http://host:9000); unset: AWS itself")
@@ -154,7 +156,7 @@ class Settings(BaseSettings):
     def _table_patterns(cls, value: list[str]) -> list[str]:
         return table_patterns(value)
 
-    @field_validator("jwt_algorithms", "result_cache_tables", "iceberg_namespaces", mode="before")
+    @field_validator("jwt_algorithms", "result_cache_tables", "iceberg_namespaces", "hive_databases", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):

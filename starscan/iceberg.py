@@ -19,28 +19,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
+from starscan.catalog_tables import CatalogTable
 from starscan.errors import DatabaseNotFound, StarscanError, TableNotFound, TableUnreadable
 from starscan.storage import StorageOptions, local_path, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import types as T
 
-    from starscan.storage import Storage
-
-
-@dataclass(frozen=True)
-class IcebergFiles:
-    location: str
-    storage: Storage
-    version: int
-    snapshot_id: int | None
-    schema_json: str
-    files: tuple[tuple[str, int, int], ...]  # path relative to the location, size, mtime_ns
 
 
 class IcebergTables:
@@ -56,7 +45,7 @@ class IcebergTables:
         self._clock = clock
         self._catalog: Any = None
         self._lock = threading.Lock()
-        self._snapshots: LRUCache[tuple[str, str], tuple[float, str, IcebergFiles]] = LRUCache(maxsize=1024)
+        self._snapshots: LRUCache[tuple[str, str], tuple[float, str, CatalogTable]] = LRUCache(maxsize=1024)
         self._namespaces: tuple[float, list[str]] | None = None
 
     @property
@@ -98,7 +87,7 @@ class IcebergTables:
         return self.serves(db) and table in self.tables(db)
 
     # ---- snapshots ----
-    def snapshot(self, db: str, table: str) -> IcebergFiles:
+    def snapshot(self, db: str, table: str) -> CatalogTable:
         key = (db, table)
         now = self._clock()
         with self._lock:
@@ -136,7 +125,7 @@ class IcebergTables:
             raise TableUnreadable(f"table {db}.{table} cannot be loaded from the Iceberg catalog: "
                                   f"{_first_line(exc)}") from None
 
-    def _files(self, name: str, loaded: Any) -> IcebergFiles:
+    def _files(self, name: str, loaded: Any) -> CatalogTable:
         _check_schema_history(name, loaded)
         spark_schema = to_spark_schema(name, loaded.schema())
         location = loaded.location().rstrip("/")
@@ -144,7 +133,7 @@ class IcebergTables:
         if storage.is_local:
             location = local_path(location)
         snapshot = loaded.current_snapshot()
-        files: list[tuple[str, int, int]] = []
+        files: list[tuple[str, int, int, tuple[tuple[str, str | None], ...]]] = []
         if snapshot is not None:
             listed = {e.name: e for e in storage.walk_files(location)}
             try:
@@ -167,12 +156,13 @@ class IcebergTables:
                 entry = listed.get(rel)
                 if entry is None:
                     raise TableUnreadable(f"table {name}: data file {rel} of its current snapshot is missing")
-                files.append((rel, entry.size, entry.mtime_ns))
+                files.append((rel, entry.size, entry.mtime_ns, ()))
         snapshot_id = snapshot.snapshot_id if snapshot is not None else None
         from starscan.tablets import hash_int
 
         version = hash_int(f"{snapshot_id}", 31) if snapshot_id is not None else 0
-        return IcebergFiles(location, storage, version, snapshot_id, spark_schema.json(), tuple(sorted(files)))
+        return CatalogTable(location, storage, version, spark_schema.json(), tuple(sorted(files)),
+                            partitions_in_folders=False)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         try:

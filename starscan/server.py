@@ -53,7 +53,13 @@ class StarscanServer:
         if settings.warehouse_is_local:
             settings.warehouse_path.mkdir(parents=True, exist_ok=True)
         settings.state_path.mkdir(parents=True, exist_ok=True)
-        self.warehouse = Warehouse.of(settings)
+        catalogs = []
+        if settings.hive_databases:
+            from starscan.hive import HiveTables
+
+            catalogs.append(HiveTables(spark, settings.hive_databases, settings.storage_options,
+                                       settings.listing_cache_ttl_s))
+        self.warehouse = Warehouse.of(settings, extra_catalogs=catalogs)
         self.signer = RotatingPlanSigner(settings.state_path, _reveal(settings.plan_secret),
                                          _reveal(settings.plan_secret_previous), settings.plan_secret_grace_s)
         self.users = UserStore(settings.effective_users_file)

@@ -111,6 +111,13 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         conf["spark.sql.warehouse.dir"] = str(settings.warehouse_path.resolve())
     else:
         conf["spark.sql.warehouse.dir"] = open_storage(settings.warehouse_location).spark_path(settings.warehouse_location)
+    if settings.hive_metastore:
+        conf["spark.sql.catalogImplementation"] = "hive"
+        if settings.hive_metastore == "embedded":
+            derby = settings.state_path.resolve() / "metastore_db"
+            conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = f"jdbc:derby:;databaseName={derby};create=true"
+        else:
+            conf["spark.hadoop.hive.metastore.uris"] = settings.hive_metastore
     if settings.spark_master.startswith("local"):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"

@@ -323,4 +323,4 @@ def open_storage(location: str, options: StorageOptions | None = None) -> Storag
 
 def local_path(location: str) -> str:
     """A local location as a plain path (``file:///x`` -> ``/x``)."""
-    return urlsplit(location).path if location.startswith("file://") else location
+    return urlsplit(location).path if location.startswith("file:") else location  # file:///x and Hadoop's file:/x

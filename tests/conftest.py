@@ -46,6 +46,10 @@ def base_settings(warehouse_dir):
         # The shared server must not lock anyone out or rate-limit the suite: tests/integration/test_limits.py
         # and tests/integration/test_security.py check those limits on servers of their own.
         plan_rate_per_user=0, login_max_failures=1_000_000, warmup_rows=0,
+        # Spark's catalog is an embedded Hive metastore (Derby under the warehouse's hidden
+        # state folder), as with `hive_metastore = embedded`; the shared server serves none of
+        # its databases, tests/integration/test_hive.py starts one that does.
+        hive_metastore="embedded",
         # Every file a tablet of its own, as the protocol's vectors define db1.t1 (two files, two
         # tablets) and as the lifecycle tests count scanners; tests/integration/test_tablet_splits.py packs
         # and cuts through the run-time config.

@@ -1,0 +1,38 @@
+"""What a table catalog other than the warehouse's folders says a table is now (Iceberg,
+the Hive metastore): starscan.catalog turns it into a TableSnapshot with tablets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from starscan.storage import Storage
+
+
+@dataclass(frozen=True)
+class CatalogTable:
+    location: str                  # a local path or a URI
+    storage: Storage
+    version: int                   # 31 bits, as plans carry it
+    schema_json: str               # Spark's StructType JSON
+    # path relative to the location, size, mtime_ns, and the partition as its folders spell it
+    files: tuple[tuple[str, int, int, tuple[tuple[str, str | None], ...]], ...]
+    partition_columns: tuple[str, ...] = ()
+    partitions_in_folders: bool = True   # False: the values are inside the files (Iceberg)
+
+
+class TableCatalog(Protocol):
+    """The databases a catalog serves, their tables, and a table as it is now."""
+
+    def serves(self, db: str) -> bool: ...
+
+    def databases(self) -> list[str]: ...
+
+    def tables(self, db: str) -> list[str]: ...
+
+    def has_table(self, db: str, table: str) -> bool: ...
+
+    def snapshot(self, db: str, table: str) -> CatalogTable: ...
+
+    def invalidate(self, db: str, table: str) -> None: ...
