@@ -109,7 +109,10 @@ def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
     from starscan.server import StarscanServer
 
     quiet_spark(spark)
-    server = StarscanServer(settings, spark, fe=fe, be=be)
+    try:
+        server = StarscanServer(settings, spark, fe=fe, be=be)
+    except StarscanError as exc:  # a store that cannot be opened (gs:// without its credentials, ...)
+        _fail(exc.message, exit_code(exc))
     if not server.warehouse.storage.is_local:
         try:
             found = server.warehouse.databases()

@@ -17,7 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from starscan.errors import ConfigError
-from starscan.storage import StorageOptions, is_uri, local_path
+from starscan.storage import StorageOptions, check_location, is_uri, local_path
 from starscan.tablets import Sizing
 
 ENV_PREFIX = "STARSCAN_"
@@ -129,7 +129,10 @@ class Settings(BaseSettings):
     @field_validator("warehouse", mode="before")
     @classmethod
     def _warehouse_text(cls, value: Any) -> Any:
-        return os.fspath(value) if isinstance(value, os.PathLike) else value
+        value = os.fspath(value) if isinstance(value, os.PathLike) else value
+        if isinstance(value, str):
+            check_location(value)
+        return value
 
     @field_validator("be_endpoints")
     @classmethod

@@ -32,6 +32,21 @@ _LOCAL_FS = pafs.LocalFileSystem()
 _HADOOP_SCHEMES = {"s3": "s3a", "s3a": "s3a", "gs": "gs", "gcs": "gs", "hdfs": "hdfs", "viewfs": "viewfs"}
 
 
+SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "hdfs", "viewfs")
+
+
+def check_location(location: str) -> None:
+    """A warehouse location starscan can serve, or ValueError saying what to use instead."""
+    if not is_uri(location):
+        return
+    scheme = urlsplit(location).scheme.lower()
+    if scheme not in SCHEMES:
+        raise ValueError(f"{location!r}: starscan cannot serve the scheme {scheme}://; use a local folder, "
+                         "s3://bucket/prefix (S3 and S3-compatible stores), gs://bucket/prefix or hdfs://host/path")
+    if not urlsplit(location).netloc and scheme != "file":
+        raise ValueError(f"{location!r} names no bucket or host")
+
+
 def is_uri(location: str) -> bool:
     """``scheme://...`` (a single letter is a Windows drive, not a scheme)."""
     scheme = urlsplit(location).scheme
@@ -299,6 +314,13 @@ def _store_message(exc: OSError) -> str:
 
 
 LOCAL = Storage(None, "")  # local folders
+_SETUP_HINTS = {
+    "hdfs": " (pyarrow's HDFS client loads libhdfs through Java: set JAVA_HOME, HADOOP_HOME and CLASSPATH="
+            "$(hadoop classpath --glob) for the server)",
+    "viewfs": " (pyarrow's HDFS client loads libhdfs through Java: set JAVA_HOME, HADOOP_HOME and CLASSPATH="
+              "$(hadoop classpath --glob) for the server)",
+    "gs": " (Google Cloud Storage credentials come from GOOGLE_APPLICATION_CREDENTIALS or the instance)",
+}
 
 
 def open_storage(location: str, options: StorageOptions | None = None) -> Storage:
@@ -315,9 +337,11 @@ def open_storage(location: str, options: StorageOptions | None = None) -> Storag
     try:
         fs, _ = pafs.FileSystem.from_uri(location)
     except (OSError, ValueError) as exc:
+        hint = _SETUP_HINTS.get(scheme, "")
         if isinstance(exc, OSError):
-            raise store_error(f"{scheme}://{parts.netloc}", exc) from None
-        raise StorageUnavailable(f"cannot open {scheme}://{parts.netloc}: {exc}") from None
+            error = store_error(f"{scheme}://{parts.netloc}", exc)
+            raise type(error)(error.message + hint) from None
+        raise StorageUnavailable(f"cannot open {scheme}://{parts.netloc}: {exc}{hint}") from None
     return Storage(fs, scheme, parts.netloc)
 
 

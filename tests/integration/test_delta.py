@@ -146,3 +146,21 @@ def test_deletion_vectors_are_refused_by_name(server, client):
     message = str(refused.value)
     assert "deletion vector" in message and "lake.with_dv" in message, message
     assert client.read("lake", "events", "select id from lake.events").num_rows > 0  # still serving
+
+
+def test_a_vacuumed_version_is_gone(server, client, be_addr):
+    from ops_helpers import Reader, plan_for
+
+    location = _table(server, "vacuumed")
+    write_deltalake(str(location), _rows(0, 50))
+    opaque, tablets = plan_for(client, "lake", "vacuumed", "select id from lake.vacuumed")
+    write_deltalake(str(location), _rows(100, 5), mode="overwrite")
+    DeltaTable(str(location)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    reader = Reader(be_addr)
+    try:
+        opened = reader.open("lake", "vacuumed", opaque, tablets)
+        assert opened.status.status_code != 0 and "is gone" in opened.status.error_msgs[0], opened.status
+    finally:
+        reader.close()
+    assert sorted(r["id"] for r in client.read("lake", "vacuumed", "select id from lake.vacuumed").to_pylist()) == \
+        list(range(100, 105))

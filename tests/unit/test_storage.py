@@ -57,3 +57,15 @@ def test_local_walk_skips_hidden_folders_and_reports_identity(tmp_path):
 def test_store_errors_are_told_apart(text, kind):
     error = store_error("s3://lake", OSError(text))
     assert isinstance(error, kind) and error.message.startswith("s3://lake")
+
+
+def test_a_warehouse_of_a_scheme_starscan_cannot_serve_stops_the_configuration():
+    from starscan.config import load_settings
+    from starscan.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot serve the scheme foo://"):
+        load_settings(warehouse="foo://bucket/x")
+    with pytest.raises(ConfigError, match="names no bucket"):
+        load_settings(warehouse="s3:///x")
+    assert load_settings(warehouse="s3://bucket/wh").warehouse_is_local is False
+    assert load_settings(warehouse="file:///data/wh").warehouse_path.as_posix() == "/data/wh"
