@@ -88,19 +88,20 @@ def test_the_plan_carries_deltas_version_and_schema(server, client, events):
 
 def test_an_old_plan_reads_its_version_and_a_new_plan_the_new_one(server, client, events, be_addr):
     """Delta keeps an overwritten version's files until they are vacuumed: a plan made before
-    the overwrite still reads exactly its own version (the plan pins the files)."""
+    an overwrite, read while the overwrite commits, reads exactly its own version (the plan
+    pins the files)."""
     from ops_helpers import Reader, plan_for
 
     before = _expected(events)
     version = DeltaTable(str(events)).version()
     opaque, tablets = plan_for(client, "lake", "events", "select id, city, day, amount from lake.events")
-    write_deltalake(str(events), _rows(9000, 30), partition_by=["city"], mode="overwrite")
+    committed = False
     try:
         reader = Reader(be_addr)
         try:
             rows = []
             for tablet in tablets:
-                cid = reader.open_ok("lake", "events", opaque, [tablet])
+                cid = reader.open_ok("lake", "events", opaque, [tablet], batch_size=64)
                 offset = 0
                 while True:
                     res = reader.next(cid, offset)
@@ -110,9 +111,13 @@ def test_an_old_plan_reads_its_version_and_a_new_plan_the_new_one(server, client
                     batch = pa.ipc.open_stream(res.rows).read_all()
                     rows.extend(tuple(r.values()) for r in batch.to_pylist())
                     offset += batch.num_rows
+                    if not committed:  # a writer commits a new version while the plan is read
+                        write_deltalake(str(events), _rows(9000, 30), partition_by=["city"], mode="overwrite")
+                        committed = True
                 reader.close_scanner(cid)
         finally:
             reader.close()
+        assert committed
         assert sorted(rows) == before
         got = client.read("lake", "events", "select id from lake.events")
         assert sorted(r["id"] for r in got.to_pylist()) == list(range(9000, 9030))

@@ -134,3 +134,23 @@ def test_a_renamed_column_is_refused_by_name(ice_server, catalog):
 def _relative(path: str, location: str) -> str:
     path = path.removeprefix("file://")
     return path[len(location) + 1:]
+
+
+def test_the_mysql_port_and_schema_see_iceberg_tables_as_folder_tables(ice_server, orders):
+    import httpx
+    import pymysql
+
+    with pymysql.connect(host="127.0.0.1", port=ice_server.query_port, user="root", password="",
+                         connect_timeout=20, read_timeout=120) as conn, conn.cursor() as cur:
+        cur.execute("show databases")
+        assert "ice" in {r[0] for r in cur.fetchall()}
+        cur.execute("show tables from ice")
+        assert "orders" in {r[0] for r in cur.fetchall()}
+        cur.execute("select id, city from ice.orders where id < 105 and city = 'oslo'")
+        got = sorted(cur.fetchall())
+    want = sorted((r["id"], r["city"]) for r in orders.scan().to_arrow().to_pylist()
+                  if r["id"] < 105 and r["city"] == "oslo")
+    assert got == want
+    schema = httpx.get(f"http://127.0.0.1:{ice_server.http_port}/api/ice/orders/_schema",
+                       headers={"Authorization": basic("root", "")}, timeout=60).json()
+    assert [p["name"] for p in schema["properties"]] == ["id", "city", "amount", "day", "score"]
