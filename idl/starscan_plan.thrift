@@ -73,6 +73,8 @@ struct TScanPlan {
   // Set (empty) for a table whose partition values are inside its data files (Iceberg): its
   // folders are not partitions. Unset: partition columns are read from `col=value` folders.
   17: optional list<string> partition_columns
+  // The data files' format when it is not Parquet ("orc": Hive metastore tables).
+  18: optional string file_format
 }
 
 // What actually goes on the wire (base64 of its binary serialization).

@@ -136,6 +136,7 @@ class QueryPlanner:
             schema_hash=shash,
             sql=sql[:AUDIT_SQL_CHARS],
             partition_columns=None if snap.partitions_in_folders else [],
+            file_format=None if snap.file_format == "parquet" else snap.file_format,
         )
         audit["query_id"] = plan.query_id
         encoded = plan_codec.encode(plan, self.signer)

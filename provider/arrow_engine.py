@@ -73,6 +73,8 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
         output.append((c.name, f.name, char_len))
         out_fields.append(T.StructField(c.name, f.dataType, f.nullable))
 
+    if plan.file_format not in (None, "parquet"):
+        raise NotArrowable(f"the table's files are {plan.file_format}, which Spark SQL reads")
     folders = plan.partition_columns is None  # else the partition values are in the files (Iceberg)
     partition_names = _partition_names(plan_tablets, by_lower) if folders else set()
     used = {src for _, src, _ in output} | {field_of(n).name for n in (predicate.columns() if predicate else set())}

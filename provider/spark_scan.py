@@ -168,11 +168,11 @@ class SparkScan:
         folders = plan.partition_columns is None  # else the partition values are in the files
         if whole:
             frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), whole,
-                                             folders))
+                                             folders, plan.file_format or "parquet"))
         for path, first_row, rows in cuts:
             index = F.col("_metadata.row_index")
             frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), [path],
-                                             folders)
+                                             folders, plan.file_format or "parquet")
                           .filter((index >= first_row) & (index < first_row + rows)))
         df = frames[0]
         for more in frames[1:]:

@@ -65,6 +65,7 @@ class TableSnapshot:
     storage: Storage = field(default_factory=lambda: LOCAL, compare=False, repr=False)  # where the files are
     schema_json: str | None = None  # the table format's own schema (Delta), else read from the files
     partitions_in_folders: bool = True  # False: partition values are inside the files (Iceberg)
+    file_format: str = "parquet"  # or "orc" (Hive metastore tables: read by Spark SQL)
 
     @property
     def qualified_name(self) -> str:
@@ -336,7 +337,7 @@ class Warehouse:
                               lambda f: FOOTERS.row_groups(storage.join(found.location, f.path), f.size, f.mtime_ns, storage))
         snap = TableSnapshot(db, table, found.location, found.version, tuple(tablets), found.partition_columns,
                              {t.tablet_id: t for t in tablets}, storage, found.schema_json,
-                             partitions_in_folders=found.partitions_in_folders)
+                             partitions_in_folders=found.partitions_in_folders, file_format=found.file_format)
         with self._lock:
             self._catalog_snapshots[(db, table)] = (found, snap)
         return snap

@@ -20,6 +20,7 @@ class CatalogTable:
     files: tuple[tuple[str, int, int, tuple[tuple[str, str | None], ...]], ...]
     partition_columns: tuple[str, ...] = ()
     partitions_in_folders: bool = True   # False: the values are inside the files (Iceberg)
+    file_format: str = "parquet"           # or "orc" (Hive metastore tables)
 
 
 class TableCatalog(Protocol):

@@ -8,7 +8,8 @@ partitions the metastore lists (each partition's own location), so a partition a
 ``ALTER TABLE ... ADD PARTITION`` is served and an unregistered folder is not, as in Spark.
 Each partition must be a Hive-style folder under the table's location whose name spells
 its values (both engines read partition values from folder names); anything else is refused
-by name, as are formats other than Parquet and views.
+by name, as are formats other than Parquet and ORC, and views. ORC tables are read by the sql
+engine (the plan names their format).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from starscan.tablets import hash_int
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
+_SERDES = {"org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe": "parquet",
+           "org.apache.hadoop.hive.ql.io.orc.OrcSerde": "orc"}
 
 
 class HiveTables:
@@ -96,9 +98,10 @@ class HiveTables:
             raise TableUnreadable(f"table {name} is a view; starscan serves tables")
         provider = str(meta.provider().get()).lower() if meta.provider().isDefined() else "hive"
         serde = str(meta.storage().serde().get()) if meta.storage().serde().isDefined() else ""
-        if not (provider == "parquet" or (provider == "hive" and serde == _PARQUET_SERDE)):
+        file_format = provider if provider in ("parquet", "orc") else _SERDES.get(serde) if provider == "hive" else None
+        if file_format is None:
             raise TableUnreadable(f"table {name} is stored as {provider if provider != 'hive' else serde or 'hive'}; "
-                                  "starscan reads Parquet tables")
+                                  "starscan reads Parquet and ORC tables")
         location = unquote(str(meta.location().toString())).rstrip("/")  # a URI: its text is %-encoded
         storage = open_storage(location, self.options)
         if storage.is_local:
@@ -125,7 +128,8 @@ class HiveTables:
         files.sort()
         version = hash_int("\n".join(f"{p}|{s}|{m}" for p, s, m, _ in files), 31)
         schema = json.loads(str(meta.schema().json()))
-        return CatalogTable(location, storage, version, json.dumps(schema), tuple(files), partition_columns)
+        return CatalogTable(location, storage, version, json.dumps(schema), tuple(files), partition_columns,
+                            file_format=file_format)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         try:

@@ -159,12 +159,13 @@ def build_session(settings: Settings) -> SparkSession:
 
 
 def read_parquet_files(spark: SparkSession, schema: StructType, base: str, paths: list[str],
-                       partition_folders: bool = True) -> DataFrame:
+                       partition_folders: bool = True, file_format: str = "parquet") -> DataFrame:
     """A DataFrame over exactly these Parquet files of the table at ``base`` (names never
     read as glob patterns), partition columns from the folders between ``base`` and each
     file, typed by ``schema`` (``partition_folders=False``: the folders mean nothing, every
-    column is in the files, as in Iceberg tables)."""
+    column is in the files, as in Iceberg tables). ``file_format``: parquet or orc."""
+    reader = spark.read.schema(schema).format(file_format)
     if not partition_folders:
-        return spark.read.schema(schema).option("recursiveFileLookup", "true").parquet(*[literal(p) for p in paths])
+        return reader.option("recursiveFileLookup", "true").load([literal(p) for p in paths])
     # basePath is compared with the files' parents as it is, never globbed.
-    return spark.read.schema(schema).option("basePath", base).parquet(*[literal(p) for p in paths])
+    return reader.option("basePath", base).load([literal(p) for p in paths])

@@ -90,7 +90,8 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
 
     storage = snap.storage
     paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
-    df = read_parquet_files(spark, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders)
+    df = read_parquet_files(spark, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders,
+                            snap.file_format)
     if prepared.parsed.predicate is not None:
         df = df.filter(to_column(prepared.parsed.predicate, resolve))
     cols, names = [], []

@@ -1,6 +1,6 @@
-"""Tables of a Hive metastore (starscan.hive): Spark's embedded Derby metastore, tables made
-with Spark SQL, served through a server with ``hive_databases``; every answer compared with
-what Spark SQL reads from the same metastore table."""
+"""Tables of a Hive metastore (starscan.hive): Spark's embedded Derby metastore, Parquet and
+ORC tables made with Spark SQL, served through a server with ``hive_databases``; every
+answer compared with what Spark SQL reads from the same metastore table."""
 
 from __future__ import annotations
 
@@ -21,8 +21,11 @@ def hive_db(spark, tmp_path_factory):
               "case id % 3 when 0 then 'oslo' when 1 then 'lima' else 'a/b c' end from range(900)")
     spark.sql("create table hivedb.plain (k bigint, v string) using parquet")
     spark.sql("insert into hivedb.plain select id, concat('v', id) from range(50)")
-    spark.sql("create table hivedb.as_orc (k bigint) using orc")
-    spark.sql("insert into hivedb.as_orc select id from range(5)")
+    spark.sql("create table hivedb.as_orc (k bigint, s string, d date, part int) using orc partitioned by (part)")
+    spark.sql("insert into hivedb.as_orc select id, concat('s', id), date_add(date'2024-03-01', cast(id % 4 as int)), "
+              "cast(id % 2 as int) from range(300)")
+    spark.sql("create table hivedb.as_csv (k bigint) using csv")
+    spark.sql("insert into hivedb.as_csv select id from range(5)")
     yield root
     spark.sql("drop database if exists hivedb cascade")
 
@@ -50,6 +53,8 @@ def _wire(value):
     ("sales", "select id, city from hivedb.sales where city = 'a/b c' and amount > 100"),
     ("sales", "select id from hivedb.sales where day = '2024-01-03' or upper(city) = 'OSLO'"),
     ("plain", "select k, v from hivedb.plain where k < 10"),
+    ("as_orc", "select k, s, d, part from hivedb.as_orc where part = 1 and k > 250"),
+    ("as_orc", "select k, d from hivedb.as_orc"),
 ])
 def test_metastore_tables_read_as_spark_reads_them(hive_server, spark, engine, table, sql):
     hive_server.ops.update_config({"scan_engine": engine})
@@ -63,7 +68,7 @@ def test_metastore_tables_read_as_spark_reads_them(hive_server, spark, engine, t
 
 def test_only_registered_partitions_are_the_table(hive_server, spark, hive_db):
     wh = hive_server.warehouse
-    assert "hivedb" in wh.databases() and wh.tables("hivedb") == ["as_orc", "plain", "sales"]
+    assert "hivedb" in wh.databases() and wh.tables("hivedb") == ["as_csv", "as_orc", "plain", "sales"]
     snap = wh.snapshot("hivedb", "sales")
     assert snap.partition_columns == ("city",) and {t.partition["city"] for t in snap.tablets} == {"oslo", "lima", "a/b c"}
     spark.sql("alter table hivedb.sales drop partition (city = 'lima')")  # files stay? the folder goes
@@ -73,7 +78,7 @@ def test_only_registered_partitions_are_the_table(hive_server, spark, hive_db):
     assert got.num_rows == spark.sql("select id from hivedb.sales where city = 'lima'").count()
 
 
-def test_an_orc_table_is_refused_by_name(hive_server):
-    r = plan(f"http://127.0.0.1:{hive_server.http_port}", "hivedb", "as_orc", "select k from hivedb.as_orc",
+def test_a_csv_table_is_refused_by_name(hive_server):
+    r = plan(f"http://127.0.0.1:{hive_server.http_port}", "hivedb", "as_csv", "select k from hivedb.as_csv",
              basic("root", ""))
-    assert r.status_code == 500 and "hivedb.as_orc" in r.json()["exception"] and "Parquet" in r.json()["exception"]
+    assert r.status_code == 500 and "hivedb.as_csv" in r.json()["exception"] and "ORC" in r.json()["exception"]
