@@ -226,12 +226,21 @@ def tables(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) ->
     settings = _settings(conf, warehouse=warehouse)
     wh = Warehouse.of(settings, listing_ttl_s=0)
     out = Table("database", "table", "tablets", "bytes", "version", "partitioned by")
+    problems = []
     for db in wh.databases():
         for name in wh.tables(db):
-            snap = wh.snapshot(db, name)
+            try:
+                snap = wh.snapshot(db, name)
+            except StarscanError as exc:  # one table that cannot be served does not hide the others
+                out.add_row(db, name, "-", "-", "-", "(cannot be served: see below)")
+                problems.append(f"{db}.{name}: {exc.message}")
+                continue
             size = sum(f.size for f in snap.files)
             out.add_row(db, name, str(len(snap.tablets)), f"{size:,}", str(snap.version), ", ".join(snap.partition_columns))
-    Console().print(out)
+    console = Console()
+    console.print(out)
+    for problem in problems:
+        console.print(problem, markup=False)
 
 
 @app.command()
