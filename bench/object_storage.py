@@ -16,56 +16,21 @@ moto is a test server written in Python: what the S3 rows measure is starscan re
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import common
+import moto_s3
 import scan_throughput as st
 
 HEADER = ["case", "source", "rows", "wall s (min / median)", "M rows/s (best / median)", "MB/s (best / median)",
           "first batch s", "server Python peak GB", "JVM peak GB"]
 
 
-def start_moto() -> tuple[subprocess.Popen, str, dict[str, str]]:
-    """moto's S3 server with an IAM user allowed s3:* (authentication on after its setup)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3", "AWS_ACCESS_KEY_ID": "setup",
-           "AWS_SECRET_ACCESS_KEY": "setup"}
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    import boto3
-
-    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup",
-                       aws_secret_access_key="setup")
-    iam.create_user(UserName="bench")
-    key = iam.create_access_key(UserName="bench")["AccessKey"]
-    iam.put_user_policy(UserName="bench", PolicyName="s3", PolicyDocument=json.dumps({
-        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
-    creds = {"s3_endpoint": endpoint, "s3_region": "us-east-1", "s3_access_key_id": key["AccessKeyId"],
-             "s3_secret_access_key": key["SecretAccessKey"]}
-    return proc, endpoint, creds
-
-
 def upload(local: Path, creds: dict[str, str], bucket: str, prefix: str) -> float:
     import pyarrow.fs as pafs
 
-    fs = pafs.S3FileSystem(access_key=creds["s3_access_key_id"], secret_key=creds["s3_secret_access_key"],
-                           endpoint_override=creds["s3_endpoint"].split("://", 1)[1], scheme="http",
-                           region="us-east-1", force_virtual_addressing=False, allow_bucket_creation=True)
+    fs = moto_s3.filesystem(creds)
     fs.create_dir(bucket)
     t0 = time.perf_counter()
     for path in sorted(local.rglob("*.parquet")):
@@ -102,7 +67,7 @@ def main() -> None:
     args.client_in_process = False
     env = common.environment()
     env["moto"] = common._version("moto")
-    proc, endpoint, creds = start_moto()
+    proc, endpoint, creds = moto_s3.start_moto()
     common.log(f"moto's S3 server at {endpoint}")
     server, spark, settings = common.start_server(Path(args.warehouse).resolve(), driver_memory=args.driver_memory)
     s3_server = None

@@ -3,8 +3,11 @@ the Hive metastore): starscan.catalog turns it into a TableSnapshot with tablets
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from starscan.errors import StarscanError, TableUnreadable
 
 if TYPE_CHECKING:
     from starscan.storage import Storage
@@ -21,6 +24,22 @@ class CatalogTable:
     partition_columns: tuple[str, ...] = ()
     partitions_in_folders: bool = True   # False: the values are inside the files (Iceberg)
     file_format: str = "parquet"           # or "orc" (Hive metastore tables)
+
+
+_T = TypeVar("_T")
+
+
+def asking(catalog: str, fn: Callable[[], _T]) -> _T:
+    """One call into a catalog library (pyiceberg, the metastore through py4j): its own
+    error kinds become TableUnreadable with its first line."""
+    try:
+        return fn()
+    except StarscanError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - each library raises kinds of its own
+        text = str(exc).strip()
+        first = (text.splitlines()[0] if text else type(exc).__name__)[:300]
+        raise TableUnreadable(f"{catalog} cannot be read: {first}") from None
 
 
 class TableCatalog(Protocol):

@@ -23,8 +23,8 @@ from urllib.parse import unquote
 
 from cachetools import LRUCache
 
-from starscan.catalog_tables import CatalogTable
-from starscan.errors import DatabaseNotFound, StarscanError, TableNotFound, TableUnreadable
+from starscan.catalog_tables import CatalogTable, asking
+from starscan.errors import DatabaseNotFound, TableNotFound, TableUnreadable
 from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
 from starscan.storage import StorageOptions, local_path, open_storage
 from starscan.tablets import hash_int
@@ -132,15 +132,7 @@ class HiveTables:
                             file_format=file_format)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except StarscanError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - py4j: the metastore's own errors
-            text = str(exc).strip()
-            first = (text.splitlines()[0] if text else type(exc).__name__)[:300]
-            raise TableUnreadable(f"the Hive metastore cannot be read: {first}") from None
-
+        return asking("the Hive metastore", fn)
 
 def _folder_of(name: str, where: str, location: str, columns: tuple[str, ...], spec: dict[str, str | None]) -> str:
     """A partition's folder under the table, checked to spell the metastore's values."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
-from starscan.catalog_tables import CatalogTable
+from starscan.catalog_tables import CatalogTable, asking
 from starscan.errors import DatabaseNotFound, StarscanError, TableNotFound, TableUnreadable
 from starscan.storage import StorageOptions, local_path, open_storage
 
@@ -165,13 +165,7 @@ class IcebergTables:
                             partitions_in_folders=False)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except StarscanError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the catalog's own kinds
-            raise TableUnreadable(f"the Iceberg catalog cannot be read: {_first_line(exc)}") from None
-
+        return asking("the Iceberg catalog", fn)
 
 def _relative(path: str, location: str) -> str | None:
     for prefix in ("file://", "file:"):

@@ -60,6 +60,12 @@ class StarscanServer:
             catalogs.append(HiveTables(spark, settings.hive_databases, settings.storage_options,
                                        settings.listing_cache_ttl_s))
         self.warehouse = Warehouse.of(settings, extra_catalogs=catalogs)
+        if self.warehouse.storage.scheme == "s3":
+            # The same endpoint and keys for Hadoop's s3a client, should Spark have one (the sql
+            # engine's path); set at run time, so they are in no Spark UI page or event log.
+            hadoop = spark._jsc.hadoopConfiguration()
+            for key, value in settings.storage_options.hadoop_conf().items():
+                hadoop.set(key, value)
         self.signer = RotatingPlanSigner(settings.state_path, _reveal(settings.plan_secret),
                                          _reveal(settings.plan_secret_previous), settings.plan_secret_grace_s)
         self.users = UserStore(settings.effective_users_file)

@@ -64,6 +64,11 @@ class StorageOptions:
     session_token: str | None = field(default=None, repr=False)
     path_style: bool | None = None       # None: path-style when an endpoint is set
 
+    @property
+    def path_style_requests(self) -> bool:
+        """Path-style requests (bucket in the path): as set, else when an endpoint is set."""
+        return self.path_style if self.path_style is not None else bool(self.endpoint)
+
     def s3_filesystem(self) -> pafs.S3FileSystem:
         kwargs: dict[str, Any] = {}
         if self.endpoint:
@@ -77,8 +82,7 @@ class StorageOptions:
             kwargs["secret_key"] = self.secret_access_key or ""
             if self.session_token:
                 kwargs["session_token"] = self.session_token
-        path_style = self.path_style if self.path_style is not None else bool(self.endpoint)
-        kwargs["force_virtual_addressing"] = not path_style
+        kwargs["force_virtual_addressing"] = not self.path_style_requests
         # A table read must not wait minutes on a store that does not answer.
         kwargs["connect_timeout"] = 10
         kwargs["request_timeout"] = 60
@@ -92,8 +96,7 @@ class StorageOptions:
             conf["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https")).lower()
         if self.region:
             conf["fs.s3a.endpoint.region"] = self.region
-        path_style = self.path_style if self.path_style is not None else bool(self.endpoint)
-        conf["fs.s3a.path.style.access"] = str(path_style).lower()
+        conf["fs.s3a.path.style.access"] = str(self.path_style_requests).lower()
         if self.access_key_id:
             conf["fs.s3a.access.key"] = self.access_key_id
         if self.secret_access_key:
@@ -136,8 +139,7 @@ class Storage:
         if options.endpoint:
             out["AWS_ENDPOINT_URL"] = options.endpoint
             out["AWS_ALLOW_HTTP"] = str(options.endpoint.startswith("http://")).lower()
-        path_style = options.path_style if options.path_style is not None else bool(options.endpoint)
-        out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(not path_style).lower()
+        out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(not options.path_style_requests).lower()
         if options.region:
             out["AWS_REGION"] = options.region
         if options.access_key_id:

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import socket
-import subprocess
 import sys
 import time
 from decimal import Decimal
@@ -23,58 +20,27 @@ import httpx
 import pyarrow.fs as pafs
 import pytest
 
-from extra_servers import basic, plan, running_server, wait_until
+from extra_servers import basic, plan, running_server
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from moto_s3 import filesystem, start_moto  # noqa: E402 - bench/ is not a package
 
 BUCKET = "lake"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    """moto's S3 server with an IAM user allowed s3:*; authentication starts after the three
-    IAM calls that create that user."""
-    port = _free_port()
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3", "AWS_ACCESS_KEY_ID": "setup",
-           "AWS_SECRET_ACCESS_KEY": "setup"}
+    """moto's S3 server (bench/moto_s3.py) with a bucket."""
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
+    proc, endpoint, creds = start_moto(log)
     try:
-        wait_until(lambda: _answers(port), timeout_s=60, what="moto's server")
-        import boto3
-
-        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
-                           aws_access_key_id="setup", aws_secret_access_key="setup")
-        iam.create_user(UserName="starscan")
-        key = iam.create_access_key(UserName="starscan")["AccessKey"]
-        iam.put_user_policy(UserName="starscan", PolicyName="s3", PolicyDocument=json.dumps({
-            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
-        creds = {"s3_endpoint": endpoint, "s3_region": "us-east-1", "s3_access_key_id": key["AccessKeyId"],
-                 "s3_secret_access_key": key["SecretAccessKey"]}
-        fs = pafs.S3FileSystem(access_key=key["AccessKeyId"], secret_key=key["SecretAccessKey"],
-                               endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
-                               force_virtual_addressing=False, allow_bucket_creation=True,
-                               allow_bucket_deletion=True)
+        fs = filesystem(creds)
         fs.create_dir(BUCKET)
         yield {"creds": creds, "fs": fs, "endpoint": endpoint}
     finally:
         proc.terminate()
         proc.wait(30)
         log.close()
-
-
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.2).close()
-        return True
-    except OSError:
-        return False
 
 
 def _upload(fs: pafs.S3FileSystem, local: Path, target: str) -> None:
@@ -143,6 +109,12 @@ def test_scans_of_a_table_in_s3_equal_spark(s3_server, spark, where):
     key = lambda r: r[0]  # noqa: E731
     assert sorted((tuple(r.values()) for r in got.to_pylist()), key=key) == \
         sorted((tuple(_wire(v) for v in row) for row in expected), key=key)
+
+
+def test_sparks_s3a_client_gets_the_same_store(s3_server, spark, s3):
+    hadoop = spark._jsc.hadoopConfiguration()
+    assert hadoop.get("fs.s3a.endpoint") == s3["endpoint"] and hadoop.get("fs.s3a.path.style.access") == "true"
+    assert hadoop.get("fs.s3a.access.key") == s3["creds"]["s3_access_key_id"]
 
 
 def test_the_catalog_lists_s3_tables_and_prunes_partitions(s3_server):

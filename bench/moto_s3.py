@@ -1,0 +1,63 @@
+"""moto's standalone S3 server on 127.0.0.1 with an IAM user allowed s3:*, for the
+object-storage benchmark and tests (tests/integration/test_object_storage.py imports it).
+
+Authentication starts after the three IAM calls that create the user, so wrong keys are
+refused as AWS refuses them."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import IO
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_moto(log: IO[bytes] | int = subprocess.DEVNULL, timeout_s: float = 60.0
+               ) -> tuple[subprocess.Popen, str, dict[str, str]]:
+    """``(process, endpoint, starscan's s3_* settings)``; stop with ``process.terminate()``."""
+    port = _free_port()
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3", "AWS_ACCESS_KEY_ID": "setup",
+           "AWS_SECRET_ACCESS_KEY": "setup"}
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.terminate()
+                raise RuntimeError(f"moto's S3 server did not start on {endpoint}") from None
+            time.sleep(0.1)
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup",
+                       aws_secret_access_key="setup")
+    iam.create_user(UserName="starscan")
+    key = iam.create_access_key(UserName="starscan")["AccessKey"]
+    iam.put_user_policy(UserName="starscan", PolicyName="s3", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    creds = {"s3_endpoint": endpoint, "s3_region": "us-east-1", "s3_access_key_id": key["AccessKeyId"],
+             "s3_secret_access_key": key["SecretAccessKey"]}
+    return proc, endpoint, creds
+
+
+def filesystem(creds: dict[str, str]):
+    """A pyarrow S3 filesystem for the test or benchmark itself (buckets may be made and deleted)."""
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(access_key=creds["s3_access_key_id"], secret_key=creds["s3_secret_access_key"],
+                             endpoint_override=creds["s3_endpoint"].split("://", 1)[1], scheme="http",
+                             region="us-east-1", force_virtual_addressing=False, allow_bucket_creation=True,
+                             allow_bucket_deletion=True)
