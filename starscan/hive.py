@@ -60,7 +60,9 @@ class HiveTables:
     def tables(self, db: str) -> list[str]:
         if not self.serves(db) or db not in self.databases():
             raise DatabaseNotFound(db)
-        names = self._call(lambda: [t.table() for t in _java_list(self._session_catalog().listTables(db))])
+        # listTables also names the session's temporary views (which have no database): not tables.
+        names = self._call(lambda: [t.table() for t in _java_list(self._session_catalog().listTables(db))
+                                    if t.database().isDefined()])
         return sorted(str(n) for n in names)
 
     def has_table(self, db: str, table: str) -> bool:

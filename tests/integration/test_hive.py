@@ -67,6 +67,7 @@ def test_metastore_tables_read_as_spark_reads_them(hive_server, spark, engine, t
 
 
 def test_only_registered_partitions_are_the_table(hive_server, spark, hive_db):
+    spark.range(1).createOrReplaceTempView("a_temp_view")  # the session's views are not the metastore's tables
     wh = hive_server.warehouse
     assert "hivedb" in wh.databases() and wh.tables("hivedb") == ["as_csv", "as_orc", "plain", "sales"]
     snap = wh.snapshot("hivedb", "sales")
