@@ -154,3 +154,42 @@ def test_the_mysql_port_and_schema_see_iceberg_tables_as_folder_tables(ice_serve
     schema = httpx.get(f"http://127.0.0.1:{ice_server.http_port}/api/ice/orders/_schema",
                        headers={"Authorization": basic("root", "")}, timeout=60).json()
     assert [p["name"] for p in schema["properties"]] == ["id", "city", "amount", "day", "score"]
+
+
+def test_a_plan_reads_its_snapshot_while_a_writer_commits(ice_server, catalog):
+    """Iceberg never rewrites a data file: a plan pins its snapshot's files, and a commit made
+    while the plan is read changes nothing in what it returns."""
+    from ops_helpers import Reader
+
+    from starscan.client import StarscanClient
+
+    table = catalog.create_table("ice.busy", schema=_rows(0, 5).schema)
+    table.append(_rows(0, 2000))
+    before = sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
+    body = StarscanClient(f"http://127.0.0.1:{ice_server.http_port}", "root", "").plan(
+        "ice", "busy", "select id from ice.busy")
+    reader = Reader(("127.0.0.1", ice_server.be_port))
+    ids, committed = [], False
+    try:
+        for tablet in body["partitions"]:
+            cid = reader.open_ok("ice", "busy", body["opaqued_query_plan"], [int(tablet)], batch_size=100)
+            offset = 0
+            while True:
+                res = reader.next(cid, offset)
+                assert res.status.status_code == 0, res.status
+                if res.eos:
+                    break
+                batch = pa.ipc.open_stream(res.rows).read_all()
+                ids += batch.column("id").to_pylist()
+                offset += batch.num_rows
+                if not committed:
+                    table.append(_rows(50_000, 10))
+                    table.delete("id < 100")  # copy-on-write: the snapshot's files stay for the plan
+                    committed = True
+            reader.close_scanner(cid)
+    finally:
+        reader.close()
+    assert committed and sorted(ids) == before
+    ice_server.warehouse.invalidate("ice", "busy")
+    now = _read(ice_server, "select id from ice.busy", "busy")
+    assert now.num_rows == 2000 - 100 + 10
