@@ -16,7 +16,7 @@ from starscan.audit import AuditLog
 from starscan.errors import BadRequest, RequestTooLarge, StarscanError, TooManyRequests, unexpected_error_message
 from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
-from starscan.planner.query_plan import QueryPlanner, read_sql_body
+from starscan.planner.query_plan import QueryPlanner, read_plan_body
 from starscan.ratelimit import TokenBuckets
 from starscan.runtime_config import LiveSettings
 from starscan.spark import spark_problem
@@ -86,20 +86,22 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
                     f"(burst {settings.plan_rate_burst}): retry in {wait:.2f} s", retry_after_s=wait)
             if not db or not table:
                 raise BadRequest(f"{db}/{table} must be selected")
-            sql = read_sql_body(await read_body(request, settings.max_request_body_bytes), settings.max_sql_length)
-            info["sql"] = sql
+            wanted = read_plan_body(await read_body(request, settings.max_request_body_bytes), settings.max_sql_length)
+            info["sql"] = wanted.sql
             async with planning:
-                body = await run_in_threadpool(_select_then_plan, who, client, db, table, sql, info)
+                body = await run_in_threadpool(_select_then_plan, who, client, db, table, wanted.sql, info,
+                                               wanted.since_version)
         except StarscanError as exc:
             _audit_plan(audit, user, client, db, table, info, started, exc.http_status, exc.message)
             raise
         _audit_plan(audit, user, client, db, table, info, started, 200, None)
         return Response(body, media_type="application/json")
 
-    def _select_then_plan(user: str, client: str, db: str, table: str, sql: str, info: dict) -> bytes:
+    def _select_then_plan(user: str, client: str, db: str, table: str, sql: str, info: dict,
+                          since_version: int | None = None) -> bytes:
         # One thread hop for both: each hop is a GIL hand-off, and under load those add up.
         auth.require_select(user, client, db, table)
-        return planner.query_plan_json(db, table, sql, user, info)
+        return planner.query_plan_json(db, table, sql, user, info, since_version)
 
     async def table_schema(request: Request, db: str, table: str) -> JSONResponse:
         client = client_of(request)

@@ -54,6 +54,18 @@ AUDIT_SQL_CHARS = 2000
 
 def read_sql_body(body: bytes, max_sql_length: int | None = None) -> str:
     """Steps 2-4 of the ladder: the body must be a JSON object with a non-empty `sql`."""
+    return read_plan_body(body, max_sql_length).sql
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    sql: str
+    since_version: int | None = None  # only the data appended after this version (starscan.versions)
+
+
+def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanRequest:
+    """The request body: a JSON object with a non-empty `sql` and, optionally, an integer
+    `since_version` (an incremental read)."""
     if not body or not body.strip():
         raise BadRequest("POST body must contains [sql] root object")
     text = body.decode("utf-8", errors="replace")
@@ -68,7 +80,10 @@ def read_sql_body(body: bytes, max_sql_length: int | None = None) -> str:
         raise BadRequest("POST body must contains [sql] root object")
     if max_sql_length is not None and len(sql) > max_sql_length:
         raise RequestTooLarge(f"sql is {len(sql)} characters, more than max_sql_length={max_sql_length}")
-    return sql
+    since = doc.get("since_version")
+    if since is not None and (isinstance(since, bool) or not isinstance(since, int) or not 0 <= since < 1 << 31):
+        raise BadRequest(f"since_version must be a table version (an integer from a plan's \"version\"), not {since!r}")
+    return PlanRequest(sql, since)
 
 
 class QueryPlanner:
@@ -91,10 +106,18 @@ class QueryPlanner:
 
     # ---- _query_plan ----
 
-    def query_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None) -> bytes:
-        """The answer's bytes. ``audit``, when given, is filled with what the audit line needs."""
+    def query_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None,
+                        since_version: int | None = None) -> bytes:
+        """The answer's bytes. ``audit``, when given, is filled with what the audit line needs.
+        ``since_version``: plan only the files appended after that version (409 when the table
+        was rewritten since, 404 when the version is unknown); the answer then also carries
+        ``since_version`` and ``version``, the reader's next cursor."""
         audit = {} if audit is None else audit
         snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
+        candidates = snap.tablets
+        if since_version is not None:
+            candidates = tuple(self.warehouse.tablets_added_since(snap, since_version))
+            audit["since_version"] = since_version
         parsed = self._parse(sql, db, table)                 # 400/500 (steps 8-13)
         schema = self.schemas.schema(snap)
         cols = ResolvedColumns({f.name.lower(): f for f in schema.fields}, f"{db}.{table}")
@@ -104,17 +127,18 @@ class QueryPlanner:
             for name in predicate.columns():
                 cols.field(name)
         part_types = {c: cols.field(c).dataType for c in snap.partition_columns if c.lower() in cols.by_lower}
-        tablets = prune(predicate, snap.tablets, part_types, time_zone=self.settings.time_zone)
+        tablets = prune(predicate, candidates, part_types, time_zone=self.settings.time_zone)
         audit.update(columns=[c.name for c in columns], tablets=len(tablets), version=snap.version)
         if len(tablets) > self.settings.max_tablets_per_plan:
             raise BadRequest(
                 f"the scan covers {len(tablets)} tablets, more than max_tablets_per_plan={self.settings.max_tablets_per_plan}: "
                 "add a WHERE clause on partition columns, or raise the limit")
+        cursor = b"" if since_version is None else b',"since_version":%d,"version":%d' % (since_version, snap.version)
         if not tablets:
-            return b'{"status":200,"opaqued_query_plan":"","partitions":{}}'
+            return b'{"status":200,"opaqued_query_plan":"","partitions":{}' + cursor + b"}"
         now_ms = int(time.time() * 1000)
         shash = schema_hash(schema)
-        parts = self._tablet_parts(snap, tablets, shash)
+        parts = self._tablet_parts(snap, tablets, shash, inline=since_version is not None)
         if parts.digest is not None:
             assert parts.full is not None
             self.tablet_lists.put(parts.full, parts.digest)  # again: the store may have dropped it since
@@ -140,7 +164,8 @@ class QueryPlanner:
         )
         audit["query_id"] = plan.query_id
         encoded = plan_codec.encode(plan, self.signer)
-        return b'{"status":200,"opaqued_query_plan":"' + encoded.encode("ascii") + b'","partitions":' + parts.partitions_json + b"}"
+        return (b'{"status":200,"opaqued_query_plan":"' + encoded.encode("ascii") + b'","partitions":'
+                + parts.partitions_json + cursor + b"}")
 
     def _parse(self, sql: str, db: str, table: str) -> sqlmod.ParsedQuery:
         """sqlglot's parse, kept for repeated statements (readers send the same SQL for every
@@ -154,10 +179,12 @@ class QueryPlanner:
                 self._parsed[key] = hit
         return hit
 
-    def _tablet_parts(self, snap, tablets, shash: int) -> TabletParts:
+    def _tablet_parts(self, snap, tablets, shash: int, inline: bool = False) -> TabletParts:
         """The plan's tablets and the rendered `partitions` JSON, cached per table version and
-        tablet set: large tables make these the bulk of every answer."""
-        inline_max = self.settings.plan_inline_tablets_max_bytes
+        tablet set: large tables make these the bulk of every answer. ``inline``: carry the
+        tablets in the plan whatever their size (an incremental plan's tablets are not the
+        snapshot's, whose list a digest names)."""
+        inline_max = 1 << 62 if inline else self.settings.plan_inline_tablets_max_bytes
         key = (str(snap.location), snap.version, shash, inline_max, tuple(t.tablet_id for t in tablets))
         with self._parts_lock:
             hit = self._parts_cache.get(key)

@@ -24,7 +24,7 @@ from cachetools import LRUCache
 
 from starscan.catalog_tables import CatalogTable, TableCatalog
 from starscan.delta import DELTA_LOG, read_delta
-from starscan.errors import DatabaseNotFound, StorageUnavailable, TableNotFound, TableUnreadable
+from starscan.errors import BadRequest, DatabaseNotFound, StorageUnavailable, TableNotFound, TableUnreadable
 from starscan.files import is_hidden
 from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
 from starscan.iceberg import IcebergTables
@@ -33,6 +33,7 @@ from starscan.storage import LOCAL, Storage, local_path, open_storage
 if TYPE_CHECKING:
     from starscan.config import Settings
 from starscan.tablets import FOOTERS, DataFileLike, Sizing, Tablet, hash_int, split_files
+from starscan.versions import VersionHistory
 
 __all__ = ["DataFile", "Tablet", "TableSnapshot", "Warehouse", "list_table_files", "partition_of"]
 
@@ -125,8 +126,9 @@ class Warehouse:
 
     def __init__(self, root: Path | str, listing_ttl_s: float = 5.0, sizing: Sizing | None = None,
                  clock: Callable[[], float] = time.monotonic, storage: Storage | None = None,
-                 catalogs: Sequence[TableCatalog] = ()):
+                 catalogs: Sequence[TableCatalog] = (), history: VersionHistory | None = None):
         self.storage = storage or open_storage(str(root))
+        self.history = history or VersionHistory(None)  # folder tables' versions (incremental reads)
         self.catalogs = list(catalogs)  # catalogs whose databases are served beside the folders
         self._catalog_snapshots: LRUCache[tuple[str, str], tuple[CatalogTable, TableSnapshot]] = LRUCache(maxsize=1024)
         self.location = str(Path(local_path(str(root))).resolve()) if self.storage.is_local else str(root).rstrip("/")
@@ -149,7 +151,8 @@ class Warehouse:
         if settings.iceberg_catalog:
             catalogs.append(IcebergTables(settings.iceberg_catalog, settings.iceberg_namespaces,
                                           settings.storage_options, ttl))
-        return cls(settings.warehouse_location, ttl, settings.tablet_sizing, storage=storage, catalogs=catalogs)
+        return cls(settings.warehouse_location, ttl, settings.tablet_sizing, storage=storage, catalogs=catalogs,
+                   history=VersionHistory(settings.state_path, settings.version_history_max))
 
     def _catalog_of(self, db: str) -> TableCatalog | None:
         """The catalog that serves ``db``, or None for the warehouse's folders."""
@@ -325,6 +328,18 @@ class Warehouse:
             self._generation += 1
             self._listings.pop(self.table_location(db, table), None)
 
+    def tablets_added_since(self, snap: TableSnapshot, since: int) -> list[Tablet]:
+        """Tablets of the files appended to a folder table after version ``since`` (see
+        starscan.versions for the errors)."""
+        if snap.schema_json is not None or self._catalog_of(snap.db) is not None:
+            raise BadRequest(f"since_version is served for folder tables; {snap.qualified_name} is a Delta, Iceberg or "
+                             "Hive metastore table")
+        added = self.history.added_since(snap.location, since, snap.version)
+        files = [DataFile(path, size, mtime, partition_of(path)) for path, size, mtime in added]
+        storage = snap.storage
+        return split_files(snap.qualified_name, files, self.sizing,
+                           lambda f: FOOTERS.row_groups(storage.join(snap.location, f.path), f.size, f.mtime_ns, storage))
+
     def _catalog_snapshot(self, catalog: TableCatalog, db: str, table: str) -> TableSnapshot:
         found = catalog.snapshot(db, table)
         with self._lock:
@@ -359,5 +374,6 @@ class Warehouse:
                               lambda f: FOOTERS.row_groups(storage.join(location, f.path), f.size, f.mtime_ns, storage))
         if version is None:
             version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
+            self.history.observe(f"{db}.{table}", location, version, [(f.path, f.size, f.mtime_ns) for f in files])
         by_id = {t.tablet_id: t for t in tablets}
         return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json)

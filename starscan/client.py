@@ -144,10 +144,15 @@ class StarscanClient:
             return f"Bearer {self.token}"
         return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
 
-    def plan(self, db: str, table: str, sql: str) -> dict[str, Any]:
+    def plan(self, db: str, table: str, sql: str, since_version: int | None = None) -> dict[str, Any]:
+        """The plan; with ``since_version``, of the rows appended after that version only (the
+        answer's ``version`` is the cursor for the next call)."""
+        request: dict[str, Any] = {"sql": sql}
+        if since_version is not None:
+            request["since_version"] = since_version
         r = httpx.post(
             f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_query_plan",
-            content=json.dumps({"sql": sql}),
+            content=json.dumps(request),
             headers={"Authorization": self._auth(), "Content-Type": "application/json; charset=UTF-8"},
             timeout=self.timeout_s,
             verify=self.ssl_context if self.ssl_context is not None else True,
@@ -160,13 +165,13 @@ class StarscanClient:
         return body
 
     def batches(self, db: str, table: str, sql: str, batch_size: int = 4096, stats: ScanStats | None = None,
-                keep_alive_min: int | None = None, mem_limit: int | None = None, query_timeout: int | None = None
-                ) -> Iterator[pa.RecordBatch]:
+                keep_alive_min: int | None = None, mem_limit: int | None = None, query_timeout: int | None = None,
+                since_version: int | None = None, plan: dict[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
         import time
 
         started = time.perf_counter()
         stats = stats if stats is not None else ScanStats()
-        plan = self.plan(db, table, sql)
+        plan = plan if plan is not None else self.plan(db, table, sql, since_version)
         groups: dict[str, list[int]] = {}
         for tablet, info in plan["partitions"].items():
             groups.setdefault(info["routings"][0], []).append(int(tablet))

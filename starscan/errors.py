@@ -164,6 +164,22 @@ class SparkUnavailable(StarscanError):
     status_code = "SERVICE_UNAVAILABLE"
 
 
+class VersionUnknown(StarscanError):
+    """A ``since_version`` this server never observed for the table, or one older than the
+    versions it keeps."""
+
+    http_status = 404
+    status_code = "INVALID_ARGUMENT"
+
+
+class TableRewritten(StarscanError):
+    """Files present at ``since_version`` were removed or rewritten since: what changed is
+    not only appended rows, so an incremental read cannot be exact."""
+
+    http_status = 409
+    status_code = "INVALID_ARGUMENT"
+
+
 class StorageUnavailable(StarscanError):
     """The store that holds the tables does not answer, or its bucket or folder is gone."""
 
