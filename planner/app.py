@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 
@@ -13,6 +14,7 @@ from starlette.convertors import Convertor, register_url_convertor
 
 from starscan import __version__
 from starscan.audit import AuditLog
+from starscan.consumers import check_consumer_name
 from starscan.errors import BadRequest, RequestTooLarge, StarscanError, TooManyRequests, unexpected_error_message
 from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
@@ -87,10 +89,13 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
             if not db or not table:
                 raise BadRequest(f"{db}/{table} must be selected")
             wanted = read_plan_body(await read_body(request, settings.max_request_body_bytes), settings.max_sql_length)
+            since = wanted.since_version
+            if since is None and "since_version" in request.query_params:  # the GET form's parameter
+                since = _version_param(request.query_params["since_version"])
             info["sql"] = wanted.sql
             async with planning:
                 body = await run_in_threadpool(_select_then_plan, who, client, db, table, wanted.sql, info,
-                                               wanted.since_version)
+                                               since, wanted.consumer)
         except StarscanError as exc:
             _audit_plan(audit, user, client, db, table, info, started, exc.http_status, exc.message)
             raise
@@ -98,10 +103,31 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
         return Response(body, media_type="application/json")
 
     def _select_then_plan(user: str, client: str, db: str, table: str, sql: str, info: dict,
-                          since_version: int | None = None) -> bytes:
+                          since_version: int | None = None, consumer: str | None = None) -> bytes:
         # One thread hop for both: each hop is a GIL hand-off, and under load those add up.
         auth.require_select(user, client, db, table)
-        return planner.query_plan_json(db, table, sql, user, info, since_version)
+        return planner.query_plan_json(db, table, sql, user, info, since_version, consumer)
+
+    async def consumer_position(request: Request, db: str, table: str, name: str) -> JSONResponse:
+        client = client_of(request)
+        user = await run_in_threadpool(auth.authenticate, request.headers.get("authorization"), client)
+        await run_in_threadpool(auth.require_select, user, client, db, table)
+        return JSONResponse(await run_in_threadpool(planner.consumer_position, db, table, check_consumer_name(name)))
+
+    async def consumer_commit(request: Request, db: str, table: str, name: str) -> JSONResponse:
+        client = client_of(request)
+        user = await run_in_threadpool(auth.authenticate, request.headers.get("authorization"), client)
+        await run_in_threadpool(auth.require_select, user, client, db, table)
+        body = await read_body(request, settings.max_request_body_bytes)
+        try:
+            doc = json.loads(body or b"null")
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or "version" not in doc:
+            raise BadRequest('the body is {"version": V}: the "version" of the plan whose rows were handled')
+        version = _version_param(doc["version"])
+        return JSONResponse(await run_in_threadpool(planner.commit_consumer, db, table, check_consumer_name(name),
+                                                    version, user))
 
     async def table_schema(request: Request, db: str, table: str) -> JSONResponse:
         client = client_of(request)
@@ -117,6 +143,10 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
     app.add_api_route("/api/{db:seg}/{table:seg}/_query_plan", query_plan, methods=["GET"], summary="Plan a single-table scan (GET)",
                       operation_id="query_plan_get")
     app.add_api_route("/api/{db:seg}/{table:seg}/_schema", table_schema, methods=["GET"], summary="Table schema")
+    app.add_api_route("/api/{db:seg}/{table:seg}/_consumers/{name}", consumer_position, methods=["GET"],
+                      summary="A consumer's committed version")
+    app.add_api_route("/api/{db:seg}/{table:seg}/_consumers/{name}/commit", consumer_commit, methods=["POST"],
+                      summary="Commit a consumer's version (idempotent, never backwards)")
 
     @app.get("/api/health", summary="Liveness, as StarRocks' BE answers it; 503 when Spark is gone")
     async def health() -> JSONResponse:
@@ -138,6 +168,15 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
         return error_response(InternalError(unexpected_error_message(exc)))
 
     return app
+
+
+def _version_param(value: object) -> int:
+    """A table version from a query parameter or a JSON body."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 31:
+        raise BadRequest(f"a version is an integer from a plan's \"version\", not {value!r}")
+    return value
 
 
 def _audit_plan(audit: AuditLog | None, user, client, db, table, info: dict, started: float, status: int, error) -> None:

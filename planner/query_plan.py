@@ -15,6 +15,7 @@ from starscan import expr as E
 from starscan import plan as plan_codec
 from starscan.catalog import Warehouse
 from starscan.config import Settings
+from starscan.consumers import ConsumerPositions, check_consumer_name
 from starscan.errors import BadRequest, RequestTooLarge, SqlInvalid
 from starscan.planner import sql as sqlmod
 from starscan.planner.pruning import prune
@@ -61,6 +62,7 @@ def read_sql_body(body: bytes, max_sql_length: int | None = None) -> str:
 class PlanRequest:
     sql: str
     since_version: int | None = None  # only the data appended after this version (starscan.versions)
+    consumer: str | None = None       # a named consumer: from its committed version (starscan.consumers)
 
 
 def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanRequest:
@@ -83,13 +85,15 @@ def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanReques
     since = doc.get("since_version")
     if since is not None and (isinstance(since, bool) or not isinstance(since, int) or not 0 <= since < 1 << 31):
         raise BadRequest(f"since_version must be a table version (an integer from a plan's \"version\"), not {since!r}")
-    return PlanRequest(sql, since)
+    consumer = doc.get("consumer")
+    return PlanRequest(sql, since, check_consumer_name(consumer) if consumer is not None else None)
 
 
 class QueryPlanner:
     def __init__(self, settings: Settings | LiveSettings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.Signer,
-                 tablet_lists: TabletLists | None = None):
+                 tablet_lists: TabletLists | None = None, consumers: ConsumerPositions | None = None):
         self.live = LiveSettings.of(settings)
+        self.consumers = consumers
         settings = self.live.current
         self.tablet_lists = tablet_lists if tablet_lists is not None else TabletLists(settings.tablet_lists_max_bytes)
         self.warehouse = warehouse
@@ -107,13 +111,15 @@ class QueryPlanner:
     # ---- _query_plan ----
 
     def query_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None,
-                        since_version: int | None = None) -> bytes:
+                        since_version: int | None = None, consumer: str | None = None) -> bytes:
         """The answer's bytes. ``audit``, when given, is filled with what the audit line needs.
         ``since_version``: plan only the files appended after that version (409 when the table
         was rewritten since, 404 when the version is unknown); the answer then also carries
         ``since_version`` and ``version``, the reader's next cursor."""
         audit = {} if audit is None else audit
         snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
+        if consumer is not None and since_version is None and self.consumers is not None:
+            since_version = self.consumers.committed(snap.location, consumer)  # None: from the start
         candidates = snap.tablets
         if since_version is not None:
             candidates = tuple(self.warehouse.tablets_added_since(snap, since_version))
@@ -133,7 +139,10 @@ class QueryPlanner:
             raise BadRequest(
                 f"the scan covers {len(tablets)} tablets, more than max_tablets_per_plan={self.settings.max_tablets_per_plan}: "
                 "add a WHERE clause on partition columns, or raise the limit")
-        cursor = b"" if since_version is None else b',"since_version":%d,"version":%d' % (since_version, snap.version)
+        cursor = b""
+        if since_version is not None or consumer is not None:
+            cursor = (b"" if since_version is None else b',"since_version":%d' % since_version) + \
+                b',"version":%d' % snap.version + (b"" if consumer is None else b',"consumer":"%s"' % consumer.encode())
         if not tablets:
             return b'{"status":200,"opaqued_query_plan":"","partitions":{}' + cursor + b"}"
         now_ms = int(time.time() * 1000)
@@ -166,6 +175,19 @@ class QueryPlanner:
         encoded = plan_codec.encode(plan, self.signer)
         return (b'{"status":200,"opaqued_query_plan":"' + encoded.encode("ascii") + b'","partitions":'
                 + parts.partitions_json + cursor + b"}")
+
+    # ---- consumers ----
+    def consumer_position(self, db: str, table: str, name: str) -> dict:
+        snap = self.warehouse.snapshot(db, table)
+        committed = self.consumers.committed(snap.location, name) if self.consumers is not None else None
+        return {"consumer": name, "version": committed, "table_version": snap.version}
+
+    def commit_consumer(self, db: str, table: str, name: str, version: int, user: str) -> dict:
+        snap = self.warehouse.snapshot(db, table)  # observes the current version
+        if self.consumers is None:
+            raise BadRequest("this server keeps no consumer positions")
+        self.consumers.commit(snap.qualified_name, snap.location, name, version, user)
+        return {"consumer": name, "version": version}
 
     def _parse(self, sql: str, db: str, table: str) -> sqlmod.ParsedQuery:
         """sqlglot's parse, kept for repeated statements (readers send the same SQL for every

@@ -144,12 +144,16 @@ class StarscanClient:
             return f"Bearer {self.token}"
         return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
 
-    def plan(self, db: str, table: str, sql: str, since_version: int | None = None) -> dict[str, Any]:
+    def plan(self, db: str, table: str, sql: str, since_version: int | None = None,
+             consumer: str | None = None) -> dict[str, Any]:
         """The plan; with ``since_version``, of the rows appended after that version only (the
-        answer's ``version`` is the cursor for the next call)."""
+        answer's ``version`` is the cursor for the next call); with ``consumer``, from that
+        consumer's committed version (``commit`` moves it)."""
         request: dict[str, Any] = {"sql": sql}
         if since_version is not None:
             request["since_version"] = since_version
+        if consumer is not None:
+            request["consumer"] = consumer
         r = httpx.post(
             f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_query_plan",
             content=json.dumps(request),
@@ -163,6 +167,16 @@ class StarscanClient:
         if body.get("status") != 200:
             raise PlanError(r.status_code, r.text)
         return body
+
+    def commit(self, db: str, table: str, consumer: str, version: int) -> None:
+        """Record ``version`` (a plan's ``"version"``) as the consumer's position: call it once
+        the rows of that plan are handled."""
+        r = httpx.post(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/"
+                       f"{quote(consumer, safe='')}/commit", content=json.dumps({"version": version}),
+                       headers={"Authorization": self._auth(), "Content-Type": "application/json"},
+                       timeout=self.timeout_s, verify=self.ssl_context if self.ssl_context is not None else True)
+        if r.status_code != 200:
+            raise PlanError(r.status_code, r.text)
 
     def batches(self, db: str, table: str, sql: str, batch_size: int = 4096, stats: ScanStats | None = None,
                 keep_alive_min: int | None = None, mem_limit: int | None = None, query_timeout: int | None = None,

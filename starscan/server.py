@@ -14,6 +14,7 @@ from starscan import logs, tls
 from starscan.audit import AuditLog
 from starscan.catalog import Warehouse
 from starscan.config import Settings
+from starscan.consumers import ConsumerPositions
 from starscan.errors import ScanCancelled, StarscanError
 from starscan.gc.reaper import ScanContextReaper
 from starscan.operations import Operations
@@ -87,7 +88,8 @@ class StarscanServer:
         self.service = ScanService(self.live_settings, spark, self.signer, self.contexts,
                                    Admission(self.live_settings, self.users, self.login_guard), self.audit,
                                    tablet_lists=self.tablet_lists, warehouse=self.warehouse)
-        self.planner = QueryPlanner(self.live_settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists)
+        self.planner = QueryPlanner(self.live_settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists,
+                                    ConsumerPositions(settings.state_path, self.warehouse.history))
         self.ops = Operations(self.live_settings, self.service, self.contexts, self.users, self.audit, spark,
                               lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port})
         self._subscribe_runtime_changes()

@@ -92,3 +92,42 @@ def test_partitions_appended_are_pruned_like_any_plan(server, client, events):
     assert len(plan["partitions"]) == 1
     ids, _ = _ids(client, "select id from inc.parts where city = 'oslo'", v0, table="parts")
     assert ids == list(range(20, 25))
+
+
+def _commit(fe_url: str, name: str, version, table: str = "events") -> httpx.Response:
+    return httpx.post(f"{fe_url}/api/inc/{table}/_consumers/{name}/commit", content=json.dumps({"version": version}),
+                      headers={"Authorization": basic("root", "")}, timeout=60)
+
+
+def test_a_consumer_reads_from_its_committed_version_and_never_moves_back(server, client, fe_url, events):
+    sql = "select id from inc.events"
+    first = client.plan("inc", "events", sql, consumer="loader-1")  # nothing committed: the whole table
+    assert first["consumer"] == "loader-1" and "since_version" not in first
+    assert sorted(client.read("inc", "events", sql, plan=first).column("id").to_pylist()) == list(range(100))
+    v0 = first["version"]
+    assert _commit(fe_url, "loader-1", v0).json() == {"consumer": "loader-1", "version": v0}
+    _write(events, "part-1.parquet", range(100, 130))
+    nxt = client.plan("inc", "events", sql, consumer="loader-1")
+    assert nxt["since_version"] == v0
+    assert sorted(client.read("inc", "events", sql, plan=nxt).column("id").to_pylist()) == list(range(100, 130))
+    assert _commit(fe_url, "loader-1", nxt["version"]).status_code == 200
+    assert _commit(fe_url, "loader-1", nxt["version"]).status_code == 200  # idempotent
+    back = _commit(fe_url, "loader-1", v0)
+    assert back.status_code == 409 and "never moves back" in back.json()["exception"], back.text
+    position = httpx.get(f"{fe_url}/api/inc/events/_consumers/loader-1", headers={"Authorization": basic("root", "")},
+                         timeout=60).json()
+    assert position["version"] == nxt["version"]
+    assert _commit(fe_url, "loader-1", 424242).status_code == 404
+    assert _commit(fe_url, "no such name!", v0).status_code == 400
+    assert _commit(fe_url, "loader-1", "x").status_code == 400
+    again = client.plan("inc", "events", sql, consumer="loader-1")  # nothing new since the commit
+    assert again["partitions"] == {} and again["version"] == nxt["version"]
+
+
+def test_the_get_form_takes_since_version_as_a_parameter(server, client, fe_url, events):
+    v0 = server.warehouse.snapshot("inc", "events").version
+    _write(events, "part-1.parquet", range(100, 105))
+    r = httpx.request("GET", f"{fe_url}/api/inc/events/_query_plan", params={"since_version": v0},
+                      content=json.dumps({"sql": "select id from inc.events"}),
+                      headers={"Authorization": basic("root", "")}, timeout=60)
+    assert r.status_code == 200 and r.json()["since_version"] == v0 and len(r.json()["partitions"]) == 1

@@ -1,0 +1,95 @@
+"""Consumers of incremental reads: the last version each named consumer committed per table.
+
+A consumer reads what was appended since its committed version (``_query_plan`` with
+``"consumer": name`` and no ``since_version``), handles the rows, then commits the plan's
+``version`` (``POST /api/{db}/{table}/_consumers/{name}/commit``). A commit is idempotent (the
+same version again changes nothing) and monotonic: a version earlier in the table's history
+than the one committed is refused, so a consumer restarted from an old checkpoint cannot
+move its position back and be served rows twice. The positions of a table's consumers are
+one JSON file under ``<state_dir>/consumers/``, replaced atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from starscan.errors import BadRequest, TableRewritten
+from starscan.files import write_private
+from starscan.versions import VersionHistory
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_consumer_name(name: object) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise BadRequest(f"a consumer name is 1-128 letters, digits, '_', '.' or '-' (starting with a letter or digit), "
+                         f"not {name!r}")
+    return name
+
+
+class ConsumerPositions:
+    def __init__(self, state_dir: Path | None, history: VersionHistory):
+        self.folder = Path(state_dir) / "consumers" if state_dir is not None else None
+        self.history = history
+        self._lock = threading.Lock()
+        self._tables: dict[str, dict[str, Any]] = {}
+
+    def committed(self, location: str, name: str) -> int | None:
+        with self._lock:
+            entry = self._load(location)["consumers"].get(name)
+        return None if entry is None else int(entry["version"])
+
+    def commit(self, table: str, location: str, name: str, version: int, user: str) -> int:
+        """Record ``version`` as ``name``'s position; returns it. Refuses a version this
+        server never observed (VersionUnknown) and one before the position (TableRewritten's
+        409: the consumer would be served rows it already had)."""
+        with self._lock:
+            state = self._load(location)
+            current = state["consumers"].get(name)
+            order = self.history.order(location, version)  # VersionUnknown when never observed
+            if current is not None and int(current["version"]) != version:
+                if order < self.history.order(location, int(current["version"]), missing=-1):
+                    raise TableRewritten(f"consumer {name} of {table} has committed version {current['version']}, "
+                                         f"which comes after {version}: a position never moves back")
+            state["consumers"][name] = {"version": version, "user": user, "at": round(time.time(), 3)}
+            state["table"] = table
+            self._save(location, state)
+        return version
+
+    def consumers(self, location: str) -> dict[str, int]:
+        with self._lock:
+            return {n: int(e["version"]) for n, e in self._load(location)["consumers"].items()}
+
+    def _path(self, location: str) -> Path | None:
+        if self.folder is None:
+            return None
+        return self.folder / (hashlib.blake2b(location.encode("utf-8"), digest_size=16).hexdigest() + ".json")
+
+    def _load(self, location: str) -> dict[str, Any]:
+        state = self._tables.get(location)
+        if state is not None:
+            return state
+        state = {"location": location, "consumers": {}}
+        path = self._path(location)
+        if path is not None and path.exists():
+            try:
+                loaded = json.loads(path.read_text(encoding="utf-8"))
+                if loaded.get("location") == location:
+                    state = loaded
+            except (OSError, ValueError):
+                pass
+        self._tables[location] = state
+        return state
+
+    def _save(self, location: str, state: dict[str, Any]) -> None:
+        path = self._path(location)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_private(path, json.dumps(state, separators=(",", ":")).encode("utf-8"))
