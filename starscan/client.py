@@ -48,6 +48,16 @@ class ScanIntegrityError(Exception):
             "the result is incomplete, read it again")
 
 
+@dataclass(frozen=True)
+class Followed:
+    """One step of ``StarscanClient.follow``: the rows appended after ``since`` (None: the
+    whole table) up to ``version``."""
+
+    since: int | None
+    version: int
+    rows: pa.Table
+
+
 class PlanError(Exception):
     def __init__(self, http_status: int, body: str):
         self.http_status = http_status
@@ -177,6 +187,38 @@ class StarscanClient:
                        timeout=self.timeout_s, verify=self.ssl_context if self.ssl_context is not None else True)
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text)
+
+    def position(self, db: str, table: str, consumer: str) -> int | None:
+        """The consumer's committed version (None: nothing committed yet)."""
+        r = httpx.get(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/{quote(consumer, safe='')}",
+                      headers={"Authorization": self._auth()}, timeout=self.timeout_s,
+                      verify=self.ssl_context if self.ssl_context is not None else True)
+        if r.status_code != 200:
+            raise PlanError(r.status_code, r.text)
+        version = r.json().get("version")
+        return None if version is None else int(version)
+
+    def follow(self, db: str, table: str, sql: str, consumer: str, poll_s: float = 5.0,
+               stop_when_idle: bool = False) -> Iterator[Followed]:
+        """What was appended to ``db.table`` since ``consumer``'s committed version, one
+        ``Followed`` (the rows, and the version range they cover) per step. The position is
+        committed when the caller asks for the next step, i.e. after its handler returned for
+        this one; a caller that keeps its own cursor with its output (the exactly-once way)
+        stores ``Followed.version`` in the same transaction and recovers from it. Polls every
+        ``poll_s`` seconds while nothing is new; ``stop_when_idle``: return then instead."""
+        import time
+
+        while True:
+            plan = self.plan(db, table, sql, consumer=consumer)
+            version = int(plan["version"])
+            if plan["partitions"]:
+                rows = self.read(db, table, sql, plan=plan)
+                yield Followed(plan.get("since_version"), version, rows)
+            self.commit(db, table, consumer, version)  # also when nothing was new: idempotent
+            if not plan["partitions"]:
+                if stop_when_idle:
+                    return
+                time.sleep(poll_s)
 
     def batches(self, db: str, table: str, sql: str, batch_size: int = 4096, stats: ScanStats | None = None,
                 keep_alive_min: int | None = None, mem_limit: int | None = None, query_timeout: int | None = None,
