@@ -11,8 +11,6 @@ one JSON file under ``<state_dir>/consumers/``, replaced atomically.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import threading
 import time
@@ -20,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from starscan.errors import BadRequest, TableRewritten
-from starscan.files import write_private
+from starscan.files import JsonPerTable
 from starscan.versions import VersionHistory
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -35,10 +33,10 @@ def check_consumer_name(name: object) -> str:
 
 class ConsumerPositions:
     def __init__(self, state_dir: Path | None, history: VersionHistory):
-        self.folder = Path(state_dir) / "consumers" if state_dir is not None else None
         self.history = history
         self._lock = threading.Lock()
-        self._tables: dict[str, dict[str, Any]] = {}
+        self._files = JsonPerTable(Path(state_dir) / "consumers" if state_dir is not None else None,
+                                   lambda location: {"location": location, "consumers": {}})
 
     def committed(self, location: str, name: str) -> int | None:
         with self._lock:
@@ -66,30 +64,8 @@ class ConsumerPositions:
         with self._lock:
             return {n: int(e["version"]) for n, e in self._load(location)["consumers"].items()}
 
-    def _path(self, location: str) -> Path | None:
-        if self.folder is None:
-            return None
-        return self.folder / (hashlib.blake2b(location.encode("utf-8"), digest_size=16).hexdigest() + ".json")
-
     def _load(self, location: str) -> dict[str, Any]:
-        state = self._tables.get(location)
-        if state is not None:
-            return state
-        state = {"location": location, "consumers": {}}
-        path = self._path(location)
-        if path is not None and path.exists():
-            try:
-                loaded = json.loads(path.read_text(encoding="utf-8"))
-                if loaded.get("location") == location:
-                    state = loaded
-            except (OSError, ValueError):
-                pass
-        self._tables[location] = state
-        return state
+        return self._files.load(location)
 
     def _save(self, location: str, state: dict[str, Any]) -> None:
-        path = self._path(location)
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_private(path, json.dumps(state, separators=(",", ":")).encode("utf-8"))
+        self._files.save(location, state)

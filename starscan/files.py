@@ -1,10 +1,15 @@
-"""Two file rules used in several places: what Spark treats as hidden, and how starscan
-writes a file only its own user may read (the users file, plan secrets)."""
+"""File rules used in several places: what Spark treats as hidden, how starscan writes a
+file only its own user may read (the users file, plan secrets), and the per-table JSON
+documents kept under the state folder (version histories, consumer positions)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def is_hidden(name: str) -> bool:
@@ -31,3 +36,42 @@ def write_private(path: Path, data: bytes, *, replace: bool = True) -> bool:
         return False
     finally:
         tmp.unlink(missing_ok=True)
+
+
+class JsonPerTable:
+    """One small JSON document per table under ``folder`` (named by a hash of the table's
+    location), cached in memory and replaced atomically on each save; ``folder`` None keeps
+    them in memory only. Callers hold their own lock around a load-change-save."""
+
+    def __init__(self, folder: Path | None, empty: Callable[[str], dict[str, Any]]):
+        self.folder = folder
+        self.empty = empty
+        self._docs: dict[str, dict[str, Any]] = {}
+
+    def _path(self, location: str) -> Path | None:
+        if self.folder is None:
+            return None
+        return self.folder / (hashlib.blake2b(location.encode("utf-8"), digest_size=16).hexdigest() + ".json")
+
+    def load(self, location: str) -> dict[str, Any]:
+        doc = self._docs.get(location)
+        if doc is not None:
+            return doc
+        doc = self.empty(location)
+        path = self._path(location)
+        if path is not None and path.exists():
+            try:
+                loaded = json.loads(path.read_text(encoding="utf-8"))
+                if loaded.get("location") == location:
+                    doc = loaded
+            except (OSError, ValueError):
+                pass  # unreadable: start again (what it held becomes unknown, never wrong)
+        self._docs[location] = doc
+        return doc
+
+    def save(self, location: str, doc: dict[str, Any]) -> None:
+        path = self._path(location)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_private(path, json.dumps(doc, separators=(",", ":")).encode("utf-8"))

@@ -16,8 +16,6 @@ appended are then not the only change), or ``VersionUnknown``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 from collections.abc import Iterable
@@ -25,17 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from starscan.errors import TableRewritten, VersionUnknown
-from starscan.files import write_private
+from starscan.files import JsonPerTable
 
 FileKey = tuple[str, int, int]  # relative path, size, mtime_ns
 
 
 class VersionHistory:
     def __init__(self, state_dir: Path | None, max_versions: int = 1000):
-        self.folder = Path(state_dir) / "versions" if state_dir is not None else None
         self.max_versions = max_versions
         self._lock = threading.Lock()
-        self._tables: dict[str, dict[str, Any]] = {}  # location -> {"current": ..., "log": [...]}
+        self._files = JsonPerTable(Path(state_dir) / "versions" if state_dir is not None else None,
+                                   lambda location: {"location": location, "current": [], "log": []})
 
     def observe(self, table: str, location: str, version: int, files: Iterable[FileKey]) -> None:
         """Record ``version`` of the table at ``location`` with its file set, if it is new."""
@@ -95,34 +93,11 @@ class VersionHistory:
             raise VersionUnknown(f"version {version} of this table is not known to this server")
         return len(versions) - 1 - versions[::-1].index(version)
 
-    # ---- storage ----
-    def _path(self, location: str) -> Path | None:
-        if self.folder is None:
-            return None
-        return self.folder / (hashlib.blake2b(location.encode("utf-8"), digest_size=16).hexdigest() + ".json")
-
     def _load(self, location: str) -> dict[str, Any]:
-        state = self._tables.get(location)
-        if state is not None:
-            return state
-        path = self._path(location)
-        state = {"location": location, "current": [], "log": []}
-        if path is not None and path.exists():
-            try:
-                loaded = json.loads(path.read_text(encoding="utf-8"))
-                if loaded.get("location") == location:
-                    state = loaded
-            except (OSError, ValueError):
-                pass  # unreadable: start again (older versions become unknown, never wrong)
-        self._tables[location] = state
-        return state
+        return self._files.load(location)
 
     def _save(self, location: str, state: dict[str, Any]) -> None:
-        path = self._path(location)
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_private(path, json.dumps(state, separators=(",", ":")).encode("utf-8"))
+        self._files.save(location, state)
 
 
 def list_key(f: FileKey) -> FileKey:
