@@ -18,7 +18,7 @@ from starscan.consumers import check_consumer_name
 from starscan.errors import BadRequest, RequestTooLarge, StarscanError, TooManyRequests, unexpected_error_message
 from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
-from starscan.planner.query_plan import QueryPlanner, read_plan_body
+from starscan.planner.query_plan import QueryPlanner, read_plan_body, table_version
 from starscan.ratelimit import TokenBuckets
 from starscan.runtime_config import LiveSettings
 from starscan.spark import spark_problem
@@ -91,7 +91,8 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
             wanted = read_plan_body(await read_body(request, settings.max_request_body_bytes), settings.max_sql_length)
             since = wanted.since_version
             if since is None and "since_version" in request.query_params:  # the GET form's parameter
-                since = _version_param(request.query_params["since_version"])
+                text = request.query_params["since_version"].strip()
+                since = table_version(int(text) if text.isdigit() else text, "since_version")
             info["sql"] = wanted.sql
             async with planning:
                 body = await run_in_threadpool(_select_then_plan, who, client, db, table, wanted.sql, info,
@@ -108,24 +109,27 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
         auth.require_select(user, client, db, table)
         return planner.query_plan_json(db, table, sql, user, info, since_version, consumer)
 
-    async def consumer_position(request: Request, db: str, table: str, name: str) -> JSONResponse:
+    async def selecting_user(request: Request, db: str, table: str) -> str:
+        """The authenticated user, who must hold SELECT on the table (401 / 403 otherwise)."""
         client = client_of(request)
         user = await run_in_threadpool(auth.authenticate, request.headers.get("authorization"), client)
         await run_in_threadpool(auth.require_select, user, client, db, table)
+        return user
+
+    async def consumer_position(request: Request, db: str, table: str, name: str) -> JSONResponse:
+        await selecting_user(request, db, table)
         return JSONResponse(await run_in_threadpool(planner.consumer_position, db, table, check_consumer_name(name)))
 
     async def consumer_commit(request: Request, db: str, table: str, name: str) -> JSONResponse:
-        client = client_of(request)
-        user = await run_in_threadpool(auth.authenticate, request.headers.get("authorization"), client)
-        await run_in_threadpool(auth.require_select, user, client, db, table)
-        body = await read_body(request, settings.max_request_body_bytes)
+        user = await selecting_user(request, db, table)
+        body = await read_body(request, live.current.max_request_body_bytes)
         try:
             doc = json.loads(body or b"null")
         except ValueError:
             doc = None
         if not isinstance(doc, dict) or "version" not in doc:
             raise BadRequest('the body is {"version": V}: the "version" of the plan whose rows were handled')
-        version = _version_param(doc["version"])
+        version = table_version(doc["version"])
         return JSONResponse(await run_in_threadpool(planner.commit_consumer, db, table, check_consumer_name(name),
                                                     version, user))
 
@@ -168,15 +172,6 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
         return error_response(InternalError(unexpected_error_message(exc)))
 
     return app
-
-
-def _version_param(value: object) -> int:
-    """A table version from a query parameter or a JSON body."""
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 31:
-        raise BadRequest(f"a version is an integer from a plan's \"version\", not {value!r}")
-    return value
 
 
 def _audit_plan(audit: AuditLog | None, user, client, db, table, info: dict, started: float, status: int, error) -> None:

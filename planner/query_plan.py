@@ -65,6 +65,13 @@ class PlanRequest:
     consumer: str | None = None       # a named consumer: from its committed version (starscan.consumers)
 
 
+def table_version(value: object, what: str = "version") -> int:
+    """A table version a client sends back (a plan's ``"version"``): an int of 31 bits."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 31:
+        raise BadRequest(f"{what} must be a table version (an integer from a plan's \"version\"), not {value!r}")
+    return value
+
+
 def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanRequest:
     """The request body: a JSON object with a non-empty `sql` and, optionally, an integer
     `since_version` (an incremental read)."""
@@ -83,8 +90,8 @@ def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanReques
     if max_sql_length is not None and len(sql) > max_sql_length:
         raise RequestTooLarge(f"sql is {len(sql)} characters, more than max_sql_length={max_sql_length}")
     since = doc.get("since_version")
-    if since is not None and (isinstance(since, bool) or not isinstance(since, int) or not 0 <= since < 1 << 31):
-        raise BadRequest(f"since_version must be a table version (an integer from a plan's \"version\"), not {since!r}")
+    if since is not None:
+        since = table_version(since, "since_version")
     consumer = doc.get("consumer")
     return PlanRequest(sql, since, check_consumer_name(consumer) if consumer is not None else None)
 

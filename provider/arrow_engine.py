@@ -22,9 +22,8 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
-from starscan.catalog import partition_of
 from starscan.expr import Expr, unflatten
-from starscan.hadoop_paths import exact_partition_value
+from starscan.hadoop_paths import exact_partition_value, partition_of
 from starscan.provider.arrow_expr import NotArrowable, to_arrow_filter
 from starscan.provider.arrow_reader import ArrowRead, ArrowSplit, FilePart
 from starscan.storage import LOCAL, Storage

@@ -21,7 +21,7 @@ from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
 from starscan.provider.spark_scan import SparkScan, check_snapshot
 from starscan.runtime_config import LiveSettings
 from starscan.spark import scan_pool, spark_problem
-from starscan.storage import Storage, open_storage
+from starscan.storage import open_storage
 from starscan.tablet_lists import TabletLists, planned_tablets
 
 log = logging.getLogger("starscan.provider")
@@ -74,14 +74,6 @@ class ScanService:
     def settings(self) -> Settings:
         """The settings as they are now (run-time changes replace them)."""
         return self.live.current
-
-    def _storage_of(self, location: str) -> Storage:
-        """Where a plan's files are: the warehouse's store (with its credentials) for a table
-        of the warehouse, else the store its location names."""
-        if self.warehouse is not None and (location == self.warehouse.location
-                                           or location.startswith(self.warehouse.location.rstrip("/") + "/")):
-            return self.warehouse.storage
-        return open_storage(location, self.settings.storage_options)
 
     def push_listener(self) -> PushListener:
         """Where this BE's scan tasks push their rows (started with the first scan)."""
@@ -177,7 +169,7 @@ class ScanService:
         ctx.batch_size = params.batch_size
         ctx.report_rows = str((params.properties or {}).get(EOS_ROWS_PROPERTY, "")).lower() == "true"
         columns = [(c.name, c.primitive_type) for c in plan.columns]
-        storage = self._storage_of(plan.table_location)
+        storage = open_storage(plan.table_location, self.settings.storage_options)  # the store's one client
         cache = self.result_cache
         if cache.enabled_for(plan.database, plan.table):
             # Every check above has passed (signature, identity, grants, tablets, caps); the

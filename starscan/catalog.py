@@ -26,7 +26,7 @@ from starscan.catalog_tables import CatalogTable, TableCatalog
 from starscan.delta import DELTA_LOG, read_delta
 from starscan.errors import BadRequest, DatabaseNotFound, StorageUnavailable, TableNotFound, TableUnreadable
 from starscan.files import is_hidden
-from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
+from starscan.hadoop_paths import partition_of
 from starscan.iceberg import IcebergTables
 from starscan.storage import LOCAL, Storage, local_path, open_storage
 
@@ -106,17 +106,6 @@ def list_table_files(location: Path | str, storage: Storage | None = None) -> tu
         files.append(DataFile(entry.name, entry.size, entry.mtime_ns, partition))
     files.sort(key=lambda f: f.path)
     return files, part_cols
-
-
-def partition_of(relative_path: str) -> tuple[tuple[str, str | None], ...]:
-    """The partition folders on a data file's path (relative to its table), as
-    ``list_table_files`` records them."""
-    out = []
-    for folder in relative_path.split("/")[:-1]:
-        spelled, eq, raw = folder.partition("=")
-        if eq:
-            out.append((unescape_path_name(spelled), None if raw == HIVE_DEFAULT_PARTITION else raw))
-    return tuple(out)
 
 
 class Warehouse:
@@ -336,9 +325,12 @@ class Warehouse:
                              "Hive metastore table")
         added = self.history.added_since(snap.location, since, snap.version)
         files = [DataFile(path, size, mtime, partition_of(path)) for path, size, mtime in added]
-        storage = snap.storage
-        return split_files(snap.qualified_name, files, self.sizing,
-                           lambda f: FOOTERS.row_groups(storage.join(snap.location, f.path), f.size, f.mtime_ns, storage))
+        return self._tablets(snap.qualified_name, snap.location, snap.storage, files)
+
+    def _tablets(self, name: str, location: str, storage: Storage, files: list[DataFile]) -> list[Tablet]:
+        """The files as tablets (starscan.tablets), footers read through the table's store."""
+        return split_files(name, files, self.sizing,
+                           lambda f: FOOTERS.row_groups(storage.join(location, f.path), f.size, f.mtime_ns, storage))
 
     def _catalog_snapshot(self, catalog: TableCatalog, db: str, table: str) -> TableSnapshot:
         found = catalog.snapshot(db, table)
@@ -348,8 +340,7 @@ class Warehouse:
             return cached[1]
         storage = found.storage
         files = [DataFile(path, size, mtime, partition) for path, size, mtime, partition in found.files]
-        tablets = split_files(f"{db}.{table}", files, self.sizing,
-                              lambda f: FOOTERS.row_groups(storage.join(found.location, f.path), f.size, f.mtime_ns, storage))
+        tablets = self._tablets(f"{db}.{table}", found.location, storage, files)
         snap = TableSnapshot(db, table, found.location, found.version, tuple(tablets), found.partition_columns,
                              {t.tablet_id: t for t in tablets}, storage, found.schema_json,
                              partitions_in_folders=found.partitions_in_folders, file_format=found.file_format)
@@ -370,8 +361,7 @@ class Warehouse:
                 raise TableUnreadable(f"table {db}.{table}: Delta version {version} does not fit a plan's version")
         else:
             files, part_cols = list_table_files(location, storage)
-        tablets = split_files(f"{db}.{table}", files, self.sizing,
-                              lambda f: FOOTERS.row_groups(storage.join(location, f.path), f.size, f.mtime_ns, storage))
+        tablets = self._tablets(f"{db}.{table}", location, storage, files)
         if version is None:
             version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
             self.history.observe(f"{db}.{table}", location, version, [(f.path, f.size, f.mtime_ns) for f in files])

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from starscan.errors import BadRequest, TableRewritten
+from starscan.errors import BadRequest, PositionBehind
 from starscan.files import JsonPerTable
 from starscan.versions import VersionHistory
 
@@ -45,15 +45,14 @@ class ConsumerPositions:
 
     def commit(self, table: str, location: str, name: str, version: int, user: str) -> int:
         """Record ``version`` as ``name``'s position; returns it. Refuses a version this
-        server never observed (VersionUnknown) and one before the position (TableRewritten's
-        409: the consumer would be served rows it already had)."""
+        server never observed (VersionUnknown) and one before the position (PositionBehind)."""
         with self._lock:
             state = self._load(location)
             current = state["consumers"].get(name)
             order = self.history.order(location, version)  # VersionUnknown when never observed
             if current is not None and int(current["version"]) != version:
                 if order < self.history.order(location, int(current["version"]), missing=-1):
-                    raise TableRewritten(f"consumer {name} of {table} has committed version {current['version']}, "
+                    raise PositionBehind(f"consumer {name} of {table} has committed version {current['version']}, "
                                          f"which comes after {version}: a position never moves back")
             state["consumers"][name] = {"version": version, "user": user, "at": round(time.time(), 3)}
             state["table"] = table

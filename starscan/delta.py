@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from starscan.errors import StarscanError, TableUnreadable
-from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
+from starscan.hadoop_paths import partition_of, unescape_path_name
 
 if TYPE_CHECKING:
     from starscan.storage import Entry, Storage
@@ -119,11 +119,7 @@ def _partition_of_folders(table: str, path: str, columns: tuple[str, ...],
                           values: dict[str, Any]) -> tuple[tuple[str, str | None], ...]:
     """The partition as its folders spell it, checked against the log's values: both engines
     read a partition value from the folder name, as Spark does."""
-    folders: dict[str, str | None] = {}
-    for folder in path.split("/")[:-1]:
-        name, eq, spelled = folder.partition("=")
-        if eq:
-            folders[unescape_path_name(name)] = None if spelled == HIVE_DEFAULT_PARTITION else spelled
+    folders = dict(partition_of(path))
     out = []
     for col in columns:
         if col not in folders:

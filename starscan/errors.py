@@ -180,6 +180,14 @@ class TableRewritten(StarscanError):
     status_code = "INVALID_ARGUMENT"
 
 
+class PositionBehind(StarscanError):
+    """A consumer commit of a version earlier than the one it committed: positions never
+    move back (the consumer would be served rows it already had)."""
+
+    http_status = 409
+    status_code = "INVALID_ARGUMENT"
+
+
 class StorageUnavailable(StarscanError):
     """The store that holds the tables does not answer, or its bucket or folder is gone."""
 

@@ -98,3 +98,15 @@ def exact_partition_value(raw: str | None, spark_type: DataType,
             raise ValueError(f"{raw!r} is not written YYYY-MM-DD")
         return dt.date(*map(int, match.groups()))
     raise ValueError(f"partition values of type {spark_type.simpleString()} are not read exactly")
+
+
+def partition_of(relative_path: str) -> tuple[tuple[str, str | None], ...]:
+    """The partition folders on a data file's path (relative to its table): each folder
+    ``col=value`` as (the column name decoded as Spark decodes it, the value exactly as the
+    folder spells it; None for Hive's NULL folder). Folders without '=' are not partitions."""
+    out = []
+    for folder in relative_path.split("/")[:-1]:
+        spelled, eq, raw = folder.partition("=")
+        if eq:
+            out.append((unescape_path_name(spelled), None if raw == HIVE_DEFAULT_PARTITION else raw))
+    return tuple(out)

@@ -25,7 +25,8 @@ from cachetools import LRUCache
 
 from starscan.catalog_tables import CatalogTable, asking
 from starscan.errors import DatabaseNotFound, TableNotFound, TableUnreadable
-from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, unescape_path_name
+from starscan.files import is_hidden
+from starscan.hadoop_paths import HIVE_DEFAULT_PARTITION, partition_of, unescape_path_name
 from starscan.storage import StorageOptions, local_path, open_storage
 from starscan.tablets import hash_int
 
@@ -118,14 +119,13 @@ class HiveTables:
                 where = unquote(str(partition.location().toString())).rstrip("/")
                 if storage.is_local:
                     where = local_path(where)
-                folder = _folder_of(name, where, location, partition_columns, spec)
+                folder, values = _folder_of(name, where, location, partition_columns, spec)
                 for entry in storage.walk_files(storage.join(location, folder)):
-                    if not entry.name.rsplit("/", 1)[-1].startswith(("_", ".")) and "/" not in entry.name:
-                        files.append((f"{folder}/{entry.name}", entry.size, entry.mtime_ns,
-                                      tuple((c, _raw(folder, c)) for c in partition_columns)))
+                    if "/" not in entry.name and not is_hidden(entry.name):
+                        files.append((f"{folder}/{entry.name}", entry.size, entry.mtime_ns, values))
         else:
             for entry in storage.walk_files(location):
-                if "/" not in entry.name and not entry.name.startswith(("_", ".")):
+                if "/" not in entry.name and not is_hidden(entry.name):
                     files.append((entry.name, entry.size, entry.mtime_ns, ()))
         files.sort()
         version = hash_int("\n".join(f"{p}|{s}|{m}" for p, s, m, _ in files), 31)
@@ -136,32 +136,20 @@ class HiveTables:
     def _call(self, fn: Callable[[], Any]) -> Any:
         return asking("the Hive metastore", fn)
 
-def _folder_of(name: str, where: str, location: str, columns: tuple[str, ...], spec: dict[str, str | None]) -> str:
-    """A partition's folder under the table, checked to spell the metastore's values."""
+def _folder_of(name: str, where: str, location: str, columns: tuple[str, ...],
+               spec: dict[str, str | None]) -> tuple[str, tuple[tuple[str, str | None], ...]]:
+    """A partition's folder under the table and its values as the folder spells them,
+    checked to be the metastore's."""
     if not where.startswith(location + "/"):
         raise TableUnreadable(f"table {name}: partition {spec} lies at {where}, outside the table's location; "
                               "starscan reads partitions in Hive-style folders under it")
     folder = where[len(location) + 1:]
-    parts = folder.split("/")
-    if len(parts) != len(columns):
-        raise TableUnreadable(f"table {name}: partition folder {folder} does not name its {len(columns)} columns")
-    for part, column in zip(parts, columns):
-        spelled, eq, raw = part.partition("=")
-        value = None if raw == HIVE_DEFAULT_PARTITION else unescape_path_name(raw)
-        wanted = spec.get(column)
-        if wanted == HIVE_DEFAULT_PARTITION:
-            wanted = None
-        if not eq or unescape_path_name(spelled).lower() != column.lower() or value != wanted:
-            raise TableUnreadable(f"table {name}: partition folder {folder} does not spell the partition {spec}")
-    return folder
-
-
-def _raw(folder: str, column: str) -> str | None:
-    for part in folder.split("/"):
-        spelled, _, raw = part.partition("=")
-        if unescape_path_name(spelled).lower() == column.lower():
-            return None if raw == HIVE_DEFAULT_PARTITION else raw
-    return None
+    values = partition_of(folder + "/")
+    spelled = [(col.lower(), None if raw is None else unescape_path_name(raw)) for col, raw in values]
+    wanted = [(col.lower(), None if spec.get(col) in (None, HIVE_DEFAULT_PARTITION) else spec.get(col)) for col in columns]
+    if len(folder.split("/")) != len(columns) or spelled != wanted:
+        raise TableUnreadable(f"table {name}: partition folder {folder} does not spell the partition {spec}")
+    return folder, tuple((col, raw) for col, (_, raw) in zip(columns, values))
 
 
 def _java_list(seq: Any) -> list[Any]:

@@ -26,6 +26,7 @@ from cachetools import LRUCache
 from starscan.catalog_tables import CatalogTable, asking
 from starscan.errors import DatabaseNotFound, StarscanError, TableNotFound, TableUnreadable
 from starscan.storage import StorageOptions, local_path, open_storage
+from starscan.tablets import hash_int
 
 if TYPE_CHECKING:
     from pyspark.sql import types as T
@@ -158,8 +159,6 @@ class IcebergTables:
                     raise TableUnreadable(f"table {name}: data file {rel} of its current snapshot is missing")
                 files.append((rel, entry.size, entry.mtime_ns, ()))
         snapshot_id = snapshot.snapshot_id if snapshot is not None else None
-        from starscan.tablets import hash_int
-
         version = hash_int(f"{snapshot_id}", 31) if snapshot_id is not None else 0
         return CatalogTable(location, storage, version, spark_schema.json(), tuple(sorted(files)),
                             partitions_in_folders=False)
@@ -168,10 +167,8 @@ class IcebergTables:
         return asking("the Iceberg catalog", fn)
 
 def _relative(path: str, location: str) -> str | None:
-    for prefix in ("file://", "file:"):
-        if path.startswith(prefix) and not location.startswith(prefix):
-            path = local_path(path) if path.startswith("file://") else path[len("file:"):]
-            break
+    if path.startswith("file:") and not location.startswith("file:"):  # a local table: plain paths
+        path = local_path(path)
     return path[len(location) + 1:] if path.startswith(location + "/") else None
 
 

@@ -14,6 +14,7 @@ live in the filesystem object only: never in a location, a plan, a log line or `
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from starscan.errors import StorageDenied, StorageUnavailable
+from starscan.files import is_hidden
 
 __all__ = ["LOCAL", "Entry", "Storage", "StorageOptions", "is_uri", "local_path", "open_storage", "store_error"]
 
@@ -227,7 +229,7 @@ class Storage:
             if info.type != pafs.FileType.File:
                 continue
             rel = info.path[len(root):].lstrip("/")
-            if any(part[:1] in ("_", ".") for part in rel.split("/")[:-1]):
+            if any(is_hidden(part) for part in rel.split("/")[:-1]):
                 continue
             mtime = info.mtime_ns if info.mtime_ns is not None else 0
             yield Entry(rel, False, info.size or 0, mtime)
@@ -286,7 +288,7 @@ def _walk_local(directory: str, rel: str) -> Iterator[Entry]:
         return
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
-            if entry.name[:1] not in ("_", "."):
+            if not is_hidden(entry.name):
                 yield from _walk_local(entry.path, f"{rel}{entry.name}/")
         elif entry.is_file():
             st = entry.stat()
@@ -326,7 +328,9 @@ _SETUP_HINTS = {
 
 
 def open_storage(location: str, options: StorageOptions | None = None) -> Storage:
-    """The storage a location lives in: local for a path or ``file://``, else pyarrow.fs."""
+    """The storage a location lives in: local for a path or ``file://``, else pyarrow.fs.
+    One filesystem per store and options in a process: a scanner's open, a catalog's table
+    and the warehouse reach the same bucket through the same client."""
     if not is_uri(location):
         return LOCAL
     parts = urlsplit(location)
@@ -334,17 +338,24 @@ def open_storage(location: str, options: StorageOptions | None = None) -> Storag
     if scheme == "file":
         return LOCAL
     if scheme in ("s3", "s3a"):
-        options = options or StorageOptions()
-        return Storage(options.s3_filesystem(), "s3", parts.netloc, options)
+        return _store("s3", parts.netloc, options or StorageOptions())
+    return _store(scheme, parts.netloc, None)
+
+
+@functools.lru_cache(maxsize=64)
+def _store(scheme: str, netloc: str, options: StorageOptions | None) -> Storage:
+    if scheme == "s3":
+        assert options is not None
+        return Storage(options.s3_filesystem(), "s3", netloc, options)
     try:
-        fs, _ = pafs.FileSystem.from_uri(location)
-    except (OSError, ValueError) as exc:
+        fs, _ = pafs.FileSystem.from_uri(f"{scheme}://{netloc}/")
+    except (OSError, ValueError) as exc:  # not cached: the next call tries again
         hint = _SETUP_HINTS.get(scheme, "")
         if isinstance(exc, OSError):
-            error = store_error(f"{scheme}://{parts.netloc}", exc)
+            error = store_error(f"{scheme}://{netloc}", exc)
             raise type(error)(error.message + hint) from None
-        raise StorageUnavailable(f"cannot open {scheme}://{parts.netloc}: {exc}{hint}") from None
-    return Storage(fs, scheme, parts.netloc)
+        raise StorageUnavailable(f"cannot open {scheme}://{netloc}: {exc}{hint}") from None
+    return Storage(fs, scheme, netloc)
 
 
 def local_path(location: str) -> str:

@@ -52,6 +52,27 @@ class Reader:
                 return offset
             offset += pa.ipc.open_stream(res.rows).read_all().num_rows
 
+    def read_tablets(self, db, table, plan, tablets, after_first_batch=None, batch_size=64) -> list[dict]:
+        """Every row of the plan, a scanner per tablet read to eos; ``after_first_batch()`` runs
+        once, right after the first batch arrived (a writer committing mid-read)."""
+        rows: list[dict] = []
+        for tablet in tablets:
+            cid = self.open_ok(db, table, plan, [int(tablet)], batch_size=batch_size)
+            offset = 0
+            while True:
+                res = self.next(cid, offset)
+                assert res.status.status_code == OK, res.status
+                if res.eos:
+                    break
+                batch = pa.ipc.open_stream(res.rows).read_all()
+                rows += batch.to_pylist()
+                offset += batch.num_rows
+                if after_first_batch is not None:
+                    after_first_batch()
+                    after_first_batch = None
+            self.close_scanner(cid)
+        return rows
+
     def close_scanner(self, cid: str):
         return self.client.close_scanner(wire.TScanCloseParams(context_id=cid))
 

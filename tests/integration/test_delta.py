@@ -95,30 +95,20 @@ def test_an_old_plan_reads_its_version_and_a_new_plan_the_new_one(server, client
     before = _expected(events)
     version = DeltaTable(str(events)).version()
     opaque, tablets = plan_for(client, "lake", "events", "select id, city, day, amount from lake.events")
-    committed = False
+    committed = []
+
+    def overwrite() -> None:  # a writer commits a new version while the plan is read
+        write_deltalake(str(events), _rows(9000, 30), partition_by=["city"], mode="overwrite")
+        committed.append(True)
+
     try:
         reader = Reader(be_addr)
         try:
-            rows = []
-            for tablet in tablets:
-                cid = reader.open_ok("lake", "events", opaque, [tablet], batch_size=64)
-                offset = 0
-                while True:
-                    res = reader.next(cid, offset)
-                    assert res.status.status_code == 0, res.status
-                    if res.eos:
-                        break
-                    batch = pa.ipc.open_stream(res.rows).read_all()
-                    rows.extend(tuple(r.values()) for r in batch.to_pylist())
-                    offset += batch.num_rows
-                    if not committed:  # a writer commits a new version while the plan is read
-                        write_deltalake(str(events), _rows(9000, 30), partition_by=["city"], mode="overwrite")
-                        committed = True
-                reader.close_scanner(cid)
+            rows = reader.read_tablets("lake", "events", opaque, tablets, after_first_batch=overwrite)
         finally:
             reader.close()
         assert committed
-        assert sorted(rows) == before
+        assert sorted(tuple(r.values()) for r in rows) == before
         got = client.read("lake", "events", "select id from lake.events")
         assert sorted(r["id"] for r in got.to_pylist()) == list(range(9000, 9030))
     finally:

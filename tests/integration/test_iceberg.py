@@ -168,28 +168,20 @@ def test_a_plan_reads_its_snapshot_while_a_writer_commits(ice_server, catalog):
     before = sorted(r["id"] for r in table.scan().to_arrow().to_pylist())
     body = StarscanClient(f"http://127.0.0.1:{ice_server.http_port}", "root", "").plan(
         "ice", "busy", "select id from ice.busy")
+    committed = []
+
+    def commit() -> None:
+        table.append(_rows(50_000, 10))
+        table.delete("id < 100")  # copy-on-write: the snapshot's files stay for the plan
+        committed.append(True)
+
     reader = Reader(("127.0.0.1", ice_server.be_port))
-    ids, committed = [], False
     try:
-        for tablet in body["partitions"]:
-            cid = reader.open_ok("ice", "busy", body["opaqued_query_plan"], [int(tablet)], batch_size=100)
-            offset = 0
-            while True:
-                res = reader.next(cid, offset)
-                assert res.status.status_code == 0, res.status
-                if res.eos:
-                    break
-                batch = pa.ipc.open_stream(res.rows).read_all()
-                ids += batch.column("id").to_pylist()
-                offset += batch.num_rows
-                if not committed:
-                    table.append(_rows(50_000, 10))
-                    table.delete("id < 100")  # copy-on-write: the snapshot's files stay for the plan
-                    committed = True
-            reader.close_scanner(cid)
+        rows = reader.read_tablets("ice", "busy", body["opaqued_query_plan"], body["partitions"],
+                                   after_first_batch=commit, batch_size=100)
     finally:
         reader.close()
-    assert committed and sorted(ids) == before
+    assert committed and sorted(r["id"] for r in rows) == before
     ice_server.warehouse.invalidate("ice", "busy")
     now = _read(ice_server, "select id from ice.busy", "busy")
     assert now.num_rows == 2000 - 100 + 10
