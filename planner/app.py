@@ -96,7 +96,7 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
             info["sql"] = wanted.sql
             async with planning:
                 body = await run_in_threadpool(_select_then_plan, who, client, db, table, wanted.sql, info,
-                                               since, wanted.consumer)
+                                               since, wanted.consumer, wanted.cursor)
         except StarscanError as exc:
             _audit_plan(audit, user, client, db, table, info, started, exc.http_status, exc.message)
             raise
@@ -104,10 +104,10 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
         return Response(body, media_type="application/json")
 
     def _select_then_plan(user: str, client: str, db: str, table: str, sql: str, info: dict,
-                          since_version: int | None = None, consumer: str | None = None) -> bytes:
+                          since_version: int | None = None, consumer: str | None = None, cursor: bool = False) -> bytes:
         # One thread hop for both: each hop is a GIL hand-off, and under load those add up.
         auth.require_select(user, client, db, table)
-        return planner.query_plan_json(db, table, sql, user, info, since_version, consumer)
+        return planner.query_plan_json(db, table, sql, user, info, since_version, consumer, cursor)
 
     async def selecting_user(request: Request, db: str, table: str) -> str:
         """The authenticated user, who must hold SELECT on the table (401 / 403 otherwise)."""

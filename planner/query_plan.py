@@ -63,6 +63,7 @@ class PlanRequest:
     sql: str
     since_version: int | None = None  # only the data appended after this version (starscan.versions)
     consumer: str | None = None       # a named consumer: from its committed version (starscan.consumers)
+    cursor: bool = False              # "since_version" was sent (null: from the start): answer with "version"
 
 
 def table_version(value: object, what: str = "version") -> int:
@@ -93,7 +94,8 @@ def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanReques
     if since is not None:
         since = table_version(since, "since_version")
     consumer = doc.get("consumer")
-    return PlanRequest(sql, since, check_consumer_name(consumer) if consumer is not None else None)
+    return PlanRequest(sql, since, check_consumer_name(consumer) if consumer is not None else None,
+                       cursor="since_version" in doc)
 
 
 class QueryPlanner:
@@ -118,11 +120,12 @@ class QueryPlanner:
     # ---- _query_plan ----
 
     def query_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None,
-                        since_version: int | None = None, consumer: str | None = None) -> bytes:
+                        since_version: int | None = None, consumer: str | None = None, cursor: bool = False) -> bytes:
         """The answer's bytes. ``audit``, when given, is filled with what the audit line needs.
         ``since_version``: plan only the files appended after that version (409 when the table
         was rewritten since, 404 when the version is unknown); the answer then also carries
-        ``since_version`` and ``version``, the reader's next cursor."""
+        ``since_version`` and ``version``, the reader's next cursor (``cursor``: ``version``
+        also for a whole read, the start of a reader that keeps its own cursor)."""
         audit = {} if audit is None else audit
         snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
         if consumer is not None and since_version is None and self.consumers is not None:
@@ -146,12 +149,12 @@ class QueryPlanner:
             raise BadRequest(
                 f"the scan covers {len(tablets)} tablets, more than max_tablets_per_plan={self.settings.max_tablets_per_plan}: "
                 "add a WHERE clause on partition columns, or raise the limit")
-        cursor = b""
-        if since_version is not None or consumer is not None:
-            cursor = (b"" if since_version is None else b',"since_version":%d' % since_version) + \
+        tail = b""
+        if since_version is not None or consumer is not None or cursor:
+            tail = (b"" if since_version is None else b',"since_version":%d' % since_version) + \
                 b',"version":%d' % snap.version + (b"" if consumer is None else b',"consumer":"%s"' % consumer.encode())
         if not tablets:
-            return b'{"status":200,"opaqued_query_plan":"","partitions":{}' + cursor + b"}"
+            return b'{"status":200,"opaqued_query_plan":"","partitions":{}' + tail + b"}"
         now_ms = int(time.time() * 1000)
         shash = schema_hash(schema)
         parts = self._tablet_parts(snap, tablets, shash, inline=since_version is not None)
@@ -181,7 +184,7 @@ class QueryPlanner:
         audit["query_id"] = plan.query_id
         encoded = plan_codec.encode(plan, self.signer)
         return (b'{"status":200,"opaqued_query_plan":"' + encoded.encode("ascii") + b'","partitions":'
-                + parts.partitions_json + cursor + b"}")
+                + parts.partitions_json + tail + b"}")
 
     # ---- consumers ----
     def consumer_position(self, db: str, table: str, name: str) -> dict:
@@ -193,7 +196,7 @@ class QueryPlanner:
         snap = self.warehouse.snapshot(db, table)  # observes the current version
         if self.consumers is None:
             raise BadRequest("this server keeps no consumer positions")
-        self.consumers.commit(snap.qualified_name, snap.location, name, version, user)
+        self.consumers.commit(snap.qualified_name, snap.location, name, version, user, self.warehouse.changes(snap))
         return {"consumer": name, "version": version}
 
     def _parse(self, sql: str, db: str, table: str) -> sqlmod.ParsedQuery:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 from cachetools import LRUCache
 
 from starscan.catalog_tables import CatalogTable, TableCatalog
-from starscan.delta import DELTA_LOG, read_delta
-from starscan.errors import BadRequest, DatabaseNotFound, StorageUnavailable, TableNotFound, TableUnreadable
+from starscan.changes import FolderChanges, TableChanges
+from starscan.delta import DELTA_LOG, DeltaChanges, read_delta
+from starscan.errors import DatabaseNotFound, StorageUnavailable, TableNotFound, TableRewritten, TableUnreadable
 from starscan.files import is_hidden
 from starscan.hadoop_paths import partition_of
 from starscan.iceberg import IcebergTables
@@ -67,6 +68,7 @@ class TableSnapshot:
     schema_json: str | None = None  # the table format's own schema (Delta), else read from the files
     partitions_in_folders: bool = True  # False: partition values are inside the files (Iceberg)
     file_format: str = "parquet"  # or "orc" (Hive metastore tables: read by Spark SQL)
+    kind: str = "folder"  # or "delta", or a catalog's kind ("iceberg", "hive"): where its changes are known
 
     @property
     def qualified_name(self) -> str:
@@ -317,17 +319,26 @@ class Warehouse:
             self._generation += 1
             self._listings.pop(self.table_location(db, table), None)
 
+    def changes(self, snap: TableSnapshot) -> TableChanges:
+        """How the table's versions are told apart (starscan.changes)."""
+        if snap.kind == "delta":
+            return DeltaChanges(snap.qualified_name, snap.location, snap.storage, snap.version)
+        catalog = self._catalog_of(snap.db) if snap.kind != "folder" else None
+        found = catalog.changes(snap.db, snap.name) if catalog is not None else None
+        return found if found is not None else FolderChanges(self.history, snap.location)
+
     def tablets_added_since(self, snap: TableSnapshot, since: int) -> list[Tablet]:
-        """Tablets of the files appended to a folder table after version ``since`` (see
-        starscan.versions for the errors)."""
-        if snap.schema_json is not None or self._catalog_of(snap.db) is not None:
-            raise BadRequest(f"since_version is served for folder tables; {snap.qualified_name} is a Delta, Iceberg or "
-                             "Hive metastore table")
-        added = self.history.added_since(snap.location, since, snap.version)
-        files = [DataFile(path, size, mtime, partition_of(path)) for path, size, mtime in added]
+        """Tablets of the data files appended to the table after version ``since`` up to its
+        version in ``snap`` (starscan.changes for the errors)."""
+        added = set(self.changes(snap).added_since(since, snap.version))
+        files = [f for f in snap.files if f.path in added]
+        missing = added - {f.path for f in files}
+        if missing:
+            raise TableRewritten(f"table {snap.qualified_name}: file {sorted(missing)[0]}, appended after version {since}, "
+                                 f"is not in version {snap.version} (rewritten or compacted since): a full read is needed")
         return self._tablets(snap.qualified_name, snap.location, snap.storage, files)
 
-    def _tablets(self, name: str, location: str, storage: Storage, files: list[DataFile]) -> list[Tablet]:
+    def _tablets(self, name: str, location: str, storage: Storage, files: Sequence[DataFileLike]) -> list[Tablet]:
         """The files as tablets (starscan.tablets), footers read through the table's store."""
         return split_files(name, files, self.sizing,
                            lambda f: FOOTERS.row_groups(storage.join(location, f.path), f.size, f.mtime_ns, storage))
@@ -341,9 +352,12 @@ class Warehouse:
         storage = found.storage
         files = [DataFile(path, size, mtime, partition) for path, size, mtime, partition in found.files]
         tablets = self._tablets(f"{db}.{table}", found.location, storage, files)
+        if found.versions_from_files:  # its changes are known from the file sets observed, as a folder's
+            self.history.observe(f"{db}.{table}", found.location, found.version, [f[:3] for f in found.files])
         snap = TableSnapshot(db, table, found.location, found.version, tuple(tablets), found.partition_columns,
                              {t.tablet_id: t for t in tablets}, storage, found.schema_json,
-                             partitions_in_folders=found.partitions_in_folders, file_format=found.file_format)
+                             partitions_in_folders=found.partitions_in_folders, file_format=found.file_format,
+                             kind=found.kind)
         with self._lock:
             self._catalog_snapshots[(db, table)] = (found, snap)
         return snap
@@ -366,4 +380,5 @@ class Warehouse:
             version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
             self.history.observe(f"{db}.{table}", location, version, [(f.path, f.size, f.mtime_ns) for f in files])
         by_id = {t.tablet_id: t for t in tablets}
-        return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json)
+        return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json,
+                             kind="folder" if schema_json is None else "delta")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from starscan.errors import StarscanError, TableUnreadable
 
 if TYPE_CHECKING:
+    from starscan.changes import TableChanges
     from starscan.storage import Storage
 
 
@@ -24,6 +25,8 @@ class CatalogTable:
     partition_columns: tuple[str, ...] = ()
     partitions_in_folders: bool = True   # False: the values are inside the files (Iceberg)
     file_format: str = "parquet"           # or "orc" (Hive metastore tables)
+    kind: str = "catalog"                  # "iceberg", "hive": names the table's format in messages
+    versions_from_files: bool = False      # the version is a hash of the file set: starscan.versions tracks it
 
 
 _T = TypeVar("_T")
@@ -56,3 +59,8 @@ class TableCatalog(Protocol):
     def snapshot(self, db: str, table: str) -> CatalogTable: ...
 
     def invalidate(self, db: str, table: str) -> None: ...
+
+    def changes(self, db: str, table: str) -> TableChanges | None:
+        """The table's changes between versions (starscan.changes), or None when its version
+        is a hash of its file set (``versions_from_files``) and the observed history tells them."""
+        ...

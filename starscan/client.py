@@ -155,12 +155,13 @@ class StarscanClient:
         return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
 
     def plan(self, db: str, table: str, sql: str, since_version: int | None = None,
-             consumer: str | None = None) -> dict[str, Any]:
+             consumer: str | None = None, cursor: bool = False) -> dict[str, Any]:
         """The plan; with ``since_version``, of the rows appended after that version only (the
         answer's ``version`` is the cursor for the next call); with ``consumer``, from that
-        consumer's committed version (``commit`` moves it)."""
+        consumer's committed version (``commit`` moves it); ``cursor``: the answer carries the
+        ``version`` also when the whole table is read."""
         request: dict[str, Any] = {"sql": sql}
-        if since_version is not None:
+        if since_version is not None or cursor:
             request["since_version"] = since_version
         if consumer is not None:
             request["consumer"] = consumer
@@ -178,15 +179,17 @@ class StarscanClient:
             raise PlanError(r.status_code, r.text)
         return body
 
-    def commit(self, db: str, table: str, consumer: str, version: int) -> None:
+    def commit(self, db: str, table: str, consumer: str, version: int) -> dict[str, Any]:
         """Record ``version`` (a plan's ``"version"``) as the consumer's position: call it once
-        the rows of that plan are handled."""
+        the rows of that plan are handled. Returns the server's answer (consumer, version)."""
         r = httpx.post(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/"
                        f"{quote(consumer, safe='')}/commit", content=json.dumps({"version": version}),
                        headers={"Authorization": self._auth(), "Content-Type": "application/json"},
                        timeout=self.timeout_s, verify=self.ssl_context if self.ssl_context is not None else True)
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text)
+        answer: dict[str, Any] = r.json()
+        return answer
 
     def position(self, db: str, table: str, consumer: str) -> int | None:
         """The consumer's committed version (None: nothing committed yet)."""
@@ -198,27 +201,42 @@ class StarscanClient:
         version = r.json().get("version")
         return None if version is None else int(version)
 
-    def follow(self, db: str, table: str, sql: str, consumer: str, poll_s: float = 5.0,
-               stop_when_idle: bool = False) -> Iterator[Followed]:
-        """What was appended to ``db.table`` since ``consumer``'s committed version, one
-        ``Followed`` (the rows, and the version range they cover) per step. The position is
-        committed when the caller asks for the next step, i.e. after its handler returned for
-        this one; a caller that keeps its own cursor with its output (the exactly-once way)
-        stores ``Followed.version`` in the same transaction and recovers from it. Polls every
-        ``poll_s`` seconds while nothing is new; ``stop_when_idle``: return then instead."""
+    def follow(self, db: str, table: str, sql: str, consumer: str | None = None, poll_s: float = 5.0,
+               stop_when_idle: bool = False, checkpoint: int | None = None,
+               max_poll_s: float = 60.0) -> Iterator[Followed]:
+        """What was appended to ``db.table``, one ``Followed`` (the rows, and the version range
+        they cover) per step, from ``consumer``'s committed version, or from ``checkpoint``.
+
+        Two ways to be exactly once:
+        - the server keeps the position: with ``consumer``, each step's version is committed
+          when the caller asks for the next step, i.e. after its handler returned;
+        - the caller keeps it (the Doris way): it stores ``Followed.version`` in the same
+          transaction as its output and passes the last one stored back as ``checkpoint``
+          when it starts again; a ``consumer`` is then optional (its position shows the lag).
+
+        While nothing is new it polls, waiting ``poll_s`` seconds and twice as long each time
+        up to ``max_poll_s``; ``stop_when_idle``: return at the first empty poll instead."""
         import time
 
+        since = checkpoint
+        delay = poll_s
         while True:
-            plan = self.plan(db, table, sql, consumer=consumer)
+            plan = self.plan(db, table, sql, since_version=since, consumer=consumer, cursor=consumer is None)
             version = int(plan["version"])
             if plan["partitions"]:
                 rows = self.read(db, table, sql, plan=plan)
                 yield Followed(plan.get("since_version"), version, rows)
-            self.commit(db, table, consumer, version)  # also when nothing was new: idempotent
-            if not plan["partitions"]:
-                if stop_when_idle:
-                    return
-                time.sleep(poll_s)
+            if consumer is not None:
+                self.commit(db, table, consumer, version)  # also when nothing was new: idempotent
+            if checkpoint is not None or consumer is None:
+                since = version  # the caller's own cursor moves on
+            if plan["partitions"]:
+                delay = poll_s
+                continue
+            if stop_when_idle:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, max(max_poll_s, poll_s))
 
     def batches(self, db: str, table: str, sql: str, batch_size: int = 4096, stats: ScanStats | None = None,
                 keep_alive_min: int | None = None, mem_limit: int | None = None, query_timeout: int | None = None,

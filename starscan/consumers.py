@@ -14,12 +14,13 @@ from __future__ import annotations
 import re
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from starscan.errors import BadRequest, PositionBehind
+from starscan.changes import TableChanges
+from starscan.errors import BadRequest, PositionBehind, VersionUnknown
 from starscan.files import JsonPerTable
-from starscan.versions import VersionHistory
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -32,8 +33,7 @@ def check_consumer_name(name: object) -> str:
 
 
 class ConsumerPositions:
-    def __init__(self, state_dir: Path | None, history: VersionHistory):
-        self.history = history
+    def __init__(self, state_dir: Path | None):
         self._lock = threading.Lock()
         self._files = JsonPerTable(Path(state_dir) / "consumers" if state_dir is not None else None,
                                    lambda location: {"location": location, "consumers": {}})
@@ -43,15 +43,18 @@ class ConsumerPositions:
             entry = self._load(location)["consumers"].get(name)
         return None if entry is None else int(entry["version"])
 
-    def commit(self, table: str, location: str, name: str, version: int, user: str) -> int:
-        """Record ``version`` as ``name``'s position; returns it. Refuses a version this
-        server never observed (VersionUnknown) and one before the position (PositionBehind)."""
+    def commit(self, table: str, location: str, name: str, version: int, user: str, changes: TableChanges) -> int:
+        """Record ``version`` as ``name``'s position; returns it. Refuses a version the table
+        cannot place (VersionUnknown) and one before the position (PositionBehind)."""
         with self._lock:
             state = self._load(location)
             current = state["consumers"].get(name)
-            order = self.history.order(location, version)  # VersionUnknown when never observed
+            order = changes.order(version)
+            if order is None:
+                raise VersionUnknown(f"version {version} of {table} is not known to this server")
             if current is not None and int(current["version"]) != version:
-                if order < self.history.order(location, int(current["version"]), missing=-1):
+                before = changes.order(int(current["version"]))
+                if before is not None and order < before:
                     raise PositionBehind(f"consumer {name} of {table} has committed version {current['version']}, "
                                          f"which comes after {version}: a position never moves back")
             state["consumers"][name] = {"version": version, "user": user, "at": round(time.time(), 3)}
@@ -63,8 +66,25 @@ class ConsumerPositions:
         with self._lock:
             return {n: int(e["version"]) for n, e in self._load(location)["consumers"].items()}
 
+    def every(self) -> list[Position]:
+        """Every consumer of every table, in table and name order."""
+        with self._lock:
+            docs = self._files.every()
+        out = [Position(str(doc.get("table", "")), doc["location"], name, int(entry["version"]), float(entry.get("at", 0)))
+               for doc in docs for name, entry in doc["consumers"].items()]
+        return sorted(out, key=lambda p: (p.table, p.consumer))
+
     def _load(self, location: str) -> dict[str, Any]:
         return self._files.load(location)
 
     def _save(self, location: str, state: dict[str, Any]) -> None:
         self._files.save(location, state)
+
+
+@dataclass(frozen=True)
+class Position:
+    table: str           # db.table
+    location: str
+    consumer: str
+    version: int         # the committed version
+    committed_at: float  # seconds since the epoch

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from starscan.errors import StarscanError, TableUnreadable
+from starscan.errors import StarscanError, TableRewritten, TableUnreadable, VersionUnknown
 from starscan.hadoop_paths import partition_of, unescape_path_name
 
 if TYPE_CHECKING:
@@ -94,6 +94,52 @@ def read_delta(table: str, location: str, storage: Storage, listed: list[Entry])
         files.append((path, entry.size, entry.mtime_ns, partition))
     files.sort()
     return DeltaFiles(version, schema_json, partition_columns, tuple(files))
+
+
+class DeltaChanges:
+    """A Delta table's changes between two versions, from the commits of its log: the files
+    added with a data change after the first version (what Delta's own streaming source
+    reads). Files rewritten without a data change (OPTIMIZE) are not rows appended and are
+    skipped; a file removed with a data change that was there at the first version means rows
+    were deleted or updated, which appends cannot say: TableRewritten. A commit no longer in
+    the log (log retention removed it) makes the first version unknown."""
+
+    def __init__(self, table: str, location: str, storage: Storage, current: int):
+        self.table = table
+        self.location = location
+        self.storage = storage
+        self.current = current
+
+    def added_since(self, since: int, current: int) -> list[str]:
+        if not 0 <= since <= current:
+            raise VersionUnknown(f"table {self.table} has no Delta version {since}; its current version is {current}")
+        added: dict[str, None] = {}
+        for version in range(since + 1, current + 1):
+            for action in self._commit(version, since):
+                if "add" in action and action["add"].get("dataChange", True):
+                    added[unquote(action["add"]["path"])] = None
+                elif "remove" in action and action["remove"].get("dataChange", True):
+                    path = unquote(action["remove"]["path"])
+                    if path not in added:
+                        raise TableRewritten(
+                            f"table {self.table}: Delta version {version} removed rows that were there at version "
+                            f"{since} (file {path}: a delete, update, merge or overwrite): a full read is needed, then "
+                            f"continue from version {current}")
+                    del added[path]  # appended after `since` and removed again: its rows are gone
+        return sorted(added)
+
+    def order(self, version: int) -> int | None:
+        return version if 0 <= version <= self.current else None
+
+    def _commit(self, version: int, since: int) -> list[dict[str, Any]]:
+        raw = self.storage.read_bytes(self.storage.join(self.location, DELTA_LOG, f"{version:020d}.json"))
+        if raw is None:
+            raise VersionUnknown(f"table {self.table}: commit {version} is no longer in its Delta log (log retention), "
+                                 f"so what changed after version {since} is not known; read the whole table")
+        try:
+            return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+        except ValueError:
+            raise TableUnreadable(f"table {self.table}: commit {version} of its Delta log is not JSON lines") from None
 
 
 def _refuse_deletion_vectors(table: str, version: int, delta: Any) -> None:

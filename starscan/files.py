@@ -69,6 +69,19 @@ class JsonPerTable:
         self._docs[location] = doc
         return doc
 
+    def every(self) -> list[dict[str, Any]]:
+        """Every table's document: those in memory and those only on disk."""
+        locations = set(self._docs)
+        if self.folder is not None and self.folder.is_dir():
+            for path in self.folder.glob("*.json"):
+                try:
+                    location = json.loads(path.read_text(encoding="utf-8")).get("location")
+                except (OSError, ValueError):
+                    continue
+                if isinstance(location, str):
+                    locations.add(location)
+        return [self.load(location) for location in sorted(locations)]
+
     def save(self, location: str, doc: dict[str, Any]) -> None:
         path = self._path(location)
         if path is None:

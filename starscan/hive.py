@@ -73,6 +73,11 @@ class HiveTables:
         with self._lock:
             self._snapshots.pop((db, table), None)
 
+    def changes(self, db: str, table: str) -> None:
+        """None: a Hive table's version is a hash of its file set, so the history starscan
+        keeps of the file sets it observed tells its changes, as for a folder table."""
+        return None
+
     def snapshot(self, db: str, table: str) -> CatalogTable:
         now = self._clock()
         with self._lock:
@@ -131,7 +136,7 @@ class HiveTables:
         version = hash_int("\n".join(f"{p}|{s}|{m}" for p, s, m, _ in files), 31)
         schema = json.loads(str(meta.schema().json()))
         return CatalogTable(location, storage, version, json.dumps(schema), tuple(files), partition_columns,
-                            file_format=file_format)
+                            file_format=file_format, kind="hive", versions_from_files=True)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         return asking("the Hive metastore", fn)

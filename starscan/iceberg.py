@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from cachetools import LRUCache
 
 from starscan.catalog_tables import CatalogTable, asking
-from starscan.errors import DatabaseNotFound, StarscanError, TableNotFound, TableUnreadable
+from starscan.errors import DatabaseNotFound, StarscanError, TableNotFound, TableRewritten, TableUnreadable, VersionUnknown
 from starscan.storage import StorageOptions, local_path, open_storage
 from starscan.tablets import hash_int
 
@@ -109,6 +109,9 @@ class IcebergTables:
             self._snapshots.pop((db, table), None)
             self._namespaces = None
 
+    def changes(self, db: str, table: str) -> IcebergChanges:
+        return IcebergChanges(f"{db}.{table}", self._load(db, table))
+
     def _load(self, db: str, table: str) -> Any:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
@@ -158,13 +161,95 @@ class IcebergTables:
                 if entry is None:
                     raise TableUnreadable(f"table {name}: data file {rel} of its current snapshot is missing")
                 files.append((rel, entry.size, entry.mtime_ns, ()))
-        snapshot_id = snapshot.snapshot_id if snapshot is not None else None
-        version = hash_int(f"{snapshot_id}", 31) if snapshot_id is not None else 0
+        version = snapshot_version(snapshot.snapshot_id if snapshot is not None else None)
         return CatalogTable(location, storage, version, spark_schema.json(), tuple(sorted(files)),
-                            partitions_in_folders=False)
+                            partitions_in_folders=False, kind="iceberg")
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         return asking("the Iceberg catalog", fn)
+
+def snapshot_version(snapshot_id: int | None) -> int:
+    """A snapshot's version as plans carry it (31 bits); 0 for a table with no snapshot."""
+    return hash_int(f"{snapshot_id}", 31) if snapshot_id is not None else 0
+
+
+class IcebergChanges:
+    """An Iceberg table's changes between two of its snapshots: the data files each append
+    snapshot after the first added (its manifests' ADDED entries). A ``replace`` snapshot
+    (compaction) changes no rows and is skipped; an ``overwrite`` or ``delete`` one changed
+    rows an append cannot describe: TableRewritten. A version whose snapshot expired is
+    unknown; one that is not an ancestor of the current snapshot (a rollback since) makes
+    the table rewritten."""
+
+    def __init__(self, name: str, loaded: Any):
+        self.name = name
+        self.loaded = loaded
+        self.location = loaded.location().rstrip("/")
+        if self.location.startswith("file:"):
+            self.location = local_path(self.location)
+        self._by_version = {snapshot_version(s.snapshot_id): s for s in loaded.metadata.snapshots}
+
+    def _snapshot(self, version: int) -> Any:
+        found = self._by_version.get(version)
+        if found is None and version != 0:
+            raise VersionUnknown(f"table {self.name} has no snapshot of version {version} (never one, or expired): "
+                                 "read the whole table")
+        return found
+
+    def _ancestry(self, current: int) -> list[Any]:
+        """The current snapshot and its ancestors, oldest first."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        head = self._snapshot(current)
+        return list(ancestors_of(head, self.loaded.metadata))[::-1] if head is not None else []
+
+    def added_since(self, since: int, current: int) -> list[str]:
+        from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+        from pyiceberg.table.snapshots import Operation
+
+        start = self._snapshot(since)
+        chain = self._ancestry(current)
+        ids = [s.snapshot_id for s in chain]
+        if start is not None and start.snapshot_id not in ids:
+            raise TableRewritten(f"table {self.name}: the snapshot of version {since} is not an ancestor of the current "
+                                 f"one (the table was rolled back or replaced since): a full read is needed, then "
+                                 f"continue from version {current}")
+        after = chain[ids.index(start.snapshot_id) + 1:] if start is not None else chain
+        io = self.loaded.io
+        added: list[str] = []
+        for snap in after:
+            operation = snap.summary.operation if snap.summary is not None else Operation.APPEND
+            if operation == Operation.REPLACE:
+                continue  # the same rows in other files
+            if operation != Operation.APPEND:
+                raise TableRewritten(f"table {self.name}: snapshot {snap.snapshot_id} after version {since} is an "
+                                     f"{operation.value}, which changed rows appends cannot describe: a full read "
+                                     f"is needed, then continue from version {current}")
+            try:
+                for manifest in snap.manifests(io):
+                    if manifest.content != ManifestContent.DATA or manifest.added_snapshot_id != snap.snapshot_id:
+                        continue
+                    for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                        if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snap.snapshot_id:
+                            rel = _relative(entry.data_file.file_path, self.location)
+                            if rel is None:
+                                raise TableUnreadable(f"table {self.name}: data file {entry.data_file.file_path} lies "
+                                                      f"outside the table location {self.location}")
+                            added.append(rel)
+            except StarscanError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - manifests that cannot be read
+                raise TableUnreadable(f"table {self.name}: the manifests of snapshot {snap.snapshot_id} cannot be read: "
+                                      f"{_first_line(exc)}") from None
+        return sorted(set(added))
+
+    def order(self, version: int) -> int | None:
+        chain = [snapshot_version(s.snapshot_id) for s in self._ancestry(snapshot_version(
+            self.loaded.metadata.current_snapshot_id))]
+        if version == 0:
+            return -1  # before the first snapshot
+        return chain.index(version) if version in chain else None
+
 
 def _relative(path: str, location: str) -> str | None:
     if path.startswith("file:") and not location.startswith("file:"):  # a local table: plain paths

@@ -40,10 +40,10 @@ class SchemaResolver:
             hit = self._cache.get(key)
         if hit is not None:
             return hit
+        if snap.schema_json is not None:  # the table format's own (Delta's is Spark's JSON): also when empty
+            return T.StructType.fromJson(json.loads(snap.schema_json))
         if not snap.tablets:
             raise SqlInvalid(f"table {snap.qualified_name} has no data files, so it has no schema yet")
-        if snap.schema_json is not None:  # the table format's own (Delta's is Spark's JSON)
-            return T.StructType.fromJson(json.loads(snap.schema_json))
         storage = snap.storage
         check_openable(snap.qualified_name, storage.spark_path(snap.location), (f.path for f in snap.files))
         try:

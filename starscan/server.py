@@ -89,7 +89,7 @@ class StarscanServer:
                                    Admission(self.live_settings, self.users, self.login_guard), self.audit,
                                    tablet_lists=self.tablet_lists, warehouse=self.warehouse)
         self.planner = QueryPlanner(self.live_settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists,
-                                    ConsumerPositions(settings.state_path, self.warehouse.history))
+                                    ConsumerPositions(settings.state_path))
         self.ops = Operations(self.live_settings, self.service, self.contexts, self.users, self.audit, spark,
                               lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port})
         self._subscribe_runtime_changes()

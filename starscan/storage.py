@@ -253,6 +253,17 @@ class Storage:
             return location
         return self._call(self.fs.open_input_file, self._fs_path(location))
 
+    def read_bytes(self, location: str) -> bytes | None:
+        """A whole (small) file's bytes, None when there is no such file."""
+        try:
+            if self.fs is None:
+                with open(location, "rb") as fh:
+                    return fh.read()
+            with self._call(self.fs.open_input_stream, self._fs_path(location)) as stream:
+                return bytes(stream.read())
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
     # ---- writing (starscan load into object storage) ----
     def upload(self, local_file: str, location: str) -> None:
         """Copy a local file to ``location``, in one piece as the store sees it."""

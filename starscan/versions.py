@@ -82,15 +82,13 @@ class VersionHistory:
                 break
         return sorted(added)
 
-    def order(self, location: str, version: int, missing: int | None = None) -> int:
-        """Where ``version`` stands in the table's history (larger: later); ``missing`` when
-        it is not there, or VersionUnknown when that is None."""
+    def position(self, location: str, version: int) -> int | None:
+        """Where ``version`` stands in the table's history (larger: later), None when it is
+        not there."""
         with self._lock:
             versions = [e["version"] for e in self._load(location)["log"]]
         if version not in versions:
-            if missing is not None:
-                return missing
-            raise VersionUnknown(f"version {version} of this table is not known to this server")
+            return None
         return len(versions) - 1 - versions[::-1].index(version)
 
     def _load(self, location: str) -> dict[str, Any]:

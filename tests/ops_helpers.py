@@ -94,3 +94,15 @@ def scrape(fe_url: str) -> dict:
 
 def value(samples: dict, name: str, **labels) -> float:
     return samples.get((name, frozenset((k, str(v)) for k, v in labels.items())), 0.0)
+
+
+def follow_process(fe: str, out, *extra: str, table: str = "inc.stream", consumer: str = "exporter"):
+    """A `starscan follow` process writing ``table``'s appends into ``out`` (killed by tests)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
+    return subprocess.Popen([sys.executable, "-m", "starscan", "follow", table, "--consumer", consumer,
+                             "--into", str(out), "--fe", fe, "--poll-s", "0.05", *extra],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -159,3 +159,67 @@ def test_a_vacuumed_version_is_gone(server, client, be_addr):
         reader.close()
     assert sorted(r["id"] for r in client.read("lake", "vacuumed", "select id from lake.vacuumed").to_pylist()) == \
         list(range(100, 105))
+
+
+def _since(fe_url: str, table: str, since, consumer: str | None = None):
+    import httpx
+
+    from extra_servers import basic
+
+    body = {"sql": f"select id from lake.{table}", "since_version": since}
+    if consumer is not None:
+        body["consumer"] = consumer
+    return httpx.post(f"{fe_url}/api/lake/{table}/_query_plan", content=json.dumps(body),
+                      headers={"Authorization": basic("root", "")}, timeout=60)
+
+
+def _ids_since(client, table: str, since: int) -> tuple[list[int], int]:
+    sql = f"select id from lake.{table}"
+    plan = client.plan("lake", table, sql, since_version=since)
+    rows = client.read("lake", table, sql, plan=plan).column("id").to_pylist() if plan["partitions"] else []
+    return sorted(rows), plan["version"]
+
+
+def test_incremental_reads_of_a_delta_table_are_its_logs_appends(server, client, fe_url):
+    """since_version on a Delta table: the files added with a data change by the commits
+    after that version; a compaction (no data change) is skipped; a delete since that version
+    is refused, as is a version the log does not hold."""
+    location = _table(server, "appends")
+    write_deltalake(str(location), _rows(0, 100))                            # version 0
+    write_deltalake(str(location), _rows(100, 50), mode="append")            # 1
+    write_deltalake(str(location), _rows(150, 25), mode="append")            # 2
+    server.warehouse.invalidate("lake", "appends")
+    assert _ids_since(client, "appends", 0) == (list(range(100, 175)), 2)
+    assert _ids_since(client, "appends", 1) == (list(range(150, 175)), 2)
+    assert _ids_since(client, "appends", 2) == ([], 2)
+    DeltaTable(str(location)).optimize.compact()                             # 3: the same rows in fewer files
+    write_deltalake(str(location), _rows(500, 10), mode="append")            # 4
+    server.warehouse.invalidate("lake", "appends")
+    assert _ids_since(client, "appends", 2) == (list(range(500, 510)), 4)
+    r = _since(fe_url, "appends", 0)  # its appended files were compacted into others
+    assert r.status_code == 409 and "full read" in r.json()["exception"], r.text
+    DeltaTable(str(location)).delete("id = 3")                               # 5
+    server.warehouse.invalidate("lake", "appends")
+    r = _since(fe_url, "appends", 4)
+    assert r.status_code == 409 and "version 5 removed rows" in r.json()["exception"], r.text
+    assert _ids_since(client, "appends", 5) == ([], 5)
+    r = _since(fe_url, "appends", 6)
+    assert r.status_code == 404 and "no Delta version 6" in r.json()["exception"], r.text
+    # a consumer's position is a Delta version: monotonic, and one the table has
+    assert client.commit("lake", "appends", "d1", 4) == {"consumer": "d1", "version": 4}
+    write_deltalake(str(location), _rows(900, 5), mode="append")             # 6
+    server.warehouse.invalidate("lake", "appends")
+    nxt = client.plan("lake", "appends", "select id from lake.appends where id >= 3", consumer="d2")
+    assert "since_version" not in nxt  # d2 committed nothing: the whole table
+    r = _since(fe_url, "appends", 5, consumer="d1")  # an explicit since_version wins over the position
+    assert r.status_code == 200 and r.json()["since_version"] == 5 and r.json()["version"] == 6
+    assert client.commit("lake", "appends", "d1", 6)["version"] == 6
+    import httpx
+
+    from extra_servers import basic
+    back = httpx.post(f"{fe_url}/api/lake/appends/_consumers/d1/commit", content=json.dumps({"version": 5}),
+                      headers={"Authorization": basic("root", "")}, timeout=60)
+    assert back.status_code == 409 and "never moves back" in back.json()["exception"]
+    ahead = httpx.post(f"{fe_url}/api/lake/appends/_consumers/d1/commit", content=json.dumps({"version": 7}),
+                       headers={"Authorization": basic("root", "")}, timeout=60)
+    assert ahead.status_code == 404, ahead.text

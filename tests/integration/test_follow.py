@@ -8,8 +8,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -17,6 +15,7 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from ops_helpers import follow_process
 
 VERSIONS = 60
 ROWS_PER_VERSION = 25
@@ -30,13 +29,6 @@ def _append(location, i: int) -> None:
     tmp = location / f".part-{i:04d}.tmp"  # hidden while written, then renamed: writers publish whole files
     pq.write_table(table, tmp)
     os.replace(tmp, location / f"part-{i:04d}.parquet")
-
-
-def _follow(fe: str, out, *extra: str, table: str = "inc.stream", consumer: str = "exporter") -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    return subprocess.Popen([sys.executable, "-m", "starscan", "follow", table, "--consumer", consumer,
-                             "--into", str(out), "--fe", fe, "--poll-s", "0.05", *extra],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 class CommitHold:
@@ -91,12 +83,12 @@ def test_a_consumer_killed_between_its_output_and_its_commit_writes_nothing_twic
         _append(location, i)
         proxy.hold.set()
         proxy.held.clear()
-        proc = _follow(proxy.address, out, table="inc.held", consumer="held")
+        proc = follow_process(proxy.address, out, table="inc.held", consumer="held")
         assert proxy.held.wait(120), "the consumer never reached a commit"
         proc.send_signal(signal.SIGKILL)  # its file is in place, its position is not committed
         proc.wait(30)
     proxy.hold.clear()
-    final = _follow(proxy.address, out, "--stop-when-idle", table="inc.held", consumer="held")
+    final = follow_process(proxy.address, out, "--stop-when-idle", table="inc.held", consumer="held")
     _, err = final.communicate(timeout=300)
     assert final.returncode == 0, err.decode(errors="replace")[-2000:]
     seen = Counter(x for path in out.glob("*-*.parquet") for x in pq.read_table(path).column("id").to_pylist())
@@ -123,7 +115,7 @@ def test_a_killed_consumer_delivers_every_appended_row_exactly_once(server, tmp_
     threading.Thread(target=writer, daemon=True).start()
     kills = 0
     while not done.is_set() or kills < 6:
-        proc = _follow(fe, out)
+        proc = follow_process(fe, out)
         time.sleep(rng.uniform(0.3, 2.0))  # before, inside or after a step, or before its commit
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -131,7 +123,7 @@ def test_a_killed_consumer_delivers_every_appended_row_exactly_once(server, tmp_
         if kills > 40:
             break
     assert done.wait(120)
-    final = _follow(fe, out, "--stop-when-idle")
+    final = follow_process(fe, out, "--stop-when-idle")
     _, err = final.communicate(timeout=300)
     assert final.returncode == 0, err.decode(errors="replace")[-2000:]
 

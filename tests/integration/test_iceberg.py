@@ -185,3 +185,110 @@ def test_a_plan_reads_its_snapshot_while_a_writer_commits(ice_server, catalog):
     ice_server.warehouse.invalidate("ice", "busy")
     now = _read(ice_server, "select id from ice.busy", "busy")
     assert now.num_rows == 2000 - 100 + 10
+
+
+def _since(srv, table: str, since, consumer: str | None = None):
+    import json
+
+    import httpx
+
+    body = {"sql": f"select id from ice.{table}", "since_version": since}
+    if consumer is not None:
+        body["consumer"] = consumer
+    return httpx.post(f"http://127.0.0.1:{srv.http_port}/api/ice/{table}/_query_plan", content=json.dumps(body),
+                      headers={"Authorization": basic("root", "")}, timeout=60)
+
+
+def _ids_since(srv, table: str, since) -> tuple[list[int], int]:
+    from starscan.client import StarscanClient
+
+    client = StarscanClient(f"http://127.0.0.1:{srv.http_port}", "root", "")
+    sql = f"select id from ice.{table}"
+    body = client.plan("ice", table, sql, since_version=since, cursor=True)
+    rows = client.read("ice", table, sql, plan=body).column("id").to_pylist() if body["partitions"] else []
+    return sorted(rows), body["version"]
+
+
+def test_incremental_reads_of_an_iceberg_table_are_its_append_snapshots(ice_server, catalog):
+    """since_version on an Iceberg table: the data files the append snapshots after it added;
+    a delete or overwrite since is refused, as is a snapshot the table does not have."""
+    table = catalog.create_table("ice.appends", schema=_rows(0, 5).schema)
+    empty, v0 = _ids_since(ice_server, "appends", None)  # no snapshot yet: version 0, nothing to read
+    assert (empty, v0) == ([], 0)
+    table.append(_rows(0, 100))
+    _, va = _ids_since(ice_server, "appends", None)
+    table.append(_rows(100, 50))
+    table.append(_rows(150, 25))
+    assert _ids_since(ice_server, "appends", 0)[0] == list(range(175))
+    ids, vc = _ids_since(ice_server, "appends", va)
+    assert ids == list(range(100, 175)) and vc != va
+    assert _ids_since(ice_server, "appends", vc) == ([], vc)
+    table.delete("id = 160")  # copy-on-write: a file rewritten, one row gone
+    r = _since(ice_server, "appends", vc)
+    assert r.status_code == 409 and "full read" in r.json()["exception"], r.text
+    _, vd = _ids_since(ice_server, "appends", None)
+    table.append(_rows(700, 5))
+    ids, ve = _ids_since(ice_server, "appends", vd)
+    assert ids == list(range(700, 705))
+    r = _since(ice_server, "appends", 12345)
+    assert r.status_code == 404 and "no snapshot of version 12345" in r.json()["exception"], r.text
+    from starscan.client import StarscanClient
+
+    client = StarscanClient(f"http://127.0.0.1:{ice_server.http_port}", "root", "")
+    assert client.commit("ice", "appends", "ice-1", ve)["version"] == ve
+    import json
+
+    import httpx
+    back = httpx.post(f"http://127.0.0.1:{ice_server.http_port}/api/ice/appends/_consumers/ice-1/commit",
+                      content=json.dumps({"version": vd}), headers={"Authorization": basic("root", "")}, timeout=60)
+    assert back.status_code == 409 and "never moves back" in back.json()["exception"], back.text
+    assert client.plan("ice", "appends", "select id from ice.appends", consumer="ice-1")["partitions"] == {}
+
+
+@pytest.mark.slow  # starts `starscan follow` processes of its own
+def test_a_killed_consumer_follows_an_iceberg_table_exactly_once(ice_server, catalog, tmp_path):
+    """A writer appends 50 snapshots with pyiceberg while `starscan follow` processes are
+    killed with SIGKILL at random moments and started again: every row exactly once."""
+    import random
+    import signal
+    import threading
+    import time
+    from collections import Counter
+
+    import pyarrow.parquet as pq
+
+    from ops_helpers import follow_process
+
+    versions, per_version = 50, 20
+    table = catalog.create_table("ice.follow", schema=_rows(0, 5).schema)
+    table.append(_rows(0, per_version))
+    done = threading.Event()
+
+    def writer() -> None:
+        for i in range(1, versions):
+            table.append(_rows(i * per_version, per_version))
+            time.sleep(random.uniform(0.01, 0.1))
+        done.set()
+
+    fe = f"127.0.0.1:{ice_server.http_port}"
+    out = tmp_path / "out"
+    rng = random.Random(20261124)
+    threading.Thread(target=writer, daemon=True).start()
+    kills = 0
+    while (not done.is_set() or kills < 6) and kills <= 40:
+        proc = follow_process(fe, out, table="ice.follow", consumer="ice-exporter")
+        time.sleep(rng.uniform(0.3, 2.0))  # before, inside or after a step, or before its commit
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        kills += 1
+    assert done.wait(120)
+    final = follow_process(fe, out, "--stop-when-idle", table="ice.follow", consumer="ice-exporter")
+    _, err = final.communicate(timeout=300)
+    assert final.returncode == 0, err.decode(errors="replace")[-2000:]
+    seen: Counter = Counter()
+    for path in sorted(out.glob("*-*.parquet")):
+        step = pq.read_table(path)
+        seen.update(zip(step.column("id").to_pylist(), step.column("city").to_pylist()))
+    expected = Counter((r["id"], r["city"]) for r in _rows(0, versions * per_version).to_pylist())
+    assert len(table.history()) == versions and kills >= 6
+    assert seen == expected, (sum(seen.values()), len(expected), [k for k, n in seen.items() if n > 1][:5])
