@@ -15,6 +15,7 @@ from starscan import __version__
 SCANNER_COLUMNS = ("context", "user", "table", "columns", "rows sent", "bytes sent", "throughput", "age", "idle",
                    "Spark jobs", "")
 PLAN_COLUMNS = ("time", "user", "client", "table", "status", "ms", "tablets", "query id")
+CONSUMER_COLUMNS = ("table", "consumer", "committed version", "table version", "lag (versions)", "lag (bytes)", "state")
 
 
 def human_bytes(n: float) -> str:
@@ -54,6 +55,20 @@ def _plan_rows(plans: list[dict]) -> str:
         out.append(f'<tr title="{title}">' + "".join(f"<td>{escape(str(v if v is not None else '-'))}</td>" for v in values)
                    + "</tr>")
     return "\n".join(out)
+
+
+def _consumer_cells(c: dict) -> list[str]:
+    """A consumer row's cell texts (the script below builds the same)."""
+    lag_v = "-" if c["lag_versions"] is None else f"{c['lag_versions']:,}"
+    lag_b = "-" if c["lag_bytes"] is None else human_bytes(c["lag_bytes"])
+    table_version = "-" if c["table_version"] is None else str(c["table_version"])
+    return [c["table"], c["consumer"], str(c["committed_version"]), table_version, lag_v, lag_b, c["state"]]
+
+
+def _consumer_rows(consumers: list[dict]) -> str:
+    if not consumers:
+        return f'<tr class="empty"><td colspan="{len(CONSUMER_COLUMNS)}">no consumers</td></tr>'
+    return "\n".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in _consumer_cells(c)) + "</tr>" for c in consumers)
 
 
 def _head(columns) -> str:
@@ -96,6 +111,16 @@ function renderPlans(list){
     for(const v of [p.ts,p.user,p.client,p.table,p.status,p.duration_ms,p.tablets,p.query_id])r.appendChild(td(v==null?"-":String(v)));
     body.appendChild(r)}
 }
+function renderConsumers(list){
+  const body=document.getElementById("consumers-body");body.replaceChildren();
+  if(!list.length){const r=document.createElement("tr");r.className="empty";const c=td("no consumers");c.colSpan=7;
+    r.appendChild(c);body.appendChild(r);return}
+  for(const c of list){const r=document.createElement("tr");
+    for(const v of [c.table,c.consumer,String(c.committed_version),c.table_version==null?"-":String(c.table_version),
+      c.lag_versions==null?"-":c.lag_versions.toLocaleString("en"),c.lag_bytes==null?"-":hb(c.lag_bytes),c.state])
+      r.appendChild(td(v));
+    body.appendChild(r)}
+}
 function drawChart(points){
   const cv=document.getElementById("chart");const w=cv.width=cv.clientWidth,h=cv.height=cv.clientHeight;
   const g=cv.getContext("2d");g.clearRect(0,0,w,h);
@@ -108,7 +133,7 @@ function drawChart(points){
 }
 async function refresh(){
   try{const r=await fetch("/api/admin/state",{credentials:"same-origin"});if(!r.ok)throw new Error("HTTP "+r.status);
-    const s=await r.json();renderScanners(s.scanners);renderPlans(s.recent_plans);drawChart(s.throughput);
+    const s=await r.json();renderScanners(s.scanners);renderPlans(s.recent_plans);renderConsumers(s.consumers||[]);drawChart(s.throughput);
     document.getElementById("status").textContent="updated "+new Date().toLocaleTimeString();
   }catch(e){document.getElementById("status").textContent="refresh failed: "+e.message}
 }
@@ -140,6 +165,10 @@ def render_page(user: str | None, state: dict | None, refused: str | None = None
 </tbody></table>
 <h2>Throughput <span class="muted" id="rate"></span></h2>
 <canvas id="chart"></canvas>
+<h2>Consumers</h2>
+<table id="consumers"><thead>{_head(CONSUMER_COLUMNS)}</thead><tbody id="consumers-body">
+{_consumer_rows(state.get("consumers", []))}
+</tbody></table>
 <h2>Recent plans</h2>
 <table id="plans"><thead>{_head(PLAN_COLUMNS)}</thead><tbody id="plans-body">
 {_plan_rows(state["recent_plans"])}

@@ -18,6 +18,7 @@ from starscan.config import Settings
 from starscan.consumers import ConsumerPositions, check_consumer_name
 from starscan.errors import BadRequest, RequestTooLarge, SqlInvalid
 from starscan.planner import sql as sqlmod
+from starscan.planner.consumer_lag import ConsumerLag, consumer_lags
 from starscan.planner.pruning import prune
 from starscan.runtime_config import LiveSettings
 from starscan.schemas import SchemaResolver, schema_hash
@@ -191,6 +192,10 @@ class QueryPlanner:
         snap = self.warehouse.snapshot(db, table)
         committed = self.consumers.committed(snap.location, name) if self.consumers is not None else None
         return {"consumer": name, "version": committed, "table_version": snap.version}
+
+    def consumer_lags(self) -> list[ConsumerLag]:
+        """Every consumer's lag behind its table (the admin page, /metrics)."""
+        return consumer_lags(self.warehouse, self.consumers) if self.consumers is not None else []
 
     def commit_consumer(self, db: str, table: str, name: str, version: int, user: str) -> dict:
         snap = self.warehouse.snapshot(db, table)  # observes the current version

@@ -14,6 +14,7 @@ from typing import Any
 
 from starscan.audit import AuditLog
 from starscan.config import Settings
+from starscan.planner.consumer_lag import ConsumerLag, ConsumerLagMetrics
 from starscan.provider.contexts import ScanContextManager
 from starscan.provider.instrumentation import BeInstrumentation
 from starscan.provider.metrics import ScanMetrics
@@ -31,14 +32,17 @@ _SECRET_WORDS = ("secret", "password", "passwd", "token", "credential", "key")
 
 class Operations:
     def __init__(self, live: LiveSettings, service: ScanService, contexts: ScanContextManager, users: UserStore,
-                 audit: AuditLog, spark, bound_ports: Callable[[], dict[str, int | None]]):
+                 audit: AuditLog, spark, bound_ports: Callable[[], dict[str, int | None]],
+                 consumer_lags: Callable[[], list[ConsumerLag]] = list):
         self.live = live
+        self.consumer_lags = consumer_lags  # incremental readers' lag (the admin page, /metrics)
         self.users = users
         self.contexts = contexts
         self._bound_ports = bound_ports
         self.metrics = ScanMetrics(contexts, lambda: service.budget)
         service.engine_listeners.append(lambda engine: self.metrics.scans_by_engine.labels(engine).inc())
         self.metrics.registry.register(CacheMetrics(lambda: service.result_cache))
+        self.metrics.registry.register(ConsumerLagMetrics(lambda: self.consumer_lags()))
         self.profiles = ProfileStore(live.current.profile_retention_s)
         self.jobs = SparkJobTracker(spark, self.metrics)
         self.be = BeInstrumentation(contexts, self.metrics, self.profiles, self.jobs,

@@ -91,7 +91,8 @@ class StarscanServer:
         self.planner = QueryPlanner(self.live_settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists,
                                     ConsumerPositions(settings.state_path))
         self.ops = Operations(self.live_settings, self.service, self.contexts, self.users, self.audit, spark,
-                              lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port})
+                              lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port},
+                              self.planner.consumer_lags)
         self._subscribe_runtime_changes()
 
     @property

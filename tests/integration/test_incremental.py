@@ -151,3 +151,31 @@ def test_consumer_routes_need_the_tables_select_grant(server, client, fe_url, ev
         (committed.text, read.text, planned.text)
     assert all("SELECT privilege" in r.text for r in (committed, read, planned))
     assert client.plan("inc", "events", "select id from inc.events", consumer="x")["version"] == v0  # root may
+
+
+def test_consumers_and_their_lag_are_on_the_admin_page_and_in_metrics(server, client, fe_url, events):
+    from ops_helpers import scrape, value
+
+    sql = "select id from inc.events"
+    first = client.plan("inc", "events", sql, consumer="lagging")
+    client.commit("inc", "events", "lagging", first["version"])
+    _write(events, "part-1.parquet", range(100, 130))
+    _write(events, "part-2.parquet", range(130, 140))
+    server.warehouse.snapshot("inc", "events")  # the server lists the table (a version with one file more)...
+    _write(events, "part-3.parquet", range(140, 141))  # ...and again
+    appended = sum((events / f"part-{i}.parquet").stat().st_size for i in (1, 2, 3))
+    auth = {"Authorization": basic("root", "")}
+    state = httpx.get(f"{fe_url}/api/admin/state", headers=auth, timeout=60).json()
+    row = next(c for c in state["consumers"] if c["table"] == "inc.events" and c["consumer"] == "lagging")
+    assert (row["committed_version"], row["lag_bytes"], row["state"]) == (first["version"], appended, "ok"), row
+    assert row["lag_versions"] == 2 and row["table_version"] == server.warehouse.snapshot("inc", "events").version
+    samples = scrape(fe_url)
+    assert value(samples, "starscan_consumer_lag_versions", table="inc.events", consumer="lagging") == 2
+    assert value(samples, "starscan_consumer_lag_bytes", table="inc.events", consumer="lagging") == appended
+    page = httpx.get(f"{fe_url}/admin", headers=auth, timeout=60).text
+    assert "<td>lagging</td>" in page and "<h2>Consumers</h2>" in page
+    _write(events, "part-0.parquet", range(0, 90))  # rewritten: the lag cannot be told
+    state = httpx.get(f"{fe_url}/api/admin/state", headers=auth, timeout=60).json()
+    row = next(c for c in state["consumers"] if c["table"] == "inc.events" and c["consumer"] == "lagging")
+    assert row["state"] == "rewritten" and row["lag_bytes"] is None
+    assert value(scrape(fe_url), "starscan_consumers_lag_unknown") >= 1
