@@ -18,6 +18,7 @@ from starscan.config import Settings
 from starscan.consumers import ConsumerPositions, check_consumer_name
 from starscan.errors import BadRequest, RequestTooLarge, SqlInvalid
 from starscan.planner import sql as sqlmod
+from starscan.planner.be_membership import BeMembership
 from starscan.planner.consumer_lag import ConsumerLag, consumer_lags
 from starscan.planner.pruning import prune
 from starscan.runtime_config import LiveSettings
@@ -101,9 +102,11 @@ def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanReques
 
 class QueryPlanner:
     def __init__(self, settings: Settings | LiveSettings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.Signer,
-                 tablet_lists: TabletLists | None = None, consumers: ConsumerPositions | None = None):
+                 tablet_lists: TabletLists | None = None, consumers: ConsumerPositions | None = None,
+                 membership: BeMembership | None = None):
         self.live = LiveSettings.of(settings)
         self.consumers = consumers
+        self.membership = membership  # the live BEs, when be_endpoints names several (planner.be_membership)
         settings = self.live.current
         self.tablet_lists = tablet_lists if tablet_lists is not None else TabletLists(settings.tablet_lists_max_bytes)
         self.warehouse = warehouse
@@ -222,7 +225,10 @@ class QueryPlanner:
         tablets in the plan whatever their size (an incremental plan's tablets are not the
         snapshot's, whose list a digest names)."""
         inline_max = 1 << 62 if inline else self.settings.plan_inline_tablets_max_bytes
-        key = (str(snap.location), snap.version, shash, inline_max, tuple(t.tablet_id for t in tablets))
+        live = self.membership.live() if self.membership is not None else None
+        if self.membership is not None and not live:
+            raise self.membership.none_alive()
+        key = (str(snap.location), snap.version, shash, inline_max, tuple(t.tablet_id for t in tablets), live)
         with self._parts_lock:
             hit = self._parts_cache.get(key)
         if hit is not None:
@@ -233,10 +239,13 @@ class QueryPlanner:
         else:
             full = pack_snapshot(snap)
             value = TabletParts(b"", self.tablet_lists.put(full), [t.tablet_id for t in tablets], full, b"")
-        routings = self.settings.routings
-        partitions = {
-            str(t.tablet_id): {"routings": list(routings), "version": snap.version, "schemaHash": shash} for t in tablets
-        }
+        if self.membership is not None and live:
+            partitions = {str(t.tablet_id): {"routings": self.membership.routings_of(t.tablet_id, live),
+                                             "version": snap.version, "schemaHash": shash} for t in tablets}
+        else:
+            routings = self.settings.routings
+            partitions = {str(t.tablet_id): {"routings": list(routings), "version": snap.version, "schemaHash": shash}
+                          for t in tablets}
         value.partitions_json = json.dumps(partitions, separators=(",", ":")).encode("ascii")
         with self._parts_lock:
             self._parts_cache[key] = value

@@ -12,7 +12,7 @@ from starscan.catalog import Warehouse
 from starscan.config import Settings
 from starscan.errors import InternalError, InvalidArgument, NotFound, ScanCancelled, SnapshotGone, SparkUnavailable, StarscanError
 from starscan.logs import scan_fields
-from starscan.protocol_extensions import EOS_ROWS_PROPERTY
+from starscan.protocol_extensions import EOS_ROWS_PROPERTY, ORDERED_PROPERTY
 from starscan.provider.admission import Admission
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.push_listener import PushListener
@@ -168,6 +168,7 @@ class ScanService:
         ctx.table = f"{plan.database}.{plan.table}"
         ctx.batch_size = params.batch_size
         ctx.report_rows = str((params.properties or {}).get(EOS_ROWS_PROPERTY, "")).lower() == "true"
+        ordered = str((params.properties or {}).get(ORDERED_PROPERTY, "")).lower() == "true"
         columns = [(c.name, c.primitive_type) for c in plan.columns]
         storage = open_storage(plan.table_location, self.settings.storage_options)  # the store's one client
         cache = self.result_cache
@@ -191,9 +192,9 @@ class ScanService:
             limit = min(limit, params.mem_limit)
         queue = ResultQueue(limit, self.budget)
         scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id, self.push_listener(),
-                         tasks_per_scanner=self.settings.scan_tasks_per_scanner,
+                         tasks_per_scanner=1 if ordered else self.settings.scan_tasks_per_scanner,
                          yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
-                         engine=self.settings.scan_engine, storage=storage)
+                         engine=self.settings.scan_engine, storage=storage, ordered=ordered)
         scan.on_engine = lambda engine, ctx=ctx: self._engine_chosen(ctx, engine)
         scan.batch_rows = params.batch_size
         ctx.queue, ctx.scan = queue, scan

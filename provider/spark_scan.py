@@ -90,9 +90,10 @@ class SparkScan:
 
     def __init__(self, spark, plan, plan_tablets: list, tablet_ids: list[int], queue: ResultQueue, context_id: str,
                  listener: PushListener, tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0,
-                 pool: str = "default", engine: str = "auto", storage: Storage = LOCAL):
+                 pool: str = "default", engine: str = "auto", storage: Storage = LOCAL, ordered: bool = False):
         self._setup(spark, queue, context_id, listener, tasks_per_scanner, yield_after_s, pool)
         self.storage = storage
+        self.ordered = ordered
         self.engine_setting = engine
         self.plan = plan
         self.description = f"{plan.database}.{plan.table}"
@@ -214,6 +215,7 @@ class SparkScan:
         self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
         self.time_zone = spark.conf.get("spark.sql.session.timeZone")
         self.storage = LOCAL  # where the plan's files are
+        self.ordered = False  # splits one at a time, in order (protocol_extensions.ORDERED_PROPERTY)
 
 
     # ---- lifecycle ----
@@ -376,7 +378,10 @@ class SparkScan:
                     raise sink.error
                 if state.yielded:
                     yielded.add(split)
-                    pending.append(split)
+                    if self.ordered:
+                        pending.appendleft(split)  # it goes on before any later split starts
+                    else:
+                        pending.append(split)
                     continue
                 raise ScanFailed(f"Spark finished split {split} of the scan, but its rows did not all reach the BE")
 

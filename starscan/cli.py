@@ -98,12 +98,18 @@ def version() -> None:
 
 
 LogFormatOpt = typer.Option(None, "--log-format", help="human (default) or json: one JSON object per log line")
+FE_SPARK_MASTER = "local[2]"
+ROLES = ("all", "fe", "be")
 
 
 def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
     settings = _settings(conf, log_format=log_format, **overrides)
     _logging(settings.log_format, settings.log_level)
     log = logging.getLogger("starscan")
+    if fe and not be:
+        # An FE runs no scans: its Spark only infers schemas, answers the MySQL port's
+        # SELECTs and writes the demo. A small local one, whatever spark_master says.
+        settings = settings.model_copy(update={"spark_master": FE_SPARK_MASTER})
     spark = _spark(settings)
     from starscan.logs import quiet_spark
     from starscan.server import StarscanServer
@@ -177,12 +183,21 @@ def serve(
     demo_scale: float | None = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
     bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
     advertise_host: str | None = typer.Option(None, "--advertise-host", help="host put in routings"),
+    role: str = typer.Option("all", "--role", help="all (FE and BE in one process), fe (plans, schemas, MySQL port) "
+                             "or be (Thrift scanners, health and metrics on --be-http-port)"),
+    be_endpoints: str | None = typer.Option(None, "--be-endpoints", help="every BE as host:port, host:port: the FE "
+                                            "probes them and routes tablets to those that answer"),
+    be_http_port: int | None = typer.Option(None, "--be-http-port", help="a BE node's HTTP port (default 8040)"),
     log_format: str | None = LogFormatOpt,
 ) -> None:
-    """Start FE (HTTP + MySQL) and BE (Thrift) on one SparkSession; create the demo database in an empty warehouse."""
-    _run_server(True, True, conf, log_format, http_port=http_port, be_port=be_port, query_port=query_port,
-                warehouse=warehouse, spark_master=spark_master, demo_scale=demo_scale, bind_host=bind_host,
-                advertise_host=advertise_host)
+    """Start FE (HTTP + MySQL) and BE (Thrift) on one SparkSession, or one role; create the demo database in an empty warehouse."""
+    if role not in ROLES:
+        _fail(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+    fe, be = role in ("all", "fe"), role in ("all", "be")
+    overrides = dict(http_port=http_port, be_port=be_port, query_port=query_port, warehouse=warehouse,
+                     spark_master=spark_master, demo_scale=demo_scale, bind_host=bind_host,
+                     advertise_host=advertise_host, be_endpoints=be_endpoints, be_http_port=be_http_port)
+    _run_server(fe, be, conf, log_format, **overrides)
 
 
 @app.command()
@@ -196,7 +211,7 @@ def fe(
     be_endpoints: str | None = typer.Option(None, "--be-endpoints", help="the BEs as host:port, host:port (routings)"),
     log_format: str | None = LogFormatOpt,
 ) -> None:
-    """Start only the FE (HTTP + MySQL): plans point at --be-endpoints; share the warehouse and plan secret with the BEs."""
+    """Start only the FE (HTTP + MySQL), as serve --role fe: plans point at the live --be-endpoints; share the warehouse and plan secret with the BEs."""
     _run_server(True, False, conf, log_format, http_port=http_port, query_port=query_port, warehouse=warehouse,
                 demo_scale=demo_scale, bind_host=bind_host, be_endpoints=be_endpoints)
 
@@ -208,11 +223,12 @@ def be(
     warehouse: str | None = WarehouseOpt,
     spark_master: str | None = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
     bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
+    be_http_port: int | None = typer.Option(None, "--be-http-port", help="HTTP port for health and metrics (default 8040)"),
     log_format: str | None = LogFormatOpt,
 ) -> None:
-    """Start only a BE (Thrift scanners on Spark); it verifies plans with the shared plan secret."""
+    """Start only a BE (Thrift scanners on Spark), as serve --role be; it verifies plans with the shared plan secret."""
     _run_server(False, True, conf, log_format, be_port=be_port, warehouse=warehouse, spark_master=spark_master,
-                bind_host=bind_host)
+                bind_host=bind_host, be_http_port=be_http_port)
 
 
 @app.command()

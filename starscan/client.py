@@ -21,7 +21,7 @@ from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.rpc import make_client
 from thriftpy2.transport import TCyBufferedTransportFactory, TTransportException
 
-from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
+from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY, ORDERED_PROPERTY
 from starscan.thrift_defs import wire
 
 if TYPE_CHECKING:
@@ -35,6 +35,29 @@ class ScanError(Exception):
         self.messages = list(status.error_msgs or [])
         name = wire.TStatusCode._VALUES_TO_NAMES.get(status.status_code, str(status.status_code))
         super().__init__(f"{call}: {name}: {'; '.join(self.messages)}")
+
+
+class _BackendLost(Exception):
+    """The BE a scanner was on is gone (its connection fails, or it no longer knows the
+    scanner): the scanner may go on on the tablets' next routing."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+#: The first pause before a scanner is opened on the next routing; it doubles up to the max.
+FAILOVER_PAUSE_S = 0.2
+FAILOVER_PAUSE_MAX_S = 5.0
+
+
+def _is_lost(status: Any) -> bool:
+    """A status that says the BE lost the scanner rather than that the scan is wrong: the
+    context is unknown (the BE restarted), or the BE is shutting down or has no Spark."""
+    code = status.status_code
+    text = " ".join(status.error_msgs or [])
+    return (code == wire.TStatusCode.NOT_FOUND and "context" in text.lower()) or \
+        code == wire.TStatusCode.SERVICE_UNAVAILABLE or "shutting down" in text
 
 
 class ScanIntegrityError(Exception):
@@ -74,6 +97,7 @@ class ScanStats:
     first_batch_s: float | None = None
     columns: list[tuple[str, int]] = field(default_factory=list)
     retries: int = 0        # calls repeated on a new connection after the connection failed
+    failovers: int = 0      # scanners opened again on the next routing after their BE was lost
     verified: int = 0       # scanners whose end-of-scan row count the server reported and matched
 
 
@@ -132,12 +156,15 @@ def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ss
 
 class StarscanClient:
     """``retries``: how often a BE call is repeated on a new connection after a connection
-    failure (the same offset, so no row is lost or doubled). ``be_host_mapping``: routing
-    ``host:port`` -> the address to connect to (as Flink's ``scan.be-host-mapping-list``)."""
+    failure (the same offset, so no row is lost or doubled). ``failovers``: how often a
+    scanner whose BE is lost is opened again on its tablets' next routing (as the Spark
+    connector's ``starrocks.request.retries``; 0: never, and the scan's rows come in any
+    order). ``be_host_mapping``: routing ``host:port`` -> the address to connect to (as
+    Flink's ``scan.be-host-mapping-list``)."""
 
     def __init__(self, fe: str, user: str = "root", password: str = "", timeout_s: float = 60.0,
                  retries: int = 3, be_host_mapping: dict[str, str] | None = None,
-                 ssl_context: ssl.SSLContext | None = None, token: str | None = None):
+                 ssl_context: ssl.SSLContext | None = None, token: str | None = None, failovers: int = 3):
         """``ssl_context``: TLS for both ports (an ``https://`` FE and a `be_tls` BE);
         ``token``: a bearer token for the FE instead of the password."""
         self.fe = fe if fe.startswith("http") else f"{'https' if ssl_context else 'http'}://{fe}"
@@ -147,6 +174,7 @@ class StarscanClient:
         self.token = token
         self.timeout_s = timeout_s
         self.retries = retries
+        self.failovers = failovers
         self.be_host_mapping = dict(be_host_mapping or {})
 
     def _auth(self) -> str:
@@ -241,58 +269,98 @@ class StarscanClient:
     def batches(self, db: str, table: str, sql: str, batch_size: int = 4096, stats: ScanStats | None = None,
                 keep_alive_min: int | None = None, mem_limit: int | None = None, query_timeout: int | None = None,
                 since_version: int | None = None, plan: dict[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
+        """The plan's rows. Tablets are read on their first routing, those sharing it by one
+        scanner; when that BE is lost (its connection fails past ``retries``, or it no longer
+        knows the scanner), the scanner is opened again with the same plan on the tablets'
+        next routing and the rows already handed out are skipped, at most ``failovers``
+        times per scanner with a growing pause. The scanners ask for rows in a fixed order
+        (``ORDERED_PROPERTY``) so that the skip is exact: no row is lost or handed out twice."""
         import time
 
         started = time.perf_counter()
         stats = stats if stats is not None else ScanStats()
         plan = plan if plan is not None else self.plan(db, table, sql, since_version)
-        groups: dict[str, list[int]] = {}
+        groups: dict[tuple[str, ...], list[int]] = {}
         for tablet, info in plan["partitions"].items():
-            groups.setdefault(info["routings"][0], []).append(int(tablet))
-        for endpoint, tablets in groups.items():
-            host, port = self.be_host_mapping.get(endpoint, endpoint).split(":")
-            conn = _Connection(host, int(port), self.timeout_s, self.retries, stats, self.ssl_context)
+            groups.setdefault(tuple(info["routings"]), []).append(int(tablet))
+        for routings, tablets in groups.items():
+            handed = 0
+            lost = 0
+            while True:
+                endpoint = routings[lost % len(routings)]
+                try:
+                    for batch in self._scan_on(endpoint, db, table, plan, tablets, batch_size, stats, keep_alive_min,
+                                               mem_limit, query_timeout, skip=handed):
+                        if stats.first_batch_s is None:
+                            stats.first_batch_s = time.perf_counter() - started
+                        handed += batch.num_rows
+                        stats.rows += batch.num_rows
+                        stats.batches += 1
+                        stats.bytes += batch.nbytes
+                        yield batch
+                    break
+                except _BackendLost as exc:
+                    lost += 1
+                    if lost > self.failovers:
+                        raise exc.error from None
+                    stats.failovers += 1
+                    time.sleep(min(FAILOVER_PAUSE_S * 2 ** (lost - 1), FAILOVER_PAUSE_MAX_S))
+
+    def _scan_on(self, endpoint: str, db: str, table: str, plan: dict[str, Any], tablets: list[int], batch_size: int,
+                 stats: ScanStats, keep_alive_min: int | None, mem_limit: int | None, query_timeout: int | None,
+                 skip: int) -> Iterator[pa.RecordBatch]:
+        """One scanner on one BE, without its first ``skip`` rows; _BackendLost when the BE is."""
+        host, port = self.be_host_mapping.get(endpoint, endpoint).split(":")
+        conn = _Connection(host, int(port), self.timeout_s, self.retries, stats, self.ssl_context)
+        properties = {EOS_ROWS_PROPERTY: "true"}
+        if self.failovers > 0:
+            properties[ORDERED_PROPERTY] = "true"
+        try:
             try:
                 opened = conn.call("open_scanner", wire.TScanOpenParams(
                     cluster="default_cluster", database=db, table=table, tablet_ids=tablets,
                     opaqued_query_plan=plan["opaqued_query_plan"], batch_size=batch_size,
                     user=None if self.token else self.user, passwd=None if self.token else self.password,
-                    keep_alive_min=keep_alive_min,
-                    mem_limit=mem_limit, query_timeout=query_timeout,
-                    properties={EOS_ROWS_PROPERTY: "true"},
+                    keep_alive_min=keep_alive_min, mem_limit=mem_limit, query_timeout=query_timeout,
+                    properties=properties,
                 ))
-                if opened.status.status_code != wire.TStatusCode.OK:
-                    raise ScanError("open_scanner", opened.status)
-                stats.scanners += 1
-                stats.columns = [(c.name, c.type) for c in opened.selected_columns]
-                offset = 0
-                try:
-                    while True:
-                        # A dropped connection is re-opened and the same offset asked again: the
-                        # server answers a repeated offset with the same batch (docs/architecture.md).
+            except (TTransportException, OSError, EOFError) as exc:
+                raise _BackendLost(exc) from None
+            if opened.status.status_code != wire.TStatusCode.OK:
+                error = ScanError("open_scanner", opened.status)
+                raise _BackendLost(error) if _is_lost(opened.status) else error
+            stats.scanners += 1
+            stats.columns = [(c.name, c.type) for c in opened.selected_columns]
+            offset = 0
+            try:
+                while True:
+                    # A dropped connection is re-opened and the same offset asked again: the
+                    # server answers a repeated offset with the same batch (docs/architecture.md).
+                    try:
                         res = conn.call("get_next", wire.TScanNextBatchParams(context_id=opened.context_id,
                                                                               offset=offset))
-                        if res.status.status_code != wire.TStatusCode.OK:
-                            raise ScanError("get_next", res.status)
-                        if res.eos:
-                            _verify_eos(res.status, opened.context_id, offset, stats)
-                            break
-                        reader = pa.ipc.open_stream(res.rows)
-                        for batch in reader:
-                            if stats.first_batch_s is None:
-                                stats.first_batch_s = time.perf_counter() - started
-                            offset += batch.num_rows
-                            stats.rows += batch.num_rows
-                            stats.batches += 1
-                            stats.bytes += batch.nbytes
-                            yield batch
-                finally:
-                    try:
-                        conn.call("close_scanner", wire.TScanCloseParams(context_id=opened.context_id))
-                    except Exception:  # noqa: BLE001 - best-effort close after a failure
-                        pass
+                    except (TTransportException, OSError, EOFError) as exc:
+                        raise _BackendLost(exc) from None
+                    if res.status.status_code != wire.TStatusCode.OK:
+                        error = ScanError("get_next", res.status)
+                        raise _BackendLost(error) if _is_lost(res.status) else error
+                    if res.eos:
+                        _verify_eos(res.status, opened.context_id, offset, stats)
+                        return
+                    for batch in pa.ipc.open_stream(res.rows):
+                        offset += batch.num_rows
+                        if offset <= skip:
+                            continue  # handed out before the failover
+                        if offset - batch.num_rows < skip:
+                            batch = batch.slice(skip - (offset - batch.num_rows))
+                        yield batch
             finally:
-                conn.close()
+                try:
+                    conn.call("close_scanner", wire.TScanCloseParams(context_id=opened.context_id), retries=0)
+                except Exception:  # noqa: BLE001 - best-effort close after a failure
+                    pass
+        finally:
+            conn.close()
 
     def read(self, db: str, table: str, sql: str, batch_size: int = 4096, **kwargs: Any) -> pa.Table:
         batches = list(self.batches(db, table, sql, batch_size, **kwargs))

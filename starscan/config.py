@@ -33,14 +33,17 @@ class Settings(BaseSettings):
     # ---- ports and addresses (StarRocks names) ----
     http_port: int = Field(8030, ge=0, le=65535, description="FE HTTP port (_query_plan, _schema)")
     be_port: int = Field(9060, ge=0, le=65535, description="BE Thrift port (open_scanner/get_next/close_scanner)")
+    be_http_port: int = Field(8040, ge=0, le=65535, description="HTTP port of a BE node on its own (serve --role be): health and metrics")
     query_port: int = Field(9030, ge=0, le=65535, description="FE MySQL protocol port (metadata, plain SELECTs)")
     query_max_rows: int = Field(10000, ge=1, description="rows a SELECT on the MySQL port returns at most")
     bind_host: str = Field("127.0.0.1", description="address both ports listen on (0.0.0.0 for all)")
     advertise_host: str = Field("127.0.0.1", description="host put in `routings`; must be an IP or name clients reach")
     be_endpoints: list[str] = Field(
         default_factory=list,
-        description="every BE as host:port for `routings` (default: advertise_host:be_port)",
+        description="every BE as host:port for `routings` (default: advertise_host:be_port); the FE probes them and routes only to those that answer",
     )
+    be_probe_interval_s: float = Field(1.0, gt=0, le=60, description="seconds between an FE's probes of each BE in be_endpoints (also the probe's timeout)")
+    be_probe_failures: int = Field(2, ge=1, le=100, description="failed probes in a row that take a BE out of the routings (its next answered probe puts it back)")
 
     # ---- scan contexts (StarRocks names and defaults) ----
     keep_alive_min: int = Field(5, ge=1, le=32767, description="idle minutes before a context is reaped, when the client sends none", json_schema_extra=RUNTIME)

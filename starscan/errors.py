@@ -164,6 +164,14 @@ class SparkUnavailable(StarscanError):
     status_code = "SERVICE_UNAVAILABLE"
 
 
+class NoLiveBackend(StarscanError):
+    """Every configured BE failed its last health probes: a plan would route readers
+    nowhere."""
+
+    http_status = 503
+    status_code = "SERVICE_UNAVAILABLE"
+
+
 class VersionUnknown(StarscanError):
     """A ``since_version`` this server never observed for the table, or one older than the
     versions it keeps."""

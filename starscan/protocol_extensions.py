@@ -5,7 +5,15 @@ End-of-scan integrity (docs/operations.md "End-of-scan row count"): a client tha
 status with one ``error_msgs`` entry ``starscan:rows=<N>``, N = the rows the scan produced.
 StarRocks' clients never send it, and its Java clients ignore ``error_msgs`` on OK anyway;
 without it the eos reply is StarRocks' own.
+
+Rows in a fixed order (docs/architecture.md "Failover"): a client that sends
+``ORDERED_PROPERTY`` = ``"true"`` gets the scan's rows in an order that depends only on the
+plan, the tablets and the engine: the scanner reads its splits one at a time, in split
+order, each from its start to its end. Two BEs of one deployment then send the same rows in
+the same order, so a client whose BE was lost can open the scanner on another and skip the
+rows it already has. It costs the scanner its parallel tasks.
 """
 
 EOS_ROWS_PROPERTY = "starscan.eos_row_count"
 EOS_ROWS_PREFIX = "starscan:rows="
+ORDERED_PROPERTY = "starscan.ordered"

@@ -21,6 +21,7 @@ from starscan.operations import Operations
 from starscan.plan_secrets import RotatingPlanSigner
 from starscan.planner.app import create_app
 from starscan.planner.auth import Authenticator
+from starscan.planner.be_membership import BeMembership
 from starscan.planner.http_protocol import BoundedHttpToolsProtocol
 from starscan.planner.mysql import MysqlPort
 from starscan.planner.ops_routes import install_routes
@@ -39,6 +40,32 @@ from starscan.tokens import TokenVerifier
 from starscan.users import UserStore
 
 log = logging.getLogger("starscan")
+
+
+def be_app(spark, ops: Operations, auth: Authenticator):
+    """The HTTP app of a BE node on its own: health (503 when its Spark is gone), metrics and
+    the operations endpoints (scanners, the admin page: admins only)."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
+
+    from starscan import __version__
+    from starscan.planner.errors import handle_starscan_error
+    from starscan.spark import spark_problem
+
+    app = FastAPI(title="starscan BE", version=__version__)
+    app.add_exception_handler(StarscanError, handle_starscan_error)  # type: ignore[arg-type]
+    app.state.auth = auth
+
+    @app.get("/api/health", summary="Liveness; 503 when Spark is gone")
+    async def health() -> JSONResponse:
+        problem = await run_in_threadpool(spark_problem, spark)
+        if problem is not None:
+            return JSONResponse({"status": "FAILED", "msg": problem}, status_code=503)
+        return JSONResponse({"status": "OK", "msg": "To Be Added"})
+
+    install_routes(app, ops)
+    return app
 
 
 def _reveal(secret) -> str | None:
@@ -88,8 +115,10 @@ class StarscanServer:
         self.service = ScanService(self.live_settings, spark, self.signer, self.contexts,
                                    Admission(self.live_settings, self.users, self.login_guard), self.audit,
                                    tablet_lists=self.tablet_lists, warehouse=self.warehouse)
+        self.membership = BeMembership(settings.be_endpoints, settings.be_probe_interval_s, settings.be_probe_failures) \
+            if fe and settings.be_endpoints else None
         self.planner = QueryPlanner(self.live_settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists,
-                                    ConsumerPositions(settings.state_path))
+                                    ConsumerPositions(settings.state_path), self.membership)
         self.ops = Operations(self.live_settings, self.service, self.contexts, self.users, self.audit, spark,
                               lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port},
                               self.planner.consumer_lags)
@@ -149,42 +178,27 @@ class StarscanServer:
                 self.live_settings.bound(be_port=self.be_port)
             self.reaper = ScanContextReaper(self.contexts, self.settings.gc_interval_s)
             self.reaper.start()
+        tokens = None
+        if self.settings.jwt_key is not None:
+            tokens = TokenVerifier(self.settings.jwt_key.get_secret_value(), self.settings.jwt_algorithms,
+                                   self.settings.jwt_issuer, self.settings.jwt_audience)
+        auth = Authenticator(self.users, self.login_guard, tokens)
         if self.fe_enabled:
-            # proto=IPPROTO_TCP, not the default 0: asyncio turns Nagle's algorithm off
-            # (TCP_NODELAY) only on sockets whose proto says TCP, and uvicorn writes a reply's
-            # headers and body separately; with Nagle on, every keep-alive request after the
-            # first waited ~40 ms for the client's delayed ACK.
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.settings.bind_host, self.settings.http_port))
-            self.http_port = sock.getsockname()[1]
-            tokens = None
-            if self.settings.jwt_key is not None:
-                tokens = TokenVerifier(self.settings.jwt_key.get_secret_value(), self.settings.jwt_algorithms,
-                                       self.settings.jwt_issuer, self.settings.jwt_audience)
-            auth = Authenticator(self.users, self.login_guard, tokens)
+            if self.membership is not None:
+                self.membership.start()
             app = create_app(self.planner, auth, self.live_settings, self.audit)
             install_routes(app, self.ops)
             self.live_settings.subscribe(["plan_rate_per_user", "plan_rate_burst"],
                                          lambda s, _: app.state.plan_rate.configure(s.plan_rate_per_user, s.plan_rate_burst))
-            config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                    http=BoundedHttpToolsProtocol, loop="uvloop", **tls.uvicorn_options(self.settings))
-            self._uvicorn = uvicorn.Server(config)
-            self._uvicorn_thread = threading.Thread(target=self._uvicorn.run, kwargs={"sockets": [sock]},
-                                                    name="fe-http", daemon=True)
-            self._uvicorn_thread.start()
-            deadline = time.monotonic() + 30
-            while not self._uvicorn.started and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if not self._uvicorn.started:
-                self.stop()
-                raise StarscanError(f"the FE HTTP port {self.settings.bind_host}:{self.http_port} did not start within 30 s")
-            log.info("FE http%s listening on %s:%d", "s" if self.settings.http_tls else "", self.settings.bind_host,
-                     self.http_port)
+            self.http_port = self._serve_http(app, self.settings.http_port, "FE")
             mysql = self.mysql = MysqlPort(self.settings, self.warehouse, self.planner.schemas, self.users, self.spark,
                                            self.login_guard, on_refused=self.ops.metrics.auth_failures.labels("mysql").inc)
             mysql.start()
             self.query_port = mysql.port
+        elif self.be_enabled:
+            # A BE node on its own answers health and metrics (and the operations pages) on
+            # be_http_port, as a StarRocks BE's web server does.
+            self.http_port = self._serve_http(be_app(self.spark, self.ops, auth), self.settings.be_http_port, "BE")
         # What is loaded by now (Spark's and the libraries' objects, hundreds of thousands)
         # lives as long as the process: keep it out of the collector's full passes, which
         # otherwise walk all of it (pauses that made the FE's p99 under load twice its p50).
@@ -192,7 +206,35 @@ class StarscanServer:
         gc.freeze()
         return self
 
+    def _serve_http(self, app, port: int, role: str) -> int:
+        """Start uvicorn with ``app`` on ``port`` (0: a free one); returns the port bound."""
+        # proto=IPPROTO_TCP, not the default 0: asyncio turns Nagle's algorithm off
+        # (TCP_NODELAY) only on sockets whose proto says TCP, and uvicorn writes a reply's
+        # headers and body separately; with Nagle on, every keep-alive request after the
+        # first waited ~40 ms for the client's delayed ACK.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.settings.bind_host, port))
+        bound = sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                http=BoundedHttpToolsProtocol, loop="uvloop", **tls.uvicorn_options(self.settings))
+        self._uvicorn = uvicorn.Server(config)
+        self._uvicorn_thread = threading.Thread(target=self._uvicorn.run, kwargs={"sockets": [sock]},
+                                                name=f"{role.lower()}-http", daemon=True)
+        self._uvicorn_thread.start()
+        deadline = time.monotonic() + 30
+        while not self._uvicorn.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not self._uvicorn.started:
+            self.stop()
+            raise StarscanError(f"the {role} HTTP port {self.settings.bind_host}:{bound} did not start within 30 s")
+        log.info("%s http%s listening on %s:%d", role, "s" if self.settings.http_tls else "", self.settings.bind_host,
+                 bound)
+        return bound
+
     def stop(self) -> None:
+        if self.membership is not None:
+            self.membership.stop()
         if self.mysql is not None:
             self.mysql.stop()
         if self._uvicorn is not None:

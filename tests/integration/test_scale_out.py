@@ -1,0 +1,176 @@
+"""Separate FE and BE processes (`starscan serve --role fe|be`), as a user deploys them: one
+FE and two BEs on 127.0.0.1 sharing a warehouse, the users file and the plan secret. Plans
+route tablets over both BEs; a BE killed with SIGKILL in the middle of a scan costs the
+bundled client nothing (it goes on on the other BE, without a duplicate row); the dead BE
+leaves the routings and comes back when started again, and serves plans made before."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from extra_servers import basic, wait_until
+
+pytestmark = pytest.mark.slow  # starts `starscan serve` processes of its own
+
+FILES, ROWS_PER_FILE = 6, 40_000
+SECRET = "scale-out-test-secret-0123456789abcdef"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    """One `starscan serve --role ...` process."""
+
+    def __init__(self, root: Path, name: str, *args: str):
+        self.root, self.name, self.args = root, name, args
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Node:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
+        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_PLAN_SECRET=SECRET,
+                   STARSCAN_TABLET_TARGET_BYTES=str(256 << 10),  # a tablet per file or so: both BEs get some
+                   STARSCAN_STATE_DIR=str(self.root / "state"))
+        log = (self.root / f"{self.name}.log").open("a")
+        self.proc = subprocess.Popen([sys.executable, "-m", "starscan", "serve", "--warehouse", str(self.root / "wh"),
+                                      "--bind-host", "127.0.0.1", "--demo-scale", "0", *self.args],
+                                     cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        return self
+
+    def log(self) -> str:
+        return (self.root / f"{self.name}.log").read_text()[-3000:]
+
+    def wait_healthy(self, http_port: int) -> None:
+        def ready() -> bool:
+            assert self.proc is not None and self.proc.poll() is None, self.log()
+            try:
+                return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout_s=300, interval_s=0.5, what=f"{self.name} to start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(60)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scale_out")
+    table = root / "wh" / "big.db" / "events"
+    table.mkdir(parents=True)
+    for i in range(FILES):
+        ids = pa.array(range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE), pa.int64())
+        pq.write_table(pa.table({"id": ids, "v": pa.compute.cast(ids, pa.string())}), table / f"part-{i}.parquet",
+                       row_group_size=10_000)
+    be_ports = [_free_port(), _free_port()]
+    be_http = [_free_port(), _free_port()]
+    fe_http, fe_query = _free_port(), _free_port()
+    bes = [Node(root, f"be{i}", "--role", "be", "--be-port", str(be_ports[i]), "--be-http-port", str(be_http[i]),
+                "--spark-master", "local[2]") for i in range(2)]
+    endpoints = ",".join(f"127.0.0.1:{p}" for p in be_ports)
+    fe = Node(root, "fe", "--role", "fe", "--http-port", str(fe_http), "--query-port", str(fe_query),
+              "--be-endpoints", endpoints)
+    nodes = [*bes, fe]
+    for node in nodes:
+        node.start()
+    try:
+        for node, port in zip(nodes, [*be_http, fe_http], strict=True):
+            node.wait_healthy(port)
+        yield {"root": root, "fe": fe, "bes": bes, "fe_url": f"http://127.0.0.1:{fe_http}",
+               "be_endpoints": [f"127.0.0.1:{p}" for p in be_ports], "be_http": be_http}
+    finally:
+        for node in nodes:
+            node.kill()
+
+
+def _expected() -> Counter:
+    return Counter((i, str(i)) for i in range(FILES * ROWS_PER_FILE))
+
+
+def _plan(cluster) -> dict:
+    r = httpx.post(f"{cluster['fe_url']}/api/big/events/_query_plan", json={"sql": "select id, v from big.events"},
+                   headers={"Authorization": basic("root", "")}, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_tablets_are_routed_over_both_bes_and_a_full_read_equals_spark(cluster, spark):
+    from starscan.client import StarscanClient
+
+    plan = _plan(cluster)
+    firsts = Counter(info["routings"][0] for info in plan["partitions"].values())
+    assert set(firsts) == set(cluster["be_endpoints"]), firsts  # each BE is first for some tablets
+    assert all(sorted(info["routings"]) == sorted(cluster["be_endpoints"]) for info in plan["partitions"].values())
+    got = StarscanClient(cluster["fe_url"]).read("big", "events", "select id, v from big.events", plan=plan)
+    want = spark.read.parquet(str(cluster["root"] / "wh" / "big.db" / "events")).collect()
+    assert Counter(zip(got.column("id").to_pylist(), got.column("v").to_pylist())) == \
+        Counter((r["id"], r["v"]) for r in want) == _expected()
+    for port in cluster["be_http"]:  # a BE node answers metrics on its own HTTP port
+        assert "starrocks_be_active_scan_context_count" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+
+
+def test_a_be_killed_mid_scan_costs_the_client_nothing_and_comes_back(cluster):
+    from starscan.client import ScanStats, StarscanClient
+
+    client = StarscanClient(cluster["fe_url"], timeout_s=30)
+    plan = _plan(cluster)
+    first = next(iter(plan["partitions"].values()))["routings"][0]  # the BE the client reads first
+    victim = cluster["bes"][cluster["be_endpoints"].index(first)]
+    stats = ScanStats()
+    seen: Counter = Counter()
+    for n, batch in enumerate(client.batches("big", "events", "select id, v from big.events", batch_size=2048,
+                                             stats=stats, plan=plan)):
+        seen.update(zip(batch.column("id").to_pylist(), batch.column("v").to_pylist()))
+        if n == 2:
+            victim.kill()  # in the middle of its scanner: rows sent, more to come
+    assert stats.failovers >= 1
+    assert seen == _expected()  # every row, none twice
+
+    # the dead BE leaves the routings within seconds ...
+    def routed_to_survivor_only() -> bool:
+        return all(info["routings"] == [e for e in cluster["be_endpoints"] if e != first]
+                   for info in _plan(cluster)["partitions"].values())
+
+    wait_until(routed_to_survivor_only, timeout_s=30, interval_s=0.5, what="the dead BE to leave the routings")
+    # ... and comes back when it answers again; started with the same plan secret, it serves
+    # the plan made before it died
+    victim.start()
+    victim.wait_healthy(cluster["be_http"][cluster["bes"].index(victim)])
+    wait_until(lambda: any(info["routings"][0] == first for info in _plan(cluster)["partitions"].values()),
+               timeout_s=30, interval_s=0.5, what="the restarted BE to be routed to again")
+    old = {t: {**info, "routings": [first]} for t, info in plan["partitions"].items()}
+    again = client.read("big", "events", "select id, v from big.events", plan={**plan, "partitions": old})
+    assert Counter(zip(again.column("id").to_pylist(), again.column("v").to_pylist())) == _expected()
+
+
+def test_with_no_live_be_a_plan_is_a_clear_503(cluster):
+    for be in cluster["bes"]:
+        be.kill()
+
+    def refused() -> bool:
+        r = httpx.post(f"{cluster['fe_url']}/api/big/events/_query_plan", json={"sql": "select id from big.events"},
+                       headers={"Authorization": basic("root", "")}, timeout=60)
+        return r.status_code == 503 and "no BE answers" in r.json()["exception"]
+
+    wait_until(refused, timeout_s=30, interval_s=0.5, what="plans to be refused with no BE")
+    assert httpx.get(f"{cluster['fe_url']}/api/health", timeout=30).status_code == 200  # the FE itself is fine
