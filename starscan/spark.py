@@ -121,6 +121,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     if settings.spark_master.startswith("local"):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
+    else:
+        # A cluster's executors reach this driver, and push scanned rows into this BE, at the
+        # address readers reach it by.
+        conf["spark.driver.host"] = settings.advertise_host
     conf.update(settings.spark_conf)
     return conf
 

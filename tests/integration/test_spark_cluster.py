@@ -1,0 +1,116 @@
+"""A BE on a real Spark standalone cluster: a master and a worker started from pyspark's own
+jars (`spark-class ...deploy.master.Master` / `...deploy.worker.Worker`, 127.0.0.1, small
+memory), `starscan serve --spark-master spark://...` on them. Its scans run on the
+cluster's executor; every value equals what the same scans give on local Spark (the shared
+test server, whose values tests/integration/test_scan_values.py checks against Spark SQL)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from extra_servers import basic, running_server, wait_until
+
+pytestmark = pytest.mark.slow  # starts a Spark master, a worker and `starscan serve`
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spark_class(root: Path, name: str, *args: str) -> subprocess.Popen:
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STARSCAN_", "PYSPARK_"))}
+    env.update(SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(root / "work"),
+               SPARK_LOG_DIR=str(root / "logs"), PYSPARK_PYTHON=sys.executable)
+    log = (root / f"{name}.log").open("w")
+    return subprocess.Popen([str(home / "bin" / "spark-class"), *args], cwd=root, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+
+
+@pytest.fixture(scope="module")
+def cluster_node(tmp_path_factory, spark, base_settings):
+    from starscan.catalog import Warehouse
+    from starscan.demo import create_demo
+
+    root = tmp_path_factory.mktemp("cluster")
+    warehouse = root / "wh"
+    create_demo(spark, Warehouse(warehouse, 0), 0.002, 256 << 10)  # written by local Spark
+    master_port, master_ui, worker_ui = _free_port(), _free_port(), _free_port()
+    http_port, be_port, query_port = _free_port(), _free_port(), _free_port()
+    master = _spark_class(root, "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                          "--port", str(master_port), "--webui-port", str(master_ui))
+    worker = _spark_class(root, "worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                          "--cores", "2", "--memory", "2g", "--webui-port", str(worker_ui),
+                          f"spark://127.0.0.1:{master_port}")
+    procs = [master, worker]
+    try:
+        wait_until(lambda: "Successfully registered with master" in (root / "worker.log").read_text(),
+                   timeout_s=180, interval_s=0.5, what="the Spark worker to register")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
+        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0",
+                   STARSCAN_SPARK_CONF="spark.executor.memory=1g; spark.executor.cores=2; spark.cores.max=2")
+        log = (root / "serve.log").open("w")
+        node = subprocess.Popen([sys.executable, "-m", "starscan", "serve", "--warehouse", str(warehouse),
+                                 "--spark-master", f"spark://127.0.0.1:{master_port}", "--http-port", str(http_port),
+                                 "--be-port", str(be_port), "--query-port", str(query_port), "--bind-host", "127.0.0.1",
+                                 "--demo-scale", "0"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        procs.append(node)
+
+        def ready() -> bool:
+            assert node.poll() is None, (root / "serve.log").read_text()[-3000:]
+            try:
+                return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout_s=300, interval_s=0.5, what="starscan serve on the cluster")
+        settings = base_settings.model_copy(update={"warehouse": warehouse, "state_dir": root / "local-state"})
+        with running_server(spark, settings) as local:
+            yield {"fe": f"127.0.0.1:{http_port}", "root": root, "local": f"127.0.0.1:{local.http_port}",
+                   "master_ui": master_ui}
+    finally:
+        for proc in reversed(procs):
+            proc.kill()
+            proc.wait(60)
+
+
+@pytest.mark.parametrize("engine", ["auto", "sql"])
+@pytest.mark.parametrize("table, sql", [
+    ("all_types", "select * from demo.all_types"),
+    ("lineitem", "select * from demo.lineitem where l_quantity > 10 and l_shipmode <> 'MAIL'"),
+])
+def test_scans_on_the_cluster_equal_local_spark(cluster_node, engine, table, sql):
+    from starscan.client import StarscanClient
+
+    for fe in (cluster_node["fe"], cluster_node["local"]):
+        r = httpx.post(f"http://{fe}/api/update_config", params={"scan_engine": engine},
+                       headers={"Authorization": basic("root", "")}, timeout=30)
+        assert r.status_code == 200, r.text
+    before = _executor_tasks(cluster_node["root"])
+    on_cluster = StarscanClient(cluster_node["fe"], timeout_s=120).read("demo", table, sql)
+    assert _executor_tasks(cluster_node["root"]) > before  # the scan's tasks ran on the cluster's executor
+    on_local = StarscanClient(cluster_node["local"], timeout_s=120).read("demo", table, sql)
+    assert on_cluster.num_rows == on_local.num_rows > 0
+    assert on_cluster.schema == on_local.schema
+    key = on_local.column_names[0]
+    assert on_cluster.sort_by(key).equals(on_local.sort_by(key)) if table == "lineitem" else \
+        sorted(map(repr, on_cluster.to_pylist())) == sorted(map(repr, on_local.to_pylist()))
+    apps = httpx.get(f"http://127.0.0.1:{cluster_node['master_ui']}/json/", timeout=30).json()
+    assert [app["name"] for app in apps["activeapps"]] == ["starscan"], apps
+
+
+def _executor_tasks(root: Path) -> int:
+    """Tasks the worker's executors have started (their logs say "Running task" for each)."""
+    return sum(p.read_text(errors="replace").count("Executor: Running task") for p in (root / "work").glob("app-*/*/stderr"))
