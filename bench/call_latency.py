@@ -39,7 +39,7 @@ def reader(fe: str, timeout_s: float, out) -> None:
     from starscan.client import StarscanClient, thrift_client
     from starscan.thrift_defs import wire
 
-    client = StarscanClient(fe, retries=0)
+    client = StarscanClient(fe, retries=0, failovers=0)
     result = {"open": [], "next": [], "rows": 0, "error": None, "first_reply_s": None, "wall_s": 0.0}
     started = time.perf_counter()
     try:

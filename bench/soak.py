@@ -158,9 +158,9 @@ class Soak:
         batch_size = rng.choice(BATCH_SIZES)
         stats = ScanStats()
         if scenario == "drops":
-            client = StarscanClient(self.fe, retries=100, timeout_s=300, be_host_mapping={self.be: self.proxy.address})
+            client = StarscanClient(self.fe, retries=100, failovers=0, timeout_s=300, be_host_mapping={self.be: self.proxy.address})
         else:
-            client = StarscanClient(self.fe, retries=0, timeout_s=300)
+            client = StarscanClient(self.fe, retries=0, failovers=0, timeout_s=300)
         kw = {}
         if scenario == "slow":
             kw["mem_limit"] = 2 << 20

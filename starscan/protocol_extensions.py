@@ -6,7 +6,7 @@ status with one ``error_msgs`` entry ``starscan:rows=<N>``, N = the rows the sca
 StarRocks' clients never send it, and its Java clients ignore ``error_msgs`` on OK anyway;
 without it the eos reply is StarRocks' own.
 
-Rows in a fixed order (docs/architecture.md "Failover"): a client that sends
+Rows in a fixed order (docs/operations.md, docs/scaling.md "Failover"): a client that sends
 ``ORDERED_PROPERTY`` = ``"true"`` gets the scan's rows in an order that depends only on the
 plan, the tablets and the engine: the scanner reads its splits one at a time, in split
 order, each from its start to its end. Two BEs of one deployment then send the same rows in
