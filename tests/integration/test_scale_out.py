@@ -163,6 +163,24 @@ def test_a_be_killed_mid_scan_costs_the_client_nothing_and_comes_back(cluster):
     assert Counter(zip(again.column("id").to_pylist(), again.column("v").to_pylist())) == _expected()
 
 
+def test_the_parallel_reader_loses_nothing_when_a_be_dies_mid_read(cluster):
+    """starscan.client.connect reads tablets on both BEs at once; one BE killed mid-read."""
+    from starscan.client import connect
+
+    wait_until(lambda: {i["routings"][0] for i in _plan(cluster)["partitions"].values()} == set(cluster["be_endpoints"]),
+               timeout_s=30, interval_s=0.5, what="both BEs in the routings")
+    conn = connect(cluster["fe_url"], max_workers=2, request_tablet_size=1, batch_size=2048)
+    seen: Counter = Counter()
+    victim = cluster["bes"][1]
+    for n, batch in enumerate(conn.read_batches("big.events", columns=["id", "v"])):
+        seen.update(zip(batch.column("id").to_pylist(), batch.column("v").to_pylist()))
+        if n == 3:
+            victim.kill()
+    assert seen == _expected()  # every row, none twice
+    victim.start()
+    victim.wait_healthy(cluster["be_http"][1])
+
+
 def test_with_no_live_be_a_plan_is_a_clear_503(cluster):
     for be in cluster["bes"]:
         be.kill()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
@@ -284,27 +284,39 @@ class StarscanClient:
         for tablet, info in plan["partitions"].items():
             groups.setdefault(tuple(info["routings"]), []).append(int(tablet))
         for routings, tablets in groups.items():
-            handed = 0
-            lost = 0
-            while True:
-                endpoint = routings[lost % len(routings)]
-                try:
-                    for batch in self._scan_on(endpoint, db, table, plan, tablets, batch_size, stats, keep_alive_min,
-                                               mem_limit, query_timeout, skip=handed):
-                        if stats.first_batch_s is None:
-                            stats.first_batch_s = time.perf_counter() - started
-                        handed += batch.num_rows
-                        stats.rows += batch.num_rows
-                        stats.batches += 1
-                        stats.bytes += batch.nbytes
-                        yield batch
-                    break
-                except _BackendLost as exc:
-                    lost += 1
-                    if lost > self.failovers:
-                        raise exc.error from None
-                    stats.failovers += 1
-                    time.sleep(min(FAILOVER_PAUSE_S * 2 ** (lost - 1), FAILOVER_PAUSE_MAX_S))
+            for batch in self.scan_group(db, table, plan, list(routings), tablets, batch_size, stats, keep_alive_min,
+                                         mem_limit, query_timeout):
+                if stats.first_batch_s is None:
+                    stats.first_batch_s = time.perf_counter() - started
+                yield batch
+
+    def scan_group(self, db: str, table: str, plan: dict[str, Any], routings: list[str], tablets: list[int],
+                   batch_size: int, stats: ScanStats, keep_alive_min: int | None = None, mem_limit: int | None = None,
+                   query_timeout: int | None = None, first: int = 0) -> Generator[pa.RecordBatch, None, None]:
+        """The rows of ``tablets`` (which share ``routings``) from one scanner on
+        ``routings[first]``, opened again on the next routing when that BE is lost (see
+        ``batches``)."""
+        import time
+
+        handed = 0
+        lost = 0
+        while True:
+            endpoint = routings[(first + lost) % len(routings)]
+            try:
+                for batch in self._scan_on(endpoint, db, table, plan, tablets, batch_size, stats, keep_alive_min,
+                                           mem_limit, query_timeout, skip=handed):
+                    handed += batch.num_rows
+                    stats.rows += batch.num_rows
+                    stats.batches += 1
+                    stats.bytes += batch.nbytes
+                    yield batch
+                return
+            except _BackendLost as exc:
+                lost += 1
+                if lost > self.failovers:
+                    raise exc.error from None
+                stats.failovers += 1
+                time.sleep(min(FAILOVER_PAUSE_S * 2 ** (lost - 1), FAILOVER_PAUSE_MAX_S))
 
     def _scan_on(self, endpoint: str, db: str, table: str, plan: dict[str, Any], tablets: list[int], batch_size: int,
                  stats: ScanStats, keep_alive_min: int | None, mem_limit: int | None, query_timeout: int | None,

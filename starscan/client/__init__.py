@@ -1,0 +1,36 @@
+"""Reading from a StarRocks-protocol server (starscan, or a StarRocks FE and its BEs) in
+Python, without Spark or a server's modules: pyarrow, thriftpy2 and httpx only.
+
+- ``connect(fe, user, password, **options)`` -> ``Connection``: ``read_arrow`` (a
+  ``pyarrow.Table``) and ``read_batches`` (a ``pyarrow.RecordBatchReader`` that streams with
+  bounded memory), reading tablets in parallel with failover (starscan.client.reader);
+- ``StarscanClient``: the protocol step by step (plans, scanners, incremental reads and
+  consumers; starscan.client.protocol);
+- one exception class per kind of failure (starscan.client.errors).
+"""
+
+from starscan.client.errors import (
+    AuthenticationError,
+    NetworkError,
+    PermissionDenied,
+    QueryError,
+    ReadError,
+    SnapshotGoneError,
+)
+from starscan.client.options import ReadOptions
+from starscan.client.protocol import (
+    Followed,
+    PlanError,
+    ScanError,
+    ScanIntegrityError,
+    ScanStats,
+    StarscanClient,
+    thrift_client,
+)
+from starscan.client.reader import Connection, connect
+
+__all__ = [
+    "AuthenticationError", "Connection", "Followed", "NetworkError", "PermissionDenied", "PlanError", "QueryError",
+    "ReadError", "ReadOptions", "ScanError", "ScanIntegrityError", "ScanStats", "SnapshotGoneError", "StarscanClient",
+    "connect", "thrift_client",
+]

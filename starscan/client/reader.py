@@ -1,0 +1,298 @@
+"""``connect()`` and the parallel reader: a table's tablets read by several scanners at once.
+
+A read plans once on the FE, then splits the plan's tablets into work items (the tablets
+sharing one routing list, at most ``request_tablet_size`` per scanner) and reads them on
+``max_workers`` threads. Each item goes to the least loaded of its routings (the BE with
+the fewest scanners of this read open), and when that BE is lost the scanner goes on on the
+next routing without repeating a row (starscan.client.protocol, ``scan_group``). Batches
+pass through a queue of ``2 x max_workers`` batches to the caller, so a read holds at most
+that many batches besides the ones being received, whatever the table's size.
+
+With ``native_types=True`` the wire types StarRocks uses for dates and large integers become
+Arrow's own: DATE text -> date32, DATETIME text -> timestamp[us] (the server's wall clock, no
+time zone), LARGEINT text -> decimal128(38, 0). Values inside nested columns keep the wire
+forms.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pyarrow as pa
+import pyarrow.compute as pc
+from thriftpy2.transport import TTransportException
+
+from starscan.client.errors import NetworkError, QueryError, ReadError, from_http, from_status
+from starscan.client.options import ReadOptions
+from starscan.client.protocol import PlanError, ScanError, ScanStats, StarscanClient
+
+DATE, DATETIME, LARGEINT = 9, 10, 14
+
+# `_schema` type names -> the wire's Arrow types (an empty result's columns)
+_WIRE_TYPES: dict[str, pa.DataType] = {
+    "BOOLEAN": pa.bool_(), "TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INT": pa.int32(), "BIGINT": pa.int64(),
+    "LARGEINT": pa.utf8(), "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.utf8(), "DATETIME": pa.utf8(),
+    "CHAR": pa.utf8(), "VARCHAR": pa.utf8(), "STRING": pa.utf8(), "BINARY": pa.binary(), "VARBINARY": pa.binary(),
+}
+_CODES = {"DATE": DATE, "DATETIME": DATETIME, "LARGEINT": LARGEINT}
+
+
+def connect(fe: str, user: str = "root", password: str = "", *, max_workers: int = 4, native_types: bool = False,
+            be_host_mapping: dict[str, str] | None = None, ssl_context: Any = None, token: str | None = None,
+            options: dict[str, Any] | None = None, **keyword_options: Any) -> Connection:
+    """A connection to the FE at ``fe`` (``host:port`` or a URL). Read options go in
+    ``options`` by their StarRocks names or as keywords (``batch_size=8192``); see
+    starscan.client.options."""
+    if max_workers < 1:
+        raise ValueError(f"max_workers must be at least 1, not {max_workers}")
+    read_options = ReadOptions.of({**(options or {}), **keyword_options})
+    return Connection(fe, user, password, read_options, max_workers, native_types, be_host_mapping, ssl_context, token)
+
+
+class Connection:
+    def __init__(self, fe: str, user: str, password: str, options: ReadOptions, max_workers: int, native_types: bool,
+                 be_host_mapping: dict[str, str] | None, ssl_context: Any, token: str | None):
+        self.options = options
+        self.max_workers = max_workers
+        self.native_types = native_types
+        self.client = StarscanClient(fe, user, password, timeout_s=options.request_read_timeout_ms / 1000,
+                                     retries=options.request_retries, be_host_mapping=be_host_mapping,
+                                     ssl_context=ssl_context, token=token, failovers=options.request_retries)
+        self._loads: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # ---- reading ----
+    def read_arrow(self, table: str, columns: list[str] | None = None, where: str | None = None,
+                   since_version: int | None = None, native_types: bool | None = None) -> pa.Table:
+        """The rows of ``table`` (``db.table``) as one Arrow table."""
+        return self.read_batches(table, columns, where, since_version, native_types).read_all()
+
+    def read_batches(self, table: str, columns: list[str] | None = None, where: str | None = None,
+                     since_version: int | None = None, native_types: bool | None = None) -> pa.RecordBatchReader:
+        """The rows of ``table`` as a stream of record batches, read in parallel."""
+        db, name = _split(table)
+        sql = select_sql(db, name, columns, where)
+        native = self.native_types if native_types is None else native_types
+        plan = self.plan(db, name, sql, since_version)
+        items = work_items(plan, self.options.request_tablet_size)
+        stream = _Stream(self, db, name, plan, items, native)
+        first = stream.first()
+        schema = first.schema if first is not None else self._empty_schema(db, name, columns, native)
+        return pa.RecordBatchReader.from_batches(schema, stream.batches(first))
+
+    def plan(self, db: str, table: str, sql: str, since_version: int | None = None) -> dict[str, Any]:
+        try:
+            return self.client.plan(db, table, sql, since_version)
+        except PlanError as exc:
+            raise from_http(exc.http_status, exc.body) from None
+        except httpx.HTTPError as exc:
+            raise NetworkError(f"cannot reach the FE at {self.client.fe}: {exc}") from None
+
+    def _empty_schema(self, db: str, table: str, columns: list[str] | None, native: bool) -> pa.Schema:
+        """An empty result's columns, from `_schema` (the wire types; nested columns as null)."""
+        try:
+            r = httpx.get(f"{self.client.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_schema",
+                          headers={"Authorization": self.client._auth()}, timeout=self.client.timeout_s,
+                          verify=self.client.ssl_context if self.client.ssl_context is not None else True)
+        except httpx.HTTPError as exc:
+            raise NetworkError(f"cannot reach the FE at {self.client.fe}: {exc}") from None
+        if r.status_code != 200:
+            raise from_http(r.status_code, r.text)
+        props = {p["name"].lower(): p for p in r.json().get("properties", [])}
+        names = columns or [p["name"] for p in r.json().get("properties", [])]
+        out = []
+        for col in names:
+            p = props.get(col.lower())
+            if p is None:
+                raise QueryError(f"unknown column {col!r} in {db}.{table}")
+            kind = str(p.get("type", "")).upper()
+            if kind.startswith("DECIMAL"):
+                arrow: pa.DataType = pa.decimal128(int(p.get("precision") or 38), int(p.get("scale") or 0))
+            else:
+                arrow = _WIRE_TYPES.get(kind, pa.null())
+            if native and kind in _CODES:
+                arrow = _native_type(_CODES[kind])
+            out.append(pa.field(p["name"], arrow))
+        return pa.schema(out)
+
+    # ---- BE choice ----
+    def _take(self, routings: list[str]) -> int:
+        """The index of the least loaded routing (ties: the plan's order), now one busier."""
+        with self._lock:
+            best = min(range(len(routings)), key=lambda i: (self._loads.get(routings[i], 0), i))
+            self._loads[routings[best]] = self._loads.get(routings[best], 0) + 1
+            return best
+
+    def _give_back(self, endpoint: str) -> None:
+        with self._lock:
+            self._loads[endpoint] = max(0, self._loads.get(endpoint, 0) - 1)
+
+
+def _split(table: str) -> tuple[str, str]:
+    db, dot, name = table.partition(".")
+    if not dot or not db or not name:
+        raise ValueError(f"table must be db.table, not {table!r}")
+    return db, name
+
+
+def _quote(identifier: str) -> str:
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def select_sql(db: str, table: str, columns: list[str] | None, where: str | None) -> str:
+    cols = ", ".join(_quote(c) for c in columns) if columns else "*"
+    return f"select {cols} from {_quote(db)}.{_quote(table)}" + (f" where {where}" if where else "")
+
+
+def work_items(plan: dict[str, Any], tablet_size: int) -> list[tuple[list[str], list[int]]]:
+    """The plan's tablets as (routings, tablets) items: tablets sharing a routing list, at
+    most ``tablet_size`` per item."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for tablet, info in plan["partitions"].items():
+        groups.setdefault(tuple(info["routings"]), []).append(int(tablet))
+    return [(list(routings), tablets[i:i + tablet_size])
+            for routings, tablets in groups.items() for i in range(0, len(tablets), tablet_size)]
+
+
+class _Stream:
+    """The work items read on a thread pool, their batches handed out through a bounded queue."""
+
+    _DONE = object()
+
+    def __init__(self, conn: Connection, db: str, table: str, plan: dict[str, Any],
+                 items: list[tuple[list[str], list[int]]], native: bool):
+        self.conn, self.db, self.table, self.plan, self.native = conn, db, table, plan, native
+        self.items = items
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=2 * conn.max_workers)
+        self.stop = threading.Event()
+        self._started = False
+
+    def _start(self) -> None:
+        self._started = True
+        if not self.items:
+            self.queue.put(self._DONE)
+            return
+        pool = ThreadPoolExecutor(self.conn.max_workers, thread_name_prefix="starscan-read")
+        remaining = [len(self.items)]
+        lock = threading.Lock()
+
+        def run(item: tuple[list[str], list[int]]) -> None:
+            try:
+                self._read(*item)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                self.stop.set()
+                self._put(exc, force=True)
+            finally:
+                with lock:
+                    remaining[0] -= 1
+                    last = remaining[0] == 0
+                if last:
+                    self._put(self._DONE, force=True)
+
+        for item in self.items:
+            pool.submit(run, item)
+        pool.shutdown(wait=False)
+
+    def _put(self, value: Any, force: bool = False) -> bool:
+        while True:
+            try:
+                self.queue.put(value, timeout=0.1)
+                return True
+            except queue.Full:
+                if self.stop.is_set() and not force:
+                    return False
+                if force and self.stop.is_set():
+                    try:  # the reader has gone: make room for the end marker
+                        self.queue.get_nowait()
+                    except queue.Empty:
+                        pass
+
+    def _read(self, routings: list[str], tablets: list[int]) -> None:
+        conn, options = self.conn, self.conn.options
+        first = conn._take(routings)
+        stats = ScanStats()
+        try:
+            scan = conn.client.scan_group(self.db, self.table, self.plan, routings, tablets, options.batch_size, stats,
+                                          options.request_keep_alive_min, options.exec_mem_limit,
+                                          options.request_query_timeout_s, first=first)
+            try:
+                for batch in scan:
+                    if self.native:
+                        batch = to_native(batch, dict(stats.columns))
+                    if not self._put(batch):
+                        return
+            except ScanError as exc:
+                raise from_status(exc.call, _Status(exc)) from None
+            except (TTransportException, OSError, EOFError) as exc:
+                raise NetworkError(f"the BEs of tablets {tablets[:3]}{'...' if len(tablets) > 3 else ''} "
+                                   f"({', '.join(routings)}) cannot be reached: {exc}") from None
+            finally:
+                scan.close()  # closes its scanner when the read stops early
+        finally:
+            conn._give_back(routings[first])
+
+    def first(self) -> pa.RecordBatch | None:
+        """The first batch (its schema is the stream's), or None for an empty result."""
+        if not self._started:
+            self._start()
+        item = self.queue.get()
+        if item is self._DONE:
+            return None
+        if isinstance(item, BaseException):
+            self.stop.set()
+            raise item
+        return item
+
+    def batches(self, first: pa.RecordBatch | None) -> Iterator[pa.RecordBatch]:
+        try:
+            if first is None:
+                return
+            schema = first.schema
+            yield first
+            while True:
+                item = self.queue.get()
+                if item is self._DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if item.schema != schema:  # nullability can differ between scanners
+                    item = pa.RecordBatch.from_arrays(item.columns, schema=schema)
+                yield item
+        finally:
+            self.stop.set()
+
+
+class _Status:
+    """A ScanError's status, as errors.from_status reads it."""
+
+    def __init__(self, exc: ScanError):
+        self.status_code = exc.status_code
+        self.error_msgs = exc.messages
+
+
+def _native_type(code: int) -> pa.DataType:
+    return {DATE: pa.date32(), DATETIME: pa.timestamp("us"), LARGEINT: pa.decimal128(38, 0)}[code]
+
+
+def to_native(batch: pa.RecordBatch, types: dict[str, int]) -> pa.RecordBatch:
+    """DATE, DATETIME and LARGEINT columns (by their wire type code) as Arrow's own types."""
+    arrays, fields = [], []
+    for f, column in zip(batch.schema, batch.columns, strict=True):
+        code = types.get(f.name)
+        if code in (DATE, DATETIME, LARGEINT) and pa.types.is_string(f.type):
+            if code == LARGEINT:
+                digits = pc.utf8_length(pc.utf8_ltrim(column, characters="-"))
+                if pc.any(pc.greater(digits, 38)).as_py():
+                    raise ReadError(f"column {f.name}: a LARGEINT value has more than 38 digits and does not fit "
+                                    "decimal128(38, 0); read it with native_types=False")
+            column = pc.cast(column, _native_type(code))
+            f = pa.field(f.name, column.type, f.nullable)
+        arrays.append(column)
+        fields.append(f)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))

@@ -1,0 +1,124 @@
+"""The public Python reader (`starscan.client.connect`) against the shared server: every
+demo.all_types value equal to Spark's, with and without ``native_types``; a many-tablet
+table read in parallel equals the serial read; each kind of failure is its own exception
+class carrying the server's message; results go straight into DuckDB and pandas."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from test_scan_values import instant_to_zone, same, spark_to_starrocks
+
+from starscan.client import (
+    AuthenticationError,
+    PermissionDenied,
+    QueryError,
+    ReadOptions,
+    SnapshotGoneError,
+    connect,
+)
+
+
+@pytest.fixture(scope="module")
+def conn(fe_url):
+    return connect(fe_url, "root", "", max_workers=4)
+
+
+@pytest.fixture(scope="module")
+def zone(server) -> str:
+    return server.settings.time_zone
+
+
+@pytest.fixture(scope="module")
+def all_types_spark(spark, server):
+    df = spark.read.parquet(str(server.warehouse.table_path("demo", "all_types")))
+    return df.schema, {r["id"]: r for r in df.collect()}
+
+
+@pytest.mark.parametrize("engine", ["sql"], indirect=True)  # the nested columns: the sql engine
+def test_every_all_types_value_equals_spark(conn, all_types_spark, zone, engine):
+    from pyspark.sql import types as T
+
+    schema, want = all_types_spark
+    got = conn.read_arrow("demo.all_types")
+    assert sorted(got.column("id").to_pylist()) == sorted(want)
+    types = {f.name: f.dataType for f in schema.fields}
+    for row in got.to_pylist():
+        for name, value in row.items():
+            expected = spark_to_starrocks(want[row["id"]][name], types[name], zone)
+            if isinstance(types[name], T.MapType) and value is not None:  # pyarrow gives maps as key/value pairs
+                value = dict(value)
+            assert same(value, expected), (name, row["id"], value, expected)
+
+
+@pytest.mark.parametrize("engine", ["auto", "sql"], indirect=True)
+def test_native_types_are_arrows_own(conn, all_types_spark, zone, engine):
+    schema, want = all_types_spark
+    cols = ["id", "c_date", "c_datetime", "c_datetime_ntz", "c_string"]
+    got = conn.read_arrow("demo.all_types", columns=cols, native_types=True)
+    assert got.schema.field("c_date").type == pa.date32()
+    assert got.schema.field("c_datetime").type == pa.timestamp("us")
+    assert got.schema.field("c_string").type == pa.utf8()
+    for row in got.to_pylist():
+        spark_row = want[row["id"]]
+        assert row["c_date"] == spark_row["c_date"]
+        expected_dt = spark_row["c_datetime"]
+        assert row["c_datetime"] == (None if expected_dt is None else instant_to_zone(expected_dt, zone))
+        assert row["c_datetime_ntz"] == spark_row["c_datetime_ntz"]
+    wire = conn.read_arrow("demo.all_types", columns=cols)  # without: the wire's text
+    assert wire.schema.field("c_date").type == pa.utf8()
+    assert sorted(r["c_date"] for r in wire.to_pylist() if r["c_date"]) == \
+        sorted(d.isoformat() for d in got.column("c_date").to_pylist() if d is not None)
+
+
+def test_a_many_tablet_table_read_in_parallel_equals_the_serial_read(fe_url, spark, server):
+    plan_tablets = len(server.warehouse.snapshot("db1", "sales").tablets)
+    assert plan_tablets >= 4
+    serial = connect(fe_url, max_workers=1).read_arrow("db1.sales", where="amount > 10")
+    parallel = connect(fe_url, max_workers=4, request_tablet_size=1).read_arrow("db1.sales", where="amount > 10")
+    rows = Counter(map(repr, parallel.to_pylist()))
+    assert rows == Counter(map(repr, serial.to_pylist()))
+    want = spark.read.parquet(str(server.warehouse.table_path("db1", "sales"))).where("amount > 10").count()
+    assert parallel.num_rows == want > 0
+    reader = connect(fe_url, max_workers=2, batch_size=7).read_batches("db1.sales", columns=["id"])
+    sizes = [b.num_rows for b in reader]
+    assert max(sizes) <= 7 and sum(sizes) == 400  # streamed, batch by batch
+
+
+def test_each_kind_of_failure_is_its_own_class_with_the_servers_message(fe_url, server):
+    with pytest.raises(AuthenticationError) as refused:
+        connect(fe_url, "root", "wrong password").read_arrow("demo.all_types")
+    assert refused.value.status == 401 and refused.value.message
+    name = f"reader_{uuid.uuid4().hex[:8]}"
+    server.users.set_password(name, "pw", create=True)
+    server.users.grant(name, "db1.t1")
+    with pytest.raises(PermissionDenied) as denied:
+        connect(fe_url, name, "pw").read_arrow("demo.all_types")
+    assert "SELECT privilege" in denied.value.message
+    with pytest.raises(QueryError) as unknown:
+        connect(fe_url).read_arrow("demo.no_such_table")
+    assert "no_such_table" in unknown.value.message
+    with pytest.raises(QueryError) as column:
+        connect(fe_url).read_arrow("demo.all_types", columns=["nope"])
+    assert "nope" in column.value.message
+    with pytest.raises(SnapshotGoneError):
+        connect(fe_url).read_arrow("db1.sales", since_version=123456)  # a version the server never had
+    with pytest.raises(ValueError):
+        ReadOptions.of({"starrocks.no.such.option": 1})
+    assert connect(fe_url).read_arrow("db1.t1").num_rows == 3  # and the server goes on serving
+
+
+def test_results_go_straight_into_duckdb_and_pandas(conn):
+    import duckdb
+
+    lineitem = conn.read_arrow("demo.lineitem", columns=["l_returnflag", "l_quantity"], native_types=True)
+    counts = duckdb.sql("select l_returnflag, count(*) as n from lineitem group by l_returnflag order by 1").fetchall()
+    assert sum(n for _, n in counts) == lineitem.num_rows
+    frame = conn.read_arrow("demo.all_types", columns=["id", "c_date", "c_double"], native_types=True).to_pandas()
+    assert len(frame) > 0 and str(frame["c_double"].dtype) == "float64"
+    assert all(d is None or isinstance(d, dt.date) for d in frame["c_date"].tolist()) or \
+        str(frame["c_date"].dtype).startswith("datetime64")
