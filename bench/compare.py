@@ -50,11 +50,14 @@ import common
 
 DB, TABLE = "demo", "lineitem"
 FILTER_COLUMNS = ["l_orderkey", "l_quantity", "l_extendedprice", "l_shipdate"]
-SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "spark-connect", "flight", "pyarrow")
+SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4", "spark-connect",
+           "flight", "pyarrow")
 LABELS = {
     "starscan": "starscan (thriftpy2 client)",
     "starscan-cache": "starscan, result cache on (thriftpy2 client)",
     "starscan-official-thrift": "starscan (Apache Thrift client)",
+    "read-arrow-1": "starscan, starscan.client.connect().read_batches, 1 worker",
+    "read-arrow-4": "starscan, starscan.client.connect().read_batches, 4 workers",
     "spark-connect": "Spark Connect toArrow()",
     "flight": "Arrow Flight (pyarrow, Parquet per request)",
     "pyarrow": "pyarrow reads the files (no server)",
@@ -101,6 +104,27 @@ def _read_starscan(spec: dict, stats: dict) -> None:
         pass
     stats.update(rows=s.rows, bytes=s.bytes, batches=s.batches, first_batch_s=s.first_batch_s,
                  wall_s=time.perf_counter() - t0)
+
+
+def _read_arrow(spec: dict, stats: dict) -> None:
+    """The public reader: one scanner per tablet (request_tablet_size 1), ``workers`` at once."""
+    from starscan.client import connect
+
+    workers = int(spec["system"].rsplit("-", 1)[1])
+    conn = connect(spec["fe"], "root", "", max_workers=workers, request_tablet_size=1, batch_size=spec["batch_size"],
+                   request_read_timeout_ms=int(spec["timeout"] * 1000))
+    table = spec.get("table", f"{DB}.{TABLE}")
+    where = f"l_shipdate >= '{spec['filter_date']}'" if spec.get("filter_date") else None
+    t0 = time.perf_counter()
+    rows = nbytes = batches = 0
+    first = None
+    for batch in conn.read_batches(table, columns=spec.get("columns"), where=where):
+        if first is None:
+            first = time.perf_counter() - t0
+        rows += batch.num_rows
+        nbytes += batch.nbytes
+        batches += 1
+    stats.update(rows=rows, bytes=nbytes, batches=batches, first_batch_s=first, wall_s=time.perf_counter() - t0)
 
 
 def _read_official(spec: dict, stats: dict) -> None:
@@ -235,6 +259,7 @@ def run_readers(spec: dict) -> dict:
 
         sessions = [SparkSession.builder.remote(spec["connect_url"]).create() for _ in range(n)]
     fn = {"starscan": _read_starscan, "starscan-cache": _read_starscan, "starscan-official-thrift": _read_official,
+          "read-arrow-1": _read_arrow, "read-arrow-4": _read_arrow,
           "flight": _read_flight,
           "pyarrow": _read_pyarrow}.get(system)
     barrier = threading.Barrier(n + 1)
@@ -498,6 +523,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-bytes", type=int, default=2 << 30,
                     help="result_cache_max_bytes (and per-entry cap) while starscan-cache runs (default 2 GiB: an "
                          "SF1 full result is ~1.2 GB of IPC)")
+    ap.add_argument("--tasks-per-scanner", type=int, default=None,
+                    help="scan_tasks_per_scanner of the starscan server (default: starscan's default)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds at most per measured run (default 900)")
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -524,8 +551,9 @@ def main(argv=None) -> int:
     common.log(f"starting starscan (warehouse {warehouse_dir})")
     t0 = time.perf_counter()
     # No start-up warm-up: every system gets the same one before its cold run (below).
+    extra = {} if args.tasks_per_scanner is None else {"scan_tasks_per_scanner": args.tasks_per_scanner}
     server, spark, settings = common.start_server(warehouse_dir, driver_memory=args.driver_memory,
-                                                  tablet_target_bytes=args.tablet_target_bytes, warmup_rows=0)
+                                                  tablet_target_bytes=args.tablet_target_bytes, warmup_rows=0, **extra)
     start_s = time.perf_counter() - t0
     me = psutil.Process()
     starscan_jvm = common.jvm_process()
@@ -559,7 +587,7 @@ def main(argv=None) -> int:
             loads.append(f"{system} {os.getloadavg()[0]:.2f}")
             cache = server.service.result_cache
             cache.configure(args.cache_bytes if system == "starscan-cache" else 0, args.cache_bytes, ["*.*"])
-            if system in ("starscan", "starscan-official-thrift", "starscan-cache"):
+            if system in ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4"):
                 def meter_fn():  # this process, its JVM, and Spark's Python workers under the JVM
                     try:
                         workers = starscan_jvm.children(recursive=True) if starscan_jvm else []
@@ -628,7 +656,10 @@ def main(argv=None) -> int:
                  "MB for starscan; compare rows/s too",
         "starscan": f"in-process StarscanServer, SparkSession {settings.spark_master}, spark.driver.memory="
                     f"{args.driver_memory}, starscan's Spark defaults, queue_max_bytes={settings.queue_max_bytes >> 20} "
-                    f"MiB, per-user limits at their defaults; batch_size {args.batch_size}; start {start_s:.1f} s; "
+                    f"MiB, scan_tasks_per_scanner={settings.scan_tasks_per_scanner}, per-user limits at their defaults; "
+                    f"batch_size {args.batch_size}; start {start_s:.1f} s; thriftpy2 client with failovers=0 (a "
+                    "scanner's tasks in parallel); read-arrow: starscan.client.connect defaults (ordered scanners, "
+                    "one per tablet) with request_tablet_size=1; "
                     "official client: `thrift --gen py` from idl/StarrocksExternalService.thrift, TSocket + "
                     "TBufferedTransport + TBinaryProtocolAccelerated",
         "spark connect": f"spark-submit SparkConnectServer, local[2], spark.driver.memory={args.driver_memory}, "
