@@ -59,7 +59,9 @@ def cluster_node(tmp_path_factory, spark, base_settings):
         wait_until(lambda: "Successfully registered with master" in (root / "worker.log").read_text(),
                    timeout_s=180, interval_s=0.5, what="the Spark worker to register")
         env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0",
+        # scan_yield_after_s long: a blocked scan's tasks keep their executor cores until the
+        # scan is stopped (test_closing_a_scanner_frees_the_clusters_executor).
+        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_SCAN_YIELD_AFTER_S="600",
                    STARSCAN_SPARK_CONF="spark.executor.memory=1g; spark.executor.cores=2; spark.cores.max=2")
         log = (root / "serve.log").open("w")
         node = subprocess.Popen([sys.executable, "-m", "starscan", "serve", "--warehouse", str(warehouse),
@@ -79,7 +81,7 @@ def cluster_node(tmp_path_factory, spark, base_settings):
         settings = base_settings.model_copy(update={"warehouse": warehouse, "state_dir": root / "local-state"})
         with running_server(spark, settings) as local:
             yield {"fe": f"127.0.0.1:{http_port}", "root": root, "local": f"127.0.0.1:{local.http_port}",
-                   "master_ui": master_ui}
+                   "master_ui": master_ui, "be": ("127.0.0.1", be_port)}
     finally:
         for proc in reversed(procs):
             proc.kill()
@@ -114,3 +116,28 @@ def test_scans_on_the_cluster_equal_local_spark(cluster_node, engine, table, sql
 def _executor_tasks(root: Path) -> int:
     """Tasks the worker's executors have started (their logs say "Running task" for each)."""
     return sum(p.read_text(errors="replace").count("Executor: Running task") for p in (root / "work").glob("app-*/*/stderr"))
+
+
+def test_closing_a_scanner_frees_the_clusters_executor(cluster_node):
+    """A scanner whose tasks on the executor are blocked (its reader reads one batch, its
+    queue is full) is closed: its Spark jobs end on the cluster (the scanner's job group),
+    so the executor's two cores serve the next scans, which read every row."""
+    from ops_helpers import Reader, plan_for
+
+    from starscan.client import StarscanClient
+
+    client = StarscanClient(cluster_node["fe"], timeout_s=120)
+    sql = "select * from demo.lineitem"
+    for _ in range(2):  # twice: a leftover task from the first would hold a core in the second
+        opaque, tablets = plan_for(client, "demo", "lineitem", sql)
+        reader = Reader(cluster_node["be"])
+        try:
+            cid = reader.open_ok("demo", "lineitem", opaque, tablets, batch_size=64, mem_limit=64 << 10)
+            assert reader.next_batch(cid, 0).num_rows > 0  # the tasks run, and block on the full queue
+            before = _executor_tasks(cluster_node["root"])
+            reader.close_scanner(cid)
+        finally:
+            reader.close()
+        full = client.read("demo", "lineitem", sql)  # the executor's cores are free again
+        assert full.num_rows == StarscanClient(cluster_node["local"], timeout_s=120).read("demo", "lineitem", sql).num_rows
+        assert _executor_tasks(cluster_node["root"]) > before
