@@ -11,12 +11,14 @@ when the committed version can no longer be placed (expired), or the error that 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
+from cachetools import LRUCache
 from prometheus_client.core import GaugeMetricFamily
 
-from starscan.catalog import Warehouse
+from starscan.catalog import TableSnapshot, Warehouse
 from starscan.consumers import ConsumerPositions
 from starscan.errors import StarscanError, TableRewritten, VersionUnknown
 
@@ -36,6 +38,10 @@ class ConsumerLag:
         return asdict(self)
 
 
+_LAGS: LRUCache[tuple[str, str, int, int], tuple[int | None, int | None, str]] = LRUCache(maxsize=4096)
+_LAGS_LOCK = threading.Lock()
+
+
 def consumer_lags(warehouse: Warehouse, positions: ConsumerPositions) -> list[ConsumerLag]:
     out = []
     for p in positions.every():
@@ -45,20 +51,37 @@ def consumer_lags(warehouse: Warehouse, positions: ConsumerPositions) -> list[Co
         try:
             snap = warehouse.snapshot(db, name)
             current = snap.version
-            changes = warehouse.changes(snap)
-            added = set(changes.added_since(p.version, current))
-            nbytes = sum(f.size for f in snap.files if f.path in added)
-            now, then = changes.order(current), changes.order(p.version)
-            versions = now - then if now is not None and then is not None else None
-            state = "ok"
-        except TableRewritten:
-            state = "rewritten"
-        except VersionUnknown:
-            state = "unknown"
+            key = (p.location, p.consumer, p.version, current)
+            with _LAGS_LOCK:
+                known = _LAGS.get(key)
+            if known is None:  # a lag is computed once per committed and current version
+                known = _lag(warehouse, snap, p.version)
+                with _LAGS_LOCK:
+                    _LAGS[key] = known
+            versions, nbytes, state = known
         except StarscanError as exc:
             state = exc.message[:200]
+        except Exception as exc:  # noqa: BLE001 - one table's trouble must not hide the others' lag
+            state = f"{type(exc).__name__}: {str(exc)[:200]}"
         out.append(ConsumerLag(p.table, p.consumer, p.version, current, versions, nbytes, p.committed_at, state))
     return out
+
+
+def _lag(warehouse: Warehouse, snap: TableSnapshot, committed: int) -> tuple[int | None, int | None, str]:
+    """(versions, bytes, state) of a consumer at ``committed`` behind the table in ``snap``."""
+    changes = warehouse.changes(snap)
+    try:
+        added = set(changes.added_since(committed, snap.version))
+    except TableRewritten:
+        return None, None, "rewritten"
+    except VersionUnknown:
+        return None, None, "unknown"
+    files = {f.path: f.size for f in snap.files}
+    if added - set(files):  # appended after the position and compacted since: the next plan is a 409
+        return None, None, "rewritten"
+    now, then = changes.order(snap.version), changes.order(committed)
+    versions = now - then if now is not None and then is not None else None
+    return versions, sum(files[path] for path in added), "ok"
 
 
 class ConsumerLagMetrics:

@@ -207,8 +207,11 @@ class CacheMetrics:
         yield GaugeMetricFamily("starscan_result_cache_max_bytes", "result_cache_max_bytes", value=cache.max_bytes)
 
 
-def cache_key(plan, plan_tablets: list, tablet_ids: list[int], batch_size: int, time_zone: str) -> str:
-    """Everything that decides a scan's reply bytes, hashed (see the module docstring)."""
+def cache_key(plan, plan_tablets: list, tablet_ids: list[int], batch_size: int, time_zone: str,
+              ordered: bool = False) -> str:
+    """Everything that decides a scan's reply bytes, hashed (see the module docstring).
+    ``ordered``: rows in a fixed order (protocol_extensions.ORDERED_PROPERTY); an unordered
+    scan's replies, in the order its tasks happened to finish, never answer an ordered one."""
     by_id = {t.tablet_id: t for t in plan_tablets}
     files = tuple((tid, tuple((f.path, f.size, f.mtime_ns) for f in by_id[tid].files),
                    by_id[tid].first_row_group, by_id[tid].row_groups) for tid in tablet_ids)
@@ -218,5 +221,5 @@ def cache_key(plan, plan_tablets: list, tablet_ids: list[int], batch_size: int, 
         predicate = tuple((n.kind, n.num_children, n.name, n.literal_type, n.literal_value, n.negated, n.type_name)
                           for n in plan.predicate.nodes)
     content = (1, plan.table_location, plan.version, plan.table_schema, plan.schema_hash, files, columns, predicate,
-               batch_size, time_zone)
+               batch_size, time_zone, ordered)
     return hashlib.sha256(repr(content).encode("utf-8")).hexdigest()

@@ -176,7 +176,7 @@ class ScanService:
             # Every check above has passed (signature, identity, grants, tablets, caps); the
             # planned files must still be there, exactly as a Spark scan would require.
             check_snapshot(plan, plan_tablets, tablet_ids, storage)
-            key = cache_key(plan, plan_tablets, tablet_ids, params.batch_size, self.settings.time_zone)
+            key = cache_key(plan, plan_tablets, tablet_ids, params.batch_size, self.settings.time_zone, ordered)
             hit = cache.get(key, plan.table_location, plan.version)
             if hit is not None:
                 ctx.replay = hit

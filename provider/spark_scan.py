@@ -167,12 +167,13 @@ class SparkScan:
                 cuts.append((storage.spark_path(path), t.first_row or 0, t.rows or 0))
         frames = []
         folders = plan.partition_columns is None  # else the partition values are in the files
+        spark = ordered_session(self.spark) if self.ordered else self.spark
         if whole:
-            frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), whole,
+            frames.append(read_parquet_files(spark, self._table_schema, storage.spark_path(location), whole,
                                              folders, plan.file_format or "parquet"))
         for path, first_row, rows in cuts:
             index = F.col("_metadata.row_index")
-            frames.append(read_parquet_files(self.spark, self._table_schema, storage.spark_path(location), [path],
+            frames.append(read_parquet_files(spark, self._table_schema, storage.spark_path(location), [path],
                                              folders, plan.file_format or "parquet")
                           .filter((index >= first_row) & (index < first_row + rows)))
         df = frames[0]
@@ -406,6 +407,28 @@ class SparkScan:
                               "add Hadoop's cloud connector jars to Spark (docs/storage.md), or ask for a scan the arrow "
                               "engine can read")
         return ScanFailed(f"Spark scan failed: {reason}")
+
+
+_ORDERED_SESSIONS: dict[int, object] = {}
+_ORDERED_LOCK = threading.Lock()
+
+
+def ordered_session(spark):
+    """A session of the same SparkContext whose file splits depend only on the files: Spark
+    sizes its splits by the cluster's cores (``spark.sql.files.minPartitionNum`` defaults to
+    the default parallelism), so two BEs, or one whose cluster gained an executor, would cut
+    the same files differently and send an ordered scan's rows in another order."""
+    key = id(spark.sparkContext)
+    with _ORDERED_LOCK:
+        session = _ORDERED_SESSIONS.get(key)
+        if session is None:
+            session = spark.newSession()
+            session.conf.set("spark.sql.files.minPartitionNum", "1")
+            for name in ("spark.sql.session.timeZone", "spark.sql.files.maxPartitionBytes",
+                         "spark.sql.files.openCostInBytes"):
+                session.conf.set(name, spark.conf.get(name))
+            _ORDERED_SESSIONS[key] = session
+        return session
 
 
 def _run_job(sc, mapped, split: int) -> None:

@@ -115,10 +115,11 @@ class DeltaChanges:
             raise VersionUnknown(f"table {self.table} has no Delta version {since}; its current version is {current}")
         added: dict[str, None] = {}
         for version in range(since + 1, current + 1):
-            for action in self._commit(version, since):
-                if "add" in action and action["add"].get("dataChange", True):
-                    added[unquote(action["add"]["path"])] = None
-                elif "remove" in action and action["remove"].get("dataChange", True):
+            # A commit's actions are a set, in no order: its removes are checked against what
+            # was appended before it, then its adds count.
+            actions = self._commit(version, since)
+            for action in actions:
+                if "remove" in action and action["remove"].get("dataChange", True):
                     path = unquote(action["remove"]["path"])
                     if path not in added:
                         raise TableRewritten(
@@ -126,6 +127,9 @@ class DeltaChanges:
                             f"{since} (file {path}: a delete, update, merge or overwrite): a full read is needed, then "
                             f"continue from version {current}")
                     del added[path]  # appended after `since` and removed again: its rows are gone
+            for action in actions:
+                if "add" in action and action["add"].get("dataChange", True):
+                    added[unquote(action["add"]["path"])] = None
         return sorted(added)
 
     def order(self, version: int) -> int | None:

@@ -214,11 +214,17 @@ class IcebergChanges:
             raise TableRewritten(f"table {self.name}: the snapshot of version {since} is not an ancestor of the current "
                                  f"one (the table was rolled back or replaced since): a full read is needed, then "
                                  f"continue from version {current}")
+        if start is None and chain and chain[0].parent_snapshot_id is not None:
+            raise VersionUnknown(f"table {self.name}: its first snapshots expired, so what was appended since version 0 "
+                                 "is not known; read the whole table")
         after = chain[ids.index(start.snapshot_id) + 1:] if start is not None else chain
         io = self.loaded.io
         added: list[str] = []
         for snap in after:
-            operation = snap.summary.operation if snap.summary is not None else Operation.APPEND
+            if snap.summary is None:
+                raise TableRewritten(f"table {self.name}: snapshot {snap.snapshot_id} after version {since} has no "
+                                     "summary, so what it changed is not known: a full read is needed")
+            operation = snap.summary.operation
             if operation == Operation.REPLACE:
                 continue  # the same rows in other files
             if operation != Operation.APPEND:

@@ -71,6 +71,16 @@ class ScanIntegrityError(Exception):
             "the result is incomplete, read it again")
 
 
+class FailoverMismatch(ScanIntegrityError):
+    """After a failover, the new BE's scan ended with fewer rows than were already handed out
+    from the lost one: the two do not hold the same rows, and the result cannot be finished."""
+
+    def __init__(self, context_id: str, handed: int, produced: int):
+        Exception.__init__(self, f"scan {context_id} on the next routing produced {produced} rows, fewer than the "
+                                 f"{handed} already handed out from the lost BE: they disagree; read again")
+        self.context_id, self.received, self.reported = context_id, handed, produced
+
+
 @dataclass(frozen=True)
 class Followed:
     """One step of ``StarscanClient.follow``: the rows appended after ``since`` (None: the
@@ -358,6 +368,8 @@ class StarscanClient:
                         raise _BackendLost(error) if _is_lost(res.status) else error
                     if res.eos:
                         _verify_eos(res.status, opened.context_id, offset, stats)
+                        if offset < skip:  # this BE's scan has fewer rows than were handed out before
+                            raise FailoverMismatch(opened.context_id, skip, offset)
                         return
                     for batch in pa.ipc.open_stream(res.rows):
                         offset += batch.num_rows

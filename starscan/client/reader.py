@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -82,9 +83,17 @@ class Connection:
         plan = self.plan(db, name, sql, since_version)
         items = work_items(plan, self.options.request_tablet_size)
         stream = _Stream(self, db, name, plan, items, native)
-        first = stream.first()
-        schema = first.schema if first is not None else self._empty_schema(db, name, columns, native)
-        return pa.RecordBatchReader.from_batches(schema, stream.batches(first))
+        stream.start()
+        try:
+            first = stream.next()
+            schema = first.schema if first is not None else self._empty_schema(db, name, columns, native)
+        except BaseException:
+            stream.stop.set()
+            raise
+        batches = stream.batches(first)
+        # A reader dropped before it is read to the end stops the read (its scanners close).
+        weakref.finalize(batches, stream.stop.set)
+        return pa.RecordBatchReader.from_batches(schema, batches)
 
     def plan(self, db: str, table: str, sql: str, since_version: int | None = None) -> dict[str, Any]:
         try:
@@ -161,57 +170,57 @@ def work_items(plan: dict[str, Any], tablet_size: int) -> list[tuple[list[str], 
 
 
 class _Stream:
-    """The work items read on a thread pool, their batches handed out through a bounded queue."""
+    """The work items read on a thread pool, their batches handed out through a bounded queue.
 
-    _DONE = object()
+    The first error of any item is kept in ``error`` and raised to the caller before any
+    further batch; ``stop`` ends every item (their scanners are closed) when the caller is
+    done, fails, or drops the reader unread."""
 
     def __init__(self, conn: Connection, db: str, table: str, plan: dict[str, Any],
                  items: list[tuple[list[str], list[int]]], native: bool):
         self.conn, self.db, self.table, self.plan, self.native = conn, db, table, plan, native
         self.items = items
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=2 * conn.max_workers)
+        self.queue: queue.Queue[pa.RecordBatch] = queue.Queue(maxsize=2 * conn.max_workers)
         self.stop = threading.Event()
-        self._started = False
+        self.finished = threading.Event()  # every item ended (read whole, failed or stopped)
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
 
-    def _start(self) -> None:
-        self._started = True
+    def start(self) -> None:
         if not self.items:
-            self.queue.put(self._DONE)
+            self.finished.set()
             return
         pool = ThreadPoolExecutor(self.conn.max_workers, thread_name_prefix="starscan-read")
         remaining = [len(self.items)]
-        lock = threading.Lock()
 
         def run(item: tuple[list[str], list[int]]) -> None:
             try:
-                self._read(*item)
+                if not self.stop.is_set():
+                    self._read(*item)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                with self._lock:
+                    if self.error is None:
+                        self.error = exc
                 self.stop.set()
-                self._put(exc, force=True)
             finally:
-                with lock:
+                with self._lock:
                     remaining[0] -= 1
-                    last = remaining[0] == 0
-                if last:
-                    self._put(self._DONE, force=True)
+                    if remaining[0] == 0:
+                        self.finished.set()
 
         for item in self.items:
             pool.submit(run, item)
         pool.shutdown(wait=False)
 
-    def _put(self, value: Any, force: bool = False) -> bool:
-        while True:
+    def _put(self, batch: pa.RecordBatch) -> bool:
+        """Queue a batch; False when the read was stopped (the caller is gone or failed)."""
+        while not self.stop.is_set():
             try:
-                self.queue.put(value, timeout=0.1)
+                self.queue.put(batch, timeout=0.1)
                 return True
             except queue.Full:
-                if self.stop.is_set() and not force:
-                    return False
-                if force and self.stop.is_set():
-                    try:  # the reader has gone: make room for the end marker
-                        self.queue.get_nowait()
-                    except queue.Empty:
-                        pass
+                continue
+        return False
 
     def _read(self, routings: list[str], tablets: list[int]) -> None:
         conn, options = self.conn, self.conn.options
@@ -237,17 +246,20 @@ class _Stream:
         finally:
             conn._give_back(routings[first])
 
-    def first(self) -> pa.RecordBatch | None:
-        """The first batch (its schema is the stream's), or None for an empty result."""
-        if not self._started:
-            self._start()
-        item = self.queue.get()
-        if item is self._DONE:
-            return None
-        if isinstance(item, BaseException):
-            self.stop.set()
-            raise item
-        return item
+    def next(self) -> pa.RecordBatch | None:
+        """The next batch, None at the end; the first error of any item is raised."""
+        while True:
+            if self.error is not None:
+                self.stop.set()
+                raise self.error
+            try:
+                return self.queue.get(timeout=0.1)
+            except queue.Empty:
+                pass
+            if self.finished.is_set() and self.queue.empty():
+                if self.error is not None:
+                    raise self.error
+                return None
 
     def batches(self, first: pa.RecordBatch | None) -> Iterator[pa.RecordBatch]:
         try:
@@ -255,15 +267,10 @@ class _Stream:
                 return
             schema = first.schema
             yield first
-            while True:
-                item = self.queue.get()
-                if item is self._DONE:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                if item.schema != schema:  # nullability can differ between scanners
-                    item = pa.RecordBatch.from_arrays(item.columns, schema=schema)
-                yield item
+            while (batch := self.next()) is not None:
+                if batch.schema != schema:  # nullability can differ between scanners
+                    batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+                yield batch
         finally:
             self.stop.set()
 

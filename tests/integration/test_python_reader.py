@@ -122,3 +122,20 @@ def test_results_go_straight_into_duckdb_and_pandas(conn):
     assert len(frame) > 0 and str(frame["c_double"].dtype) == "float64"
     assert all(d is None or isinstance(d, dt.date) for d in frame["c_date"].tolist()) or \
         str(frame["c_date"].dtype).startswith("datetime64")
+
+
+def test_a_reader_dropped_after_one_batch_closes_its_scanners(fe_url, server):
+    import gc
+
+    from extra_servers import wait_until
+
+    def open_scanners() -> int:
+        return sum(1 for ctx in server.contexts.snapshot() if ctx.info.table == "db1.sales")
+
+    assert open_scanners() == 0
+    reader = connect(fe_url, max_workers=2, request_tablet_size=1, batch_size=5).read_batches("db1.sales")
+    assert reader.read_next_batch().num_rows > 0
+    assert open_scanners() > 0
+    del reader
+    gc.collect()
+    wait_until(lambda: open_scanners() == 0, timeout_s=30, what="the dropped reader's scanners to close")

@@ -43,3 +43,35 @@ def test_column_mapping_is_refused(tmp_path):
         pytest.skip(f"deltalake cannot write column mapping: {exc}")
     with pytest.raises(TableUnreadable, match="column mapping"):
         Warehouse(tmp_path / "wh", 0).snapshot("d", "t")
+
+
+@pytest.mark.parametrize("order", ["add first", "remove first"])
+def test_a_commits_actions_count_whatever_their_order(tmp_path, order):
+    """A commit's actions are a set: a file that was there at the start version, removed
+    and added again in one commit (a deletion-vector update), is a rewrite in either order;
+    a file appended after it and removed again is not returned."""
+    import json
+
+    from starscan.delta import DeltaChanges
+    from starscan.errors import TableRewritten
+    from starscan.storage import LOCAL
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+
+    def commit(version: int, *actions: dict) -> None:
+        if order == "remove first":
+            actions = tuple(sorted(actions, key=lambda a: "add" in a))
+        (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+
+    add = lambda p: {"add": {"path": p, "dataChange": True}}  # noqa: E731
+    remove = lambda p: {"remove": {"path": p, "dataChange": True}}  # noqa: E731
+    commit(0, add("a.parquet"))
+    commit(1, add("b.parquet"))
+    commit(2, add("c.parquet"), remove("b.parquet"))     # b appended after 0 and deleted again
+    commit(3, add("a.parquet"), remove("a.parquet"))     # a, there at 0, rewritten in place
+    changes = DeltaChanges("d.t", str(tmp_path), LOCAL, 3)
+    assert changes.added_since(0, 2) == ["c.parquet"]
+    with pytest.raises(TableRewritten):
+        changes.added_since(0, 3)
+    assert changes.added_since(2, 2) == []

@@ -1,0 +1,18 @@
+"""`starscan.client` is a reader's package: importing it (and reading with it) must not load
+Spark, the server's web stack or the server's modules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_importing_the_client_loads_no_spark_and_no_server():
+    code = ("import json, sys; import starscan.client; from starscan.client import connect, ReadOptions; "
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    loaded = set(json.loads(out.strip().splitlines()[-1]))
+    server_side = {"pyspark", "py4j", "fastapi", "uvicorn", "starlette", "mysql_mimic", "sqlglot", "pydantic"}
+    assert not {m.split(".")[0] for m in loaded} & server_side
+    assert not {m for m in loaded if m.startswith(("starscan.planner", "starscan.provider", "starscan.server"))}
