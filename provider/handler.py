@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from starscan.protocol_extensions import EOS_ROWS_PREFIX
+from starscan.protocol_extensions import EOS_ROWS_PREFIX, ORDERED_ACK, ORDERED_PROPERTY
 from starscan.provider import status
 from starscan.provider.peer import current_peer
 from starscan.provider.service import ScanService
@@ -33,6 +33,8 @@ class ExternalServiceHandler:
             return wire.TScanOpenResult(status=status.from_error(exc), context_id="", selected_columns=[])
         columns = [wire.TScanColumnDesc(name=n, type=t) for n, t in result.columns]
         st = status.ok() if result.error is None else status.from_error(result.error)
+        if result.error is None and str((params.properties or {}).get(ORDERED_PROPERTY, "")).lower() == "true":
+            st.error_msgs = [ORDERED_ACK]  # the rows come in a fixed order (protocol_extensions)
         return wire.TScanOpenResult(status=st, context_id=result.context_id, selected_columns=columns)
 
     def get_next(self, params):

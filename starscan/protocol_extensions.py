@@ -11,9 +11,13 @@ Rows in a fixed order (docs/operations.md, docs/scaling.md "Failover"): a client
 plan, the tablets and the engine: the scanner reads its splits one at a time, in split
 order, each from its start to its end. Two BEs of one deployment then send the same rows in
 the same order, so a client whose BE was lost can open the scanner on another and skip the
-rows it already has. It costs the scanner its parallel tasks.
+rows it already has. It costs the scanner its parallel tasks. The BE says it honours the
+property: the open reply's OK status carries ``ORDERED_ACK`` in ``error_msgs``. A server that
+does not (StarRocks ignores ``properties``) gives no order a client may rely on, so a client
+must not resume by skipping rows there.
 """
 
 EOS_ROWS_PROPERTY = "starscan.eos_row_count"
 EOS_ROWS_PREFIX = "starscan:rows="
 ORDERED_PROPERTY = "starscan.ordered"
+ORDERED_ACK = "starscan:ordered"

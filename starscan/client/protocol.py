@@ -21,7 +21,7 @@ from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.rpc import make_client
 from thriftpy2.transport import TCyBufferedTransportFactory, TTransportException
 
-from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY, ORDERED_PROPERTY
+from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY, ORDERED_ACK, ORDERED_PROPERTY
 from starscan.thrift_defs import wire
 
 if TYPE_CHECKING:
@@ -312,9 +312,10 @@ class StarscanClient:
         lost = 0
         while True:
             endpoint = routings[(first + lost) % len(routings)]
+            ordered: list[bool] = []  # whether the BE said the rows come in a fixed order
             try:
                 for batch in self._scan_on(endpoint, db, table, plan, tablets, batch_size, stats, keep_alive_min,
-                                           mem_limit, query_timeout, skip=handed):
+                                           mem_limit, query_timeout, skip=handed, ordered=ordered):
                     handed += batch.num_rows
                     stats.rows += batch.num_rows
                     stats.batches += 1
@@ -325,13 +326,18 @@ class StarscanClient:
                 lost += 1
                 if lost > self.failovers:
                     raise exc.error from None
+                if handed and not all(ordered):
+                    # A server that does not keep the order (StarRocks ignores the property)
+                    # cannot be resumed by skipping rows: they could be other rows.
+                    raise exc.error from None
                 stats.failovers += 1
                 time.sleep(min(FAILOVER_PAUSE_S * 2 ** (lost - 1), FAILOVER_PAUSE_MAX_S))
 
     def _scan_on(self, endpoint: str, db: str, table: str, plan: dict[str, Any], tablets: list[int], batch_size: int,
                  stats: ScanStats, keep_alive_min: int | None, mem_limit: int | None, query_timeout: int | None,
-                 skip: int) -> Iterator[pa.RecordBatch]:
-        """One scanner on one BE, without its first ``skip`` rows; _BackendLost when the BE is."""
+                 skip: int, ordered: list[bool] | None = None) -> Iterator[pa.RecordBatch]:
+        """One scanner on one BE, without its first ``skip`` rows; _BackendLost when the BE is.
+        ``ordered`` gets whether the BE acknowledged ``ORDERED_PROPERTY``."""
         host, port = self.be_host_mapping.get(endpoint, endpoint).split(":")
         conn = _Connection(host, int(port), self.timeout_s, self.retries, stats, self.ssl_context)
         properties = {EOS_ROWS_PROPERTY: "true"}
@@ -353,6 +359,14 @@ class StarscanClient:
                 raise _BackendLost(error) if _is_lost(opened.status) else error
             stats.scanners += 1
             stats.columns = [(c.name, c.type) for c in opened.selected_columns]
+            acknowledged = ORDERED_ACK in (opened.status.error_msgs or [])
+            if ordered is not None:
+                ordered.append(acknowledged)
+            if skip and not acknowledged:
+                raise ScanError("open_scanner", wire.TStatus(
+                    status_code=wire.TStatusCode.INTERNAL_ERROR,
+                    error_msgs=[f"the BE at {endpoint} does not keep rows in a fixed order, so the {skip} rows "
+                                "already read cannot be skipped exactly; read the table again"]))
             offset = 0
             try:
                 while True:

@@ -139,3 +139,23 @@ def test_a_reader_dropped_after_one_batch_closes_its_scanners(fe_url, server):
     del reader
     gc.collect()
     wait_until(lambda: open_scanners() == 0, timeout_s=30, what="the dropped reader's scanners to close")
+
+
+def test_the_be_acknowledges_an_ordered_scan_and_only_that(client, be_addr):
+    """The ordered property's acknowledgement (protocol_extensions.ORDERED_ACK) is what lets
+    a client resume by skipping rows; StarRocks' readers never send the property and get
+    StarRocks' own OK status."""
+    from ops_helpers import Reader, plan_for
+
+    from starscan.protocol_extensions import ORDERED_ACK, ORDERED_PROPERTY
+
+    opaque, tablets = plan_for(client, "db1", "sales", "select id from db1.sales")
+    reader = Reader(be_addr)
+    try:
+        ordered = reader.open("db1", "sales", opaque, tablets, properties={ORDERED_PROPERTY: "true"})
+        plain = reader.open("db1", "sales", opaque, tablets)
+        assert ordered.status.status_code == plain.status.status_code == 0
+        assert ordered.status.error_msgs == [ORDERED_ACK] and not plain.status.error_msgs
+        assert reader.drain(ordered.context_id) == reader.drain(plain.context_id) == 400
+    finally:
+        reader.close()
