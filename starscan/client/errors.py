@@ -76,6 +76,8 @@ def from_status(call: str, status: Any) -> ReadError:
         return AuthenticationError(message, name)
     if "is gone" in lowered or "expired" in lowered:
         return SnapshotGoneError(message, name)
+    if code == wire.TStatusCode.NOT_FOUND and "context" in lowered:
+        return NetworkError(message, name)  # the BE lost the scanner (a restart, the reaper)
     if code in (wire.TStatusCode.SERVICE_UNAVAILABLE, wire.TStatusCode.TIMEOUT, wire.TStatusCode.CANCELLED,
                 wire.TStatusCode.TOO_MANY_TASKS):
         return NetworkError(message, name)
