@@ -46,8 +46,8 @@ class ConsumerPositions:
     def commit(self, table: str, location: str, name: str, version: int, user: str, changes: TableChanges) -> int:
         """Record ``version`` as ``name``'s position; returns it. Refuses a version the table
         cannot place (VersionUnknown) and one before the position (PositionBehind)."""
-        with self._lock:
-            state = self._load(location)
+        with self._lock, self._files.updating(location) as update:
+            state = update.doc
             current = state["consumers"].get(name)
             order = changes.order(version)
             if order is None:
@@ -59,7 +59,7 @@ class ConsumerPositions:
                                          f"which comes after {version}: a position never moves back")
             state["consumers"][name] = {"version": version, "user": user, "at": round(time.time(), 3)}
             state["table"] = table
-            self._save(location, state)
+            update.changed = True
         return version
 
     def consumers(self, location: str) -> dict[str, int]:
@@ -77,8 +77,6 @@ class ConsumerPositions:
     def _load(self, location: str) -> dict[str, Any]:
         return self._files.load(location)
 
-    def _save(self, location: str, state: dict[str, Any]) -> None:
-        self._files.save(location, state)
 
 
 @dataclass(frozen=True)

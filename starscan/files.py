@@ -4,10 +4,12 @@ documents kept under the state folder (version histories, consumer positions).""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,34 +42,77 @@ def write_private(path: Path, data: bytes, *, replace: bool = True) -> bool:
 
 class JsonPerTable:
     """One small JSON document per table under ``folder`` (named by a hash of the table's
-    location), cached in memory and replaced atomically on each save; ``folder`` None keeps
-    them in memory only. Callers hold their own lock around a load-change-save."""
+    location), replaced atomically on each save; ``folder`` None keeps them in memory only.
+
+    Several processes may share the folder (FEs of one deployment): a document is read
+    again whenever its file changed since this process read it, and ``updating`` holds an
+    exclusive lock on the table's lock file across its read-change-write, so no process
+    writes over another's change."""
 
     def __init__(self, folder: Path | None, empty: Callable[[str], dict[str, Any]]):
         self.folder = folder
         self.empty = empty
-        self._docs: dict[str, dict[str, Any]] = {}
+        self._docs: dict[str, tuple[tuple[int, int, int] | None, dict[str, Any]]] = {}
 
     def _path(self, location: str) -> Path | None:
         if self.folder is None:
             return None
         return self.folder / (hashlib.blake2b(location.encode("utf-8"), digest_size=16).hexdigest() + ".json")
 
+    @staticmethod
+    def _stamp(path: Path) -> tuple[int, int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
     def load(self, location: str) -> dict[str, Any]:
-        doc = self._docs.get(location)
-        if doc is not None:
-            return doc
-        doc = self.empty(location)
+        """The table's document as the folder holds it now (read again when it changed)."""
         path = self._path(location)
-        if path is not None and path.exists():
+        cached = self._docs.get(location)
+        if path is None:
+            if cached is None:
+                cached = (None, self.empty(location))
+                self._docs[location] = cached
+            return cached[1]
+        stamp = self._stamp(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        doc = self.empty(location)
+        if stamp is not None:
             try:
                 loaded = json.loads(path.read_text(encoding="utf-8"))
                 if loaded.get("location") == location:
                     doc = loaded
             except (OSError, ValueError):
                 pass  # unreadable: start again (what it held becomes unknown, never wrong)
-        self._docs[location] = doc
+        self._docs[location] = (stamp, doc)
         return doc
+
+    @contextmanager
+    def updating(self, location: str) -> Iterator[Update]:
+        """The document to change, under the table's lock; written when the caller marks it
+        ``changed`` and returns without an error."""
+        path = self._path(location)
+        if path is None:
+            update = Update(self.load(location))
+            yield update
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_name(path.name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            update = Update(self.load(location))
+            try:
+                yield update
+            except BaseException:
+                self._docs.pop(location, None)  # it may be half changed: read the file again next time
+                raise
+            if update.changed:
+                self.save(location, update.doc)
+        finally:
+            os.close(fd)  # releases the lock
 
     def every(self) -> list[dict[str, Any]]:
         """Every table's document: those in memory and those only on disk."""
@@ -85,6 +130,16 @@ class JsonPerTable:
     def save(self, location: str, doc: dict[str, Any]) -> None:
         path = self._path(location)
         if path is None:
+            self._docs[location] = (None, doc)
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         write_private(path, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
+        self._docs[location] = (self._stamp(path), doc)
+
+
+class Update:
+    """A document being changed in ``JsonPerTable.updating``."""
+
+    def __init__(self, doc: dict[str, Any]):
+        self.doc = doc
+        self.changed = False

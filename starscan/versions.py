@@ -37,8 +37,8 @@ class VersionHistory:
 
     def observe(self, table: str, location: str, version: int, files: Iterable[FileKey]) -> None:
         """Record ``version`` of the table at ``location`` with its file set, if it is new."""
-        with self._lock:
-            state = self._load(location)
+        with self._lock, self._files.updating(location) as update:
+            state = update.doc
             if state["log"] and state["log"][-1]["version"] == version:
                 return
             now = {list_key(f): None for f in files}
@@ -51,7 +51,7 @@ class VersionHistory:
             del state["log"][:-self.max_versions]
             state["current"] = sorted(map(list, current))
             state["table"] = table
-            self._save(location, state)
+            update.changed = True
 
     def added_since(self, location: str, since: int, current: int) -> list[FileKey]:
         """The files added after version ``since`` up to ``current`` (the table's version now,
@@ -94,8 +94,6 @@ class VersionHistory:
     def _load(self, location: str) -> dict[str, Any]:
         return self._files.load(location)
 
-    def _save(self, location: str, state: dict[str, Any]) -> None:
-        self._files.save(location, state)
 
 
 def list_key(f: FileKey) -> FileKey:

@@ -50,3 +50,34 @@ def test_the_history_is_bounded():
     with pytest.raises(VersionUnknown):
         history.added_since("loc", 1, 5)
     assert history.added_since("loc", 3, 5) == [("f3", 1, 1), ("f4", 1, 1)]
+
+
+def test_two_processes_sharing_the_state_folder_lose_no_change(tmp_path):
+    """Two FEs (here: two sets of objects, each with its own cache and file descriptors) on
+    one state folder: versions one observes and positions both commit, at the same time,
+    are all kept, and each sees the other's."""
+    import threading
+
+    from starscan.changes import FolderChanges
+    from starscan.consumers import ConsumerPositions
+
+    fe1 = (VersionHistory(tmp_path), ConsumerPositions(tmp_path))
+    fe2 = (VersionHistory(tmp_path), ConsumerPositions(tmp_path))
+    loc = "/wh/db.db/t"
+    fe1[0].observe("db.t", loc, 1, [("a", 1, 1)])
+    fe2[0].observe("db.t", loc, 2, [("a", 1, 1), ("b", 1, 1)])
+    assert [p for p, _, _ in fe1[0].added_since(loc, 1, 2)] == ["b"]  # fe1 reads fe2's version
+
+    def commits(fe, prefix: str) -> None:
+        history, positions = fe
+        for i in range(25):
+            positions.commit("db.t", loc, f"{prefix}{i}", 2 if i % 2 else 1, "root", FolderChanges(history, loc))
+
+    threads = [threading.Thread(target=commits, args=(fe, name)) for fe, name in ((fe1, "x"), (fe2, "y"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = {f"{p}{i}": 2 if i % 2 else 1 for p in "xy" for i in range(25)}
+    assert fe1[1].consumers(loc) == fe2[1].consumers(loc) == expected
+    assert ConsumerPositions(tmp_path).consumers(loc) == expected  # and on disk
