@@ -116,15 +116,22 @@ def _read_arrow(spec: dict, stats: dict) -> None:
     table = spec.get("table", f"{DB}.{TABLE}")
     where = f"l_shipdate >= '{spec['filter_date']}'" if spec.get("filter_date") else None
     t0 = time.perf_counter()
-    rows = nbytes = batches = 0
+    _count(conn.read_batches(table, columns=spec.get("columns"), where=where), stats, t0)
+
+
+def _count(batches, stats: dict, t0: float) -> None:
+    """Count and drop ``batches`` (empty ones skipped) into ``stats``, timed from ``t0``."""
+    rows = nbytes = count = 0
     first = None
-    for batch in conn.read_batches(table, columns=spec.get("columns"), where=where):
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
         if first is None:
             first = time.perf_counter() - t0
         rows += batch.num_rows
         nbytes += batch.nbytes
-        batches += 1
-    stats.update(rows=rows, bytes=nbytes, batches=batches, first_batch_s=first, wall_s=time.perf_counter() - t0)
+        count += 1
+    stats.update(rows=rows, bytes=nbytes, batches=count, first_batch_s=first, wall_s=time.perf_counter() - t0)
 
 
 def _read_official(spec: dict, stats: dict) -> None:
@@ -236,17 +243,7 @@ def _dataset_scanner(path: str, columns, filter_date):
 
 def _read_pyarrow(spec: dict, stats: dict) -> None:
     t0 = time.perf_counter()
-    rows = nbytes = batches = 0
-    first = None
-    for batch in _dataset_scanner(spec["path"], spec["columns"], spec["filter_date"]).to_batches():
-        if batch.num_rows == 0:
-            continue
-        if first is None:
-            first = time.perf_counter() - t0
-        rows += batch.num_rows
-        nbytes += batch.nbytes
-        batches += 1
-    stats.update(rows=rows, bytes=nbytes, batches=batches, first_batch_s=first, wall_s=time.perf_counter() - t0)
+    _count(_dataset_scanner(spec["path"], spec["columns"], spec["filter_date"]).to_batches(), stats, t0)
 
 
 def run_readers(spec: dict) -> dict:

@@ -145,17 +145,9 @@ def tree_cpu_s(pid: int, own: bool | None = None) -> float:
     try:
         root = psutil.Process(pid)
         below = root.children(recursive=True)
-        procs = [root] if own else below if own is False else [root, *below]
     except psutil.Error:
         return 0.0
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
+    return common.cpu_seconds([root] if own else below if own is False else [root, *below])
 
 
 def read_all(fe: str, readers: int, timeout_s: float) -> dict:

@@ -327,16 +327,21 @@ class Warehouse:
         found = catalog.changes(snap.db, snap.name) if catalog is not None else None
         return found if found is not None else FolderChanges(self.history, snap.location)
 
-    def tablets_added_since(self, snap: TableSnapshot, since: int) -> list[Tablet]:
-        """Tablets of the data files appended to the table after version ``since`` up to its
-        version in ``snap`` (starscan.changes for the errors)."""
+    def files_added_since(self, snap: TableSnapshot, since: int) -> list[DataFileLike]:
+        """The data files appended to the table after version ``since`` up to its version in
+        ``snap`` (starscan.changes for the errors; a file appended since and compacted away
+        is TableRewritten too)."""
         added = set(self.changes(snap).added_since(since, snap.version))
         files = [f for f in snap.files if f.path in added]
         missing = added - {f.path for f in files}
         if missing:
             raise TableRewritten(f"table {snap.qualified_name}: file {sorted(missing)[0]}, appended after version {since}, "
                                  f"is not in version {snap.version} (rewritten or compacted since): a full read is needed")
-        return self._tablets(snap.qualified_name, snap.location, snap.storage, files)
+        return files
+
+    def tablets_added_since(self, snap: TableSnapshot, since: int) -> list[Tablet]:
+        """Tablets of the data files appended after version ``since`` (``files_added_since``)."""
+        return self._tablets(snap.qualified_name, snap.location, snap.storage, self.files_added_since(snap, since))
 
     def _tablets(self, name: str, location: str, storage: Storage, files: Sequence[DataFileLike]) -> list[Tablet]:
         """The files as tablets (starscan.tablets), footers read through the table's store."""

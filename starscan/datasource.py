@@ -115,27 +115,8 @@ class _Settings:
 
 def table_schema(settings: _Settings) -> StructType:
     """The table's columns (``starrocks.columns`` of them, in that order) in Spark's types."""
-    import httpx
-
-    from starscan.client.errors import NetworkError, from_http
-
-    conn = settings.connection()
-    client = conn.client
-    try:
-        r = httpx.get(f"{client.fe}/api/{settings.db}/{settings.table}/_schema", headers={"Authorization": client._auth()},
-                      timeout=client.timeout_s)
-    except httpx.HTTPError as exc:
-        raise NetworkError(f"cannot reach the FE at {client.fe}: {exc}") from None
-    if r.status_code != 200:
-        raise from_http(r.status_code, r.text)
-    props = r.json().get("properties", [])
-    by_lower = {p["name"].lower(): p for p in props}
-    wanted = settings.columns or [p["name"] for p in props]
     fields = []
-    for col in wanted:
-        p = by_lower.get(col.lower())
-        if p is None:
-            raise ValueError(f"starrocks.columns names {col!r}, which {settings.db}.{settings.table} does not have")
+    for p in settings.connection().columns(settings.db, settings.table, settings.columns):
         kind = str(p.get("type", "")).upper()
         if kind.startswith("DECIMAL"):
             spark: DataType = DecimalType(int(p.get("precision") or 38), int(p.get("scale") or 0))
@@ -179,47 +160,14 @@ class StarRocksArrowReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
-
-        from starscan.client.protocol import ScanError, ScanStats
-        from starscan.client.reader import to_native
+        from pyspark.sql.pandas.types import to_arrow_schema
 
         opaque, routings, tablets = partition.value
         s = self.settings
-        options = s.read_options
-        conn = s.connection()
-        stats = ScanStats()
-        target = _arrow_schema(self.schema)
-        try:
-            for batch in conn.client.scan_group(s.db, s.table, {"opaqued_query_plan": opaque}, routings, tablets,
-                                                options.batch_size, stats, options.request_keep_alive_min,
-                                                options.exec_mem_limit, options.request_query_timeout_s):
-                batch = to_native(batch, dict(stats.columns))
-                yield pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(batch.columns, target, strict=True)],
-                                                 schema=target)
-        except ScanError as exc:
-            from starscan.client.errors import from_status
-
-            raise from_status(exc.call, _Status(exc)) from None
-
-
-class _Status:
-    def __init__(self, exc: Any):
-        self.status_code = exc.status_code
-        self.error_msgs = exc.messages
-
-
-def _arrow_schema(schema: StructType) -> Any:
-    import pyarrow as pa
-
-    def arrow(t: DataType) -> pa.DataType:
-        simple: dict[type, pa.DataType] = {BooleanType: pa.bool_(), ByteType: pa.int8(), ShortType: pa.int16(), IntegerType: pa.int32(),
-                  LongType: pa.int64(), FloatType: pa.float32(), DoubleType: pa.float64(), DateType: pa.date32(),
-                  TimestampNTZType: pa.timestamp("us"), StringType: pa.utf8(), BinaryType: pa.binary()}
-        if isinstance(t, DecimalType):
-            return pa.decimal128(t.precision, t.scale)
-        return simple[type(t)]
-
-    return pa.schema([pa.field(f.name, arrow(f.dataType), True) for f in schema.fields])
+        target = to_arrow_schema(self.schema, prefers_large_types=False)
+        for batch in s.connection().scan(s.db, s.table, {"opaqued_query_plan": opaque}, routings, tablets, native=True):
+            yield pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(batch.columns, target, strict=True)],
+                                             schema=target)
 
 
 # ---- Spark filters -> SQL -------------------------------------------------------------------

@@ -64,11 +64,15 @@ def from_http(status: int, body: str) -> ReadError:
     return QueryError(message, status)
 
 
-def from_status(call: str, status: Any) -> ReadError:
+def from_scan_error(exc: Any) -> ReadError:
+    """``from_status`` for a ``protocol.ScanError``."""
+    return from_status(exc.call, exc.status_code, exc.messages)
+
+
+def from_status(call: str, code: int, error_msgs: list[str] | None) -> ReadError:
     """The error of a BE call that answered with a status other than OK."""
-    code = status.status_code
     name = wire.TStatusCode._VALUES_TO_NAMES.get(code, str(code))
-    message = f"{call}: " + "; ".join(status.error_msgs or [name])
+    message = f"{call}: " + "; ".join(error_msgs or [name])
     lowered = message.lower()
     if code == wire.TStatusCode.NOT_AUTHORIZED:
         if "privilege" in lowered or "grant" in lowered:

@@ -217,6 +217,17 @@ class StarscanClient:
             raise PlanError(r.status_code, r.text)
         return body
 
+    def schema(self, db: str, table: str) -> list[dict[str, Any]]:
+        """The table's columns as `_schema` describes them (name, StarRocks type, precision
+        and scale of decimals), in table order."""
+        r = httpx.get(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_schema",
+                      headers={"Authorization": self._auth()}, timeout=self.timeout_s,
+                      verify=self.ssl_context if self.ssl_context is not None else True)
+        if r.status_code != 200:
+            raise PlanError(r.status_code, r.text)
+        properties: list[dict[str, Any]] = r.json().get("properties", [])
+        return properties
+
     def commit(self, db: str, table: str, consumer: str, version: int) -> dict[str, Any]:
         """Record ``version`` (a plan's ``"version"``) as the consumer's position: call it once
         the rows of that plan are handled. Returns the server's answer (consumer, version)."""

@@ -19,21 +19,21 @@ from __future__ import annotations
 import queue
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-from urllib.parse import quote
+from typing import Any, TypeVar
 
 import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 from thriftpy2.transport import TTransportException
 
-from starscan.client.errors import NetworkError, QueryError, ReadError, from_http, from_status
+from starscan.client.errors import NetworkError, QueryError, ReadError, from_http, from_scan_error
 from starscan.client.options import ReadOptions
 from starscan.client.protocol import PlanError, ScanError, ScanStats, StarscanClient
 
 DATE, DATETIME, LARGEINT = 9, 10, 14
+_T = TypeVar("_T")
 
 # `_schema` type names -> the wire's Arrow types (an empty result's columns)
 _WIRE_TYPES: dict[str, pa.DataType] = {
@@ -67,6 +67,7 @@ class Connection:
                                      ssl_context=ssl_context, token=token, failovers=options.request_retries)
         self._loads: dict[str, int] = {}
         self._lock = threading.Lock()
+        self.failovers = 0  # scanners moved to another routing after their BE was lost
 
     # ---- reading ----
     def read_arrow(self, table: str, columns: list[str] | None = None, where: str | None = None,
@@ -96,30 +97,56 @@ class Connection:
         return pa.RecordBatchReader.from_batches(schema, batches)
 
     def plan(self, db: str, table: str, sql: str, since_version: int | None = None) -> dict[str, Any]:
+        return self._fe(lambda: self.client.plan(db, table, sql, since_version))
+
+    def columns(self, db: str, table: str, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """`_schema`'s description of the named columns (all, in table order, when None)."""
+        properties = self._fe(lambda: self.client.schema(db, table))
+        by_lower = {p["name"].lower(): p for p in properties}
+        missing = [n for n in names or () if n.lower() not in by_lower]
+        if missing:
+            raise QueryError(f"unknown column {missing[0]!r} in {db}.{table}")
+        return [by_lower[n.lower()] for n in names] if names else properties
+
+    def _fe(self, call: Callable[[], _T]) -> _T:
+        """One FE call, its failures as this package's errors."""
         try:
-            return self.client.plan(db, table, sql, since_version)
+            return call()
         except PlanError as exc:
             raise from_http(exc.http_status, exc.body) from None
         except httpx.HTTPError as exc:
             raise NetworkError(f"cannot reach the FE at {self.client.fe}: {exc}") from None
 
+    def scan(self, db: str, table: str, plan: dict[str, Any], routings: list[str], tablets: list[int],
+             native: bool, first: int = 0) -> Iterator[pa.RecordBatch]:
+        """The rows of ``tablets`` by one scanner on ``routings[first]``, moved to the next
+        routing when that BE is lost; failures as this package's errors."""
+        options = self.options
+        stats = ScanStats()
+        scan = self.client.scan_group(db, table, plan, routings, tablets, options.batch_size, stats,
+                                      options.request_keep_alive_min, options.exec_mem_limit,
+                                      options.request_query_timeout_s, first=first)
+        types: dict[str, int] | None = None
+        try:
+            for batch in scan:
+                if native:
+                    types = types if types is not None else dict(stats.columns)  # known once the scanner opened
+                    batch = to_native(batch, types)
+                yield batch
+        except ScanError as exc:
+            raise from_scan_error(exc) from None
+        except (TTransportException, OSError, EOFError) as exc:
+            raise NetworkError(f"the BEs of tablets {tablets[:3]}{'...' if len(tablets) > 3 else ''} "
+                               f"({', '.join(routings)}) cannot be reached: {exc}") from None
+        finally:
+            scan.close()  # closes its scanner when the read stops early
+            with self._lock:
+                self.failovers += stats.failovers
+
     def _empty_schema(self, db: str, table: str, columns: list[str] | None, native: bool) -> pa.Schema:
         """An empty result's columns, from `_schema` (the wire types; nested columns as null)."""
-        try:
-            r = httpx.get(f"{self.client.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_schema",
-                          headers={"Authorization": self.client._auth()}, timeout=self.client.timeout_s,
-                          verify=self.client.ssl_context if self.client.ssl_context is not None else True)
-        except httpx.HTTPError as exc:
-            raise NetworkError(f"cannot reach the FE at {self.client.fe}: {exc}") from None
-        if r.status_code != 200:
-            raise from_http(r.status_code, r.text)
-        props = {p["name"].lower(): p for p in r.json().get("properties", [])}
-        names = columns or [p["name"] for p in r.json().get("properties", [])]
         out = []
-        for col in names:
-            p = props.get(col.lower())
-            if p is None:
-                raise QueryError(f"unknown column {col!r} in {db}.{table}")
+        for p in self.columns(db, table, columns):
             kind = str(p.get("type", "")).upper()
             if kind.startswith("DECIMAL"):
                 arrow: pa.DataType = pa.decimal128(int(p.get("precision") or 38), int(p.get("scale") or 0))
@@ -223,26 +250,12 @@ class _Stream:
         return False
 
     def _read(self, routings: list[str], tablets: list[int]) -> None:
-        conn, options = self.conn, self.conn.options
+        conn = self.conn
         first = conn._take(routings)
-        stats = ScanStats()
         try:
-            scan = conn.client.scan_group(self.db, self.table, self.plan, routings, tablets, options.batch_size, stats,
-                                          options.request_keep_alive_min, options.exec_mem_limit,
-                                          options.request_query_timeout_s, first=first)
-            try:
-                for batch in scan:
-                    if self.native:
-                        batch = to_native(batch, dict(stats.columns))
-                    if not self._put(batch):
-                        return
-            except ScanError as exc:
-                raise from_status(exc.call, _Status(exc)) from None
-            except (TTransportException, OSError, EOFError) as exc:
-                raise NetworkError(f"the BEs of tablets {tablets[:3]}{'...' if len(tablets) > 3 else ''} "
-                                   f"({', '.join(routings)}) cannot be reached: {exc}") from None
-            finally:
-                scan.close()  # closes its scanner when the read stops early
+            for batch in conn.scan(self.db, self.table, self.plan, routings, tablets, self.native, first):
+                if not self._put(batch):
+                    return
         finally:
             conn._give_back(routings[first])
 
@@ -273,14 +286,6 @@ class _Stream:
                 yield batch
         finally:
             self.stop.set()
-
-
-class _Status:
-    """A ScanError's status, as errors.from_status reads it."""
-
-    def __init__(self, exc: ScanError):
-        self.status_code = exc.status_code
-        self.error_msgs = exc.messages
 
 
 def _native_type(code: int) -> pa.DataType:

@@ -177,6 +177,7 @@ def test_the_parallel_reader_loses_nothing_when_a_be_dies_mid_read(cluster):
         if n == 3:
             victim.kill()
     assert seen == _expected()  # every row, none twice
+    assert conn.failovers >= 1  # the victim was serving this read when it died
     victim.start()
     victim.wait_healthy(cluster["be_http"][1])
 
