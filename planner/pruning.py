@@ -38,7 +38,8 @@ from pyspark.sql import types as T
 from starscan.catalog import Tablet
 from starscan.expr import COMPARISONS, LOGICAL, Expr, ExprVisitor, Kind, Operator
 from starscan.hadoop_paths import unescape_path_name
-from starscan.types import INTEGER_RANGES, decimal_precision_scale
+from starscan.sql_types import decimal_precision_scale
+from starscan.types import INTEGER_RANGES
 
 # ---- three-valued logic over sets of outcomes ------------------------------------------
 TRUE, FALSE, NULL = "T", "F", "N"

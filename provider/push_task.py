@@ -20,7 +20,7 @@ class PushTarget:
     port: int
     token: bytes
     source_schema: pa.Schema      # the Arrow schema of what the split yields (Spark's types)
-    columns: tuple                # (name, Spark DataType, nullable) of the wire columns
+    columns: tuple                # (name, SqlType, nullable) of the wire columns
     batch_rows: int = 4096        # the reader's batch_size: the task sends batches of that many rows
 
 
@@ -42,10 +42,10 @@ def push_spark_arrow(target: PushTarget):
 
 def push_arrow_splits(target: PushTarget, read):
     """The partition function of the ``arrow`` engine: the split's input is the split's
-    description (provider/arrow_reader.py); pyarrow reads it here."""
+    description (starscan/arrow_read.py); pyarrow reads it here."""
 
     def run(splits):
-        from starscan.provider.arrow_reader import read_split
+        from starscan.arrow_read import read_split
 
         for split in splits:
             push_split(target, read_split(read, split))
@@ -60,8 +60,8 @@ def push_split(target: PushTarget, batches) -> None:
     is not read); any other failure is reported to the BE and raised, so Spark sees it."""
     from pyspark import TaskContext
 
-    from starscan.provider.arrow_convert import BatchConverter
     from starscan.provider.push_wire import PushStopped, TaskSender
+    from starscan.wire_arrow import BatchConverter
 
     task = TaskContext.get()
     assert task is not None, "push_split runs inside a Spark task"

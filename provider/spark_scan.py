@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from starscan.arrow_filter import NotArrowable
 from starscan.errors import (
     InvalidArgument,
     ScanCancelled,
@@ -42,9 +43,7 @@ from starscan.errors import (
 )
 from starscan.expr import unflatten
 from starscan.logs import scan_fields
-from starscan.provider.arrow_convert import BatchConverter
 from starscan.provider.arrow_engine import plan_arrow
-from starscan.provider.arrow_expr import NotArrowable
 from starscan.provider.push_listener import PushListener, PushSink
 from starscan.provider.push_task import PushTarget, push_arrow_splits, push_spark_arrow
 from starscan.provider.result_queue import ResultQueue
@@ -52,7 +51,8 @@ from starscan.spark import read_parquet_files
 from starscan.spark_expr import column_ref, to_column
 from starscan.storage import LOCAL, Storage
 from starscan.tablets import FOOTERS, row_range_problem
-from starscan.types import is_supported
+from starscan.types import is_supported, sql_type
+from starscan.wire_arrow import BatchConverter
 
 log = logging.getLogger("starscan.provider.scan")
 
@@ -126,7 +126,7 @@ class SparkScan:
         check_snapshot(plan, plan_tablets, tablet_ids, storage)
         self._table_schema, self._resolve, self._out_cols = table_schema, resolve, out_cols
         self.df = None  # built by the producer thread: open_scanner does only the checks
-        self.columns = tuple((name, f.dataType, f.nullable) for name, f in out_cols)
+        self.columns = tuple((name, sql_type(f.dataType), f.nullable) for name, f in out_cols)
         self.converter = BatchConverter(list(self.columns))
 
     def _build_dataframe(self):
@@ -191,7 +191,7 @@ class SparkScan:
         scan.description = description
         scan.log_fields = scan_fields(context_id=context_id, table=description)
         scan.df = df
-        scan.columns = tuple((f.name, f.dataType, f.nullable) for f in df.schema.fields)
+        scan.columns = tuple((f.name, sql_type(f.dataType), f.nullable) for f in df.schema.fields)
         scan.converter = BatchConverter(list(scan.columns))
         return scan
 

@@ -18,10 +18,10 @@ try:  # PySpark's worker imports pandas on its own when it is installed: do it o
 except ImportError:
     pass
 
-import starscan.provider.arrow_convert  # noqa: F401
-import starscan.provider.arrow_reader  # noqa: F401  (pyarrow.dataset, .parquet: the arrow engine's reads)
+import starscan.arrow_read  # noqa: F401  (pyarrow.dataset, .parquet: the arrow engine's reads)
 import starscan.provider.push_task  # noqa: F401
 import starscan.provider.push_wire  # noqa: F401
+import starscan.wire_arrow  # noqa: F401
 
 if __name__ == "__main__":
     manager()

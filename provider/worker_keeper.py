@@ -91,9 +91,9 @@ def _exercise() -> None:
     import pyarrow.compute as pc
     import pyarrow.ipc as ipc
     import pyarrow.parquet as pq
-    from pyspark.sql import types as T
 
-    from starscan.provider.arrow_convert import BatchConverter
+    from starscan.sql_types import SqlType
+    from starscan.wire_arrow import BatchConverter
 
     n = 2000
     table = pa.table({
@@ -105,9 +105,9 @@ def _exercise() -> None:
     })
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, row_group_size=n // 2)
-    spark_types: list[tuple[str, T.DataType, bool]] = [("i", T.LongType(), True), ("d", T.DecimalType(15, 2), True), ("day", T.DateType(), True),
-                   ("s", T.StringType(), True), ("ts", T.TimestampType(), True)]
-    converter = BatchConverter(spark_types)
+    columns = [("i", SqlType("long"), True), ("d", SqlType("decimal", precision=15, scale=2), True),
+               ("day", SqlType("date"), True), ("s", SqlType("string"), True), ("ts", SqlType("timestamp"), True)]
+    converter = BatchConverter(columns)
     for batch in pq.ParquetFile(pa.BufferReader(sink.getvalue())).iter_batches(batch_size=n // 4, use_threads=False):
         out = converter.convert(batch.filter(pc.greater_equal(batch.column("i"), 1)))
         stream = pa.BufferOutputStream()

@@ -2,7 +2,7 @@
 
 The FE builds the tree from sqlglot's AST (planner/sql.py), the plan carries it flattened
 in pre-order (``TExpr``), and three visitors read it: the Spark translator
-(starscan/spark_expr.py), the Arrow translator (provider/arrow_expr.py) and partition
+(starscan/spark_expr.py), the Arrow translator (starscan/arrow_filter.py) and partition
 pruning (planner/pruning.py). No SQL text ever travels.
 
 A node is checked when it is built, from the parser or from a plan: its kind, its

@@ -2,7 +2,7 @@
 call, and the Spark function each one is.
 
 The FE (planner/sql.py) maps what sqlglot parsed to these names and puts them in the plan;
-the BE (starscan/spark_expr.py, provider/arrow_expr.py) calls only names in
+the BE (starscan/spark_expr.py, starscan/arrow_filter.py) calls only names in
 ``SPARK_FUNCTIONS``, whatever a plan says. Every function here is scalar and reads nothing
 but its arguments: no files, no JVM reflection.
 """

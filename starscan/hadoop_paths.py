@@ -27,7 +27,7 @@ from starscan.errors import TableUnreadable
 if TYPE_CHECKING:
     import datetime
 
-    from pyspark.sql.types import DataType
+    from starscan.sql_types import SqlType
 
 _GLOB = re.compile(r"([\\\[\]{}*?])")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -71,33 +71,31 @@ _INT_TEXT = re.compile(r"[+-]?[0-9]+")
 _DATE_TEXT = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
 
 
-def exact_partition_value(raw: str | None, spark_type: DataType,
-                          int_range: tuple[int, int] | None = None) -> str | int | datetime.date | None:
-    """A partition folder's value as the Python value Spark reads for ``spark_type``, where
-    that reading is certain: strings decoded, integers and ``YYYY-MM-DD`` dates parsed as
-    they stand, Hive's NULL folder as None. Raises ValueError for anything else (other
-    types, spellings Spark might read differently or refuse)."""
+def exact_partition_value(raw: str | None, sql_type: SqlType) -> str | int | datetime.date | None:
+    """A partition folder's value as the Python value Spark reads for ``sql_type``, where
+    that reading is certain: strings decoded, integers (in the type's range) and
+    ``YYYY-MM-DD`` dates parsed as they stand, Hive's NULL folder as None. Raises ValueError
+    for anything else (other types, spellings Spark might read differently or refuse)."""
     import datetime as dt
-
-    from pyspark.sql import types as T
 
     if raw is None:
         return None
-    if isinstance(spark_type, T.StringType) and not isinstance(spark_type, (T.CharType, T.VarcharType)):
+    if sql_type.kind == "string":
         return unescape_path_name(raw)
-    if isinstance(spark_type, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+    if sql_type.is_integral:
         if not _INT_TEXT.fullmatch(raw):
             raise ValueError(f"{raw!r} is not plainly an integer")
         value = int(raw)
-        if int_range is not None and not int_range[0] <= value <= int_range[1]:
+        bits = {"byte": 8, "short": 16, "integer": 32, "long": 64}[sql_type.kind]
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
             raise ValueError(f"{raw!r} is out of range")
         return value
-    if isinstance(spark_type, T.DateType):
+    if sql_type.kind == "date":
         match = _DATE_TEXT.fullmatch(raw)
         if not match:
             raise ValueError(f"{raw!r} is not written YYYY-MM-DD")
         return dt.date(*map(int, match.groups()))
-    raise ValueError(f"partition values of type {spark_type.simpleString()} are not read exactly")
+    raise ValueError(f"partition values of type {sql_type.simple_string()} are not read exactly")
 
 
 def partition_of(relative_path: str) -> tuple[tuple[str, str | None], ...]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -23,9 +22,8 @@ from pyspark.sql import types as T
 from starscan.errors import PlanInvalid, SqlInvalid
 from starscan.expr import Expr, ExprVisitor
 from starscan.functions import SPARK_FUNCTIONS
-from starscan.types import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, decimal_precision_scale
-
-MAX_DECIMAL_PRECISION = 38
+from starscan.sql_types import decimal_type_of
+from starscan.types import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 
 # Functions that reach outside the row (JVM reflection, the input file): never callable,
 # whatever the plan says.
@@ -70,21 +68,6 @@ def check_function_name(name: str | None) -> str:
     if fname not in _ALLOWED:
         raise SqlInvalid(f"unknown or disallowed function {fname}")
     return fname
-
-
-def decimal_type_of(text: str) -> tuple[Decimal, int, int]:
-    """Value, precision and scale Spark's parser gives the decimal literal ``text``
-    (java.math.BigDecimal precision; precision >= scale; no negative scale)."""
-    try:
-        value = Decimal(text.strip())
-    except (InvalidOperation, AttributeError):
-        raise PlanInvalid(f"query plan has a bad decimal literal {text!r}") from None
-    if not value.is_finite():
-        raise PlanInvalid(f"query plan has a bad decimal literal {text!r}")
-    value, precision, scale = decimal_precision_scale(value)
-    if precision > MAX_DECIMAL_PRECISION:
-        raise SqlInvalid(f"decimal literal {text!r}: precision {precision} exceeds max precision 38")
-    return value, precision, scale
 
 
 def _int_value(text: str | None, lo: int, hi: int, kind: str) -> int:

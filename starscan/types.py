@@ -4,10 +4,15 @@ list and by the BE's Arrow conversion (docs/protocol.md section 5.2)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Context, Decimal
 
 import pyarrow as pa
 from pyspark.sql import types as T
+
+from starscan.sql_types import (
+    SqlType,
+    decimal_precision_scale,  # noqa: F401  (re-exported: the planner uses it)
+    parse_type,
+)
 
 # TPrimitiveType values (docs/protocol.md section 3).
 # The range of each SQL integer type (Spark's and StarRocks' alike).
@@ -21,20 +26,6 @@ SPARK_INTEGER_RANGES: dict[type, tuple[int, int]] = {
     T.ByteType: INTEGER_RANGES["tinyint"], T.ShortType: INTEGER_RANGES["smallint"],
     T.IntegerType: INTEGER_RANGES["int"], T.LongType: INTEGER_RANGES["bigint"],
 }
-
-
-def decimal_precision_scale(value: Decimal) -> tuple[Decimal, int, int]:
-    """A finite decimal literal's value, precision and scale as Spark's parser types it
-    (java.math.BigDecimal's rules: ``1E+2`` has scale 0, leading zeros do not count,
-    precision >= scale, at least 1)."""
-    _, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int), "a finite value"
-    if exponent > 0:
-        value = value.quantize(Decimal(1), context=Context(prec=400))
-        _, digits, exponent = value.as_tuple()
-        assert isinstance(exponent, int)
-    scale = -exponent
-    return value, max(len(digits), scale, 1), scale
 
 
 PRIMITIVE = {
@@ -216,3 +207,8 @@ def _complex_sql(dt: T.DataType) -> str:
     if isinstance(dt, T.StructType):
         return "struct<" + ", ".join(f"{f.name} {_complex_sql(f.dataType)}" for f in dt.fields) + ">"
     return mysql_column_type(T.StructField("_", dt)).column_type
+
+
+def sql_type(dt: T.DataType) -> SqlType:
+    """A Spark type in the Spark-free model the Arrow readers and the wire conversion use."""
+    return parse_type(dt.jsonValue())

@@ -321,7 +321,7 @@ def test_generators_cover_the_interesting_cases(all_types, lineitem):
     assert "R" in lineitem.samples["l_returnflag"] and len(lineitem.samples["l_orderkey"]) > 20
 
 
-# Column types whose predicates the arrow engine translates (provider/arrow_expr.py); on
+# Column types whose predicates the arrow engine translates (starscan/arrow_filter.py); on
 # scan_engine = auto these queries mostly run there, and must still equal Spark SQL.
 ARROW_FILTERED = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType, T.StringType, T.DateType,
                   T.BooleanType)

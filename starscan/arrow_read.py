@@ -1,9 +1,10 @@
-"""What a task of the ``arrow`` engine reads: its split's Parquet row groups, with pyarrow,
-into batches of Spark's own Arrow types (what ``DataFrame.toArrowBatchRdd`` would give
-for the same rows), filtered exactly as the plan's predicate filters in Spark SQL.
+"""What a task of the ``arrow`` engine or a client's direct read reads: a split's Parquet
+row groups, with pyarrow, into batches of Spark's own Arrow types (what
+``DataFrame.toArrowBatchRdd`` would give for the same rows), filtered exactly as the plan's
+predicate filters in Spark SQL.
 
-Runs in Spark's Python workers (provider/push_task.py hands the batches on); the split
-and the read instructions come from provider/arrow_engine.py on the driver. Each file is
+Runs in Spark's Python workers (provider/push_task.py hands the batches on) and in the
+client (starscan.client.direct); the read instructions come from starscan.arrow_scan. Each file is
 checked against the plan first (size and modification time), so a file rewritten under
 the scan fails it with "version ... is gone" instead of giving other rows.
 """
@@ -19,6 +20,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from starscan.errors import StarscanError
+from starscan.sql_types import SqlType
 from starscan.storage import LOCAL, Storage
 
 BATCH_ROWS = 4096
@@ -61,6 +63,7 @@ class ArrowRead:
     pushdown: pc.Expression | None = None         # conjuncts over file columns only (row-group stats)
     dates: bool = False           # reads dates or timestamps: refuse legacy-calendar files
     storage: Storage = LOCAL      # where the files are (a local folder or an object store)
+    output_columns: tuple[tuple[str, SqlType, bool], ...] = ()  # what the wire conversion needs
 
 
 def read_split(read: ArrowRead, split: ArrowSplit) -> Iterator[pa.RecordBatch]:
@@ -132,7 +135,7 @@ def _read_part_of_store(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBa
         raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {_first_line(exc, part)}") from None
 
 
-def _shape(read: ArrowRead, part: FilePart, raw: pa.RecordBatch, present: dict) -> pa.RecordBatch | None:
+def _shape(read: ArrowRead, part: FilePart, raw: pa.RecordBatch, present: dict[str, pa.Field]) -> pa.RecordBatch | None:
     n = raw.num_rows
     arrays, names = [], []
     for name, expected in read.needed:

@@ -1,5 +1,8 @@
 """Spark's Arrow output -> the Arrow StarRocks clients expect (docs/protocol.md 5.2).
 
+The BE converts every batch it sends with this; the client converts its direct reads with
+the same code, so both give the same values.
+
 DATE becomes `YYYY-MM-DD` text, DATETIME `YYYY-MM-DD HH:MM:SS` plus `.ffffff` only when
 the microseconds are non-zero (wall clock in the server time zone, which is Spark's session
 time zone, so Spark already delivers timestamps in it); nested types are converted
@@ -13,9 +16,8 @@ from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import types as T
 
-from starscan.types import arrow_type, needs_conversion
+from starscan.sql_types import SqlType
 
 EOS_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 ArrayFn = Callable[[pa.Array], pa.Array]
@@ -67,16 +69,17 @@ def _timestamps(arr: pa.Array) -> pa.Array:
     return pc.replace_substring_regex(text, pattern=r"\.000000$", replacement="")
 
 
-def _converter(dt: T.DataType) -> ArrayFn | None:
-    if not needs_conversion(dt):
+def _converter(dt: SqlType) -> ArrayFn | None:
+    if not dt.needs_wire_conversion():
         return None
-    if isinstance(dt, T.DateType):
+    if dt.kind == "date":
         return _DateText()
-    if isinstance(dt, (T.TimestampType, T.TimestampNTZType)):
+    if dt.kind in ("timestamp", "timestamp_ntz"):
         return _timestamps
-    target = arrow_type(dt)
-    if isinstance(dt, T.ArrayType):
-        inner = _converter(dt.elementType)
+    target = dt.wire_arrow_type()
+    if dt.kind == "array":
+        assert dt.element is not None
+        inner = _converter(dt.element)
 
         def lists(arr: pa.Array) -> pa.Array:
             arr = _unsliced(arr)
@@ -84,8 +87,9 @@ def _converter(dt: T.DataType) -> ArrayFn | None:
             return pa.ListArray.from_arrays(arr.offsets, values, type=target, mask=arr.is_null() if arr.null_count else None)
 
         return lists
-    if isinstance(dt, T.MapType):
-        kfn, vfn = _converter(dt.keyType), _converter(dt.valueType)
+    if dt.kind == "map":
+        assert dt.key is not None and dt.value is not None
+        kfn, vfn = _converter(dt.key), _converter(dt.value)
 
         def maps(arr: pa.Array) -> pa.Array:
             arr = _unsliced(arr)
@@ -94,8 +98,8 @@ def _converter(dt: T.DataType) -> ArrayFn | None:
             return pa.MapArray.from_arrays(arr.offsets, keys, items, type=target, mask=arr.is_null() if arr.null_count else None)
 
         return maps
-    if isinstance(dt, T.StructType):
-        fns = [_converter(f.dataType) for f in dt.fields]
+    if dt.kind == "struct":
+        fns = [_converter(f.type) for f in dt.fields]
 
         def structs(arr: pa.Array) -> pa.Array:
             children = [fn(arr.field(i)) if fn else arr.field(i) for i, fn in enumerate(fns)]
@@ -113,10 +117,10 @@ def _unsliced(arr: pa.Array) -> pa.Array:
 
 
 class BatchConverter:
-    """Built once per scan from the output columns (name, Spark type, nullable)."""
+    """Built once per scan from the output columns (name, type, nullable)."""
 
-    def __init__(self, columns: list[tuple[str, T.DataType, bool]]):
-        self.schema = pa.schema([pa.field(name, arrow_type(dt), nullable) for name, dt, nullable in columns])
+    def __init__(self, columns: list[tuple[str, SqlType, bool]]):
+        self.schema = pa.schema([pa.field(name, dt.wire_arrow_type(), nullable) for name, dt, nullable in columns])
         self._fns = [_converter(dt) for _, dt, _ in columns]
         self.passthrough = all(fn is None for fn in self._fns)
         self.schema_message = self.schema.serialize().to_pybytes()
@@ -125,7 +129,7 @@ class BatchConverter:
         arrays = [fn(col) if fn else col for fn, col in zip(self._fns, batch.columns)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def ipc_stream(self, batch: pa.RecordBatch, ipc=None) -> bytes:
+    def ipc_stream(self, batch: pa.RecordBatch, ipc: bytes | memoryview | None = None) -> bytes:
         """One Arrow IPC stream: schema message, one record batch, end-of-stream marker.
 
         ``ipc``: the batch's IPC message already serialized (as a scan task sent it), used

@@ -1,8 +1,9 @@
 """``starscan.expr.Expr`` -> a pyarrow compute expression that filters exactly as Spark SQL
 would, or ``NotArrowable`` with the reason.
 
-The ``arrow`` engine (provider/arrow_engine.py) filters with what this returns; a plan whose
-predicate does not translate runs on the ``sql`` engine instead. So this module says yes
+The BE's ``arrow`` engine and the client's direct reads (starscan.arrow_scan) filter with
+what this returns; a plan whose predicate does not translate runs on the ``sql`` engine
+instead (and is not read directly). So this module says yes
 only where the answer is provably Spark's:
 
 * three-valued logic: ``and``/``or``/``not`` are Arrow's Kleene kernels, comparisons with a
@@ -30,18 +31,18 @@ import datetime as dt
 import re
 from collections.abc import Callable
 from decimal import Decimal
+from typing import Any, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import types as T
 
 from starscan.expr import Expr, ExprVisitor, Kind, LiteralType, Operator
+from starscan.sql_types import INTEGRAL_DIGITS, Field, SqlType, decimal_type_of
 
-_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
-_INTEGRAL_DIGITS = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
 _DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _COMPARE = {"=": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
 MAX_DEPTH = 200
+_DATE = SqlType("date")
 
 
 class NotArrowable(Exception):
@@ -53,34 +54,34 @@ class _Typed:
 
     __slots__ = ("expr", "spark_type", "literal")
 
-    def __init__(self, expr, spark_type: T.DataType, literal=None):
+    def __init__(self, expr: Any, spark_type: SqlType, literal: Any = None):
         self.expr = expr
         self.spark_type = spark_type
         self.literal = literal  # the Python value when the operand is a literal
 
 
-def to_arrow_filter(expr: Expr, field_of: Callable[[str], T.StructField]) -> pc.Expression:
+def to_arrow_filter(expr: Expr, field_of: Callable[[str], Field]) -> pc.Expression:
     """The filter for ``expr`` over a table whose columns are named as ``field_of`` returns
     them (the table's canonical names). Raises NotArrowable."""
     return _ArrowFilter(field_of).visit(expr)
 
 
-class _Untranslatable(ExprVisitor):
+class _Untranslatable(ExprVisitor[Any]):
     """A node this translator has no exact form for sends the scan to the sql engine."""
 
     max_depth = MAX_DEPTH
 
-    def too_deep(self, e: Expr):
+    def too_deep(self, e: Expr) -> NoReturn:
         raise NotArrowable("the predicate is nested too deeply")
 
-    def otherwise(self, e: Expr):
+    def otherwise(self, e: Expr) -> NoReturn:
         raise NotArrowable(f"{_describe(e)} has no exact Arrow translation")
 
 
 class _ArrowFilter(_Untranslatable):
     """A boolean node as a pyarrow filter expression."""
 
-    def __init__(self, field_of):
+    def __init__(self, field_of: Callable[[str], Field]):
         super().__init__()
         self.operands = _ArrowOperand(field_of)
 
@@ -113,7 +114,7 @@ class _ArrowFilter(_Untranslatable):
 
     def visit_column(self, e: Expr) -> pc.Expression:
         operand = self.operands.visit(e)
-        if isinstance(operand.spark_type, T.BooleanType):
+        if operand.spark_type.kind == "boolean":
             return operand.expr
         return self.otherwise(e)
 
@@ -126,18 +127,19 @@ class _ArrowFilter(_Untranslatable):
 class _ArrowOperand(_Untranslatable):
     """A value node (column, literal, DATE '...') with the Spark type it has."""
 
-    def __init__(self, field_of):
+    def __init__(self, field_of: Callable[[str], Field]):
         super().__init__()
         self.field_of = field_of
 
     def visit_column(self, e: Expr) -> _Typed:
-        field = self.field_of(e.name)
-        dtype = field.dataType
-        if isinstance(dtype, T.StringType) and getattr(dtype, "collation", "UTF8_BINARY") not in (None, "UTF8_BINARY"):
+        field = self.field_of(e.name or "")
+        dtype = field.type
+        if dtype.collation is not None:
             raise NotArrowable(f"column {field.name} has a collation")
-        declared = str((field.metadata or {}).get("__CHAR_VARCHAR_TYPE_STRING", "")).lower()
-        if declared.startswith("char"):  # Spark pads the other side of a CHAR comparison too
+        if field.is_char:  # Spark pads the other side of a CHAR comparison too
             raise NotArrowable(f"column {field.name} is CHAR")
+        if dtype.kind == "varchar":
+            dtype = SqlType("string")
         return _Typed(pc.field(field.name), dtype)
 
     def visit_literal(self, e: Expr) -> _Typed:
@@ -148,7 +150,7 @@ class _ArrowOperand(_Untranslatable):
         if ((e.type_name or "").strip().lower() == "date" and child.kind is Kind.LITERAL
                 and child.literal_type is LiteralType.STRING):
             value = _date(child.literal_value or "")  # DATE '...': a date literal
-            return _Typed(pc.scalar(value), T.DateType(), value)
+            return _Typed(pc.scalar(value), _DATE, value)
         return self.otherwise(e)
 
 
@@ -160,22 +162,20 @@ def _literal(e: Expr) -> _Typed:
         double = float(text)  # Java's Double.parseDouble and Python round the same way
         if double != double or double in (float("inf"), float("-inf")):
             raise NotArrowable(f"the double literal {text} is not a finite number")
-        return _Typed(pc.scalar(double), T.DoubleType(), double)
+        return _Typed(pc.scalar(double), SqlType("double"), double)
     if lt in ("int", "bigint"):
         value = int(text)
-        return _Typed(pc.scalar(value), T.IntegerType() if lt == "int" else T.LongType(), value)
+        return _Typed(pc.scalar(value), SqlType("integer" if lt == "int" else "long"), value)
     if lt == "decimal":
-        from starscan.spark_expr import decimal_type_of
-
         number, precision, scale = decimal_type_of(text)
-        return _Typed(None, T.DecimalType(precision, scale), number)
+        return _Typed(None, SqlType("decimal", precision=precision, scale=scale), number)
     if lt == "string":
-        return _Typed(pc.scalar(text), T.StringType(), text)
+        return _Typed(pc.scalar(text), SqlType("string"), text)
     if lt == "date":
-        return _Typed(pc.scalar(_date(text)), T.DateType(), _date(text))
+        return _Typed(pc.scalar(_date(text)), _DATE, _date(text))
     if lt == "boolean":
         value = text.strip().lower() == "true"
-        return _Typed(pc.scalar(value), T.BooleanType(), value)
+        return _Typed(pc.scalar(value), SqlType("boolean"), value)
     raise NotArrowable(f"a {lt} literal has no exact Arrow translation")
 
 
@@ -188,17 +188,17 @@ def _date(text: str) -> dt.date:
         raise NotArrowable(f"{text!r} is not a date") from None
 
 
-def _decimal_shape(t: T.DataType) -> tuple[int, int] | None:
+def _decimal_shape(t: SqlType) -> tuple[int, int] | None:
     """(integer digits, scale) of an exact numeric type."""
-    if isinstance(t, T.DecimalType):
+    if t.kind == "decimal":
+        assert t.precision is not None and t.scale is not None
         return t.precision - t.scale, t.scale
-    for cls, digits in _INTEGRAL_DIGITS.items():
-        if isinstance(t, cls):
-            return digits, 0
+    if t.is_integral:
+        return INTEGRAL_DIGITS[t.kind], 0
     return None
 
 
-def _as_decimal(operand: _Typed, precision: int, scale: int):
+def _as_decimal(operand: _Typed, precision: int, scale: int) -> Any:
     target = pa.decimal128(precision, scale)
     if operand.literal is not None:
         return pc.scalar(pa.scalar(Decimal(operand.literal), type=target))
@@ -213,16 +213,16 @@ def _double_literal(operand: _Typed) -> float:
     Java's own rounding (integers); NotArrowable otherwise."""
     value = operand.literal
     t = operand.spark_type
-    if isinstance(t, T.DoubleType):
+    if t.kind == "double":
         return float(value)
-    if isinstance(t, _INTEGRAL):
+    if t.is_integral:
         return float(int(value))  # round to nearest, as Java's long -> double
-    if isinstance(t, T.DecimalType) and value is not None:
+    if t.kind == "decimal" and value is not None:
         number = float(value)
         if Decimal(number) == Decimal(value):
             return number
         raise NotArrowable(f"the decimal {value} is not exactly a double")
-    raise NotArrowable(f"comparing a double with {t.simpleString()} has no exact Arrow translation")
+    raise NotArrowable(f"comparing a double with {t.simple_string()} has no exact Arrow translation")
 
 
 def _compare_double(op: str, column: _Typed, literal: _Typed) -> pc.Expression:
@@ -237,17 +237,17 @@ def _compare_double(op: str, column: _Typed, literal: _Typed) -> pc.Expression:
 def _compare(op: str, left: _Typed, right: _Typed) -> pc.Expression:
     a, b = left.spark_type, right.spark_type
     fn = _COMPARE[op]
-    if isinstance(a, T.DoubleType) or isinstance(b, T.DoubleType):
-        if isinstance(a, T.DoubleType) and left.literal is None and right.literal is not None:
+    if a.kind == "double" or b.kind == "double":
+        if a.kind == "double" and left.literal is None and right.literal is not None:
             return _compare_double(op, left, right)
-        if isinstance(b, T.DoubleType) and right.literal is None and left.literal is not None:
+        if b.kind == "double" and right.literal is None and left.literal is not None:
             return _compare_double(_FLIPPED[op], right, left)
         if left.literal is not None and right.literal is not None:
             raise NotArrowable("comparing two literals has no Arrow translation here")
-        raise NotArrowable(f"comparing {a.simpleString()} with {b.simpleString()} has no exact Arrow translation")
-    if isinstance(a, _INTEGRAL) and isinstance(b, _INTEGRAL):
+        raise NotArrowable(f"comparing {a.simple_string()} with {b.simple_string()} has no exact Arrow translation")
+    if a.is_integral and b.is_integral:
         return pc.Expression._call(fn, [left.expr, right.expr])
-    if isinstance(a, (T.DecimalType, *_INTEGRAL)) and isinstance(b, (T.DecimalType, *_INTEGRAL)):
+    if (a.kind == "decimal" or a.is_integral) and (b.kind == "decimal" or b.is_integral):
         shape_a, shape_b = _decimal_shape(a), _decimal_shape(b)
         assert shape_a is not None and shape_b is not None  # both exact numeric types
         (ia, sa), (ib, sb) = shape_a, shape_b
@@ -256,23 +256,23 @@ def _compare(op: str, left: _Typed, right: _Typed) -> pc.Expression:
         if precision > 38:
             raise NotArrowable("a decimal comparison needs more than 38 digits")
         return pc.Expression._call(fn, [_as_decimal(left, precision, scale), _as_decimal(right, precision, scale)])
-    if isinstance(a, T.StringType) and isinstance(b, T.StringType):
+    if a.kind == "string" and b.kind == "string":
         return pc.Expression._call(fn, [left.expr, right.expr])
-    if isinstance(a, T.BooleanType) and isinstance(b, T.BooleanType):
+    if a.kind == "boolean" and b.kind == "boolean":
         return pc.Expression._call(fn, [left.expr, right.expr])
-    if isinstance(a, T.DateType) or isinstance(b, T.DateType):
+    if a.kind == "date" or b.kind == "date":
         left, right = _as_date(left), _as_date(right)
         return pc.Expression._call(fn, [left.expr, right.expr])
-    raise NotArrowable(f"comparing {a.simpleString()} with {b.simpleString()} has no exact Arrow translation")
+    raise NotArrowable(f"comparing {a.simple_string()} with {b.simple_string()} has no exact Arrow translation")
 
 
 def _as_date(operand: _Typed) -> _Typed:
-    if isinstance(operand.spark_type, T.DateType):
+    if operand.spark_type.kind == "date":
         return operand
-    if isinstance(operand.spark_type, T.StringType) and operand.literal is not None:
+    if operand.spark_type.kind == "string" and operand.literal is not None:
         value = _date(operand.literal)
-        return _Typed(pc.scalar(value), T.DateType(), value)
-    raise NotArrowable(f"comparing a date with {operand.spark_type.simpleString()} has no exact Arrow translation")
+        return _Typed(pc.scalar(value), _DATE, value)
+    raise NotArrowable(f"comparing a date with {operand.spark_type.simple_string()} has no exact Arrow translation")
 
 
 def _in(e: Expr, operands: _ArrowOperand) -> pc.Expression:
@@ -284,14 +284,14 @@ def _in(e: Expr, operands: _ArrowOperand) -> pc.Expression:
     for item in items:
         _compare("=", value, item)
     t = value.spark_type
-    if isinstance(t, _INTEGRAL):
-        values = pa.array([int(i.literal) for i in items if isinstance(i.spark_type, _INTEGRAL)], pa.int64())
+    if t.is_integral:
+        values = pa.array([int(i.literal) for i in items if i.spark_type.is_integral], pa.int64())
         if len(values) != len(items):
             raise NotArrowable("IN mixes an integer column with non-integer values")
         matched = value.expr.cast(pa.int64()).isin(values)
-    elif isinstance(t, T.StringType):
+    elif t.kind == "string":
         matched = value.expr.isin(pa.array([i.literal for i in items], pa.string()))
-    elif isinstance(t, T.DateType):
+    elif t.kind == "date":
         matched = value.expr.isin(pa.array([_as_date(i).literal for i in items], pa.date32()))
     else:
         out = None
@@ -309,7 +309,7 @@ def _like(e: Expr, operands: _ArrowOperand) -> pc.Expression:
     if e.name != "like" or len(e.children) != 2:
         raise NotArrowable("only LIKE with the default escape has an exact Arrow translation")
     value, pattern = (operands.visit(c) for c in e.children)
-    if not isinstance(value.spark_type, T.StringType) or not isinstance(pattern.literal, str):
+    if value.spark_type.kind != "string" or not isinstance(pattern.literal, str):
         raise NotArrowable("LIKE on a non-string or with a non-literal pattern")
     text = pattern.literal
     i = 0

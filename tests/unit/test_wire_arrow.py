@@ -1,4 +1,4 @@
-"""The wire-type conversion of dates (provider/arrow_convert.py): the day-to-text table
+"""The wire-type conversion of dates (starscan/wire_arrow.py): the day-to-text table
 gives exactly what Arrow's cast gives, for every batch shape a scan can hand it."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 
 import pyarrow as pa
-from pyspark.sql import types as T
 
-from starscan.provider.arrow_convert import _converter, _dates_by_cast
+from starscan.sql_types import SqlType
+from starscan.wire_arrow import _converter, _dates_by_cast
 
 MIN_DAY, MAX_DAY = -719162, 2932896  # 0001-01-01 and 9999-12-31
 
@@ -19,7 +19,7 @@ def _dates(days: list[int | None]) -> pa.Array:
 
 def test_dates_by_table_equal_the_cast_for_every_batch_shape():
     rng = random.Random(7)
-    convert = _converter(T.DateType())
+    convert = _converter(SqlType("date"))
     batches = [
         [rng.randint(8000, 10500) for _ in range(5000)],                      # lineitem-like
         [None if rng.random() < 0.3 else rng.randint(8000, 10500) for _ in range(5000)],  # nulls

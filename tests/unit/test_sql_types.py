@@ -1,0 +1,69 @@
+"""The Spark-free type model (starscan/sql_types.py) reads Spark's schema JSON to the same
+Arrow types pyspark gives, and to the same wire types the BE's mapping gives; the kernel's
+Arrow filter translates through it exactly as before."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_type
+
+from starscan import expr as E
+from starscan.arrow_filter import NotArrowable, to_arrow_filter
+from starscan.arrow_scan import Fields
+from starscan.sql_types import SqlType, parse_schema, parse_type
+from starscan.types import arrow_type, needs_conversion
+
+pytestmark = pytest.mark.quick
+
+SCALARS = [T.BooleanType(), T.ByteType(), T.ShortType(), T.IntegerType(), T.LongType(), T.FloatType(), T.DoubleType(),
+           T.DecimalType(10, 2), T.DecimalType(38, 18), T.DecimalType(1, 0), T.StringType(), T.BinaryType(), T.DateType(),
+           T.TimestampType(), T.TimestampNTZType()]
+NESTED = [T.ArrayType(T.DateType(), False), T.ArrayType(T.LongType()), T.MapType(T.StringType(), T.TimestampType()),
+          T.MapType(T.IntegerType(), T.DecimalType(5, 1), False),
+          T.StructType([T.StructField("a", T.DateType()), T.StructField("b", T.ArrayType(T.StringType()), False)])]
+
+
+@pytest.mark.parametrize("dt", SCALARS + NESTED, ids=lambda t: t.simpleString())
+def test_spark_json_reads_to_pysparks_arrow_and_the_wire_types(dt):
+    st = parse_type(dt.jsonValue())
+    assert st.simple_string() == dt.simpleString()
+    for tz in ("UTC", "Asia/Kolkata"):
+        assert st.spark_arrow_type(tz) == to_arrow_type(dt, timezone=tz, prefers_large_types=False)
+    assert st.wire_arrow_type() == arrow_type(dt)
+    assert st.needs_wire_conversion() == needs_conversion(dt)
+    assert st.is_scalar == (dt in SCALARS)
+
+
+def test_a_schema_keeps_names_nullability_char_lengths_and_collations():
+    schema = T.StructType([
+        T.StructField("Id", T.LongType(), False),
+        T.StructField("code", T.StringType(), True, {"__CHAR_VARCHAR_TYPE_STRING": "char(4)"}),
+        T.StructField("label", T.StringType(), True, {"__CHAR_VARCHAR_TYPE_STRING": "varchar(9)"}),
+        T.StructField("ci", T.StringType("UTF8_LCASE")),
+        T.StructField("span", T.DayTimeIntervalType()),
+    ])
+    fields = parse_schema(schema.json())
+    assert [(f.name, f.nullable) for f in fields] == [("Id", False), ("code", True), ("label", True), ("ci", True),
+                                                       ("span", True)]
+    assert fields[1].declared_char_length == 4 and fields[1].is_char
+    assert fields[2].declared_char_length is None and not fields[2].is_char
+    assert fields[3].type.collation == "UTF8_LCASE" and fields[0].type.collation is None
+    assert not fields[4].type.is_scalar
+    with pytest.raises(TypeError):
+        fields[4].type.spark_arrow_type("UTC")
+
+
+def test_the_filter_refuses_what_it_cannot_translate_exactly():
+    schema = T.StructType([T.StructField("x", T.DoubleType()), T.StructField("f", T.FloatType()),
+                           T.StructField("c", T.StringType(), True, {"__CHAR_VARCHAR_TYPE_STRING": "char(2)"}),
+                           T.StructField("ci", T.StringType("UTF8_LCASE")), T.StructField("d", T.DecimalType(9, 2))])
+    fields = Fields(parse_schema(schema.json()))
+    ok = E.op("and", E.op(">", E.column("x"), E.literal("int", "1")), E.op("<", E.column("d"), E.literal("decimal", "2.5")))
+    assert isinstance(to_arrow_filter(ok, fields), pa.compute.Expression)
+    for refused in (E.op("=", E.column("f"), E.literal("int", "1")), E.op("=", E.column("c"), E.literal("string", "a")),
+                    E.op("=", E.column("ci"), E.literal("string", "a")), E.op("=", E.column("nope"), E.literal("int", "1"))):
+        with pytest.raises(NotArrowable):
+            to_arrow_filter(refused, fields)
+    assert SqlType("decimal", precision=9, scale=2).simple_string() == "decimal(9,2)"
