@@ -24,8 +24,18 @@ def _free_port() -> int:
 def start_moto(log: IO[bytes] | int = subprocess.DEVNULL, timeout_s: float = 60.0
                ) -> tuple[subprocess.Popen, str, dict[str, str]]:
     """``(process, endpoint, starscan's s3_* settings)``; stop with ``process.terminate()``."""
+    proc, endpoint, creds, _ = start_moto_with_reader(log, timeout_s, reader=False)
+    return proc, endpoint, creds
+
+
+def start_moto_with_reader(log: IO[bytes] | int = subprocess.DEVNULL, timeout_s: float = 60.0, reader: bool = True
+                           ) -> tuple[subprocess.Popen, str, dict[str, str], dict[str, str] | None]:
+    """As ``start_moto``, and the keys of a second IAM user, ``reader``, who may only get
+    objects and list buckets (a client reading files with keys of its own), as
+    ``StorageOptions`` fields."""
     port = _free_port()
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3", "AWS_ACCESS_KEY_ID": "setup",
+    # The IAM calls below are made before authentication is on (3 per user).
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(6 if reader else 3), "AWS_ACCESS_KEY_ID": "setup",
            "AWS_SECRET_ACCESS_KEY": "setup"}
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
                             stdout=log, stderr=subprocess.STDOUT)
@@ -44,13 +54,23 @@ def start_moto(log: IO[bytes] | int = subprocess.DEVNULL, timeout_s: float = 60.
 
     iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup",
                        aws_secret_access_key="setup")
-    iam.create_user(UserName="starscan")
-    key = iam.create_access_key(UserName="starscan")["AccessKey"]
-    iam.put_user_policy(UserName="starscan", PolicyName="s3", PolicyDocument=json.dumps({
-        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+
+    def user(name: str, actions: str | list[str]) -> dict[str, str]:
+        iam.create_user(UserName=name)
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        iam.put_user_policy(UserName=name, PolicyName="s3", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}))
+        return key
+
+    key = user("starscan", "s3:*")
     creds = {"s3_endpoint": endpoint, "s3_region": "us-east-1", "s3_access_key_id": key["AccessKeyId"],
              "s3_secret_access_key": key["SecretAccessKey"]}
-    return proc, endpoint, creds
+    readers = None
+    if reader:
+        key = user("reader", ["s3:GetObject", "s3:ListBucket"])
+        readers = {"endpoint": endpoint, "region": "us-east-1", "access_key_id": key["AccessKeyId"],
+                   "secret_access_key": key["SecretAccessKey"]}
+    return proc, endpoint, creds, readers
 
 
 def filesystem(creds: dict[str, str]):

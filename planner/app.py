@@ -96,7 +96,7 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
             info["sql"] = wanted.sql
             async with planning:
                 body = await run_in_threadpool(_select_then_plan, who, client, db, table, wanted.sql, info,
-                                               since, wanted.consumer, wanted.cursor)
+                                               since, wanted.consumer, wanted.cursor, wanted.direct)
         except StarscanError as exc:
             _audit_plan(audit, user, client, db, table, info, started, exc.http_status, exc.message)
             raise
@@ -104,10 +104,14 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
         return Response(body, media_type="application/json")
 
     def _select_then_plan(user: str, client: str, db: str, table: str, sql: str, info: dict,
-                          since_version: int | None = None, consumer: str | None = None, cursor: bool = False) -> bytes:
+                          since_version: int | None = None, consumer: str | None = None, cursor: bool = False,
+                          direct: bool = False) -> bytes:
         # One thread hop for both: each hop is a GIL hand-off, and under load those add up.
         auth.require_select(user, client, db, table)
-        return planner.query_plan_json(db, table, sql, user, info, since_version, consumer, cursor)
+        if direct:
+            info["direct"] = True
+            auth.require_direct_read(user, client, db, table)
+        return planner.query_plan_json(db, table, sql, user, info, since_version, consumer, cursor, direct)
 
     async def selecting_user(request: Request, db: str, table: str) -> str:
         """The authenticated user, who must hold SELECT on the table (401 / 403 otherwise)."""
@@ -182,4 +186,5 @@ def _audit_plan(audit: AuditLog | None, user, client, db, table, info: dict, sta
         return
     audit.record("plan", user=user, client=client, table=f"{db}.{table}", query_id=info.get("query_id"),
                  sql=info.get("sql"), columns=info.get("columns"), tablets=info.get("tablets"), version=info.get("version"),
-                 duration_ms=round((time.monotonic() - started) * 1000, 1), status=status, error=error)
+                 duration_ms=round((time.monotonic() - started) * 1000, 1), status=status, error=error,
+                 **({"direct": True, "direct_files": info.get("direct_files", [])} if info.get("direct") else {}))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from starscan.errors import TooManyRequests, Unauthorized
+from starscan.errors import NotAuthorized, TooManyRequests, Unauthorized
 from starscan.ratelimit import LoginGuard
 from starscan.tokens import TokenVerifier
 from starscan.users import UserStore
@@ -73,6 +73,15 @@ class Authenticator:
     def require_select(self, user: str, client: str, db: str, table: str) -> None:
         """After ``authenticate`` in the same request (the users file was just read)."""
         require_select(self.users, user, client, db, table, reload=False)
+
+
+    def require_direct_read(self, user: str, client: str, db: str, table: str) -> None:
+        """A direct plan names the table's files: only for holders of DIRECT_READ on it."""
+        if not self.users.can_direct_read(user, db, table, reload=False):
+            raise NotAuthorized(
+                f"Access denied; a direct plan (\"direct\": true) of TABLE {db}.{table} needs the DIRECT_READ privilege "
+                f"for {user}@{client}: an administrator grants it with `starscan user grant {user} {db}.{table} "
+                "--direct-read`; without \"direct\" the same plan reads through the BE")
 
 
 def require_select(users: UserStore, user: str, client: str, db: str, table: str, reload: bool = True) -> None:

@@ -20,6 +20,7 @@ from starscan.errors import BadRequest, RequestTooLarge, SqlInvalid
 from starscan.planner import sql as sqlmod
 from starscan.planner.be_membership import BeMembership
 from starscan.planner.consumer_lag import ConsumerLag, consumer_lags
+from starscan.planner.direct_plans import direct_plan
 from starscan.planner.pruning import prune
 from starscan.runtime_config import LiveSettings
 from starscan.schemas import SchemaResolver, schema_hash
@@ -66,6 +67,7 @@ class PlanRequest:
     since_version: int | None = None  # only the data appended after this version (starscan.versions)
     consumer: str | None = None       # a named consumer: from its committed version (starscan.consumers)
     cursor: bool = False              # "since_version" was sent (null: from the start): answer with "version"
+    direct: bool = False              # a direct plan: name the storage of each tablet (starscan.direct)
 
 
 def table_version(value: object, what: str = "version") -> int:
@@ -96,8 +98,11 @@ def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanReques
     if since is not None:
         since = table_version(since, "since_version")
     consumer = doc.get("consumer")
+    direct = doc.get("direct", False)
+    if not isinstance(direct, bool):
+        raise BadRequest(f'"direct" must be true or false, not {direct!r}')
     return PlanRequest(sql, since, check_consumer_name(consumer) if consumer is not None else None,
-                       cursor="since_version" in doc)
+                       cursor="since_version" in doc, direct=direct)
 
 
 class QueryPlanner:
@@ -124,12 +129,14 @@ class QueryPlanner:
     # ---- _query_plan ----
 
     def query_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None,
-                        since_version: int | None = None, consumer: str | None = None, cursor: bool = False) -> bytes:
+                        since_version: int | None = None, consumer: str | None = None, cursor: bool = False,
+                        direct: bool = False) -> bytes:
         """The answer's bytes. ``audit``, when given, is filled with what the audit line needs.
         ``since_version``: plan only the files appended after that version (409 when the table
         was rewritten since, 404 when the version is unknown); the answer then also carries
         ``since_version`` and ``version``, the reader's next cursor (``cursor``: ``version``
-        also for a whole read, the start of a reader that keeps its own cursor)."""
+        also for a whole read, the start of a reader that keeps its own cursor). ``direct``: name
+        each tablet's files too (planner.direct_plans; the caller checked the grant)."""
         audit = {} if audit is None else audit
         snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
         if consumer is not None and since_version is None and self.consumers is not None:
@@ -187,8 +194,23 @@ class QueryPlanner:
         )
         audit["query_id"] = plan.query_id
         encoded = plan_codec.encode(plan, self.signer)
+        partitions_json = parts.partitions_json
+        if direct:
+            partitions_json, section = self._direct(snap, plan, predicate, tablets, partitions_json, audit)
+            tail += b',"direct":' + section
         return (b'{"status":200,"opaqued_query_plan":"' + encoded.encode("ascii") + b'","partitions":'
-                + parts.partitions_json + tail + b"}")
+                + partitions_json + tail + b"}")
+
+    def _direct(self, snap, plan, predicate, tablets, partitions_json: bytes, audit: dict) -> tuple[bytes, bytes]:
+        """A direct plan's ``partitions`` (each tablet's storage beside its routings) and its
+        top-level ``direct`` section; the files it names go to the audit line."""
+        found = direct_plan(snap, plan.table_schema, plan.columns, predicate, list(tablets), self.settings.time_zone)
+        partitions = json.loads(partitions_json)
+        for tablet_id, extra in found.tablets.items():
+            partitions[str(tablet_id)].update(extra)
+        audit["direct_files"] = found.disclosed
+        return (json.dumps(partitions, separators=(",", ":")).encode("utf-8"),
+                json.dumps(found.read, separators=(",", ":")).encode("utf-8"))
 
     # ---- consumers ----
     def consumer_position(self, db: str, table: str, name: str) -> dict:

@@ -363,18 +363,25 @@ def user_passwd(name: str, password: str | None = typer.Option(None, "--password
 @user_app.command("grant")
 def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
                revoke: bool = typer.Option(False, "--revoke", help="remove the grant instead"),
+               direct_read: bool = typer.Option(False, "--direct-read",
+                                                help="DIRECT_READ instead of SELECT: plans that name the table's files "
+                                                     "(docs/direct-reads.md)"),
                conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
-    """Grant (or --revoke) SELECT on db.table, db.* or *.*."""
+    """Grant (or --revoke) SELECT, or with --direct-read DIRECT_READ, on db.table, db.* or *.*."""
+    from starscan.users import GRANT_PREFIX
+
     with _domain_errors():
-        _users(conf, warehouse).grant(name, grant, revoke=revoke)
-    typer.echo(f"{'revoked' if revoke else 'granted'} SELECT on {grant} {'from' if revoke else 'to'} {name}")
+        _users(conf, warehouse).grant(name, (GRANT_PREFIX + grant) if direct_read else grant, revoke=revoke)
+    typer.echo(f"{'revoked' if revoke else 'granted'} {'DIRECT_READ' if direct_read else 'SELECT'} on {grant} "
+               f"{'from' if revoke else 'to'} {name}")
 
 
 @user_app.command("revoke")
 def user_revoke(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
+                direct_read: bool = typer.Option(False, "--direct-read", help="revoke DIRECT_READ, not SELECT"),
                 conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
-    """Revoke SELECT on db.table, db.* or *.* (running servers notice at once)."""
-    user_grant(name, grant, revoke=True, conf=conf, warehouse=warehouse)
+    """Revoke SELECT (or DIRECT_READ) on db.table, db.* or *.* (running servers notice at once)."""
+    user_grant(name, grant, revoke=True, direct_read=direct_read, conf=conf, warehouse=warehouse)
 
 
 @secret_app.command("rotate")

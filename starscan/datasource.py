@@ -156,7 +156,7 @@ class StarRocksArrowReader(DataSourceReader):
         plan = conn.plan(s.db, s.table, sql)
         items = work_items(plan, s.read_options.request_tablet_size)
         opaque = plan["opaqued_query_plan"]
-        return [InputPartition((opaque, routings, tablets)) for routings, tablets in items]
+        return [InputPartition((opaque, routings, tablets)) for routings, tablets, _ in items]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa

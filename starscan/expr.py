@@ -293,3 +293,32 @@ class ExprVisitor(Generic[R]):
 
 
 _METHODS = {kind: f"visit_{kind.value}" for kind in Kind}
+
+
+def to_json(expr: Expr) -> list[dict[str, Any]]:
+    """Expr -> the pre-order node list of ``flatten`` as JSON objects (a direct plan carries
+    its predicate this way, for readers that filter the files themselves)."""
+    out = []
+    for n in flatten(expr).nodes:
+        node: dict[str, Any] = {"kind": n.kind, "children": n.num_children}
+        for key, value in (("name", n.name), ("literalType", n.literal_type), ("value", n.literal_value),
+                           ("typeName", n.type_name)):
+            if value is not None:
+                node[key] = value
+        if n.negated:
+            node["negated"] = True
+        out.append(node)
+    return out
+
+
+def from_json(nodes: Any) -> Expr:
+    """``to_json``'s node list -> Expr, checked as a plan's predicate is."""
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise PlanInvalid("the predicate is not a list of nodes")
+    try:
+        flat = [plan_idl.TExprNode(kind=n.get("kind"), num_children=int(n.get("children", 0)), name=n.get("name"),
+                                   literal_type=n.get("literalType"), literal_value=n.get("value"),
+                                   negated=bool(n.get("negated", False)), type_name=n.get("typeName")) for n in nodes]
+    except (TypeError, ValueError):
+        raise PlanInvalid("the predicate has a malformed node") from None
+    return unflatten(plan_idl.TExpr(nodes=flat))

@@ -1,7 +1,10 @@
-"""Users, passwords and SELECT grants (the users file).
+"""Users, passwords and grants (the users file).
 
 A JSON file ``{"users": {"<name>": {"password_hash": "<argon2>", "grants": ["db.table", "db.*", "*.*"]}}}``.
-Out of the box it holds ``root`` with an empty password and every grant, as StarRocks ships.
+A grant ``db.table`` (or ``db.*``, ``*.*``) is SELECT; ``direct_read:db.table`` is DIRECT_READ,
+plans that name the table's files (starscan.direct); ``admin`` is the admin page.
+Out of the box it holds ``root`` with an empty password and SELECT on everything, as
+StarRocks ships; DIRECT_READ is off until granted, for root too.
 Successful verifications are remembered for a short while (argon2 is deliberately slow).
 """
 
@@ -24,6 +27,8 @@ from starscan.errors import InvalidInput, UnknownUser
 from starscan.files import write_private
 
 log = logging.getLogger("starscan.users")
+#: DIRECT_READ grants are this and a SELECT grant's pattern: ``direct_read:sales.*``.
+GRANT_PREFIX = "direct_read:"
 
 _argon2 = PasswordHasher()
 #: argon2 hashes with 64 MiB of memory each (argon2-cffi's default, RFC 9106's low-memory
@@ -179,6 +184,14 @@ class UserStore:
         record = self._users.get(user) or {}
         return any(grant_matches(g, db, table) for g in record.get("grants", []))
 
+    def can_direct_read(self, user: str, db: str, table: str, reload: bool = True) -> bool:
+        """SELECT and DIRECT_READ on the table (a grant ``direct_read:db.table``, ``db.*`` or
+        ``*.*``): the user may get plans that name the table's files (starscan.direct)."""
+        if not self.can_select(user, db, table, reload=reload):
+            return False
+        grants = (self._users.get(user) or {}).get("grants", [])
+        return any(g.startswith(GRANT_PREFIX) and grant_matches(g[len(GRANT_PREFIX):], db, table) for g in grants)
+
     def is_admin(self, user: str) -> bool:
         """``root``, or a user holding the grant ``admin`` (the admin page, /varz, update_config)."""
         return user == "root" or ADMIN_GRANT in self.users().get(user, [])
@@ -207,8 +220,9 @@ class UserStore:
         self._reload()
         if user not in self._users:
             raise UnknownUser(user)
-        if grant != "admin" and grant.count(".") != 1:  # "admin": the admin page, /varz, update_config
-            raise InvalidInput(f"grant {grant!r} is not db.table, db.* or *.*")
+        target = grant[len(GRANT_PREFIX):] if grant.startswith(GRANT_PREFIX) else grant
+        if grant != "admin" and target.count(".") != 1:  # "admin": the admin page, /varz, update_config
+            raise InvalidInput(f"grant {grant!r} is not db.table, db.* or *.* (or direct_read: and one of them)")
         users = dict(self._users)
         record = dict(users[user])
         grants = [g for g in record.get("grants", []) if g != grant]

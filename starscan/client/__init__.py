@@ -6,11 +6,14 @@ Python, without Spark or a server's modules: pyarrow, thriftpy2 and httpx only.
   bounded memory), reading tablets in parallel with failover (starscan.client.reader);
 - ``StarscanClient``: the protocol step by step (plans, scanners, incremental reads and
   consumers; starscan.client.protocol);
+- direct reads: tablets read from their files by the client itself, with the server's own
+  read rules (``direct="auto"``; starscan.client.direct);
 - one exception class per kind of failure (starscan.client.errors).
 """
 
 from starscan.client.errors import (
     AuthenticationError,
+    DirectReadError,
     NetworkError,
     PermissionDenied,
     QueryError,
@@ -30,7 +33,7 @@ from starscan.client.protocol import (
 from starscan.client.reader import Connection, connect
 
 __all__ = [
-    "AuthenticationError", "Connection", "Followed", "NetworkError", "PermissionDenied", "PlanError", "QueryError",
+    "AuthenticationError", "Connection", "DirectReadError", "Followed", "NetworkError", "PermissionDenied", "PlanError", "QueryError",
     "ReadError", "ReadOptions", "ScanError", "ScanIntegrityError", "ScanStats", "SnapshotGoneError", "StarscanClient",
     "connect", "thrift_client",
 ]

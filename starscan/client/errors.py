@@ -43,6 +43,12 @@ class SnapshotGoneError(ReadError):
     plan expired, or an incremental read's version was rewritten or expired. Plan again."""
 
 
+class DirectReadError(ReadError):
+    """With ``direct=True``: a tablet cannot be read from its files (the FE marked it not
+    direct, its file changed since the plan, or the storage refused this reader). With
+    ``direct="auto"`` such a tablet is read through the BE instead."""
+
+
 def from_http(status: int, body: str) -> ReadError:
     """The error of a refused FE call (``_query_plan``, ``_schema``)."""
     try:

@@ -193,12 +193,15 @@ class StarscanClient:
         return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
 
     def plan(self, db: str, table: str, sql: str, since_version: int | None = None,
-             consumer: str | None = None, cursor: bool = False) -> dict[str, Any]:
+             consumer: str | None = None, cursor: bool = False, direct: bool = False) -> dict[str, Any]:
         """The plan; with ``since_version``, of the rows appended after that version only (the
         answer's ``version`` is the cursor for the next call); with ``consumer``, from that
         consumer's committed version (``commit`` moves it); ``cursor``: the answer carries the
-        ``version`` also when the whole table is read."""
+        ``version`` also when the whole table is read; ``direct``: a direct plan, naming each
+        tablet's files (starscan.direct; needs the DIRECT_READ grant)."""
         request: dict[str, Any] = {"sql": sql}
+        if direct:
+            request["direct"] = True
         if since_version is not None or cursor:
             request["since_version"] = since_version
         if consumer is not None:

@@ -8,6 +8,10 @@ next routing without repeating a row (starscan.client.protocol, ``scan_group``).
 pass through a queue of ``2 x max_workers`` batches to the caller, so a read holds at most
 that many batches besides the ones being received, whatever the table's size.
 
+With ``direct="auto"`` (or True) the read asks for a direct plan (starscan.direct; the user
+needs the DIRECT_READ grant) and reads the tablets it may from their files itself
+(starscan.client.direct), the others through the BE; the rows are the same either way.
+
 With ``native_types=True`` the wire types StarRocks uses for dates and large integers become
 Arrow's own: DATE text -> date32, DATETIME text -> timestamp[us] (the server's wall clock, no
 time zone), LARGEINT text -> decimal128(38, 0). Values inside nested columns keep the wire
@@ -28,12 +32,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from thriftpy2.transport import TTransportException
 
-from starscan.client.errors import NetworkError, QueryError, ReadError, from_http, from_scan_error
+from starscan.client.direct import DirectReader, Unreadable, storage_options
+from starscan.client.errors import (
+    DirectReadError,
+    NetworkError,
+    PermissionDenied,
+    QueryError,
+    ReadError,
+    from_http,
+    from_scan_error,
+)
 from starscan.client.options import ReadOptions
 from starscan.client.protocol import PlanError, ScanError, ScanStats, StarscanClient
+from starscan.storage import StorageOptions
 
 DATE, DATETIME, LARGEINT = 9, 10, 14
 _T = TypeVar("_T")
+Direct = bool | str  # False, True or "auto"
+#: A work item: (routings, tablets) read by one BE scanner, or one direct tablet's id with its
+#: ``partitions`` entry as the third element.
+Item = tuple[list[str], list[int], dict[str, Any] | None]
 
 # `_schema` type names -> the wire's Arrow types (an empty result's columns)
 _WIRE_TYPES: dict[str, pa.DataType] = {
@@ -46,14 +64,26 @@ _CODES = {"DATE": DATE, "DATETIME": DATETIME, "LARGEINT": LARGEINT}
 
 def connect(fe: str, user: str = "root", password: str = "", *, max_workers: int = 4, native_types: bool = False,
             be_host_mapping: dict[str, str] | None = None, ssl_context: Any = None, token: str | None = None,
-            options: dict[str, Any] | None = None, **keyword_options: Any) -> Connection:
+            options: dict[str, Any] | None = None, direct: Direct = False,
+            storage: StorageOptions | dict[str, Any] | None = None, **keyword_options: Any) -> Connection:
     """A connection to the FE at ``fe`` (``host:port`` or a URL). Read options go in
     ``options`` by their StarRocks names or as keywords (``batch_size=8192``); see
-    starscan.client.options."""
+    starscan.client.options. ``direct``: the reads' default (see ``read_batches``);
+    ``storage``: how this reader reaches an S3 store for direct reads (endpoint, region,
+    keys: ``StorageOptions`` or a dict of its fields; unset, the AWS environment)."""
     if max_workers < 1:
         raise ValueError(f"max_workers must be at least 1, not {max_workers}")
     read_options = ReadOptions.of({**(options or {}), **keyword_options})
-    return Connection(fe, user, password, read_options, max_workers, native_types, be_host_mapping, ssl_context, token)
+    conn = Connection(fe, user, password, read_options, max_workers, native_types, be_host_mapping, ssl_context, token)
+    conn.direct = _direct_mode(direct)
+    conn.storage = storage_options(storage)
+    return conn
+
+
+def _direct_mode(value: Direct) -> Direct:
+    if value not in (True, False, "auto"):
+        raise ValueError(f'direct must be True, False or "auto", not {value!r}')
+    return value
 
 
 class Connection:
@@ -68,26 +98,57 @@ class Connection:
         self._loads: dict[str, int] = {}
         self._lock = threading.Lock()
         self.failovers = 0  # scanners moved to another routing after their BE was lost
+        self.direct: Direct = False
+        self.storage: StorageOptions | None = None
+        self.direct_tablets = 0    # tablets read from their files by this connection
+        self.fallbacks: list[str] = []  # why tablets of a direct plan were read through the BE
+        self._no_direct: set[tuple[str, str]] = set()  # tables whose direct plans this user was refused
 
     # ---- reading ----
     def read_arrow(self, table: str, columns: list[str] | None = None, where: str | None = None,
-                   since_version: int | None = None, native_types: bool | None = None) -> pa.Table:
+                   since_version: int | None = None, native_types: bool | None = None,
+                   direct: Direct | None = None) -> pa.Table:
         """The rows of ``table`` (``db.table``) as one Arrow table."""
-        return self.read_batches(table, columns, where, since_version, native_types).read_all()
+        return self.read_batches(table, columns, where, since_version, native_types, direct).read_all()
 
     def read_batches(self, table: str, columns: list[str] | None = None, where: str | None = None,
-                     since_version: int | None = None, native_types: bool | None = None) -> pa.RecordBatchReader:
-        """The rows of ``table`` as a stream of record batches, read in parallel."""
+                     since_version: int | None = None, native_types: bool | None = None,
+                     direct: Direct | None = None) -> pa.RecordBatchReader:
+        """The rows of ``table`` as a stream of record batches, read in parallel.
+
+        ``direct`` (default: the connection's): False reads through the BEs. "auto" asks for
+        a direct plan and reads each tablet the plan names files for from those files, the
+        rest (and any whose file changed or cannot be reached) through the BEs; without the
+        DIRECT_READ grant it reads through the BEs. True reads every tablet from its files,
+        or fails (DirectReadError, PermissionDenied)."""
         db, name = _split(table)
         sql = select_sql(db, name, columns, where)
+        mode = self.direct if direct is None else _direct_mode(direct)
+        plan = self._plan_for(db, name, sql, since_version, mode)
+        return self.read_planned(db, name, plan, native_types, mode, columns)
+
+    def read_planned(self, db: str, table: str, plan: dict[str, Any], native_types: bool | None = None,
+                     direct: Direct | None = None, columns: list[str] | None = None) -> pa.RecordBatchReader:
+        """The rows of a plan made earlier (``plan``: the `_query_plan` answer), as
+        ``read_batches`` reads them; ``direct`` decides whether tablets the plan names files
+        for are read from those files."""
         native = self.native_types if native_types is None else native_types
-        plan = self.plan(db, name, sql, since_version)
-        items = work_items(plan, self.options.request_tablet_size)
-        stream = _Stream(self, db, name, plan, items, native)
+        mode = self.direct if direct is None else _direct_mode(direct)
+        reader = DirectReader(plan["direct"], self.storage, native) if plan.get("direct") and mode else None
+        partitions = plan.get("partitions") or {}
+        refused = sorted({f"tablet {t} is not direct: {e.get('reason')}" for t, e in partitions.items()
+                          if mode and e.get("direct") is False})
+        if mode is True and partitions and (reader is None or refused):
+            raise DirectReadError(f"{db}.{table} cannot be read directly: "
+                                  f"{refused[0] if refused else 'the plan names no files (not a direct plan)'}")
+        with self._lock:
+            self.fallbacks.extend(refused)
+        items = work_items(plan, self.options.request_tablet_size, direct=reader is not None)
+        stream = _Stream(self, db, table, plan, items, native, reader, mode)
         stream.start()
         try:
             first = stream.next()
-            schema = first.schema if first is not None else self._empty_schema(db, name, columns, native)
+            schema = first.schema if first is not None else self._empty_schema(db, table, columns, native)
         except BaseException:
             stream.stop.set()
             raise
@@ -96,8 +157,22 @@ class Connection:
         weakref.finalize(batches, stream.stop.set)
         return pa.RecordBatchReader.from_batches(schema, batches)
 
-    def plan(self, db: str, table: str, sql: str, since_version: int | None = None) -> dict[str, Any]:
-        return self._fe(lambda: self.client.plan(db, table, sql, since_version))
+    def plan(self, db: str, table: str, sql: str, since_version: int | None = None, direct: bool = False) -> dict[str, Any]:
+        return self._fe(lambda: self.client.plan(db, table, sql, since_version, direct=direct))
+
+    def _plan_for(self, db: str, table: str, sql: str, since_version: int | None, mode: Direct) -> dict[str, Any]:
+        """The plan for a read in ``mode``: "auto" falls back to a plan without storage when
+        this user may not read the table directly (once per table and connection)."""
+        if mode is False or (mode == "auto" and (db, table) in self._no_direct):
+            return self.plan(db, table, sql, since_version)
+        try:
+            return self.plan(db, table, sql, since_version, direct=True)
+        except PermissionDenied as exc:
+            if mode is True or "DIRECT_READ" not in exc.message:
+                raise
+            with self._lock:
+                self._no_direct.add((db, table))
+            return self.plan(db, table, sql, since_version)
 
     def columns(self, db: str, table: str, names: list[str] | None = None) -> list[dict[str, Any]]:
         """`_schema`'s description of the named columns (all, in table order, when None)."""
@@ -186,14 +261,19 @@ def select_sql(db: str, table: str, columns: list[str] | None, where: str | None
     return f"select {cols} from {_quote(db)}.{_quote(table)}" + (f" where {where}" if where else "")
 
 
-def work_items(plan: dict[str, Any], tablet_size: int) -> list[tuple[list[str], list[int]]]:
-    """The plan's tablets as (routings, tablets) items: tablets sharing a routing list, at
-    most ``tablet_size`` per item."""
+def work_items(plan: dict[str, Any], tablet_size: int, direct: bool = False) -> list[Item]:
+    """The plan's tablets as work items: (routings, tablets, None) for tablets sharing a
+    routing list, at most ``tablet_size`` per item; with ``direct``, each tablet the plan
+    names files for is an item of its own (routings, [tablet], its entry)."""
     groups: dict[tuple[str, ...], list[int]] = {}
+    out: list[Item] = []
     for tablet, info in plan["partitions"].items():
-        groups.setdefault(tuple(info["routings"]), []).append(int(tablet))
-    return [(list(routings), tablets[i:i + tablet_size])
-            for routings, tablets in groups.items() for i in range(0, len(tablets), tablet_size)]
+        if direct and info.get("direct"):
+            out.append((list(info["routings"]), [int(tablet)], info))
+        else:
+            groups.setdefault(tuple(info["routings"]), []).append(int(tablet))
+    return out + [(list(routings), tablets[i:i + tablet_size], None)
+                  for routings, tablets in groups.items() for i in range(0, len(tablets), tablet_size)]
 
 
 class _Stream:
@@ -204,9 +284,10 @@ class _Stream:
     done, fails, or drops the reader unread."""
 
     def __init__(self, conn: Connection, db: str, table: str, plan: dict[str, Any],
-                 items: list[tuple[list[str], list[int]]], native: bool):
+                 items: list[Item], native: bool, direct: DirectReader | None = None, mode: Direct = False):
         self.conn, self.db, self.table, self.plan, self.native = conn, db, table, plan, native
         self.items = items
+        self.direct, self.mode = direct, mode
         self.queue: queue.Queue[pa.RecordBatch] = queue.Queue(maxsize=2 * conn.max_workers)
         self.stop = threading.Event()
         self.finished = threading.Event()  # every item ended (read whole, failed or stopped)
@@ -220,7 +301,7 @@ class _Stream:
         pool = ThreadPoolExecutor(self.conn.max_workers, thread_name_prefix="starscan-read")
         remaining = [len(self.items)]
 
-        def run(item: tuple[list[str], list[int]]) -> None:
+        def run(item: Item) -> None:
             try:
                 if not self.stop.is_set():
                     self._read(*item)
@@ -249,7 +330,32 @@ class _Stream:
                 continue
         return False
 
-    def _read(self, routings: list[str], tablets: list[int]) -> None:
+    def _read(self, routings: list[str], tablets: list[int], direct: dict[str, Any] | None) -> None:
+        if direct is not None and self.direct is not None:
+            reason = self._read_direct(tablets[0], direct)
+            if reason is None:
+                return
+            if self.mode is True:
+                raise DirectReadError(f"tablet {tablets[0]} of {self.db}.{self.table} cannot be read directly: {reason}")
+            with self.conn._lock:
+                self.conn.fallbacks.append(reason)
+        self._read_on_be(routings, tablets)
+
+    def _read_direct(self, tablet: int, info: dict[str, Any]) -> str | None:
+        """Read one tablet from its files; the reason when it must go through the BE
+        instead (found before its first row)."""
+        assert self.direct is not None
+        try:
+            for batch in self.direct.tablet(tablet, info):
+                if not self._put(batch):
+                    return None
+        except Unreadable as why:
+            return str(why)
+        with self.conn._lock:
+            self.conn.direct_tablets += 1
+        return None
+
+    def _read_on_be(self, routings: list[str], tablets: list[int]) -> None:
         conn = self.conn
         first = conn._take(routings)
         try:

@@ -1,0 +1,85 @@
+"""The storage part of a direct plan (starscan.direct): which tablets a reader may read from
+the files itself, and where those files are.
+
+A tablet is direct only when its rows can be read exactly from its files alone, by the same
+kernel rules the BE's ``arrow`` engine follows (starscan.arrow_scan): Parquet files, a
+predicate with an exact pyarrow translation, scalar output columns, partition values whose
+reading is certain. Everything else answers ``"direct": false`` with the reason, and the
+reader uses the BE for it. starscan has no column grants, masks or row filters today; a
+table with row-level deletes (Iceberg delete files, Delta deletion vectors) is refused
+before any plan is made.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from starscan.arrow_filter import NotArrowable
+from starscan.arrow_scan import Fields, partition_names, plan_read
+from starscan.catalog import TableSnapshot
+from starscan.direct import FORMAT, DirectFile, DirectRead
+from starscan.expr import Expr
+from starscan.hadoop_paths import exact_partition_value, partition_of
+from starscan.sql_types import parse_schema
+from starscan.storage import is_uri
+
+
+@dataclass(frozen=True)
+class DirectPlan:
+    read: dict[str, Any] | None      # the answer's top-level "direct" section; None: nothing is direct
+    tablets: dict[int, dict[str, Any]]  # tablet id -> the fields added to its "partitions" entry
+    disclosed: list[str]             # every storagePath the answer names (the audit line lists them)
+
+
+def storage_path(snap: TableSnapshot, relative: str) -> str:
+    """A data file's URI: the store's own (s3://bucket/key), or file:// and the absolute path
+    of a local file; not percent-encoded."""
+    location = snap.storage.join(snap.location, relative)
+    return location if is_uri(location) else "file://" + location
+
+
+def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predicate: Expr | None,
+                tablets: list[Any], time_zone: str) -> DirectPlan:
+    """The direct part of a plan of ``columns`` (the plan's TPlanColumns) of ``tablets``."""
+    fields = Fields(parse_schema(schema_json))
+    folders = snap.partitions_in_folders
+    first = next((t.files[0].path for t in tablets if t.files), None)
+    partition_columns = partition_names(first, fields) if folders else set()
+    try:
+        read = plan_read(snap.qualified_name, snap.version, fields,
+                         [(c.name, c.source if c.is_slot_ref else None) for c in columns], predicate, time_zone,
+                         None if snap.file_format == "parquet" else snap.file_format, partition_columns)
+    except NotArrowable as why:
+        reason = f"not readable from the files alone: {why}"
+        return DirectPlan(None, {t.tablet_id: {"direct": False, "reason": reason} for t in tablets}, [])
+    wanted = {name.lower(): name for name, _ in read.partition_columns}
+    out: dict[int, dict[str, Any]] = {}
+    disclosed: list[str] = []
+    for t in tablets:
+        try:
+            files = [_file(snap, f, t, fields, wanted) for f in t.files]
+        except NotArrowable as why:
+            out[t.tablet_id] = {"direct": False, "reason": f"not readable from the files alone: {why}"}
+            continue
+        out[t.tablet_id] = {"direct": True, "format": FORMAT, "files": [f.to_json() for f in files]}
+        disclosed.extend(f.storage_path for f in files)
+    section = DirectRead(snap.qualified_name, snap.version, json.loads(schema_json),
+                         tuple((c.name, c.source) for c in columns), predicate, time_zone,
+                         tuple(sorted(partition_columns))).to_json()
+    return DirectPlan(section, out, disclosed)
+
+
+def _file(snap: TableSnapshot, f: Any, tablet: Any, fields: Fields, wanted: dict[str, str]) -> DirectFile:
+    values: dict[str, Any] = {}
+    for col, raw in partition_of(f.path) if snap.partitions_in_folders else ():
+        canonical = wanted.get(col.lower())
+        if canonical is None:
+            continue
+        try:
+            values[canonical] = exact_partition_value(raw, fields(col).type)
+        except ValueError as exc:
+            raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
+    row_groups = None if tablet.first_row_group is None else (tablet.first_row_group, tablet.row_groups or 0)
+    return DirectFile(storage_path(snap, f.path), f.size, f.mtime_ns, row_groups, values)

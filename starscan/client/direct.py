@@ -1,0 +1,128 @@
+"""Reading a direct plan's tablets from their files, in the reader's process.
+
+A direct plan (starscan.direct) names each tablet's files and says how the BE would read
+them. This module reads them the same way, with the kernel's own code: the read
+instructions and the predicate's exact pyarrow form (starscan.arrow_scan), the Parquet
+reader (starscan.arrow_read) and the wire types (starscan.wire_arrow), so a tablet read
+here gives the rows and types the BE would have sent.
+
+The storage is reached with the reader's own credentials (``StorageOptions``, or the
+store's standard environment): the plan never carries any. Before a tablet's first row,
+every file's identity (size and modification time) is checked against the plan; a tablet
+whose file changed, vanished or cannot be reached is not read here (``Unreadable``), and
+the reader sends it to the BE (``direct="auto"``) or fails (``direct=True``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from starscan.arrow_filter import NotArrowable
+from starscan.arrow_read import ArrowRead, ArrowSplit, SplitReadError, read_split
+from starscan.direct import DirectFile, DirectRead, file_part
+from starscan.errors import StarscanError
+from starscan.storage import Storage, StorageOptions, local_path, open_storage
+from starscan.wire_arrow import BatchConverter
+
+
+class Unreadable(Exception):
+    """This tablet cannot be read from its files by this reader; the message says why."""
+
+
+class DirectReader:
+    """One direct plan's read instructions, for any of its tablets."""
+
+    def __init__(self, section: dict[str, Any], storage_options: StorageOptions | None, native: bool):
+        self.spec = DirectRead.from_json(section)
+        self.storage_options = storage_options
+        self.native = native
+        self._reads: dict[int, ArrowRead] = {}  # per store (id of its Storage)
+        self._converter: BatchConverter | None = None
+
+    def _read_for(self, storage: Storage) -> ArrowRead:
+        read = self._reads.get(id(storage))
+        if read is None:
+            try:
+                read = self._reads[id(storage)] = self.spec.arrow_read(storage)
+            except NotArrowable as why:  # the FE checked the same rules: a newer FE than this client
+                raise Unreadable(f"this client cannot read the plan's files exactly: {why}") from None
+        return read
+
+    def _where(self, f: DirectFile) -> tuple[Storage, str]:
+        """The storage and the location in it of a file of the plan."""
+        try:
+            storage = open_storage(f.storage_path, self.storage_options)
+        except StarscanError as exc:
+            raise Unreadable(f"{f.storage_path}: {exc.message}") from None
+        return storage, local_path(f.storage_path) if storage.fs is None else f.storage_path
+
+    def tablet(self, tablet_id: int, info: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        """The rows of one direct tablet (``info``: its ``partitions`` entry), in the wire's
+        types or (``native``) in Arrow's own; Unreadable before the first row when the
+        tablet cannot be read here."""
+        if not info.get("direct"):
+            raise Unreadable(f"tablet {tablet_id} is not direct: {info.get('reason', 'the FE gave no files')}")
+        files = [DirectFile.from_json(f) for f in info.get("files") or ()]
+        if not files:
+            return
+        places = [self._where(f) for f in files]
+        storage = places[0][0]
+        if any(s is not storage for s, _ in places):
+            raise Unreadable(f"tablet {tablet_id}'s files are in more than one store")
+        read = self._read_for(storage)
+        parts = [file_part(read, f, location) for f, (_, location) in zip(files, places)]
+        for part in parts:  # every file as planned, before the first row is handed out
+            try:
+                identity = storage.file_identity(part.path)
+            except StarscanError as exc:
+                raise Unreadable(f"{part.relative}: {exc.message}") from None
+            if identity != (part.size, part.mtime_ns):
+                what = "is gone" if identity is None else "was rewritten"
+                raise Unreadable(f"{part.relative} {what} since the plan (table {read.table} version {read.version})")
+        batches = read_split(read, ArrowSplit(tuple(parts)))
+        try:
+            first = next(batches, None)
+        except SplitReadError as exc:
+            raise Unreadable(str(exc)) from None
+        if first is None:
+            return
+        yield self._convert(read, first)
+        for batch in batches:  # a failure from here on is the read's (rows were handed out)
+            yield self._convert(read, batch)
+
+    def _convert(self, read: ArrowRead, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self._converter is None:
+            self._converter = BatchConverter(list(read.output_columns))
+        if not self.native:
+            return self._converter.convert(batch)
+        return to_native(read, batch, self._converter.schema)
+
+
+def to_native(read: ArrowRead, batch: pa.RecordBatch, wire: pa.Schema) -> pa.RecordBatch:
+    """Spark's Arrow as the client's ``native_types`` gives the BE's rows: dates as date32,
+    timestamps as timestamp[us] on the session's wall clock (no zone), the rest in the
+    wire's types."""
+    arrays, fields = [], []
+    for (name, sql_type, nullable), column, wire_field in zip(read.output_columns, batch.columns, wire):
+        if sql_type.kind == "date":
+            out = column
+        elif sql_type.kind in ("timestamp", "timestamp_ntz"):
+            out = (pc.local_timestamp(column) if column.type.tz is not None else column).cast(pa.timestamp("us"))
+        else:
+            out = column if column.type == wire_field.type else column.cast(wire_field.type)
+        arrays.append(out)
+        fields.append(pa.field(name, out.type, nullable))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def storage_options(value: StorageOptions | dict[str, Any] | None) -> StorageOptions | None:
+    """``StorageOptions`` from itself or a dict of its fields (endpoint, region,
+    access_key_id, secret_access_key, session_token, path_style)."""
+    if value is None or isinstance(value, StorageOptions):
+        return value
+    return replace(StorageOptions(), **value)
