@@ -50,14 +50,18 @@ import common
 
 DB, TABLE = "demo", "lineitem"
 FILTER_COLUMNS = ["l_orderkey", "l_quantity", "l_extendedprice", "l_shipdate"]
-SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4", "spark-connect",
-           "flight", "pyarrow")
+SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4", "direct-1",
+           "direct-4", "spark-connect", "flight", "pyarrow")
+STARSCAN_SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4", "direct-1",
+                    "direct-4")
 LABELS = {
     "starscan": "starscan (thriftpy2 client)",
     "starscan-cache": "starscan, result cache on (thriftpy2 client)",
     "starscan-official-thrift": "starscan (Apache Thrift client)",
     "read-arrow-1": "starscan, starscan.client.connect().read_batches, 1 worker",
     "read-arrow-4": "starscan, starscan.client.connect().read_batches, 4 workers",
+    "direct-1": "starscan direct reads (direct=True: the client reads the files), 1 worker",
+    "direct-4": "starscan direct reads (direct=True: the client reads the files), 4 workers",
     "spark-connect": "Spark Connect toArrow()",
     "flight": "Arrow Flight (pyarrow, Parquet per request)",
     "pyarrow": "pyarrow reads the files (no server)",
@@ -107,12 +111,13 @@ def _read_starscan(spec: dict, stats: dict) -> None:
 
 
 def _read_arrow(spec: dict, stats: dict) -> None:
-    """The public reader: one scanner per tablet (request_tablet_size 1), ``workers`` at once."""
+    """The public reader: one scanner per tablet (request_tablet_size 1), ``workers`` at once;
+    the direct systems read every tablet from its files (``direct=True``)."""
     from starscan.client import connect
 
     workers = int(spec["system"].rsplit("-", 1)[1])
     conn = connect(spec["fe"], "root", "", max_workers=workers, request_tablet_size=1, batch_size=spec["batch_size"],
-                   request_read_timeout_ms=int(spec["timeout"] * 1000))
+                   request_read_timeout_ms=int(spec["timeout"] * 1000), direct=spec["system"].startswith("direct"))
     table = spec.get("table", f"{DB}.{TABLE}")
     where = f"l_shipdate >= '{spec['filter_date']}'" if spec.get("filter_date") else None
     t0 = time.perf_counter()
@@ -256,7 +261,7 @@ def run_readers(spec: dict) -> dict:
 
         sessions = [SparkSession.builder.remote(spec["connect_url"]).create() for _ in range(n)]
     fn = {"starscan": _read_starscan, "starscan-cache": _read_starscan, "starscan-official-thrift": _read_official,
-          "read-arrow-1": _read_arrow, "read-arrow-4": _read_arrow,
+          "read-arrow-1": _read_arrow, "read-arrow-4": _read_arrow, "direct-1": _read_arrow, "direct-4": _read_arrow,
           "flight": _read_flight,
           "pyarrow": _read_pyarrow}.get(system)
     barrier = threading.Barrier(n + 1)
@@ -552,6 +557,8 @@ def main(argv=None) -> int:
     server, spark, settings = common.start_server(warehouse_dir, driver_memory=args.driver_memory,
                                                   tablet_target_bytes=args.tablet_target_bytes, warmup_rows=0, **extra)
     start_s = time.perf_counter() - t0
+    if {"direct-1", "direct-4"} & set(systems):
+        server.users.grant("root", "direct_read:*.*")  # the direct systems' plans (off by default)
     me = psutil.Process()
     starscan_jvm = common.jvm_process()
     extra_procs: list[subprocess.Popen] = []
@@ -584,7 +591,7 @@ def main(argv=None) -> int:
             loads.append(f"{system} {os.getloadavg()[0]:.2f}")
             cache = server.service.result_cache
             cache.configure(args.cache_bytes if system == "starscan-cache" else 0, args.cache_bytes, ["*.*"])
-            if system in ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4"):
+            if system in STARSCAN_SYSTEMS:
                 def meter_fn():  # this process, its JVM, and Spark's Python workers under the JVM
                     try:
                         workers = starscan_jvm.children(recursive=True) if starscan_jvm else []
@@ -767,6 +774,11 @@ def render(results: dict, systems: list[str], qs: dict, concurrency: list[int]) 
         r4 = times(w4, w)
         lines.append(f"- {hi} concurrent readers ≥ 1.5× one (aggregate, full scan): {verdict(r4 >= 1.5 if r4 else None)}, "
                      f"{fx(r4)}")
+    d, pa_ = g("direct-1", "full", "warm", 1), g("pyarrow", "full", "warm", 1)
+    r = times(d, pa_)
+    lines.append(f"- (issue 20) direct reads, warm full scan, 1 reader, ≥ 0.9× pyarrow reading the files: "
+                 f"{verdict(r >= 0.9 if r else None)}, {fx(r)} ({common.fmt(d and d['rps'] / 1e6, 2)} vs "
+                 f"{common.fmt(pa_ and pa_['rps'] / 1e6, 2)} M rows/s; Flight {fx(times(d, fl))})")
     f = g("starscan", "filter", "warm", 1)
     lines.append(f"- filtered scan, first batch p50 < 0.3 s: {verdict(f['ttfb50'] < 0.3 if f else None)}, "
                  f"p50 {common.fmt(f and f['ttfb50'], 2)} s, p95 {common.fmt(f and f['ttfb95'], 2)} s (warm, 1 reader)")

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from starscan.arrow_filter import NotArrowable
 from starscan.arrow_read import ArrowRead, ArrowSplit, SplitReadError, read_split
+from starscan.client.errors import ReadError, SnapshotGoneError
 from starscan.direct import DirectFile, DirectRead, file_part
 from starscan.errors import StarscanError
 from starscan.storage import Storage, StorageOptions, local_path, open_storage
@@ -92,8 +93,11 @@ class DirectReader:
         if first is None:
             return
         yield self._convert(read, first)
-        for batch in batches:  # a failure from here on is the read's (rows were handed out)
-            yield self._convert(read, batch)
+        try:
+            for batch in batches:  # a failure from here on is the read's (rows were handed out)
+                yield self._convert(read, batch)
+        except SplitReadError as exc:
+            raise (SnapshotGoneError if "is gone" in str(exc) else ReadError)(str(exc)) from None
 
     def _convert(self, read: ArrowRead, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self._converter is None:

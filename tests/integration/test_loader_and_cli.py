@@ -91,6 +91,16 @@ def test_user_cli_manages_the_users_file(tmp_path):
     assert missing.returncode != 0 and "no user 'bob'" in missing.stderr
     bad = _cli("user", "grant", "alice", "nodot", "--warehouse", str(wh))
     assert bad.returncode != 0 and "db.table" in bad.stderr
+
+    # DIRECT_READ: a grant of its own, off until given (root has none), needing SELECT too.
+    assert not store.can_direct_read("root", "hr", "pay") and not store.can_direct_read("alice", "hr", "pay")
+    granted = _cli("user", "grant", "alice", "hr.*", "--direct-read", "--warehouse", str(wh))
+    assert granted.returncode == 0 and "granted DIRECT_READ on hr.*" in granted.stdout
+    store = UserStore(wh / "_starscan" / "users.json")
+    assert store.can_direct_read("alice", "hr", "pay") and not store.can_direct_read("alice", "hr", "other")
+    assert _cli("user", "revoke", "alice", "hr.*", "--direct-read", "--warehouse", str(wh)).returncode == 0
+    store = UserStore(wh / "_starscan" / "users.json")
+    assert not store.can_direct_read("alice", "hr", "pay") and store.can_select("alice", "hr", "pay")
     assert "password_hash" in (wh / "_starscan" / "users.json").read_text()
     assert "pässwörd" not in (wh / "_starscan" / "users.json").read_text()
 

@@ -336,3 +336,42 @@ def test_arrow_filtered_random_queries_match_spark(spark, client, all_types, lin
     where = data.draw(predicate(filtered, info.samples, info.zone), label="where")
     batch_size = data.draw(st.integers(1, 70000).map(lambda n: min(n, MAX_BATCH)), label="batch_size")
     check(spark, client, info, columns, where, batch_size)
+
+
+@pytest.fixture(scope="module")
+def direct_conn(server, fe_url):
+    """A reader holding DIRECT_READ on demo.*: ``direct="auto"`` reads the tablets a plan
+    names files for from those files, in this process (starscan.client.direct)."""
+    from starscan.client import connect
+
+    name = "property_direct"
+    if not server.users.exists(name):
+        server.users.set_password(name, "pw", create=True)
+    server.users.grant(name, "demo.*")
+    server.users.grant(name, "direct_read:demo.*")
+    conn = connect(fe_url, name, "pw", max_workers=2)
+    yield conn
+    assert conn.direct_tablets > 0, "no tablet was read directly"
+
+
+@PROPERTY_SETTINGS
+@given(data=st.data())
+def test_direct_reads_of_random_queries_match_spark(spark, direct_conn, all_types, lineitem, data):
+    """The client's direct reads (the kernel's pyarrow reader in the reader's process) give
+    Spark SQL's rows, in the wire's types, for predicates of every scalar type: those with no
+    exact pyarrow translation are read through the BE."""
+    info = data.draw(st.sampled_from([all_types, lineitem]), label="table")
+    columns = data.draw(columns_strategy(list(info.scalar)), label="columns")
+    where = data.draw(predicate(info.scalar, info.samples, info.zone), label="where")
+    template = info.sql(columns, where)
+    df = spark.sql(template.format(table=f"parquet.`{info.path}`"))
+    want = Counter(tuple(canon_spark(v, f.dataType, info.zone) for v, f in zip(r, df.schema.fields))
+                   for r in df.collect())
+    got_table = direct_conn.read_arrow(f"{info.db}.{info.table}", columns, template.split(" where ", 1)[1],
+                                       direct="auto")
+    assert got_table.schema.names == df.columns
+    types = [f.type for f in got_table.schema]
+    got = Counter(tuple(canon_arrow(v, t) for v, t in zip(row, types))
+                  for row in zip(*(col.to_pylist() for col in got_table.columns)))
+    missing, extra = want - got, got - want
+    assert not missing and not extra, (template, list(missing)[:3], list(extra)[:3])
