@@ -66,19 +66,23 @@ class ArrowRead:
     output_columns: tuple[tuple[str, SqlType, bool], ...] = ()  # what the wire conversion needs
 
 
-def read_split(read: ArrowRead, split: ArrowSplit) -> Iterator[pa.RecordBatch]:
+def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
+               use_threads: bool = False) -> Iterator[pa.RecordBatch]:
+    """The split's rows in batches of at most ``batch_rows``. ``use_threads``: decode a row
+    group's columns on pyarrow's thread pool (a reader's own process; a Spark task shares its
+    cores with the other tasks and reads single-threaded)."""
     for part in split.parts:
-        yield from _read_part(read, part)
+        yield from _read_part(read, part, batch_rows, use_threads)
 
 
-def _read_part(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
+def _read_part(read: ArrowRead, part: FilePart, batch_rows: int, use_threads: bool) -> Iterator[pa.RecordBatch]:
     try:
-        yield from _read_part_of_store(read, part)
+        yield from _read_part_of_store(read, part, batch_rows, use_threads)
     except StarscanError as exc:  # the store refused or did not answer
         raise SplitReadError(f"table {read.table}: file {part.relative}: {exc.message}") from None
 
 
-def _read_part_of_store(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBatch]:
+def _read_part_of_store(read: ArrowRead, part: FilePart, batch_rows: int, use_threads: bool) -> Iterator[pa.RecordBatch]:
     storage = read.storage
     identity = storage.file_identity(part.path)
     if identity is None:
@@ -123,8 +127,8 @@ def _read_part_of_store(read: ArrowRead, part: FilePart) -> Iterator[pa.RecordBa
             return
         # ParquetFile streams a row group batch by batch (the dataset scanner decodes far
         # ahead first: 0.1 s before the first batch of a 500k-row group, against 7 ms).
-        batches = parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=row_groups, columns=columns,
-                                       use_threads=False)
+        batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=columns,
+                                       use_threads=use_threads)
         for raw in batches:
             out = _shape(read, part, raw, present)
             if out is not None and out.num_rows:

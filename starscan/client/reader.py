@@ -134,7 +134,8 @@ class Connection:
         for are read from those files."""
         native = self.native_types if native_types is None else native_types
         mode = self.direct if direct is None else _direct_mode(direct)
-        reader = DirectReader(plan["direct"], self.storage, native) if plan.get("direct") and mode else None
+        reader = (DirectReader(plan["direct"], self.storage, native, self.options.batch_size)
+                  if plan.get("direct") and mode else None)
         partitions = plan.get("partitions") or {}
         refused = sorted({f"tablet {t} is not direct: {e.get('reason')}" for t, e in partitions.items()
                           if mode and e.get("direct") is False})
