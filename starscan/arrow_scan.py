@@ -34,9 +34,8 @@ class Fields:
 
     def __init__(self, fields: Iterable[Field]):
         self.fields = tuple(fields)
-        self._by_lower: dict[str, Field] = {}
-        for f in self.fields:
-            self._by_lower.setdefault(f.name.lower(), f)
+        # The last of names differing only in case wins, as the FE resolves them.
+        self._by_lower: dict[str, Field] = {f.name.lower(): f for f in self.fields}
 
     def __call__(self, name: str | None) -> Field:
         found = self._by_lower.get((name or "").lower())

@@ -156,7 +156,7 @@ class StarscanSession(Session):
                 "Collation", "Charset", "Id", "Default", "Compiled", "Sortlen"]
         if kind == "GRANTS":
             grants = self.ctx.users.users().get(self.username or "", [])
-            return [(f"GRANT SELECT ON {g} TO '{self.username}'@'%'",) for g in grants], [f"Grants for {self.username}@%"]
+            return [(_grant_statement(g, self.username or ""),) for g in grants], [f"Grants for {self.username}@%"]
         if kind == "PROCESSLIST":
             return [], ["Id", "User", "Host", "db", "Command", "Time", "State", "Info"]
         return [], ["Table", "Non_unique", "Key_name", "Seq_in_index", "Column_name"]
@@ -229,3 +229,12 @@ def _like(show: exp.Show, value: str) -> bool:
 
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _grant_statement(grant: str, user: str) -> str:
+    """A users-file grant as StarRocks' SHOW GRANTS writes one (DIRECT_READ is starscan's own)."""
+    from starscan.users import GRANT_PREFIX
+
+    if grant.startswith(GRANT_PREFIX):
+        return f"GRANT DIRECT_READ ON {grant[len(GRANT_PREFIX):]} TO '{user}'@'%'"
+    return f"GRANT SELECT ON {grant} TO '{user}'@'%'"

@@ -23,16 +23,16 @@ from __future__ import annotations
 import queue
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 from thriftpy2.transport import TTransportException
 
-from starscan.client.direct import DirectReader, Unreadable, storage_options
 from starscan.client.errors import (
     DirectReadError,
     NetworkError,
@@ -44,7 +44,10 @@ from starscan.client.errors import (
 )
 from starscan.client.options import ReadOptions
 from starscan.client.protocol import PlanError, ScanError, ScanStats, StarscanClient
-from starscan.storage import StorageOptions
+
+if TYPE_CHECKING:  # the direct reader loads starscan.storage: only when a read uses it
+    from starscan.client.direct import DirectReader
+    from starscan.storage import StorageOptions
 
 DATE, DATETIME, LARGEINT = 9, 10, 14
 _T = TypeVar("_T")
@@ -76,12 +79,15 @@ def connect(fe: str, user: str = "root", password: str = "", *, max_workers: int
     read_options = ReadOptions.of({**(options or {}), **keyword_options})
     conn = Connection(fe, user, password, read_options, max_workers, native_types, be_host_mapping, ssl_context, token)
     conn.direct = _direct_mode(direct)
-    conn.storage = storage_options(storage)
+    if storage is not None:
+        from starscan.client.direct import storage_options
+
+        conn.storage = storage_options(storage)
     return conn
 
 
 def _direct_mode(value: Direct) -> Direct:
-    if value not in (True, False, "auto"):
+    if not (isinstance(value, bool) or value == "auto"):  # 0 and 1 are not modes
         raise ValueError(f'direct must be True, False or "auto", not {value!r}')
     return value
 
@@ -101,7 +107,8 @@ class Connection:
         self.direct: Direct = False
         self.storage: StorageOptions | None = None
         self.direct_tablets = 0    # tablets read from their files by this connection
-        self.fallbacks: list[str] = []  # why tablets of a direct plan were read through the BE
+        self.fallback_tablets = 0  # tablets of direct plans read through the BE instead
+        self.fallbacks: deque[str] = deque(maxlen=100)  # why (the latest 100)
         self._no_direct: set[tuple[str, str]] = set()  # tables whose direct plans this user was refused
 
     # ---- reading ----
@@ -134,16 +141,16 @@ class Connection:
         for are read from those files."""
         native = self.native_types if native_types is None else native_types
         mode = self.direct if direct is None else _direct_mode(direct)
-        reader = (DirectReader(plan["direct"], self.storage, native, self.options.batch_size)
-                  if plan.get("direct") and mode else None)
         partitions = plan.get("partitions") or {}
+        reader, why = self._direct_reader(plan, native) if mode else (None, None)
         refused = sorted({f"tablet {t} is not direct: {e.get('reason')}" for t, e in partitions.items()
                           if mode and e.get("direct") is False})
         if mode is True and partitions and (reader is None or refused):
             raise DirectReadError(f"{db}.{table} cannot be read directly: "
-                                  f"{refused[0] if refused else 'the plan names no files (not a direct plan)'}")
+                                  f"{refused[0] if refused else why or 'the plan names no files (not a direct plan)'}")
         with self._lock:
-            self.fallbacks.extend(refused)
+            self.fallbacks.extend(refused + ([why] if why else []))
+            self.fallback_tablets += sum(1 for e in partitions.values() if mode and e.get("direct") is False)
         items = work_items(plan, self.options.request_tablet_size, direct=reader is not None)
         stream = _Stream(self, db, table, plan, items, native, reader, mode)
         stream.start()
@@ -157,6 +164,19 @@ class Connection:
         # A reader dropped before it is read to the end stops the read (its scanners close).
         weakref.finalize(batches, stream.stop.set)
         return pa.RecordBatchReader.from_batches(schema, batches)
+
+    def _direct_reader(self, plan: dict[str, Any], native: bool) -> tuple[DirectReader | None, str | None]:
+        """The reader of a direct plan's files, or why there is none (no "direct" section,
+        or one this client cannot read: the plan then reads through the BE)."""
+        if not plan.get("direct"):
+            return None, None
+        from starscan.client.direct import DirectReader
+        from starscan.errors import StarscanError
+
+        try:
+            return DirectReader(plan["direct"], self.storage, native, self.options.batch_size), None
+        except StarscanError as exc:
+            return None, f"the plan's direct section cannot be used: {exc.message}"
 
     def plan(self, db: str, table: str, sql: str, since_version: int | None = None, direct: bool = False) -> dict[str, Any]:
         return self._fe(lambda: self.client.plan(db, table, sql, since_version, direct=direct))
@@ -340,11 +360,14 @@ class _Stream:
                 raise DirectReadError(f"tablet {tablets[0]} of {self.db}.{self.table} cannot be read directly: {reason}")
             with self.conn._lock:
                 self.conn.fallbacks.append(reason)
+                self.conn.fallback_tablets += 1
         self._read_on_be(routings, tablets)
 
     def _read_direct(self, tablet: int, info: dict[str, Any]) -> str | None:
         """Read one tablet from its files; the reason when it must go through the BE
         instead (found before its first row)."""
+        from starscan.client.direct import Unreadable
+
         assert self.direct is not None
         try:
             for batch in self.direct.tablet(tablet, info):

@@ -186,7 +186,8 @@ def test_a_reader_the_storage_refuses_falls_back_to_the_be(s3_server, s3):
     want = connect(_fe(s3_server), READER, "pw").read_arrow("demo.lineitem")
     got = conn.read_arrow("demo.lineitem", direct="auto")
     assert _bag(got) == _bag(want)
-    assert conn.direct_tablets == 0 and conn.fallbacks
+    assert conn.direct_tablets == 0 and conn.fallback_tablets >= 2
+    assert "connect(storage=...)" in conn.fallbacks[0]  # the reader's own keys were refused, not the server's
     with pytest.raises(DirectReadError, match="refused"):
         conn.read_arrow("demo.lineitem", direct=True)
 

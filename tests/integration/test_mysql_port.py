@@ -411,3 +411,10 @@ def test_port_stops_cleanly_and_closes_connections(server, base_settings):
     # The session's port is unaffected.
     with connect(server.query_port) as other:
         assert rows(other, "select 1") == [(1,)]
+
+
+def test_show_grants_names_direct_read_as_its_own_privilege(server, port):
+    name = _new_user(server, "pw", "db1.*", "direct_read:db1.t1")
+    with connect(port, name, "pw") as conn:
+        assert sorted(r[0] for r in rows(conn, "SHOW GRANTS")) == [
+            f"GRANT DIRECT_READ ON db1.t1 TO '{name}'@'%'", f"GRANT SELECT ON db1.* TO '{name}'@'%'"]

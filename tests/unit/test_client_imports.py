@@ -16,3 +16,15 @@ def test_importing_the_client_loads_no_spark_and_no_server():
     server_side = {"pyspark", "py4j", "fastapi", "uvicorn", "starlette", "mysql_mimic", "sqlglot", "pydantic"}
     assert not {m.split(".")[0] for m in loaded} & server_side
     assert not {m for m in loaded if m.startswith(("starscan.planner", "starscan.provider", "starscan.server"))}
+
+
+def test_direct_is_false_true_or_auto_and_nothing_else():
+    import pytest
+
+    from starscan.client import connect
+
+    for mode in (False, True, "auto"):
+        assert connect("127.0.0.1:1", direct=mode).direct == mode
+    for bad in (0, 1, "yes", None):
+        with pytest.raises(ValueError, match="direct must be"):
+            connect("127.0.0.1:1", direct=bad)

@@ -37,3 +37,13 @@ def test_dates_by_table_equal_the_cast_for_every_batch_shape():
         assert convert(sliced).equals(_dates_by_cast(sliced))
     assert _dates([0]).cast(pa.utf8()).to_pylist() == ["1970-01-01"]
     assert _dates_by_cast(_dates([MIN_DAY, MAX_DAY])).to_pylist() == ["0001-01-01", "9999-12-31"]
+
+
+def test_whatever_lies_under_a_null_date_is_not_read():
+    """Parquet leaves any value under a NULL: the day-to-text table must not index with it."""
+    values = pa.array([1, 99999999, 2, -99999999] * 1000, pa.int32())
+    valid = pa.array([True, False, True, False] * 1000).buffers()[1]
+    days = pa.Array.from_buffers(pa.int32(), 4000, [valid, values.buffers()[1]], null_count=2000).view(pa.date32())
+    convert = _converter(SqlType("date"))
+    for arr in (days, days.slice(3, 2500)):
+        assert convert(arr).equals(_dates_by_cast(arr))
