@@ -51,9 +51,9 @@ import common
 DB, TABLE = "demo", "lineitem"
 FILTER_COLUMNS = ["l_orderkey", "l_quantity", "l_extendedprice", "l_shipdate"]
 SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4", "direct-1",
-           "direct-4", "spark-connect", "flight", "pyarrow")
+           "direct-4", "direct-native-1", "spark-connect", "flight", "pyarrow")
 STARSCAN_SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4", "direct-1",
-                    "direct-4")
+                    "direct-4", "direct-native-1")
 LABELS = {
     "starscan": "starscan (thriftpy2 client)",
     "starscan-cache": "starscan, result cache on (thriftpy2 client)",
@@ -62,6 +62,7 @@ LABELS = {
     "read-arrow-4": "starscan, starscan.client.connect().read_batches, 4 workers",
     "direct-1": "starscan direct reads (direct=True: the client reads the files), 1 worker",
     "direct-4": "starscan direct reads (direct=True: the client reads the files), 4 workers",
+    "direct-native-1": "starscan direct reads, native_types=True (dates as date32, as pyarrow gives them), 1 worker",
     "spark-connect": "Spark Connect toArrow()",
     "flight": "Arrow Flight (pyarrow, Parquet per request)",
     "pyarrow": "pyarrow reads the files (no server)",
@@ -117,7 +118,8 @@ def _read_arrow(spec: dict, stats: dict) -> None:
 
     workers = int(spec["system"].rsplit("-", 1)[1])
     conn = connect(spec["fe"], "root", "", max_workers=workers, request_tablet_size=1, batch_size=spec["batch_size"],
-                   request_read_timeout_ms=int(spec["timeout"] * 1000), direct=spec["system"].startswith("direct"))
+                   request_read_timeout_ms=int(spec["timeout"] * 1000), direct=spec["system"].startswith("direct"),
+                   native_types="native" in spec["system"])
     table = spec.get("table", f"{DB}.{TABLE}")
     where = f"l_shipdate >= '{spec['filter_date']}'" if spec.get("filter_date") else None
     t0 = time.perf_counter()
@@ -262,6 +264,7 @@ def run_readers(spec: dict) -> dict:
         sessions = [SparkSession.builder.remote(spec["connect_url"]).create() for _ in range(n)]
     fn = {"starscan": _read_starscan, "starscan-cache": _read_starscan, "starscan-official-thrift": _read_official,
           "read-arrow-1": _read_arrow, "read-arrow-4": _read_arrow, "direct-1": _read_arrow, "direct-4": _read_arrow,
+          "direct-native-1": _read_arrow,
           "flight": _read_flight,
           "pyarrow": _read_pyarrow}.get(system)
     barrier = threading.Barrier(n + 1)
@@ -557,7 +560,7 @@ def main(argv=None) -> int:
     server, spark, settings = common.start_server(warehouse_dir, driver_memory=args.driver_memory,
                                                   tablet_target_bytes=args.tablet_target_bytes, warmup_rows=0, **extra)
     start_s = time.perf_counter() - t0
-    if {"direct-1", "direct-4"} & set(systems):
+    if any(s.startswith("direct") for s in systems):
         server.users.grant("root", "direct_read:*.*")  # the direct systems' plans (off by default)
     me = psutil.Process()
     starscan_jvm = common.jvm_process()
@@ -778,7 +781,8 @@ def render(results: dict, systems: list[str], qs: dict, concurrency: list[int]) 
     r = times(d, pa_)
     lines.append(f"- (issue 20) direct reads, warm full scan, 1 reader, ≥ 0.9× pyarrow reading the files: "
                  f"{verdict(r >= 0.9 if r else None)}, {fx(r)} ({common.fmt(d and d['rps'] / 1e6, 2)} vs "
-                 f"{common.fmt(pa_ and pa_['rps'] / 1e6, 2)} M rows/s; Flight {fx(times(d, fl))})")
+                 f"{common.fmt(pa_ and pa_['rps'] / 1e6, 2)} M rows/s; Flight {fx(times(d, fl))}; with native_types "
+                 f"{fx(times(g('direct-native-1', 'full', 'warm', 1), pa_))})")
     f = g("starscan", "filter", "warm", 1)
     lines.append(f"- filtered scan, first batch p50 < 0.3 s: {verdict(f['ttfb50'] < 0.3 if f else None)}, "
                  f"p50 {common.fmt(f and f['ttfb50'], 2)} s, p95 {common.fmt(f and f['ttfb95'], 2)} s (warm, 1 reader)")

@@ -18,7 +18,9 @@ try:  # PySpark's worker imports pandas on its own when it is installed: do it o
 except ImportError:
     pass
 
-import starscan.arrow_read  # noqa: F401  (pyarrow.dataset, .parquet: the arrow engine's reads)
+import pyarrow.dataset  # noqa: F401  (row-group statistics: the arrow engine loads it on first use)
+
+import starscan.arrow_read  # noqa: F401  (pyarrow.parquet: the arrow engine's reads)
 import starscan.provider.push_task  # noqa: F401
 import starscan.provider.push_wire  # noqa: F401
 import starscan.wire_arrow  # noqa: F401

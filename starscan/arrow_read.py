@@ -11,12 +11,13 @@ the scan fails it with "version ... is gone" instead of giving other rows.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from starscan.errors import StarscanError
@@ -26,7 +27,14 @@ from starscan.storage import LOCAL, Storage
 BATCH_ROWS = 4096
 # INT96 timestamps (Spark's default) as microseconds, Spark's unit: as nanoseconds, years
 # after 2262 would overflow.
-_FORMAT = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+@functools.cache
+def _parquet_format() -> Any:
+    """pyarrow.dataset's Parquet format, for row-group statistics. Loaded when a predicate
+    first needs it: pyarrow.dataset brings pandas with it (0.17 s), which a full scan in a
+    reader's fresh process would otherwise pay for nothing."""
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
 #: Footer keys Spark writes when dates/timestamps were rebased to the legacy calendar.
 LEGACY_CALENDAR_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
 
@@ -120,7 +128,7 @@ def _read_part_of_store(read: ArrowRead, part: FilePart, batch_rows: int, use_th
         if read.pushdown is not None and exact_names and row_groups:
             # Row-group statistics: skip the groups no row of which can match.
             fs, fs_path = storage.arrow_path(part.path)
-            fragment = _FORMAT.make_fragment(fs_path, filesystem=fs, row_groups=row_groups)
+            fragment = _parquet_format().make_fragment(fs_path, filesystem=fs, row_groups=row_groups)
             kept = fragment.subset(filter=read.pushdown)
             row_groups = [rg.id for rg in kept.row_groups] if kept is not None else []
         if not row_groups:
