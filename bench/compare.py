@@ -221,23 +221,20 @@ def _read_flight(spec: dict, stats: dict) -> None:
     ticket = flight.Ticket(json.dumps({"columns": spec["columns"], "filter_date": spec["filter_date"],
                                        "path": spec["path"]}).encode())
     reader = client.do_get(ticket)
-    rows = nbytes = batches = 0
-    first = None
-    for _ in range(100_000_000):  # bounded
-        try:
-            chunk = reader.read_chunk()
-        except StopIteration:
-            break
-        batch = chunk.data
-        if batch is None:
-            continue
-        if first is None:
-            first = time.perf_counter() - t0
-        rows += batch.num_rows
-        nbytes += batch.nbytes
-        batches += 1
-    client.close()
-    stats.update(rows=rows, bytes=nbytes, batches=batches, first_batch_s=first, wall_s=time.perf_counter() - t0)
+
+    def batches():
+        for _ in range(100_000_000):  # bounded
+            try:
+                chunk = reader.read_chunk()
+            except StopIteration:
+                return
+            if chunk.data is not None:
+                yield chunk.data
+
+    try:
+        _count(batches(), stats, t0)
+    finally:
+        client.close()
 
 
 def _dataset_scanner(path: str, columns, filter_date):

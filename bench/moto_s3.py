@@ -6,6 +6,7 @@ refused as AWS refuses them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -81,3 +82,29 @@ def filesystem(creds: dict[str, str]):
                              endpoint_override=creds["s3_endpoint"].split("://", 1)[1], scheme="http",
                              region="us-east-1", force_virtual_addressing=False, allow_bucket_creation=True,
                              allow_bucket_deletion=True)
+
+
+def upload_folder(fs, local, target: str) -> None:
+    """Every data file under the local folder ``local`` to ``target`` (bucket/prefix), as a
+    Spark job writing to S3 leaves them (hidden and ``_``-prefixed files stay behind)."""
+    import pyarrow.fs as pafs
+
+    for path in sorted(local.rglob("*")):
+        if path.is_file() and not path.name.startswith((".", "_")):
+            pafs.copy_files(str(path), f"{target}/{path.relative_to(local).as_posix()}", pafs.LocalFileSystem(), fs)
+
+
+@contextlib.contextmanager
+def moto_bucket(log_path, bucket: str, reader: bool = False):
+    """moto's server with ``bucket`` made, for a test module: yields ``creds`` (starscan's
+    s3_* settings), ``fs`` (a filesystem that may write), ``endpoint`` and, with ``reader``,
+    ``reader`` (read-only keys of a second user, as ``StorageOptions`` fields)."""
+    with open(log_path, "wb") as log:
+        proc, endpoint, creds, readers = start_moto_with_reader(log, reader=reader)
+        try:
+            fs = filesystem(creds)
+            fs.create_dir(bucket)
+            yield {"creds": creds, "fs": fs, "endpoint": endpoint, "reader": readers}
+        finally:
+            proc.terminate()
+            proc.wait(30)

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from starscan.arrow_filter import NotArrowable
-from starscan.arrow_scan import Fields, partition_names, plan_read
+from starscan.arrow_scan import Fields, file_part, partition_names, plan_read
 from starscan.catalog import TableSnapshot
 from starscan.direct import FORMAT, DirectFile, DirectRead
 from starscan.expr import Expr
-from starscan.hadoop_paths import exact_partition_value, partition_of
 from starscan.sql_types import parse_schema
 from starscan.storage import is_uri
 
@@ -50,16 +49,15 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
     try:
         read = plan_read(snap.qualified_name, snap.version, fields,
                          [(c.name, c.source if c.is_slot_ref else None) for c in columns], predicate, time_zone,
-                         None if snap.file_format == "parquet" else snap.file_format, partition_columns)
+                         None if snap.file_format == "parquet" else snap.file_format, partition_columns, snap.storage)
     except NotArrowable as why:
         reason = f"not readable from the files alone: {why}"
         return DirectPlan(None, {t.tablet_id: {"direct": False, "reason": reason} for t in tablets}, [])
-    wanted = {name.lower(): name for name, _ in read.partition_columns}
     out: dict[int, dict[str, Any]] = {}
     disclosed: list[str] = []
     for t in tablets:
         try:
-            files = [_file(snap, f, t, fields, wanted) for f in t.files]
+            files = [_file(snap, read, f, t, fields) for f in t.files]
         except NotArrowable as why:
             out[t.tablet_id] = {"direct": False, "reason": f"not readable from the files alone: {why}"}
             continue
@@ -71,15 +69,9 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
     return DirectPlan(section, out, disclosed)
 
 
-def _file(snap: TableSnapshot, f: Any, tablet: Any, fields: Fields, wanted: dict[str, str]) -> DirectFile:
-    values: dict[str, Any] = {}
-    for col, raw in partition_of(f.path) if snap.partitions_in_folders else ():
-        canonical = wanted.get(col.lower())
-        if canonical is None:
-            continue
-        try:
-            values[canonical] = exact_partition_value(raw, fields(col).type)
-        except ValueError as exc:
-            raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
+def _file(snap: TableSnapshot, read: Any, f: Any, tablet: Any, fields: Fields) -> DirectFile:
+    """A planned file as a direct plan names it; its partition values are read as the BE's
+    arrow engine reads them (starscan.arrow_scan.file_part), NotArrowable when uncertain."""
     row_groups = None if tablet.first_row_group is None else (tablet.first_row_group, tablet.row_groups or 0)
-    return DirectFile(storage_path(snap, f.path), f.size, f.mtime_ns, row_groups, values)
+    part = file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, snap.partitions_in_folders)
+    return DirectFile(storage_path(snap, f.path), f.size, f.mtime_ns, row_groups, dict(part.partition))

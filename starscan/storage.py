@@ -315,8 +315,8 @@ def store_error(store: str, exc: OSError) -> StorageDenied | StorageUnavailable:
     serve (gone, unreachable)."""
     message = _store_message(exc)
     if any(marker in str(exc) for marker in _DENIED):
-        return StorageDenied(f"{store} refused starscan's credentials ({message}); check the s3_* settings "
-                             "or the AWS_* environment of the server")
+        return StorageDenied(f"{store} refused starscan's credentials ({message}); check the s3_* settings of the "
+                             "server (or a direct reader's connect(storage=...)) or the AWS_* environment")
     return StorageUnavailable(f"{store} cannot be read: {message}")
 
 

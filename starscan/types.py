@@ -1,11 +1,11 @@
-"""Spark type -> StarRocks type: the one mapping used by `_schema`, by the plan's column
-list and by the BE's Arrow conversion (docs/protocol.md section 5.2)."""
+"""Spark type -> StarRocks type: the one mapping used by `_schema` and by the plan's column
+list (docs/protocol.md section 5.2). The Arrow types on the wire come from
+starscan.sql_types, which needs no Spark."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyarrow as pa
 from pyspark.sql import types as T
 
 from starscan.sql_types import (
@@ -111,42 +111,6 @@ def is_supported(dt: T.DataType) -> bool:
     if isinstance(dt, T.StructType):
         return all(is_supported(f.dataType) for f in dt.fields)
     return isinstance(dt, (T.DecimalType, T.CharType, T.VarcharType)) or type(dt) in _SCALARS
-
-
-def arrow_type(dt: T.DataType) -> pa.DataType:
-    """The Arrow type a StarRocks BE sends for a Spark type (dates and timestamps as text)."""
-    if isinstance(dt, (T.DateType, T.TimestampType, T.TimestampNTZType, T.StringType, T.CharType, T.VarcharType)):
-        return pa.utf8()
-    if isinstance(dt, T.DecimalType):
-        return pa.decimal128(dt.precision, dt.scale)
-    if isinstance(dt, T.ArrayType):
-        return pa.list_(pa.field("element", arrow_type(dt.elementType), dt.containsNull))
-    if isinstance(dt, T.MapType):
-        return pa.map_(arrow_type(dt.keyType), pa.field("value", arrow_type(dt.valueType), dt.valueContainsNull))
-    if isinstance(dt, T.StructType):
-        return pa.struct([pa.field(f.name, arrow_type(f.dataType), f.nullable) for f in dt.fields])
-    simple = {
-        T.BooleanType: pa.bool_(), T.ByteType: pa.int8(), T.ShortType: pa.int16(),
-        T.IntegerType: pa.int32(), T.LongType: pa.int64(), T.FloatType: pa.float32(),
-        T.DoubleType: pa.float64(), T.BinaryType: pa.binary(), T.NullType: pa.null(),
-    }
-    try:
-        return simple[type(dt)]
-    except KeyError:
-        raise TypeError(f"Spark type {dt.simpleString()} has no StarRocks Arrow encoding") from None
-
-
-def needs_conversion(dt: T.DataType) -> bool:
-    """True when Spark's own Arrow output differs from what StarRocks clients expect."""
-    if isinstance(dt, (T.DateType, T.TimestampType, T.TimestampNTZType)):
-        return True
-    if isinstance(dt, T.ArrayType):
-        return needs_conversion(dt.elementType)
-    if isinstance(dt, T.MapType):
-        return needs_conversion(dt.keyType) or needs_conversion(dt.valueType)
-    if isinstance(dt, T.StructType):
-        return any(needs_conversion(f.dataType) for f in dt.fields)
-    return False
 
 
 # ---- information_schema.COLUMNS (the MySQL port) ------------------------------------

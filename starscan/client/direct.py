@@ -16,7 +16,6 @@ the reader sends it to the BE (``direct="auto"``) or fails (``direct=True``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -51,6 +50,8 @@ class DirectReader:
         self.native = native
         self.batch_rows = max(batch_rows, MIN_BATCH_ROWS)
         self._reads: dict[int, ArrowRead] = {}  # per store (id of its Storage)
+        # The output columns and their wire conversion: the same for every store's read.
+        self._columns: tuple[tuple[str, Any, bool], ...] = ()
         self._converter: BatchConverter | None = None
         # A store that refused this reader or did not answer, and why: its other tablets go
         # to the BE at once rather than each waiting for the store's time-outs.
@@ -63,6 +64,9 @@ class DirectReader:
                 read = self._reads[id(storage)] = self.spec.arrow_read(storage)
             except NotArrowable as why:  # the FE checked the same rules: a newer FE than this client
                 raise Unreadable(f"this client cannot read the plan's files exactly: {why}") from None
+            if self._converter is None:
+                self._columns = read.output_columns
+                self._converter = BatchConverter(list(read.output_columns))
         return read
 
     def _where(self, f: DirectFile) -> tuple[Storage, str]:
@@ -77,7 +81,7 @@ class DirectReader:
         return storage, local_path(f.storage_path) if storage.fs is None else f.storage_path
 
     def _store_failed(self, location: str, exc: StarscanError) -> Unreadable:
-        why = f"{location}: {_readers_words(exc.message)}"
+        why = f"{location}: {exc.message}"
         self._failed_stores[_store_of(location)] = why
         return Unreadable(why)
 
@@ -130,17 +134,10 @@ class DirectReader:
 
     def _convert(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         converter = self._converter
-        if converter is None:
-            converter = self._converter = BatchConverter(list(self.spec_columns))
+        assert converter is not None  # set with the first read instructions
         if not self.native:
             return converter.convert(batch)
-        return to_native(self.spec_columns, batch, converter.schema)
-
-    @property
-    def spec_columns(self) -> tuple[tuple[str, Any, bool], ...]:
-        """(name, SqlType, nullable) of the output, the same for every store's read."""
-        read = next(iter(self._reads.values()))
-        return read.output_columns
+        return to_native(self._columns, batch, converter.schema)
 
 
 def to_native(columns: tuple[tuple[str, Any, bool], ...], batch: pa.RecordBatch, wire: pa.Schema) -> pa.RecordBatch:
@@ -166,15 +163,9 @@ def _store_of(location: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}" if sep and scheme != "file" else ""
 
 
-def _readers_words(message: str) -> str:
-    """A store's refusal as the reader should act on it: its own credentials, not the server's."""
-    return message.replace("check the s3_* settings or the AWS_* environment of the server",
-                           "check connect(storage=...) or the AWS_* environment of this reader")
-
-
 def storage_options(value: StorageOptions | dict[str, Any] | None) -> StorageOptions | None:
     """``StorageOptions`` from itself or a dict of its fields (endpoint, region,
     access_key_id, secret_access_key, session_token, path_style)."""
     if value is None or isinstance(value, StorageOptions):
         return value
-    return replace(StorageOptions(), **value)
+    return StorageOptions(**value)

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import httpx
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pytest
 from extra_servers import basic, running_server
 
@@ -28,7 +27,7 @@ from starscan.client import DirectReadError, PermissionDenied, SnapshotGoneError
 from starscan.users import UserStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from moto_s3 import filesystem, start_moto_with_reader  # noqa: E402 - bench/ is not a package
+from moto_s3 import moto_bucket, upload_folder  # noqa: E402 - bench/ is not a package
 
 BUCKET = "direct"
 READER, PLAIN = "direct_reader", "plain_reader"
@@ -59,22 +58,9 @@ def local_server(server):
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    log = open(tmp_path_factory.mktemp("moto-direct") / "moto.log", "wb")  # noqa: SIM115 - closed below
-    proc, endpoint, creds, reader = start_moto_with_reader(log)
-    try:
-        fs = filesystem(creds)
-        fs.create_dir(BUCKET)
-        yield {"creds": creds, "fs": fs, "endpoint": endpoint, "reader": reader}
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
-
-
-def _upload(fs: pafs.S3FileSystem, local: Path, target: str) -> None:
-    for path in sorted(local.rglob("*")):
-        if path.is_file() and not path.name.startswith((".", "_")):
-            pafs.copy_files(str(path), f"{target}/{path.relative_to(local).as_posix()}", pafs.LocalFileSystem(), fs)
+    """moto's S3 server (bench/moto_s3.py) with a bucket."""
+    with moto_bucket(tmp_path_factory.mktemp("moto-direct") / "moto.log", BUCKET, reader=True) as store:
+        yield store
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +68,10 @@ def s3_server(spark, server, s3, base_settings, tmp_path_factory):
     """A server whose warehouse is in the bucket: demo.all_types and demo.lineitem (the shared
     warehouse's files, uploaded) and scratch.t, which a test rewrites."""
     for table in ("all_types", "lineitem"):
-        _upload(s3["fs"], server.warehouse.table_path("demo", table), f"{BUCKET}/wh/demo.db/{table}")
+        upload_folder(s3["fs"], server.warehouse.table_path("demo", table), f"{BUCKET}/wh/demo.db/{table}")
     scratch = tmp_path_factory.mktemp("scratch") / "t"
     spark.range(0, 500, numPartitions=2).selectExpr("id", "cast(id * 2 as int) as twice").write.parquet(str(scratch))
-    _upload(s3["fs"], scratch, f"{BUCKET}/wh/scratch.db/t")
+    upload_folder(s3["fs"], scratch, f"{BUCKET}/wh/scratch.db/t")
     settings = base_settings.model_copy(update={
         "warehouse": f"s3://{BUCKET}/wh", "state_dir": tmp_path_factory.mktemp("direct-state"), **s3["creds"],
         "audit_log": tmp_path_factory.mktemp("direct-audit") / "audit.log"})

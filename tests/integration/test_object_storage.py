@@ -17,13 +17,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import httpx
-import pyarrow.fs as pafs
 import pytest
-
 from extra_servers import basic, plan, running_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from moto_s3 import filesystem, start_moto  # noqa: E402 - bench/ is not a package
+from moto_s3 import moto_bucket, upload_folder  # noqa: E402 - bench/ is not a package
 
 BUCKET = "lake"
 
@@ -31,22 +29,8 @@ BUCKET = "lake"
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """moto's S3 server (bench/moto_s3.py) with a bucket."""
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")  # noqa: SIM115 - closed below
-    proc, endpoint, creds = start_moto(log)
-    try:
-        fs = filesystem(creds)
-        fs.create_dir(BUCKET)
-        yield {"creds": creds, "fs": fs, "endpoint": endpoint}
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
-
-
-def _upload(fs: pafs.S3FileSystem, local: Path, target: str) -> None:
-    for path in sorted(local.rglob("*")):
-        if path.is_file() and not path.name.startswith((".", "_")):
-            pafs.copy_files(str(path), f"{target}/{path.relative_to(local).as_posix()}", pafs.LocalFileSystem(), fs)
+    with moto_bucket(tmp_path_factory.mktemp("moto") / "moto.log", BUCKET, reader=False) as store:
+        yield store
 
 
 ROWS = [(i, ["oslo", "lima", "paris"][i % 3], Decimal(i) / 4, dt.date(2024, 1, 1) + dt.timedelta(days=i % 40),
@@ -64,7 +48,7 @@ def orders(spark, s3, tmp_path_factory):
         T.StructField("note", T.StringType()), T.StructField("score", T.DoubleType())])
     local = tmp_path_factory.mktemp("orders") / "orders"
     spark.createDataFrame(ROWS, schema).repartition(3).write.partitionBy("city").parquet(str(local))
-    _upload(s3["fs"], local, f"{BUCKET}/wh/sales.db/orders")
+    upload_folder(s3["fs"], local, f"{BUCKET}/wh/sales.db/orders")
     spark.read.parquet(str(local)).createOrReplaceTempView("orders_local")
     return local
 
@@ -212,7 +196,7 @@ def test_wrong_credentials_are_a_clear_403_and_never_shown(spark, s3, orders, ba
 def test_a_bucket_that_is_gone_is_said_so(spark, s3, base_settings, tmp_path):
     fs = s3["fs"]
     fs.create_dir("brief")
-    _upload(fs, _small_table(spark, tmp_path), "brief/wh/d.db/t")
+    upload_folder(fs, _small_table(spark, tmp_path), "brief/wh/d.db/t")
     settings = base_settings.model_copy(update={"warehouse": "s3://brief/wh", "state_dir": tmp_path / "state",
                                                 **s3["creds"]})
     settings = type(settings).model_validate(settings.model_dump())
@@ -238,7 +222,7 @@ def test_the_schema_of_an_s3_table_is_sparks(s3_server, s3, spark, tmp_path):
     spark.createDataFrame([(i, f"e{i}", 2023 + i % 2, f"2024-01-0{1 + i % 3}", i % 2 == 0) for i in range(12)],
                           "id long, name string, year int, day string, flag boolean") \
         .write.partitionBy("year", "day", "flag").parquet(str(local))
-    _upload(s3["fs"], local, f"{BUCKET}/wh/sales.db/events")
+    upload_folder(s3["fs"], local, f"{BUCKET}/wh/sales.db/events")
     want = spark.read.parquet(str(local)).schema
     snap = s3_server.warehouse.snapshot("sales", "events")
     got = s3_server.planner.schemas.schema(snap)

@@ -1,6 +1,6 @@
 """The Spark-free type model (starscan/sql_types.py) reads Spark's schema JSON to the same
-Arrow types pyspark gives, and to the same wire types the BE's mapping gives; the kernel's
-Arrow filter translates through it exactly as before."""
+Arrow types pyspark gives, and to the wire's types (pyspark's with dates and timestamps as
+text); the kernel's Arrow filter translates through it exactly as before."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from starscan import expr as E
 from starscan.arrow_filter import NotArrowable, to_arrow_filter
 from starscan.arrow_scan import Fields
 from starscan.sql_types import SqlType, parse_schema, parse_type
-from starscan.types import arrow_type, needs_conversion
 
 pytestmark = pytest.mark.quick
 
@@ -25,14 +24,29 @@ NESTED = [T.ArrayType(T.DateType(), False), T.ArrayType(T.LongType()), T.MapType
           T.StructType([T.StructField("a", T.DateType()), T.StructField("b", T.ArrayType(T.StringType()), False)])]
 
 
+def _wire(t: pa.DataType) -> pa.DataType:
+    """The wire's Arrow type, from pyspark's: StarRocks sends dates and timestamps as text
+    (docs/protocol.md 5.2), everything else as Spark gives it."""
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        return pa.utf8()
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_wire(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(_wire(t.key_type), t.item_field.with_type(_wire(t.item_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_wire(f.type)) for f in t])
+    return t
+
+
 @pytest.mark.parametrize("dt", SCALARS + NESTED, ids=lambda t: t.simpleString())
 def test_spark_json_reads_to_pysparks_arrow_and_the_wire_types(dt):
     st = parse_type(dt.jsonValue())
     assert st.simple_string() == dt.simpleString()
     for tz in ("UTC", "Asia/Kolkata"):
         assert st.spark_arrow_type(tz) == to_arrow_type(dt, timezone=tz, prefers_large_types=False)
-    assert st.wire_arrow_type() == arrow_type(dt)
-    assert st.needs_wire_conversion() == needs_conversion(dt)
+    spark_arrow = to_arrow_type(dt, timezone="UTC", prefers_large_types=False)
+    assert st.wire_arrow_type() == _wire(spark_arrow)
+    assert st.needs_wire_conversion() == (_wire(spark_arrow) != spark_arrow)
     assert st.is_scalar == (dt in SCALARS)
 
 
