@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
+from starscan import thrift_defs
 from starscan.errors import PlanInvalid
-from starscan.thrift_defs import plan as plan_idl
 
 
 class _Text(str, Enum):
@@ -180,29 +180,49 @@ def op(name: str, *children: Expr) -> Expr:
     return Expr(Kind.OP, name=name, children=tuple(children))
 
 
-def flatten(expr: Expr) -> Any:
-    """Expr -> TExpr (pre-order node list)."""
-    nodes = []
+@dataclass(frozen=True)
+class _Node:
+    """One node of the pre-order list, as ``TExprNode`` holds it (without loading Thrift:
+    a client's direct read parses its plan's predicate from JSON)."""
+    kind: Any                     # what a plan or JSON says: checked when the Expr is built
+    num_children: Any
+    name: Any = None
+    literal_type: Any = None
+    literal_value: Any = None
+    negated: bool = False
+    type_name: Any = None
+
+
+def _preorder(expr: Expr) -> list[_Node]:
+    nodes: list[_Node] = []
 
     def visit(e: Expr) -> None:
-        nodes.append(
-            plan_idl.TExprNode(
-                kind=e.kind.value, num_children=len(e.children), name=None if e.name is None else str(e.name),
-                literal_type=None if e.literal_type is None else str(e.literal_type),
-                literal_value=e.literal_value, negated=e.negated, type_name=e.type_name,
-            )
-        )
+        nodes.append(_Node(e.kind.value, len(e.children), None if e.name is None else str(e.name),
+                           None if e.literal_type is None else str(e.literal_type), e.literal_value, e.negated,
+                           e.type_name))
         for c in e.children:
             visit(c)
 
     visit(expr)
-    return plan_idl.TExpr(nodes=nodes)
+    return nodes
+
+
+def flatten(expr: Expr) -> Any:
+    """Expr -> TExpr (pre-order node list)."""
+    plan_idl = thrift_defs.plan
+    return plan_idl.TExpr(nodes=[plan_idl.TExprNode(kind=n.kind, num_children=n.num_children, name=n.name,
+                                                    literal_type=n.literal_type, literal_value=n.literal_value,
+                                                    negated=n.negated, type_name=n.type_name)
+                                 for n in _preorder(expr)])
 
 
 def unflatten(texpr: Any) -> Expr:
     """TExpr -> Expr; rejects malformed node lists. Iterative, so a hostile depth cannot
     exhaust the interpreter's stack."""
-    nodes = list(texpr.nodes or [])
+    return _unflatten(list(texpr.nodes or []))
+
+
+def _unflatten(nodes: list[Any]) -> Expr:
     if not nodes:
         raise PlanInvalid("query plan predicate is truncated")
     # Each open frame: [node, children built so far].
@@ -299,7 +319,7 @@ def to_json(expr: Expr) -> list[dict[str, Any]]:
     """Expr -> the pre-order node list of ``flatten`` as JSON objects (a direct plan carries
     its predicate this way, for readers that filter the files themselves)."""
     out = []
-    for n in flatten(expr).nodes:
+    for n in _preorder(expr):
         node: dict[str, Any] = {"kind": n.kind, "children": n.num_children}
         for key, value in (("name", n.name), ("literalType", n.literal_type), ("value", n.literal_value),
                            ("typeName", n.type_name)):
@@ -316,9 +336,9 @@ def from_json(nodes: Any) -> Expr:
     if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
         raise PlanInvalid("the predicate is not a list of nodes")
     try:
-        flat = [plan_idl.TExprNode(kind=n.get("kind"), num_children=int(n.get("children", 0)), name=n.get("name"),
-                                   literal_type=n.get("literalType"), literal_value=n.get("value"),
-                                   negated=bool(n.get("negated", False)), type_name=n.get("typeName")) for n in nodes]
+        flat = [_Node(kind=n.get("kind"), num_children=int(n.get("children", 0)), name=n.get("name"),
+                      literal_type=n.get("literalType"), literal_value=n.get("value"),
+                      negated=bool(n.get("negated", False)), type_name=n.get("typeName")) for n in nodes]
     except (TypeError, ValueError):
         raise PlanInvalid("the predicate has a malformed node") from None
-    return unflatten(plan_idl.TExpr(nodes=flat))
+    return _unflatten(flat)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starscan.thrift_defs import wire
+from starscan import thrift_defs
 
 
 class ReadError(Exception):
@@ -77,18 +77,18 @@ def from_scan_error(exc: Any) -> ReadError:
 
 def from_status(call: str, code: int, error_msgs: list[str] | None) -> ReadError:
     """The error of a BE call that answered with a status other than OK."""
-    name = wire.TStatusCode._VALUES_TO_NAMES.get(code, str(code))
+    codes = thrift_defs.wire.TStatusCode
+    name = codes._VALUES_TO_NAMES.get(code, str(code))
     message = f"{call}: " + "; ".join(error_msgs or [name])
     lowered = message.lower()
-    if code == wire.TStatusCode.NOT_AUTHORIZED:
+    if code == codes.NOT_AUTHORIZED:
         if "privilege" in lowered or "grant" in lowered:
             return PermissionDenied(message, name)
         return AuthenticationError(message, name)
     if "is gone" in lowered or "expired" in lowered:
         return SnapshotGoneError(message, name)
-    if code == wire.TStatusCode.NOT_FOUND and "context" in lowered:
+    if code == codes.NOT_FOUND and "context" in lowered:
         return NetworkError(message, name)  # the BE lost the scanner (a restart, the reaper)
-    if code in (wire.TStatusCode.SERVICE_UNAVAILABLE, wire.TStatusCode.TIMEOUT, wire.TStatusCode.CANCELLED,
-                wire.TStatusCode.TOO_MANY_TASKS):
+    if code in (codes.SERVICE_UNAVAILABLE, codes.TIMEOUT, codes.CANCELLED, codes.TOO_MANY_TASKS):
         return NetworkError(message, name)
     return QueryError(message, name)

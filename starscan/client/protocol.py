@@ -17,12 +17,10 @@ from urllib.parse import quote
 
 import httpx
 import pyarrow as pa
-from thriftpy2.protocol import TCyBinaryProtocolFactory
-from thriftpy2.rpc import make_client
-from thriftpy2.transport import TCyBufferedTransportFactory, TTransportException
 
+from starscan import thrift_defs
 from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY, ORDERED_ACK, ORDERED_PROPERTY
-from starscan.thrift_defs import wire
+from starscan.thrift_defs import transport_errors
 
 if TYPE_CHECKING:
     from thriftpy2.thrift import TClient
@@ -33,7 +31,7 @@ class ScanError(Exception):
         self.call = call
         self.status_code = status.status_code
         self.messages = list(status.error_msgs or [])
-        name = wire.TStatusCode._VALUES_TO_NAMES.get(status.status_code, str(status.status_code))
+        name = thrift_defs.wire.TStatusCode._VALUES_TO_NAMES.get(status.status_code, str(status.status_code))
         super().__init__(f"{call}: {name}: {'; '.join(self.messages)}")
 
 
@@ -56,8 +54,8 @@ def _is_lost(status: Any) -> bool:
     context is unknown (the BE restarted), or the BE is shutting down or has no Spark."""
     code = status.status_code
     text = " ".join(status.error_msgs or [])
-    return (code == wire.TStatusCode.NOT_FOUND and "context" in text.lower()) or \
-        code == wire.TStatusCode.SERVICE_UNAVAILABLE or "shutting down" in text
+    return (code == thrift_defs.wire.TStatusCode.NOT_FOUND and "context" in text.lower()) or \
+        code == thrift_defs.wire.TStatusCode.SERVICE_UNAVAILABLE or "shutting down" in text
 
 
 class ScanIntegrityError(Exception):
@@ -138,7 +136,7 @@ class _Connection:
                 if self.client is None:
                     self.client = thrift_client(self.host, self.port, self.timeout_s, self.ssl_context)
                 return getattr(self.client, method)(params)
-            except (TTransportException, OSError, EOFError):
+            except transport_errors():
                 self.close()
                 if attempt + 1 >= attempts:
                     raise
@@ -156,8 +154,12 @@ class _Connection:
 
 def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ssl.SSLContext | None = None) -> TClient:
     """A thriftpy2 client of the BE; ``ssl_context`` for a BE with `be_tls` on."""
+    from thriftpy2.protocol import TCyBinaryProtocolFactory
+    from thriftpy2.rpc import make_client
+    from thriftpy2.transport import TCyBufferedTransportFactory
+
     return make_client(
-        wire.TStarrocksExternalService, host, port,
+        thrift_defs.wire.TStarrocksExternalService, host, port,
         # thriftpy2's protocol factory is untyped: called through Any.
         proto_factory=cast(Any, TCyBinaryProtocolFactory)(), trans_factory=TCyBufferedTransportFactory(),
         timeout=int(timeout_s * 1000), ssl_context=ssl_context,
@@ -367,16 +369,16 @@ class StarscanClient:
             properties[ORDERED_PROPERTY] = "true"
         try:
             try:
-                opened = conn.call("open_scanner", wire.TScanOpenParams(
+                opened = conn.call("open_scanner", thrift_defs.wire.TScanOpenParams(
                     cluster="default_cluster", database=db, table=table, tablet_ids=tablets,
                     opaqued_query_plan=plan["opaqued_query_plan"], batch_size=batch_size,
                     user=None if self.token else self.user, passwd=None if self.token else self.password,
                     keep_alive_min=keep_alive_min, mem_limit=mem_limit, query_timeout=query_timeout,
                     properties=properties,
                 ))
-            except (TTransportException, OSError, EOFError) as exc:
+            except transport_errors() as exc:
                 raise _BackendLost(exc) from None
-            if opened.status.status_code != wire.TStatusCode.OK:
+            if opened.status.status_code != thrift_defs.wire.TStatusCode.OK:
                 error = ScanError("open_scanner", opened.status)
                 raise _BackendLost(error) if _is_lost(opened.status) else error
             stats.scanners += 1
@@ -385,8 +387,8 @@ class StarscanClient:
             if ordered is not None:
                 ordered.append(acknowledged)
             if skip and not acknowledged:
-                raise ScanError("open_scanner", wire.TStatus(
-                    status_code=wire.TStatusCode.INTERNAL_ERROR,
+                raise ScanError("open_scanner", thrift_defs.wire.TStatus(
+                    status_code=thrift_defs.wire.TStatusCode.INTERNAL_ERROR,
                     error_msgs=[f"the BE at {endpoint} does not keep rows in a fixed order, so the {skip} rows "
                                 "already read cannot be skipped exactly; read the table again"]))
             offset = 0
@@ -395,11 +397,11 @@ class StarscanClient:
                     # A dropped connection is re-opened and the same offset asked again: the
                     # server answers a repeated offset with the same batch (docs/architecture.md).
                     try:
-                        res = conn.call("get_next", wire.TScanNextBatchParams(context_id=opened.context_id,
+                        res = conn.call("get_next", thrift_defs.wire.TScanNextBatchParams(context_id=opened.context_id,
                                                                               offset=offset))
-                    except (TTransportException, OSError, EOFError) as exc:
+                    except transport_errors() as exc:
                         raise _BackendLost(exc) from None
-                    if res.status.status_code != wire.TStatusCode.OK:
+                    if res.status.status_code != thrift_defs.wire.TStatusCode.OK:
                         error = ScanError("get_next", res.status)
                         raise _BackendLost(error) if _is_lost(res.status) else error
                     if res.eos:
@@ -416,7 +418,7 @@ class StarscanClient:
                         yield batch
             finally:
                 try:
-                    conn.call("close_scanner", wire.TScanCloseParams(context_id=opened.context_id), retries=0)
+                    conn.call("close_scanner", thrift_defs.wire.TScanCloseParams(context_id=opened.context_id), retries=0)
                 except Exception:  # noqa: BLE001 - best-effort close after a failure
                     pass
         finally:

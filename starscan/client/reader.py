@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
-from thriftpy2.transport import TTransportException
 
 from starscan.client.errors import (
     DirectReadError,
@@ -45,6 +44,7 @@ from starscan.client.errors import (
 )
 from starscan.client.options import ReadOptions
 from starscan.client.protocol import PlanError, ScanError, ScanStats, StarscanClient
+from starscan.thrift_defs import transport_errors
 
 if TYPE_CHECKING:  # the direct reader loads starscan.storage: only when a read uses it
     from starscan.client.direct import DirectReader
@@ -175,7 +175,7 @@ class Connection:
         from starscan.errors import StarscanError
 
         try:
-            return DirectReader(plan["direct"], self.storage, native, self.options.batch_size), None
+            return DirectReader(plan["direct"], self.storage, native, self.options.batch_size, self.max_workers), None
         except StarscanError as exc:
             return None, f"the plan's direct section cannot be used: {exc.message}"
 
@@ -232,7 +232,7 @@ class Connection:
                 yield batch
         except ScanError as exc:
             raise from_scan_error(exc) from None
-        except (TTransportException, OSError, EOFError) as exc:
+        except transport_errors() as exc:
             raise NetworkError(f"the BEs of tablets {tablets[:3]}{'...' if len(tablets) > 3 else ''} "
                                f"({', '.join(routings)}) cannot be reached: {exc}") from None
         finally:

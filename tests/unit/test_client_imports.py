@@ -28,3 +28,15 @@ def test_direct_is_false_true_or_auto_and_nothing_else():
     for bad in (0, 1, "yes", None):
         with pytest.raises(ValueError, match="direct must be"):
             connect("127.0.0.1:1", direct=bad)
+
+
+def test_a_direct_reader_loads_no_thrift_and_no_pandas():
+    """A reader that plans and reads the files itself never talks Thrift to a BE: thriftpy2
+    and the IDLs (about 60 ms) load on a BE's first call; pandas (0.2 s) never loads."""
+    code = ("import json, sys; import starscan.client; import starscan.client.direct; "
+            "from starscan.direct import DirectRead; from starscan.expr import from_json, to_json, column, literal, op; "
+            "e = op('>=', column('id'), literal('bigint', '3')); assert from_json(to_json(e)) == e; "
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    loaded = {m.split(".")[0] for m in json.loads(out.strip().splitlines()[-1])}
+    assert not loaded & {"thriftpy2", "pandas"}

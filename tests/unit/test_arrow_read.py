@@ -1,0 +1,128 @@
+"""The kernel's Parquet reader (starscan/arrow_read.py) with several row groups decoding at
+once, as a client's direct read runs it: the same rows as one after another, a bounded
+number of batches ahead of the caller, errors reaching the caller, and no thread left
+behind when the caller stops early."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from starscan.arrow_read import _AHEAD, ArrowSplit, FilePart, SplitReadError, read_split
+from starscan.arrow_scan import Fields, plan_read
+from starscan.expr import column, literal, op
+from starscan.sql_types import parse_schema
+
+SCHEMA = parse_schema({"type": "struct", "fields": [
+    {"name": "id", "type": "long", "nullable": False, "metadata": {}},
+    {"name": "d", "type": "date", "nullable": True, "metadata": {}},
+]})
+
+
+def _write(path: Path, first: int, groups: list[int]) -> None:
+    """A file of ``groups`` row groups (their sizes), ids counting up from ``first``."""
+    schema = pa.schema([("id", pa.int64(), False), ("d", pa.date32())])
+    with pq.ParquetWriter(path, schema) as writer:
+        for rows in groups:
+            ids = pa.array(range(first, first + rows), pa.int64())
+            days = pa.array([i % 3000 if i % 7 else None for i in range(first, first + rows)], pa.int32())
+            writer.write_table(pa.table([ids, days.view(pa.date32())], schema=schema), row_group_size=rows)
+            first += rows
+
+
+def _split(tmp_path: Path, names: list[str]) -> ArrowSplit:
+    """The files as planned now: their sizes and modification times pin them."""
+    parts = []
+    for name in names:
+        path = tmp_path / name
+        stat = path.stat()
+        parts.append(FilePart(str(path), name, stat.st_size, stat.st_mtime_ns, None))
+    return ArrowSplit(tuple(parts))
+
+
+@pytest.fixture
+def table(tmp_path: Path):
+    _write(tmp_path / "a.parquet", 0, [5000, 3000, 7000, 10])
+    _write(tmp_path / "b.parquet", 15010, [6000, 4000])
+    read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id"), ("d", "d")], None, "UTC", "parquet", set())
+    return read, _split(tmp_path, ["a.parquet", "b.parquet"])
+
+
+def _rows(batches) -> Counter:
+    out: Counter = Counter()
+    for batch in batches:
+        out.update(zip(*(c.to_pylist() for c in batch.columns)))
+    return out
+
+
+def test_row_groups_side_by_side_give_the_rows_one_after_another_gives(table):
+    read, split = table
+    alone = _rows(read_split(read, split, batch_rows=1024))
+    assert sum(alone.values()) == 25010 and len(alone) == 25010
+    for threads in (2, 3, 8):
+        assert _rows(read_split(read, split, batch_rows=1024, threads=threads)) == alone
+
+
+def test_a_predicate_and_the_finish_step_run_in_the_decoding_threads(tmp_path: Path, table):
+    del table  # (it wrote the files)
+    pred = op(">=", column("id"), literal("bigint", "14000"))
+    read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id")], pred, "UTC", "parquet", set())
+    split = _split(tmp_path, ["a.parquet", "b.parquet"])
+    where: set[str] = set()
+
+    def finish(batch: pa.RecordBatch) -> pa.RecordBatch:
+        where.add(threading.current_thread().name)
+        return batch
+
+    rows = _rows(read_split(read, split, batch_rows=1024, threads=2, finish=finish))
+    assert rows == Counter((i,) for i in range(14000, 25010))
+    assert where and all(name.startswith("starscan-decode") for name in where)
+
+
+def _decoders() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("starscan-decode")]
+
+
+def _wait_for_no_decoders() -> None:
+    deadline = time.monotonic() + 10
+    while _decoders() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _decoders()
+
+
+def test_the_threads_stay_a_bounded_number_of_batches_ahead_and_end_when_the_caller_stops(table):
+    read, split = table
+    made = []
+    batches = read_split(read, split, batch_rows=500, threads=2, finish=lambda b: made.append(1) or b)
+    next(batches)
+    time.sleep(0.5)  # time to run ahead, if anything let them
+    # The queue holds threads x _AHEAD; each thread may hold one more it waits to put.
+    assert len(made) <= 1 + 2 * _AHEAD + 2 < 25010 // 500
+    batches.close()
+    _wait_for_no_decoders()
+
+
+def test_a_broken_file_fails_the_read_naming_it_and_stops_the_other_threads(tmp_path: Path, table):
+    read, _ = table
+    broken = tmp_path / "c.parquet"
+    broken.write_bytes((tmp_path / "b.parquet").read_bytes()[:-100])  # the footer cut off
+    split = _split(tmp_path, ["a.parquet", "c.parquet"])
+    with pytest.raises(SplitReadError, match=r"file .*c\.parquet is not a readable Parquet file"):
+        for _ in read_split(read, split, batch_rows=500, threads=2):
+            pass
+    _wait_for_no_decoders()
+
+
+def test_a_file_rewritten_before_it_is_opened_is_gone(tmp_path: Path, table):
+    read, split = table
+    _write(tmp_path / "b.parquet", 0, [10])  # rewritten after the split was made
+    with pytest.raises(SplitReadError, match=r"version 1 is gone: file .*b\.parquet was rewritten"):
+        for _ in read_split(read, split, batch_rows=1024, threads=2):
+            pass
+    _wait_for_no_decoders()
