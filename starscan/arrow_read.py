@@ -15,7 +15,6 @@ import functools
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,9 +92,8 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
             opened = _open_part(read, part)
             if opened is None:
                 continue
-            for row_group in opened.row_groups:
-                for batch in _decode(read, opened, row_group, batch_rows):
-                    yield finish(batch) if finish is not None else batch
+            for batch in _decode(read, opened, opened.row_groups, batch_rows):
+                yield finish(batch) if finish is not None else batch
         return
     yield from _read_concurrently(read, split, batch_rows, threads, finish)
 
@@ -171,8 +169,10 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     return _OpenPart(part, source, parquet.metadata, columns, present, row_groups)
 
 
-def _decode(read: ArrowRead, opened: _OpenPart, row_group: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """One row group's rows as the plan's output, decoded on the calling thread alone."""
+def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Row groups of one file as the plan's output, decoded on the calling thread alone
+    (one ``iter_batches`` for all of them: a file of many small row groups still gives
+    full batches)."""
     part = opened.part
     try:
         # A reader of its own over the shared open file and footer (reads are positional,
@@ -180,7 +180,7 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_group: int, batch_rows: int)
         # batch (the dataset scanner decodes far ahead first: 0.1 s before the first batch
         # of a 500k-row group, against 7 ms).
         parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
-        batches = parquet.iter_batches(batch_size=batch_rows, row_groups=[row_group], columns=opened.columns,
+        batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=opened.columns,
                                        use_threads=False)
         for raw in batches:
             out = _shape(read, part, raw, opened.present)
@@ -201,9 +201,11 @@ def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, thre
                        finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None) -> Iterator[pa.RecordBatch]:
     """``read_split`` with up to ``threads`` row groups decoding at once, their batches
     handed out as they come (row groups interleave; a row group's own batches stay in
-    order). One queue of ``threads x _AHEAD`` batches bounds the memory: a thread that
-    gets that far ahead of the caller waits. Files are opened and checked in the split's
-    order; the first error reaches the caller and stops the others."""
+    order). One queue of ``threads x _AHEAD`` batches bounds the memory: the threads wait
+    while it is full. Files are opened and checked in the split's order; the first error
+    reaches the caller and stops the others. The threads are daemons and also stop when
+    the main thread ends, so a read left unfinished never keeps the interpreter from
+    exiting."""
     stop = threading.Event()
     out: queue.Queue[Any] = queue.Queue(maxsize=threads * _AHEAD)
     units = _units(read, split)
@@ -214,20 +216,20 @@ def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, thre
             while not stop.is_set():
                 with take:
                     unit = next(units, None)
-                if unit is None:
+                if unit is None or stop.is_set():
                     break
                 opened, row_group = unit
-                for batch in _decode(read, opened, row_group, batch_rows):
+                for batch in _decode(read, opened, [row_group], batch_rows):
                     if not _put(out, finish(batch) if finish is not None else batch, stop):
                         return
             _put(out, _END, stop)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
             _put(out, exc, stop)
 
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="starscan-decode")
+    workers = [threading.Thread(target=work, name=f"starscan-decode-{i}", daemon=True) for i in range(threads)]
     try:
-        for _ in range(threads):
-            pool.submit(work)
+        for worker in workers:
+            worker.start()
         running = threads
         while running:
             item = out.get()
@@ -239,7 +241,6 @@ def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, thre
                 yield item
     finally:
         stop.set()
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _units(read: ArrowRead, split: ArrowSplit) -> Iterator[tuple[_OpenPart, int]]:
@@ -252,9 +253,10 @@ def _units(read: ArrowRead, split: ArrowSplit) -> Iterator[tuple[_OpenPart, int]
 
 
 def _put(out: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
-    """Hand ``item`` to the caller, waiting while it is ``_AHEAD`` batches behind; False
-    when the read was stopped (the caller closed it or failed)."""
-    while not stop.is_set():
+    """Hand ``item`` to the caller, waiting while the queue is full; False when the read
+    was stopped (the caller closed it or failed) or the program is ending."""
+    main = threading.main_thread()
+    while not stop.is_set() and main.is_alive():
         try:
             out.put(item, timeout=0.1)
             return True

@@ -7,7 +7,7 @@ direct reads) never needs to spend."""
 
 from __future__ import annotations
 
-import functools
+import threading
 from importlib import resources
 from typing import Any
 
@@ -15,20 +15,27 @@ IDL_DIR = resources.files("starscan.idl")
 
 _MODULES = {"wire": ("StarrocksExternalService.thrift", "starscan_wire_thrift"),
             "plan": ("starscan_plan.thrift", "starscan_plan_thrift")}
-
-
-@functools.cache
-def _load(name: str) -> Any:
-    import thriftpy2
-
-    idl, module_name = _MODULES[name]
-    return thriftpy2.load(str(IDL_DIR / idl), module_name=module_name)
+# One load at a time: older thriftpy2 releases (the dependency allows 0.5.2) could parse
+# the same IDL into several modules when threads loaded it at once, and the first BE calls
+# of a read come from several threads.
+_LOADING = threading.Lock()
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        return _load(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _LOADING:
+        loaded = globals().get(name)
+        if loaded is None:
+            import thriftpy2
+
+            idl, module_name = _MODULES[name]
+            try:
+                loaded = thriftpy2.load(str(IDL_DIR / idl), module_name=module_name)
+            except OSError as exc:  # a broken installation, not a network failure
+                raise RuntimeError(f"starscan's Thrift IDL {idl} cannot be loaded: {exc}") from exc
+            globals()[name] = loaded  # later accesses find it without coming here
+    return loaded
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:

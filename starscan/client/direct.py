@@ -50,8 +50,9 @@ class DirectReader:
         self.storage_options = storage_options
         self.native = native
         self.batch_rows = max(batch_rows, MIN_BATCH_ROWS)
-        # Row groups decoded at once per tablet: the cores left to each of the read's workers.
-        self.decode_threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+        # Row groups decoded at once per tablet: the cores left to each tablet read at once
+        # (``workers``: the read's workers, or fewer when it has fewer direct tablets).
+        self.decode_threads = min(MAX_DECODE_THREADS, max(1, _cores() // max(1, workers)))
         self._reads: dict[int, ArrowRead] = {}  # per store (id of its Storage)
         # The output columns and their wire conversion: the same for every store's read.
         self._columns: tuple[tuple[str, Any, bool], ...] = ()
@@ -157,6 +158,18 @@ def to_native(columns: tuple[tuple[str, Any, bool], ...], batch: pa.RecordBatch,
         arrays.append(out)
         fields.append(pa.field(name, out.type, nullable))
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+#: Row groups one tablet decodes at once at most (each holds a row group's column chunks).
+MAX_DECODE_THREADS = 8
+
+
+def _cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers set)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def _store_of(location: str) -> str:

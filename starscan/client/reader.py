@@ -175,7 +175,9 @@ class Connection:
         from starscan.errors import StarscanError
 
         try:
-            return DirectReader(plan["direct"], self.storage, native, self.options.batch_size, self.max_workers), None
+            direct_tablets = sum(1 for info in (plan.get("partitions") or {}).values() if info.get("direct"))
+            return DirectReader(plan["direct"], self.storage, native, self.options.batch_size,
+                                min(self.max_workers, max(1, direct_tablets))), None
         except StarscanError as exc:
             return None, f"the plan's direct section cannot be used: {exc.message}"
 
@@ -349,8 +351,10 @@ class _Stream:
         pool.shutdown(wait=False)
 
     def _put(self, batch: pa.RecordBatch) -> bool:
-        """Queue a batch; False when the read was stopped (the caller is gone or failed)."""
-        while not self.stop.is_set():
+        """Queue a batch; False when the read was stopped (the caller is gone or failed) or
+        the program is ending (a read left unfinished must not keep it from exiting)."""
+        main = threading.main_thread()
+        while not self.stop.is_set() and main.is_alive():
             try:
                 self.queue.put(batch, timeout=0.1)
                 return True

@@ -5,6 +5,8 @@ behind when the caller stops early."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -126,3 +128,33 @@ def test_a_file_rewritten_before_it_is_opened_is_gone(tmp_path: Path, table):
         for _ in read_split(read, split, batch_rows=1024, threads=2):
             pass
     _wait_for_no_decoders()
+
+
+def test_one_thread_reads_a_file_of_many_small_row_groups_in_full_batches(tmp_path: Path):
+    """A Spark task's read (threads=1) sends each batch as a message of its own: 300 row
+    groups of 50 rows are 15 batches of 1,000 rows, not 300 of 50."""
+    _write(tmp_path / "small.parquet", 0, [50] * 300)
+    read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id")], None, "UTC", "parquet", set())
+    batches = list(read_split(read, _split(tmp_path, ["small.parquet"]), batch_rows=1000))
+    assert [b.num_rows for b in batches] == [1000] * 15
+    assert [v for b in batches for v in b.column(0).to_pylist()] == list(range(15000))  # in order
+
+
+def test_a_read_left_unfinished_does_not_keep_the_program_from_ending(tmp_path: Path, table):
+    """The decoding threads must not hold the interpreter at exit (nor must anything wait
+    for them): a script that takes one batch and ends, ends."""
+    del table  # (it wrote the files)
+    script = tmp_path / "leave.py"
+    script.write_text(
+        "import sys\n"
+        "from pathlib import Path\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_arrow_read import SCHEMA, _split\n"
+        "from starscan.arrow_read import read_split\n"
+        "from starscan.arrow_scan import Fields, plan_read\n"
+        "read = plan_read('t.t', 1, Fields(SCHEMA), [('id', 'id'), ('d', 'd')], None, 'UTC', 'parquet', set())\n"
+        f"batches = read_split(read, _split(Path({str(tmp_path)!r}), ['a.parquet', 'b.parquet']), 500, threads=2)\n"
+        "next(batches)\n"
+        "print('took one')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "took one", done.stderr[-2000:]
