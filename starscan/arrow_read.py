@@ -203,9 +203,9 @@ def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, thre
     handed out as they come (row groups interleave; a row group's own batches stay in
     order). One queue of ``threads x _AHEAD`` batches bounds the memory: the threads wait
     while it is full. Files are opened and checked in the split's order; the first error
-    reaches the caller and stops the others. The threads are daemons and also stop when
-    the main thread ends, so a read left unfinished never keeps the interpreter from
-    exiting."""
+    reaches the caller and stops the others. The threads are daemons, so a read left
+    unfinished never keeps the interpreter from exiting (and a reader on a thread of its
+    own may go on after the main thread has ended)."""
     stop = threading.Event()
     out: queue.Queue[Any] = queue.Queue(maxsize=threads * _AHEAD)
     units = _units(read, split)
@@ -254,9 +254,8 @@ def _units(read: ArrowRead, split: ArrowSplit) -> Iterator[tuple[_OpenPart, int]
 
 def _put(out: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
     """Hand ``item`` to the caller, waiting while the queue is full; False when the read
-    was stopped (the caller closed it or failed) or the program is ending."""
-    main = threading.main_thread()
-    while not stop.is_set() and main.is_alive():
+    was stopped (the caller closed it or failed)."""
+    while not stop.is_set():
         try:
             out.put(item, timeout=0.1)
             return True

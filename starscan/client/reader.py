@@ -26,7 +26,6 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
@@ -328,8 +327,9 @@ class _Stream:
             # (a worker thread and a queue cost direct reads about a fifth of their rate).
             self._serial = self._serial_batches()
             return
-        pool = ThreadPoolExecutor(self.conn.max_workers, thread_name_prefix="starscan-read")
         remaining = [len(self.items)]
+        pending = iter(self.items)
+        take = threading.Lock()
 
         def run(item: Item) -> None:
             try:
@@ -346,15 +346,22 @@ class _Stream:
                     if remaining[0] == 0:
                         self.finished.set()
 
-        for item in self.items:
-            pool.submit(run, item)
-        pool.shutdown(wait=False)
+        def work() -> None:
+            while True:
+                with take:
+                    item = next(pending, None)
+                if item is None:
+                    return
+                run(item)
+
+        # Daemon threads: a read left unfinished (its reader still referenced) must not keep
+        # the program from exiting, as a pool's threads would (they are joined at exit).
+        for i in range(min(self.conn.max_workers, len(self.items))):
+            threading.Thread(target=work, name=f"starscan-read-{i}", daemon=True).start()
 
     def _put(self, batch: pa.RecordBatch) -> bool:
-        """Queue a batch; False when the read was stopped (the caller is gone or failed) or
-        the program is ending (a read left unfinished must not keep it from exiting)."""
-        main = threading.main_thread()
-        while not self.stop.is_set() and main.is_alive():
+        """Queue a batch; False when the read was stopped (the caller is gone or failed)."""
+        while not self.stop.is_set():
             try:
                 self.queue.put(batch, timeout=0.1)
                 return True

@@ -159,3 +159,20 @@ def test_the_be_acknowledges_an_ordered_scan_and_only_that(client, be_addr):
         assert reader.drain(ordered.context_id) == reader.drain(plain.context_id) == 400
     finally:
         reader.close()
+
+
+def test_a_read_left_unfinished_does_not_keep_the_program_from_ending(fe_url, tmp_path):
+    """A script that takes one batch of a read with several workers and ends, ends: the
+    workers must not hold the interpreter at exit while the read is still referenced."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "leave.py"
+    script.write_text(
+        "from starscan.client import connect\n"
+        f"conn = connect({fe_url!r}, 'root', '', max_workers=3, request_tablet_size=1, batch_size=100)\n"
+        "reader = conn.read_batches('demo.lineitem')\n"
+        "reader.read_next_batch()\n"
+        "print('took one')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "took one", done.stderr[-2000:]

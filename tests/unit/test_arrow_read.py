@@ -158,3 +158,25 @@ def test_a_read_left_unfinished_does_not_keep_the_program_from_ending(tmp_path: 
         "print('took one')\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "took one", done.stderr[-2000:]
+
+
+def test_a_reader_thread_that_outlives_the_main_thread_reads_every_row(tmp_path: Path, table):
+    """The decoding threads must serve a reading thread after the main thread has ended
+    (the interpreter lives on for it): every row, no hang."""
+    del table  # (it wrote the files)
+    script = tmp_path / "outlive.py"
+    script.write_text(
+        "import sys, threading, time\n"
+        "from pathlib import Path\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_arrow_read import SCHEMA, _split\n"
+        "from starscan.arrow_read import read_split\n"
+        "from starscan.arrow_scan import Fields, plan_read\n"
+        "def read():\n"
+        "    time.sleep(0.5)  # the main thread has ended by now\n"
+        "    r = plan_read('t.t', 1, Fields(SCHEMA), [('id', 'id')], None, 'UTC', 'parquet', set())\n"
+        f"    split = _split(Path({str(tmp_path)!r}), ['a.parquet', 'b.parquet'])\n"
+        "    print(sum(b.num_rows for b in read_split(r, split, 500, threads=2)), flush=True)\n"
+        "threading.Thread(target=read).start()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "25010", done.stderr[-2000:]
