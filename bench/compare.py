@@ -25,7 +25,7 @@ to first batch p50 / p95 (from the request; ``toArrow()`` has no first batch: = 
 server's peak RSS (its processes sampled every 50 ms) and CPU seconds, and the ratios to Spark
 Connect and to Flight for the same workload. Appended to ``bench/RESULTS.md`` (``--no-append``).
 
-    python bench/compare.py                              # SF1, 1 and 4 readers, 2 warm repeats
+    python bench/compare.py                              # SF1, 1 and 4 readers, 3 warm repeats
     python bench/compare.py --scale 0.01 --repeats 1 --no-append    # quick check
 """
 
@@ -511,7 +511,7 @@ def summarize(runs: list[dict]) -> dict | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale of demo.lineitem (default 1.0: ~6 M rows)")
-    ap.add_argument("--repeats", type=int, default=2, help="warm runs per system, query and reader count (default 2)")
+    ap.add_argument("--repeats", type=int, default=3, help="warm runs per system, query and reader count (default 3: pyarrow's own scan is bimodal here, and two runs move the ratios to it by about 30 %%)")
     ap.add_argument("--concurrency", default="1,4", help="reader counts for the warm runs (default 1,4)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
     ap.add_argument("--batch-size", type=int, default=4096, help="open_scanner batch_size (default 4096)")
