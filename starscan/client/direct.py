@@ -55,8 +55,8 @@ class DirectReader:
         self.decode_threads = min(MAX_DECODE_THREADS, max(1, _cores() // max(1, workers)))
         self._reads: dict[int, ArrowRead] = {}  # per store (id of its Storage)
         # The output columns and their wire conversion: the same for every store's read.
-        self._columns: tuple[tuple[str, Any, bool], ...] = ()
         self._converter: BatchConverter | None = None
+        self._native: pa.Schema | None = None  # native_types' schema
         # A store that refused this reader or did not answer, and why: its other tablets go
         # to the BE at once rather than each waiting for the store's time-outs.
         self._failed_stores: dict[str, str] = {}
@@ -69,8 +69,8 @@ class DirectReader:
             except NotArrowable as why:  # the FE checked the same rules: a newer FE than this client
                 raise Unreadable(f"this client cannot read the plan's files exactly: {why}") from None
             if self._converter is None:
-                self._columns = read.output_columns
                 self._converter = BatchConverter(list(read.output_columns))
+                self._native = native_schema(read.output_columns, self._converter.schema)
         return read
 
     def _where(self, f: DirectFile) -> tuple[Storage, str]:
@@ -136,28 +136,35 @@ class DirectReader:
         return batches, first
 
     def _convert(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        converter = self._converter
-        assert converter is not None  # set with the first read instructions
-        if not self.native:
-            return converter.convert(batch)
-        return to_native(self._columns, batch, converter.schema)
+        converter, native = self._converter, self._native
+        assert converter is not None and native is not None  # set with the first read instructions
+        return to_native(batch, native) if self.native else converter.convert(batch)
 
 
-def to_native(columns: tuple[tuple[str, Any, bool], ...], batch: pa.RecordBatch, wire: pa.Schema) -> pa.RecordBatch:
-    """Spark's Arrow as the client's ``native_types`` gives the BE's rows: dates as date32,
-    timestamps as timestamp[us] on the session's wall clock (no zone), the rest in the
-    wire's types."""
-    arrays, fields = [], []
-    for (name, sql_type, nullable), column, wire_field in zip(columns, batch.columns, wire):
+def native_schema(columns: tuple[tuple[str, Any, bool], ...], wire: pa.Schema) -> pa.Schema:
+    """The schema ``to_native`` gives: dates as date32, timestamps as timestamp[us] (no
+    zone), the rest in the wire's types. Built once per read."""
+    fields = []
+    for (name, sql_type, nullable), wire_field in zip(columns, wire):
         if sql_type.kind == "date":
-            out = column
+            arrow_type = pa.date32()
         elif sql_type.kind in ("timestamp", "timestamp_ntz"):
-            out = (pc.local_timestamp(column) if column.type.tz is not None else column).cast(pa.timestamp("us"))
+            arrow_type = pa.timestamp("us")
         else:
-            out = column if column.type == wire_field.type else column.cast(wire_field.type)
-        arrays.append(out)
-        fields.append(pa.field(name, out.type, nullable))
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+            arrow_type = wire_field.type
+        fields.append(pa.field(name, arrow_type, nullable))
+    return pa.schema(fields)
+
+
+def to_native(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Spark's Arrow as the client's ``native_types`` gives the BE's rows (``schema``:
+    ``native_schema``): timestamps on the session's wall clock."""
+    arrays = []
+    for column, field in zip(batch.columns, schema):
+        if pa.types.is_timestamp(column.type) and column.type.tz is not None:
+            column = pc.local_timestamp(column)
+        arrays.append(column if column.type == field.type else column.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 #: Row groups one tablet decodes at once at most (each holds a row group's column chunks).

@@ -397,8 +397,8 @@ class StarscanClient:
                     # A dropped connection is re-opened and the same offset asked again: the
                     # server answers a repeated offset with the same batch (docs/architecture.md).
                     try:
-                        res = conn.call("get_next", thrift_defs.wire.TScanNextBatchParams(context_id=opened.context_id,
-                                                                              offset=offset))
+                        res = conn.call("get_next", thrift_defs.wire.TScanNextBatchParams(
+                            context_id=opened.context_id, offset=offset))
                     except transport_errors() as exc:
                         raise _BackendLost(exc) from None
                     if res.status.status_code != thrift_defs.wire.TStatusCode.OK:

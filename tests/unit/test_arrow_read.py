@@ -140,31 +140,10 @@ def test_one_thread_reads_a_file_of_many_small_row_groups_in_full_batches(tmp_pa
     assert [v for b in batches for v in b.column(0).to_pylist()] == list(range(15000))  # in order
 
 
-def test_a_read_left_unfinished_does_not_keep_the_program_from_ending(tmp_path: Path, table):
-    """The decoding threads must not hold the interpreter at exit (nor must anything wait
-    for them): a script that takes one batch and ends, ends."""
-    del table  # (it wrote the files)
-    script = tmp_path / "leave.py"
-    script.write_text(
-        "import sys\n"
-        "from pathlib import Path\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from test_arrow_read import SCHEMA, _split\n"
-        "from starscan.arrow_read import read_split\n"
-        "from starscan.arrow_scan import Fields, plan_read\n"
-        "read = plan_read('t.t', 1, Fields(SCHEMA), [('id', 'id'), ('d', 'd')], None, 'UTC', 'parquet', set())\n"
-        f"batches = read_split(read, _split(Path({str(tmp_path)!r}), ['a.parquet', 'b.parquet']), 500, threads=2)\n"
-        "next(batches)\n"
-        "print('took one')\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == "took one", done.stderr[-2000:]
-
-
-def test_a_reader_thread_that_outlives_the_main_thread_reads_every_row(tmp_path: Path, table):
-    """The decoding threads must serve a reading thread after the main thread has ended
-    (the interpreter lives on for it): every row, no hang."""
-    del table  # (it wrote the files)
-    script = tmp_path / "outlive.py"
+def _run_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    """``body`` run by a fresh interpreter, with ``read`` (id and d of both files of the
+    ``table`` fixture), ``split`` and ``read_split`` defined."""
+    script = tmp_path / "script.py"
     script.write_text(
         "import sys, threading, time\n"
         "from pathlib import Path\n"
@@ -172,11 +151,27 @@ def test_a_reader_thread_that_outlives_the_main_thread_reads_every_row(tmp_path:
         "from test_arrow_read import SCHEMA, _split\n"
         "from starscan.arrow_read import read_split\n"
         "from starscan.arrow_scan import Fields, plan_read\n"
-        "def read():\n"
+        "read = plan_read('t.t', 1, Fields(SCHEMA), [('id', 'id'), ('d', 'd')], None, 'UTC', 'parquet', set())\n"
+        f"split = _split(Path({str(tmp_path)!r}), ['a.parquet', 'b.parquet'])\n" + body)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+
+
+def test_a_read_left_unfinished_does_not_keep_the_program_from_ending(tmp_path: Path, table):
+    """The decoding threads must not hold the interpreter at exit (nor must anything wait
+    for them): a script that takes one batch and ends, ends."""
+    del table  # (it wrote the files)
+    # The read stays referenced (a module global) until the interpreter ends.
+    done = _run_script(tmp_path, "batches = read_split(read, split, 500, threads=2)\nnext(batches)\nprint('took one')\n")
+    assert done.returncode == 0 and done.stdout.strip() == "took one", done.stderr[-2000:]
+
+
+def test_a_reader_thread_that_outlives_the_main_thread_reads_every_row(tmp_path: Path, table):
+    """The decoding threads must serve a reading thread after the main thread has ended
+    (the interpreter lives on for it): every row, no hang."""
+    del table  # (it wrote the files)
+    done = _run_script(tmp_path, (
+        "def later():\n"
         "    time.sleep(0.5)  # the main thread has ended by now\n"
-        "    r = plan_read('t.t', 1, Fields(SCHEMA), [('id', 'id')], None, 'UTC', 'parquet', set())\n"
-        f"    split = _split(Path({str(tmp_path)!r}), ['a.parquet', 'b.parquet'])\n"
-        "    print(sum(b.num_rows for b in read_split(r, split, 500, threads=2)), flush=True)\n"
-        "threading.Thread(target=read).start()\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+        "    print(sum(b.num_rows for b in read_split(read, split, 500, threads=2)), flush=True)\n"
+        "threading.Thread(target=later).start()\n"))
     assert done.returncode == 0 and done.stdout.strip() == "25010", done.stderr[-2000:]
