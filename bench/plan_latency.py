@@ -112,11 +112,14 @@ def one_call(client, url: str, body: bytes) -> tuple[float, int, int]:
     return time.perf_counter() - t0, r.status_code, len(content)
 
 
-def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: float, think_s: float = 0.0) -> dict:
+def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: float, think_s: float = 0.0,
+             start_at: float | None = None) -> dict:
     """C threads, each with its own httpx.Client, share a budget of ``requests`` calls.
 
     Closed loop: each caller sends its next request when the previous answer is read (plus
     ``think_s``), so with no think time the latency is about callers / throughput.
+    ``start_at`` (``time.time()``): the measured calls start then, so that the callers of
+    several client processes start together.
     """
     import httpx
 
@@ -127,6 +130,7 @@ def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: fl
     errors: list[str] = []
     sizes: list[int] = []
     barrier = threading.Barrier(concurrency + 1)
+    go = threading.Event()
 
     def worker() -> None:
         with httpx.Client(timeout=max(60.0, time_cap_s)) as client:
@@ -136,6 +140,7 @@ def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: fl
                 with lock:
                     errors.append(f"warm-up: {exc!r}")
             barrier.wait()
+            go.wait()
             deadline = time.perf_counter() + time_cap_s
             while time.perf_counter() < deadline:
                 with lock:
@@ -161,8 +166,11 @@ def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: fl
     for t in threads:
         t.start()
     barrier.wait()
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
     started = time.perf_counter()
     cpu_before = os.times()
+    go.set()
     for t in threads:
         t.join(timeout=time_cap_s + 120)
     wall = time.perf_counter() - started
@@ -175,16 +183,40 @@ def run_load(url: str, sql: str, concurrency: int, requests: int, time_cap_s: fl
     }
 
 
+START_MARGIN_S = 3.0  # time for every client process to start and make its first calls
+
+
 def run_load_in_subprocess(url: str, sql: str, concurrency: int, requests: int, time_cap_s: float,
-                           think_s: float = 0.0) -> dict:
-    """The same load from a separate Python process: the callers do not share the server's GIL."""
-    args = json.dumps({"url": url, "sql": sql, "concurrency": concurrency, "requests": requests,
-                       "time_cap_s": time_cap_s, "think_s": think_s})
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", args],
-                         capture_output=True, text=True, timeout=time_cap_s + 300)
-    if out.returncode != 0:
-        raise RuntimeError(f"client process failed (rc={out.returncode}): {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+                           think_s: float = 0.0, processes: int = 1) -> dict:
+    """The same load from separate Python processes (the callers do not share the server's
+    GIL): ``concurrency`` callers and ``requests`` calls spread over ``processes`` client
+    processes (each its own interpreter, so the callers do not queue for one GIL either),
+    all starting their measured calls at the same moment."""
+    processes = max(1, min(processes, concurrency))
+    start_at = time.time() + START_MARGIN_S + 0.5 * processes
+    procs = []
+    for i in range(processes):
+        share = concurrency // processes + (1 if i < concurrency % processes else 0)
+        calls = requests // processes + (1 if i < requests % processes else 0)
+        args = json.dumps({"url": url, "sql": sql, "concurrency": share, "requests": calls,
+                           "time_cap_s": time_cap_s, "think_s": think_s, "start_at": start_at})
+        procs.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", args],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=time_cap_s + 300)
+        if proc.returncode != 0:
+            raise RuntimeError(f"client process failed (rc={proc.returncode}): {err[-2000:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return {
+        "latencies": [x for r in results for x in r["latencies"]],
+        "errors": [e for r in results for e in r["errors"]][:20],
+        "error_count": sum(r["error_count"] for r in results),
+        "wall_s": max(r["wall_s"] for r in results),
+        "resp_bytes": sum(r["resp_bytes"] for r in results) / len(results),
+        "capped": any(r["capped"] for r in results),
+        "client_cpu_s": sum(r["client_cpu_s"] for r in results),
+    }
 
 
 def sequential(server, db: str, table: str, sql: str, n: int, cold: bool, time_cap_s: float) -> dict:
@@ -246,10 +278,12 @@ def measure_table(server, label: str, db: str, table: str, sql: str, args) -> tu
                 sequential(server, db, table, sql, args.seq_requests, False, args.time_cap)))
     out.append((label, "warm, client process", 1,
                 with_server_cpu(run_load_in_subprocess, url, sql, 1, args.seq_requests, args.time_cap)))
-    common.log(f"{label}: warm, {args.concurrency} concurrent callers, {args.requests} requests")
-    out.append((label, "warm, client process", args.concurrency,
-                with_server_cpu(run_load_in_subprocess, url, sql, args.concurrency, args.requests, args.time_cap,
-                                args.think_ms / 1000)))
+    for processes in args.client_processes:
+        common.log(f"{label}: warm, {args.concurrency} concurrent callers in {processes} client process(es), "
+                   f"{args.requests} requests")
+        out.append((label, "warm, client process" if processes == 1 else f"warm, {processes} client processes",
+                    args.concurrency, with_server_cpu(run_load_in_subprocess, url, sql, args.concurrency, args.requests,
+                                                      args.time_cap, args.think_ms / 1000, processes)))
     return out, first["tablets_planned"]
 
 
@@ -274,6 +308,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tablets", type=int, default=10_000, help="files of bench.wide (default 10000); tablets are what the server makes of them")
     ap.add_argument("--requests", type=int, default=2000, help="total requests of the concurrent phase (default 2000)")
     ap.add_argument("--concurrency", type=int, default=50, help="concurrent callers (default 50)")
+    ap.add_argument("--client-processes", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2],
+                    help="the concurrent phase once per value: the callers spread over that many client processes "
+                         "(default 1,2: in one process the 50 callers also queue for that process's GIL)")
     ap.add_argument("--seq-requests", type=int, default=200, help="requests of each warm sequential phase (default 200)")
     ap.add_argument("--cold-requests", type=int, default=30, help="requests of the cold phase (default 30)")
     ap.add_argument("--think-ms", type=float, default=0.0,
@@ -335,18 +372,18 @@ def main(argv=None) -> int:
                 met = s["n"] > 0 and res["error_count"] == 0 and s["p99"] < 50.0
                 scope = "" if args.tablets == 10_000 and args.concurrency == 50 else \
                     f" (the target is defined for 10,000 files and 50 callers; this run: {args.tablets:,} files, {args.concurrency} callers)"
-                verdict = (f"Target p99 < 50 ms warm at {args.concurrency} concurrent callers on {label}: "
-                           f"**{'MET' if met else 'NOT MET'}**, p99 = {common.fmt(s['p99'])} ms, "
-                           f"{res['error_count']} errors, think time {args.think_ms:g} ms{scope}.")
+                verdict += (f"Target p99 < 50 ms warm at {args.concurrency} concurrent callers on {label} ({phase}): "
+                            f"**{'MET' if met else 'NOT MET'}**, p99 = {common.fmt(s['p99'])} ms, "
+                            f"{res['error_count']} errors, think time {args.think_ms:g} ms{scope}.\n")
                 for err in res["errors"][:5]:
-                    verdict += f"\n  error sample: {err}"
+                    verdict += f"  error sample: {err}\n"
     finally:
         server.stop()
         spark.stop()
 
     header = ["table", "tablets / planned", "phase", "callers", "n", "errors", "p50 ms", "p90 ms", "p99 ms",
               "max ms", "req/s", "response KB", "CPU ms per request: server / client"]
-    table_md = common.markdown_table(header, rows) + "\n\n" + verdict + "\n"
+    table_md = common.markdown_table(header, rows) + "\n\n" + verdict
     conditions = {
         "what": "`_query_plan` latency over real HTTP to 127.0.0.1 (httpx, keep-alive, Basic auth root:''), "
                 "from sending the request until the whole body is read; HTTP 200 only",
@@ -362,8 +399,9 @@ def main(argv=None) -> int:
         "queries": f"`{WIDE_SQL}`; `{SMALL_SQL}`" + (f"; `{PART_SQL}`" if args.partitioned else ""),
         "cold": f"{args.cold_requests} sequential calls, `server.warehouse.invalidate(db, table)` before each "
                 "(directory listing and plan rebuilt; the schema stays cached per table version)",
-        "warm": f"sequential: {args.seq_requests} calls; concurrent: {args.concurrency} threads in a separate client "
-                f"process, each with its own httpx.Client, {args.requests} requests in total, time cap {args.time_cap:.0f} s "
+        "warm": f"sequential: {args.seq_requests} calls; concurrent: {args.concurrency} threads spread over "
+                f"{' and '.join(map(str, args.client_processes))} separate client process(es) (one row each; they start "
+                "their measured calls together), each thread with its own httpx.Client, {args.requests} requests in total, time cap {args.time_cap:.0f} s "
                 f"per phase; closed loop with think time {args.think_ms:g} ms (with none, latency ≈ callers ÷ req/s: Little's law); "
                 "each thread makes one unmeasured call first",
     }

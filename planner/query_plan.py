@@ -23,7 +23,7 @@ from starscan.planner.consumer_lag import ConsumerLag, consumer_lags
 from starscan.planner.direct_plans import direct_plan
 from starscan.planner.pruning import prune
 from starscan.runtime_config import LiveSettings
-from starscan.schemas import SchemaResolver, schema_hash
+from starscan.schemas import SchemaResolver
 from starscan.tablet_lists import TabletLists, pack_snapshot, to_plan_tablets
 from starscan.thrift_defs import plan as plan_idl
 from starscan.types import starrocks_type
@@ -167,7 +167,7 @@ class QueryPlanner:
         if not tablets:
             return b'{"status":200,"opaqued_query_plan":"","partitions":{}' + tail + b"}"
         now_ms = int(time.time() * 1000)
-        shash = schema_hash(schema)
+        schema_json, shash = self.schemas.schema_text(snap, schema)
         parts = self._tablet_parts(snap, tablets, shash, inline=since_version is not None)
         if parts.digest is not None:
             assert parts.full is not None
@@ -186,7 +186,7 @@ class QueryPlanner:
             user=user,
             issued_at_ms=now_ms,
             expires_at_ms=now_ms + self.settings.plan_ttl_s * 1000,
-            table_schema=schema.json(),
+            table_schema=schema_json,
             schema_hash=shash,
             sql=sql[:AUDIT_SQL_CHARS],
             partition_columns=None if snap.partitions_in_folders else [],

@@ -25,7 +25,20 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from starscan.errors import MemLimitExceeded, ScanFailed, StarscanError
-from starscan.provider.push_wire import BATCH, END, ERROR, FRAME, GO, HELLO, MAGIC, ROWS, STOP, YIELD, recv_exact
+from starscan.provider.push_wire import (
+    BATCH,
+    END,
+    ERROR,
+    FRAME,
+    GO,
+    HELLO,
+    MAGIC,
+    ROWS,
+    STOP,
+    YIELD,
+    recv_arrow_buffer,
+    recv_exact,
+)
 from starscan.provider.result_queue import PUT_TIMED_OUT, ResultQueue
 
 log = logging.getLogger("starscan.provider.push")
@@ -108,11 +121,11 @@ class PushSink:
                         _send_quietly(sock, STOP)
                         _drain(sock)
                         return
-                    payload = recv_exact(sock, size)
+                    payload = recv_arrow_buffer(sock, size)
                     if payload is None:
                         return
                     try:
-                        batch = pa.ipc.read_record_batch(pa.py_buffer(payload), self.schema)
+                        batch = pa.ipc.read_record_batch(payload, self.schema)
                     except Exception as exc:  # noqa: BLE001 - not a batch of this scan's schema
                         self._fail(ScanFailed(f"split {split_no} sent a batch that is not Arrow of the scan's "
                                               f"schema: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}"))
@@ -122,7 +135,7 @@ class PushSink:
                     with lock:
                         if split.generation != generation or split.yielded or self.stopped:
                             continue  # superseded or told to stop: drop until the task closes
-                        ipc: bytearray | None = payload
+                        ipc: pa.Buffer | None = payload
                         if skip:
                             drop = min(skip, batch.num_rows)
                             skip -= drop

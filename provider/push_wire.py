@@ -49,14 +49,25 @@ class PushStopped(Exception):
 def recv_exact(sock: socket.socket, n: int) -> bytearray | None:
     """Exactly ``n`` bytes, or None when the peer closed before sending them."""
     buf = bytearray(n)
-    view = memoryview(buf)
+    return buf if _recv_into(sock, memoryview(buf), n) else None
+
+
+def recv_arrow_buffer(sock: socket.socket, n: int) -> pa.Buffer | None:
+    """As ``recv_exact``, into a buffer of Arrow's memory pool: a batch read from it keeps
+    it, and queued batches then live in the pool that returns freed memory to the system
+    (in the C heap, the BE's receiving threads each kept an arena of freed frames)."""
+    buf = pa.allocate_buffer(n)
+    return buf if _recv_into(sock, memoryview(buf), n) else None
+
+
+def _recv_into(sock: socket.socket, view: memoryview, n: int) -> bool:
     got = 0
     while got < n:  # MSG_WAITALL: one call for the whole frame unless a signal interrupts it
         k = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
         if k == 0:
-            return None
+            return False
         got += k
-    return buf
+    return True
 
 
 class TaskSender:

@@ -13,12 +13,13 @@ added, removed or rewritten.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from starscan.config import Settings
 from starscan.tablets import FOOTERS, DataFileLike, Sizing, Tablet, hash_int, split_files
 from starscan.versions import VersionHistory
+
+log = logging.getLogger("starscan.catalog")
 
 __all__ = ["DataFile", "Tablet", "TableSnapshot", "Warehouse", "list_table_files", "partition_of"]
 
@@ -272,36 +275,61 @@ class Warehouse:
         # A cached listing is used while the table directory itself is unchanged (files
         # added or removed at the top level, or the directory replaced, show at once);
         # changes deeper in partition folders, and files rewritten in place, show when the
-        # TTL runs out.
+        # TTL runs out: a listing that ran out less than a TTL ago is still answered while
+        # one caller's thread lists the table again in the background, an older one only
+        # after the new listing.
         waited = False
         while True:
             now = self._clock()
             with self._lock:
                 cached = self._listings.get(key)
-                if cached is not None and cached.stamp == stamp and (waited or now - cached.listed_at < self._ttl_s):
-                    return cached.snapshot  # fresh, or listed while this caller waited for it
+                same = cached if cached is not None and cached.stamp == stamp else None
+                if same is not None and (waited or now - same.listed_at < self._ttl_s):
+                    return same.snapshot  # fresh, or listed while this caller waited for it
                 refreshing = self._refreshing.get(key)
                 if refreshing is None:
                     refreshing = self._refreshing[key] = threading.Event()
                     generation = self._generation
-                    break
-                if cached is not None and cached.stamp == stamp:
-                    # Only the TTL ran out and another caller is listing the table again: this
-                    # listing is as good as it was a moment ago (a 10,000-file table takes ~0.1 s
-                    # to list, and 50 callers listing it at once took over a second each).
-                    return cached.snapshot
+                    if same is None or now - same.listed_at >= 2 * self._ttl_s:
+                        break  # this caller lists the table and waits for it
+                    # Only the TTL ran out, a moment ago: under load, the caller that listed a
+                    # 10,000-file table waited ~0.4 s for it (bench/RESULTS.md, plan_latency).
+                    threading.Thread(target=self._relist_quietly, name="starscan-listing", daemon=True,
+                                     args=(db, table, location, stamp, now, generation, refreshing)).start()
+                    return same.snapshot
+                if same is not None:
+                    # Another caller is listing the table again after its TTL: this listing is
+                    # as good as it was a moment ago (50 callers listing a 10,000-file table at
+                    # once took over a second each).
+                    return same.snapshot
             refreshing.wait()  # the directory changed: wait for the one listing under way
             waited = True
+        return self._relist(db, table, location, stamp, now, generation, refreshing)
+
+    def _relist(self, db: str, table: str, location: str, stamp: int, now: float, generation: int,
+                refreshing: threading.Event) -> TableSnapshot:
+        """List the table, keep the listing unless it was invalidated meanwhile, and wake the
+        callers waiting for it."""
         try:
-            snap = self._build_snapshot(db, table, location)
+            with self._lock:
+                before = self._listings.get(location)
+            snap = self._build_snapshot(db, table, location, before.snapshot if before is not None else None)
             with self._lock:
                 if generation == self._generation:  # not invalidated while it was listed
-                    self._listings[key] = _Listing(stamp, now, snap)
+                    self._listings[location] = _Listing(stamp, now, snap)
             return snap
         finally:
             with self._lock:
-                self._refreshing.pop(key, None)
+                self._refreshing.pop(location, None)
             refreshing.set()
+
+    def _relist_quietly(self, *args: Any) -> None:
+        """``_relist`` in the background: a failure is the next caller's to meet (the
+        listing it answered from runs out)."""
+        try:
+            self._relist(*args)
+        except Exception:  # noqa: BLE001 - the next synchronous listing reports it
+            log.debug("background listing failed", exc_info=True)
 
     def set_sizing(self, sizing: Sizing) -> None:
         """New tablet sizes: listings are made again (a plan issued before still reads what it
@@ -367,7 +395,9 @@ class Warehouse:
             self._catalog_snapshots[(db, table)] = (found, snap)
         return snap
 
-    def _build_snapshot(self, db: str, table: str, location: str) -> TableSnapshot:
+    def _build_snapshot(self, db: str, table: str, location: str, previous: TableSnapshot | None = None) -> TableSnapshot:
+        """The table as listed now. ``previous``: the snapshot of the listing before, answered
+        again when the folder holds the same files (no footers looked up, no tablets cut)."""
         storage = self.storage
         version: int | None = None
         schema_json = None
@@ -380,9 +410,12 @@ class Warehouse:
                 raise TableUnreadable(f"table {db}.{table}: Delta version {version} does not fit a plan's version")
         else:
             files, part_cols = list_table_files(location, storage)
-        tablets = self._tablets(f"{db}.{table}", location, storage, files)
-        if version is None:
             version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
+            if previous is not None and previous.kind == "folder" and previous.version == version and \
+                    previous.partition_columns == tuple(part_cols):
+                return previous
+        tablets = self._tablets(f"{db}.{table}", location, storage, files)
+        if schema_json is None:
             self.history.observe(f"{db}.{table}", location, version, [(f.path, f.size, f.mtime_ns) for f in files])
         by_id = {t.tablet_id: t for t in tablets}
         return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json,

@@ -21,9 +21,14 @@ _lock = threading.Lock()
 
 
 def schema_hash(schema: T.StructType) -> int:
+    return hash_of_json(schema.json())
+
+
+def hash_of_json(schema_json: str) -> int:
+    """``schema_hash`` of the schema whose JSON this is."""
     import hashlib
 
-    digest = hashlib.blake2b(schema.json().encode("utf-8"), digest_size=4).digest()
+    digest = hashlib.blake2b(schema_json.encode("utf-8"), digest_size=4).digest()
     return int.from_bytes(digest, "big") & 0x7FFFFFFF or 1
 
 
@@ -33,6 +38,23 @@ class SchemaResolver:
     def __init__(self, spark: SparkSession):
         self.spark = spark
         self._cache: LRUCache[tuple[str, int], T.StructType] = LRUCache(maxsize=1024)
+        # The JSON and hash every plan carries, per table version: rendering them took a
+        # tenth of a small plan's CPU (bench/RESULTS.md, plan_latency).
+        self._texts: LRUCache[tuple[str, int], tuple[T.StructType, str, int]] = LRUCache(maxsize=1024)
+
+    def schema_text(self, snap: TableSnapshot, schema: T.StructType) -> tuple[str, int]:
+        """``schema.json()`` and ``schema_hash(schema)`` of ``schema(snap)``, kept per table
+        version while it is the same schema object."""
+        key = (str(snap.location), snap.version)
+        with _lock:
+            hit = self._texts.get(key)
+        if hit is not None and hit[0] is schema:
+            return hit[1], hit[2]
+        text = schema.json()
+        found = (schema, text, hash_of_json(text))
+        with _lock:
+            self._texts[key] = found
+        return found[1], found[2]
 
     def schema(self, snap: TableSnapshot) -> T.StructType:
         key = (str(snap.location), snap.version)

@@ -88,3 +88,23 @@ def test_reaped_scanners_are_counted(server, fe_url, be_addr, client):
         reader.close()
     after = scrape(fe_url)
     assert value(after, "starscan_scanners_reaped_total") - value(before, "starscan_scanners_reaped_total") >= 1
+
+
+def test_an_unexpected_planning_failure_is_a_500_and_counted(server, fe_url, monkeypatch):
+    """`_query_plan` skips FastAPI's routing (planner/app._PlanRoute): a failure no error kind
+    models is still rendered by the app's handler, counted, and the FE serves on."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("/some/internal/path exploded")
+
+    before = scrape(fe_url)
+    monkeypatch.setattr(server.planner, "query_plan_json", broken)
+    resp = plan(fe_url, "db1", "t1", SQL_T1, basic("root", ""))
+    assert resp.status_code == 500
+    assert resp.json()["exception"] == "internal error (RuntimeError); the server log has the details"
+    assert "/some/internal/path" not in resp.text
+    monkeypatch.undo()
+    assert plan(fe_url, "db1", "t1", SQL_T1, basic("root", "")).status_code == 200
+    after = scrape(fe_url)
+    assert value(after, "starscan_plan_requests_total", status=500) - value(before, "starscan_plan_requests_total", status=500) == 1
+    assert httpx.put(f"{fe_url}/api/db1/t1/_query_plan", auth=("root", "")).status_code == 405  # only GET and POST

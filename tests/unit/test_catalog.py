@@ -154,10 +154,41 @@ def test_cache_serves_unchanged_tables(wh):
     assert wh.snapshot("d1", "t") is not first
 
 
+def _wait_for_listings(wh):
+    deadline = time.monotonic() + 30
+    while wh._refreshing:
+        assert time.monotonic() < deadline, "a background listing did not end"
+        time.sleep(0.005)
+
+
+def test_a_file_rewritten_in_place_shows_after_the_ttl(wh):
+    """Same names, new contents: the directory's stamp does not change, the listing after the
+    TTL does. Just after the TTL the answer is the listing before, once."""
+    now = [0.0]
+    wh = Warehouse(wh.root, listing_ttl_s=5, clock=lambda: now[0])
+    first = wh.snapshot("d1", "t")
+    part = wh.root / "d1.db" / "t" / "part-0.parquet"
+    stamp = os.stat(part.parent).st_mtime_ns
+    _write(part, rows=7)
+    os.utime(part.parent, ns=(stamp, stamp))  # as when a file is rewritten in place
+    assert wh.snapshot("d1", "t") is first  # within the TTL
+    now[0] += 6
+    assert wh.snapshot("d1", "t") is first  # the TTL ran out a moment ago: listed again behind it
+    _wait_for_listings(wh)
+    second = wh.snapshot("d1", "t")
+    assert second.version != first.version
+    _write(part, rows=9)
+    os.utime(part.parent, ns=(stamp, stamp))
+    now[0] += 60  # long after the TTL: listed before the answer
+    third = wh.snapshot("d1", "t")
+    assert third.version not in (first.version, second.version)
+
+
 def test_callers_of_an_expired_listing_share_one_listing(wh):
     """When the TTL runs out under load, one caller lists the table again and the others keep
     the listing they had meanwhile (50 callers listing a 10,000-file table at once each waited
-    over a second); a changed directory makes them wait for that one listing."""
+    over a second); a changed directory makes them wait for that one listing. A listing that
+    ran out less than a TTL ago is listed again in the background: nobody waits for it."""
     import threading
 
     now = [0.0]
@@ -173,7 +204,17 @@ def test_callers_of_an_expired_listing_share_one_listing(wh):
         return real_build(*args)
 
     wh._build_snapshot = slow_build
-    now[0] += 6  # the TTL ran out
+    now[0] += 6  # the TTL ran out a moment ago: every caller is answered, one listing runs behind them
+    got = [wh.snapshot("d1", "t") for _ in range(20)]
+    assert len(builds) == 1 and all(s is first for s in got)
+    listing.set()
+    _wait_for_listings(wh)
+    assert wh.snapshot("d1", "t") is first  # the same files: the same snapshot, kept
+    assert len(builds) == 1
+
+    listing.clear()
+    builds.clear()
+    now[0] += 20  # long ago: one caller lists it and waits; the others keep the listing they had
     got = []
     threads = [threading.Thread(target=lambda: got.append(wh.snapshot("d1", "t"))) for _ in range(20)]
     for t in threads:
