@@ -133,9 +133,16 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
                 text = request.query_params["since_version"].strip()
                 since = table_version(int(text) if text.isdigit() else text, "since_version")
             info["sql"] = wanted.sql
-            async with planning:
-                body = await run_in_threadpool(_select_then_plan, who, client, db, table, wanted.sql, info,
-                                               since, wanted.consumer, wanted.cursor, wanted.direct)
+            body = None
+            if since is None and wanted.consumer is None and not wanted.cursor and not wanted.direct:
+                # A plan whose answer is at hand is made here, on the event loop: nothing in
+                # it lists, reads or waits (QueryPlanner.quick_plan_json).
+                auth.require_select(who, client, db, table)
+                body = planner.quick_plan_json(db, table, wanted.sql, who, info)
+            if body is None:
+                async with planning:
+                    body = await run_in_threadpool(_select_then_plan, who, client, db, table, wanted.sql, info,
+                                                   since, wanted.consumer, wanted.cursor, wanted.direct)
         except StarscanError as exc:
             _audit_plan(audit, user, client, db, table, info, started, exc.http_status, exc.message)
             raise

@@ -26,7 +26,14 @@ from cachetools import LRUCache
 from starscan.catalog_tables import CatalogTable, TableCatalog
 from starscan.changes import FolderChanges, TableChanges
 from starscan.delta import DELTA_LOG, DeltaChanges, read_delta
-from starscan.errors import DatabaseNotFound, StorageUnavailable, TableNotFound, TableRewritten, TableUnreadable
+from starscan.errors import (
+    DatabaseNotFound,
+    StarscanError,
+    StorageUnavailable,
+    TableNotFound,
+    TableRewritten,
+    TableUnreadable,
+)
 from starscan.files import is_hidden
 from starscan.hadoop_paths import partition_of
 from starscan.iceberg import IcebergTables
@@ -330,6 +337,28 @@ class Warehouse:
             self._relist(*args)
         except Exception:  # noqa: BLE001 - the next synchronous listing reports it
             log.debug("background listing failed", exc_info=True)
+
+    def fresh_snapshot(self, db: str, table: str) -> TableSnapshot | None:
+        """``snapshot`` when a listing at hand answers it (a folder of a local warehouse without
+        catalogs, its directory unchanged: one stat; listed less than a TTL ago, or being
+        listed again in the background); None when ``snapshot`` would have to list, start a
+        listing, look up a catalog or report an error. It never blocks for long, so an event
+        loop may ask it."""
+        if self.catalogs or not self.storage.is_local or self._ttl_s <= 0 or not self._table_name_ok(db, table):
+            return None
+        try:
+            location = self.table_location(db, table)
+        except StarscanError:
+            return None
+        stamp = self.storage.dir_stamp(location)
+        with self._lock:
+            cached = self._listings.get(location)
+            if stamp is None or cached is None or cached.stamp != stamp:
+                return None
+            age = self._clock() - cached.listed_at
+            if age < self._ttl_s or (age < 2 * self._ttl_s and location in self._refreshing):
+                return cached.snapshot  # what ``snapshot`` answers, also while it is listed again behind it
+            return None
 
     def set_sizing(self, sizing: Sizing) -> None:
         """New tablet sizes: listings are made again (a plan issued before still reads what it

@@ -277,3 +277,69 @@ def test_mysql_port_failed_logins_count_too(secure):
     assert "too many failed logins for dave@127.0.0.1" in str(info.value)
     # The HTTP port shares the count: dave is locked out there too, from this address.
     assert plan(fe(secure), "db1", "t1", T1_SQL, basic("dave", "dave-pw")).status_code == 429
+
+
+# ---- plans answered on the FE's event loop (QueryPlanner.quick_plan_json) -----------------
+@pytest.fixture(scope="module")
+def listing_cached(spark, base_settings, tmp_path_factory):
+    """A server that keeps its listings (the shared test servers list on every plan)."""
+    path = own_warehouse(spark, tmp_path_factory.mktemp("quick-wh"))
+    settings = base_settings.model_copy(update={"warehouse": path, "users_file": None, "listing_cache_ttl_s": 600.0})
+    with running_server(spark, settings) as srv:
+        srv.users.set_password("quinn", "quinn-pw", create=True)
+        srv.users.grant("quinn", "db1.quick")
+        yield srv
+
+
+def test_repeated_plans_are_new_plans_that_follow_the_table_settings_and_grants(listing_cached, monkeypatch):
+    """A statement planned again is answered on the event loop from what its last plan
+    computed: it is still a plan of its own (query id, times, signature), and the next plan
+    follows a file added, a setting changed and a grant revoked."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from starscan import plan as plan_codec
+
+    srv = listing_cached
+    folder = srv.warehouse.table_path("db1", "quick")
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(2):
+        pq.write_table(pa.table({"k": [i]}), folder / f"part-{i}.parquet")
+    sql, auth = "select k from db1.quick", basic("quinn", "quinn-pw")
+    full_plans = []
+    real = srv.planner.query_plan_json
+    monkeypatch.setattr(srv.planner, "query_plan_json", lambda *a, **k: full_plans.append(1) or real(*a, **k))
+
+    def planned() -> dict:
+        resp = plan(fe(srv), "db1", "quick", sql, auth)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def decoded(body: dict):
+        return plan_codec.decode(body["opaqued_query_plan"], srv.signer)
+
+    first, second = planned(), planned()
+    assert len(full_plans) == 1  # the second was answered from the first's work
+    assert decoded(first).query_id != decoded(second).query_id
+    assert decoded(second).user == "quinn" and decoded(second).sql == sql
+    assert first["partitions"] == second["partitions"]
+    for body in (first, second):
+        result = open_scanner(srv, body, table="quick", user="quinn", passwd="quinn-pw")
+        assert result.status.status_code == OK, message(result)
+
+    pq.write_table(pa.table({"k": [2]}), folder / "part-2.parquet")  # the folder changes: seen at once
+    third = planned()
+    assert len(full_plans) == 2
+    assert third["partitions"] != second["partitions"]
+    assert decoded(third).version != decoded(second).version
+
+    assert decoded(third).tablets_digest is None  # a small list goes inline
+    srv.ops.update_config({"plan_inline_tablets_max_bytes": "0"})
+    try:
+        assert decoded(planned()).tablets_digest is not None
+        assert len(full_plans) == 3
+    finally:
+        srv.ops.update_config({"plan_inline_tablets_max_bytes": str(16 << 10)})
+
+    srv.users.grant("quinn", "db1.quick", revoke=True)
+    assert plan(fe(srv), "db1", "quick", sql, auth).status_code == 401
