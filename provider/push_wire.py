@@ -53,9 +53,9 @@ def recv_exact(sock: socket.socket, n: int) -> bytearray | None:
 
 
 def recv_arrow_buffer(sock: socket.socket, n: int) -> pa.Buffer | None:
-    """As ``recv_exact``, into a buffer of Arrow's memory pool: a batch read from it keeps
-    it, and queued batches then live in the pool that returns freed memory to the system
-    (in the C heap, the BE's receiving threads each kept an arena of freed frames)."""
+    """As ``recv_exact``, into a buffer of Arrow's memory pool, which a batch read from it
+    keeps: queued batches then live in that pool, not in the C heap, and the server's peak
+    RSS in bench/compare.py fell by 60 MB (docs/architecture.md, "Memory")."""
     buf = pa.allocate_buffer(n)
     return buf if _recv_into(sock, memoryview(buf), n) else None
 

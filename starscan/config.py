@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     tablet_target_bytes: int = Field(128 << 20, ge=1 << 10, description="target bytes per tablet: small files of a partition are packed into one tablet up to this size, a larger file is cut into tablets of whole row groups of about this size; also the size of the files `starscan load` writes", json_schema_extra=RUNTIME)
     tablet_open_cost_bytes: int = Field(128 << 10, ge=0, description="what opening one more file costs, in bytes of reading, when small files are packed into tablets (Spark's openCostInBytes)", json_schema_extra=RUNTIME)
     version_history_max: int = Field(1000, ge=1, description="versions of each folder or Hive metastore table whose changes are kept for incremental reads (_query_plan with since_version); older ones are unknown")
-    listing_cache_ttl_s: float = Field(5.0, ge=0, description="seconds a table's file listing is cached")
+    listing_cache_ttl_s: float = Field(5.0, ge=0, description="seconds a table's file listing is kept (a local folder's also ends when the folder changes); one that ran out less than this ago still answers while the table is listed again")
     plan_inline_tablets_max_bytes: int = Field(16 << 10, ge=0, description="a plan whose tablet list is larger than this (bytes, packed) carries its digest instead and the server keeps the list (starscan.tablet_lists): plans of tables of thousands of files stay small", json_schema_extra=RUNTIME)
     tablet_lists_max_bytes: int = Field(64 << 20, ge=1 << 20, description="memory for the tablet lists of large tables' plans; a list dropped from it is rebuilt from the table's files while they are unchanged")
     plan_ttl_s: int = Field(86400, ge=1, description="seconds an issued plan stays valid")

@@ -1,0 +1,273 @@
+"""Where a scan's CPU goes, stage by stage (not a test).
+
+A scan on the ``arrow`` engine passes every row through the same stages: a Spark task's
+pyarrow reads the split's row groups, applies the plan's predicate, converts the rows to
+the wire types and serializes them; the BE receives them; ``get_next`` wraps each batch in
+a Thrift reply; the reader decodes it. On this machine all of them share two cores with the
+JVM scheduling the tasks, so the sum of their CPU per row bounds the rows per second of the
+whole path.
+
+This script starts an in-process server on the ``compare.py`` warehouse (``demo.lineitem``
+written when missing), asks the FE for the full and the filtered scan's plans as a reader
+would, and turns each plan into the read instructions and splits exactly as the BE does
+(``plan_arrow``). Then it runs each stage over all of the scan's rows, one batch at a time,
+and reads the CPU clock of the thread (or threads) doing it:
+
+- read: ``read_split`` of every split on one thread, as a Spark task reads it, without the
+  predicate;
+- filter: the same read with the predicate, minus the read alone (the row groups the
+  statistics skip are skipped in both);
+- convert: ``BatchConverter.convert`` to the wire types, and ``rechunk`` to ``batch_size``
+  rows, as the task does;
+- ipc: ``RecordBatch.serialize`` of each batch, as the task sends it;
+- push: the task's ``sendall`` of each frame to 127.0.0.1 plus the BE's receive into Arrow's
+  memory pool and ``read_record_batch`` (both threads' CPU);
+- reply: the BE's ``get_next`` answer: the IPC stream bytes, the ``TScanBatchResult``
+  serialized by thriftpy2's Cython writer, and its ``sendall`` to 127.0.0.1;
+- decode: the reader's receive, thriftpy2's Cython reader and the Arrow IPC read.
+
+Not in the sum: Spark's JVM scheduling the tasks (one job per split), Python's thread
+hand-offs in the BE (queue, locks, the GIL) and the waits of a request/reply protocol.
+
+    python bench/stages.py                      # scale 1, the compare warehouse
+    python bench/stages.py --scale 0.1 --no-append
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import socket
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+import common
+
+STAGES = ("read", "filter", "convert", "ipc", "push", "reply", "decode")
+
+
+def _plans(server, queries: dict[str, str]) -> dict[str, tuple]:
+    """Each query's plan as the BE decodes it: (plan, planned tablets, tablet ids)."""
+    import httpx
+
+    from starscan import plan as plan_codec
+    from starscan.tablet_lists import planned_tablets
+
+    out = {}
+    for name, sql in queries.items():
+        resp = httpx.post(f"http://127.0.0.1:{server.http_port}/api/demo/lineitem/_query_plan",
+                          json={"sql": sql}, auth=("root", ""), timeout=300)
+        resp.raise_for_status()
+        body = resp.json()
+        plan = plan_codec.decode(body["opaqued_query_plan"], server.signer)
+        out[name] = (plan, planned_tablets(plan, server.tablet_lists, server.warehouse),
+                     [int(t) for t in body["partitions"]])
+    return out
+
+
+def _columns(plan) -> tuple:
+    """(name, SqlType, nullable) of the output columns, as SparkScan gives them to the task."""
+    import json
+
+    from pyspark.sql import types as T
+
+    from starscan.types import sql_type
+
+    by_lower = {f.name.lower(): f for f in T.StructType.fromJson(json.loads(plan.table_schema)).fields}
+    return tuple((c.name, sql_type(by_lower[c.source.lower()].dataType), by_lower[c.source.lower()].nullable)
+                 for c in plan.columns)
+
+
+class _Receiver(threading.Thread):
+    """The other end of a loopback connection, on a thread of its own: takes length-prefixed
+    frames with ``take(sock, size)`` and measures its CPU clock."""
+
+    LENGTH = struct.Struct(">I")
+
+    def __init__(self, take):
+        super().__init__(daemon=True)
+        self.take = take
+        self.cpu_s = 0.0
+        listener = socket.create_server(("127.0.0.1", 0))
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+
+    def run(self) -> None:
+        from starscan.provider.push_wire import recv_exact
+
+        sock, _ = self._listener.accept()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        started = time.thread_time()
+        while True:
+            head = recv_exact(sock, self.LENGTH.size)
+            if head is None:
+                break
+            self.take(sock, self.LENGTH.unpack(head)[0])
+        self.cpu_s = time.thread_time() - started
+        sock.close()
+        self._listener.close()
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    return sock
+
+
+def profile(read, splits, columns, batch_rows: int) -> dict:
+    """CPU seconds per stage over every split, and the rows and wire bytes delivered."""
+    import pyarrow as pa
+    from thriftpy2.protocol import TCyBinaryProtocolFactory
+    from thriftpy2.utils import deserialize, serialize
+
+    from starscan.arrow_read import read_split
+    from starscan.provider.push_task import rechunk
+    from starscan.provider.push_wire import recv_arrow_buffer, recv_exact
+    from starscan.thrift_defs import wire
+    from starscan.wire_arrow import BatchConverter
+
+    cpu = dict.fromkeys(STAGES, 0.0)
+    clock = time.thread_time
+    unfiltered = dataclasses.replace(read, filter=None)
+    for split in splits:  # read alone
+        batches = read_split(unfiltered, split, batch_rows)
+        while True:
+            t = clock()
+            batch = next(batches, None)
+            cpu["read"] += clock() - t
+            if batch is None:
+                break
+
+    converter = BatchConverter(list(columns))
+    schema = converter.schema
+    received: list[int] = []
+    decoded: list[int] = []
+
+    def be_takes(sock, size):  # the BE's receive of one pushed batch
+        batch = pa.ipc.read_record_batch(recv_arrow_buffer(sock, size), schema)
+        received.append(batch.num_rows)
+
+    out_factory = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
+
+    def reader_takes(sock, size):  # the reader's decode of one reply
+        result = deserialize(wire.TScanBatchResult(), recv_exact(sock, size), out_factory)
+        for batch in pa.ipc.open_stream(result.rows):
+            decoded.append(batch.num_rows)
+
+    be, reader = _Receiver(be_takes), _Receiver(reader_takes)
+    be.start()
+    reader.start()
+    to_be, to_reader = _connect(be.port), _connect(reader.port)
+    frame = _Receiver.LENGTH
+    rows = wire_bytes = 0
+    ok = wire.TStatus(status_code=wire.TStatusCode.OK)
+    for split in splits:
+        batches = read_split(read, split, batch_rows)
+        while True:
+            t = clock()
+            batch = next(batches, None)
+            cpu["filter"] += clock() - t  # read + filter; the read alone is taken off below
+            if batch is None:
+                break
+            t = clock()
+            converted = list(rechunk([converter.convert(batch)], batch_rows)) if batch.num_rows else []
+            cpu["convert"] += clock() - t
+            for piece in converted:
+                t = clock()
+                payload = piece.serialize()
+                cpu["ipc"] += clock() - t
+                t = clock()
+                to_be.sendall(frame.pack(payload.size))
+                to_be.sendall(payload)
+                cpu["push"] += clock() - t
+                t = clock()
+                reply = serialize(wire.TScanBatchResult(status=ok, eos=False,
+                                                        rows=converter.ipc_stream(piece, memoryview(payload))),
+                                  out_factory)
+                to_reader.sendall(frame.pack(len(reply)))
+                to_reader.sendall(reply)
+                cpu["reply"] += clock() - t
+                rows += piece.num_rows
+                wire_bytes += piece.nbytes
+    to_be.close()
+    to_reader.close()
+    be.join()
+    reader.join()
+    cpu["filter"] = max(0.0, cpu["filter"] - cpu["read"])
+    cpu["push"] += be.cpu_s
+    cpu["decode"] = reader.cpu_s
+    if sum(received) != rows or sum(decoded) != rows:
+        raise RuntimeError(f"rows lost in the profile: sent {rows}, BE {sum(received)}, reader {sum(decoded)}")
+    return {"cpu": cpu, "rows": rows, "bytes": wire_bytes, "splits": len(splits)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale of demo.lineitem (default 1.0: ~6 M rows)")
+    ap.add_argument("--batch-size", type=int, default=4096, help="rows per batch and per reply (default 4096)")
+    ap.add_argument("--filter-date", default="1998-01-01", help="the filtered scan's l_shipdate bound (as compare.py)")
+    ap.add_argument("--tasks", type=int, default=2, help="tasks per scanner the splits are cut for (default 2)")
+    ap.add_argument("--repeats", type=int, default=2, help="profiles per query; the one with least CPU is kept (default 2)")
+    ap.add_argument("--warehouse", default="/tmp/starscan-compare-wh", help="compare.py's warehouse (reused)")
+    ap.add_argument("--tablet-target-bytes", type=int, default=32 << 20)
+    ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
+    args = ap.parse_args(argv)
+
+    from starscan.demo import create_demo
+    from starscan.provider.arrow_engine import plan_arrow
+
+    env = common.environment()
+    warehouse_dir = Path(args.warehouse).resolve() / f"sf{args.scale:g}-{args.tablet_target_bytes}"
+    warehouse_dir.mkdir(parents=True, exist_ok=True)
+    server, spark, settings = common.start_server(warehouse_dir, tablet_target_bytes=args.tablet_target_bytes,
+                                                  warmup_rows=0)
+    queries = {
+        "full": "select * from demo.lineitem",
+        "filter": "select l_orderkey, l_quantity, l_extendedprice, l_shipdate from demo.lineitem "
+                  f"where l_shipdate >= '{args.filter_date}'",
+    }
+    results = {}
+    try:
+        create_demo(spark, server.warehouse, args.scale, args.tablet_target_bytes)
+        for name, (plan, tablets, ids) in _plans(server, queries).items():
+            read, splits = plan_arrow(plan, tablets, ids, settings.time_zone, tasks=args.tasks,
+                                      storage=server.warehouse.storage)
+            runs = []
+            for _ in range(args.repeats):
+                common.log(f"{name}: profiling {len(splits)} splits")
+                runs.append(profile(read, splits, _columns(plan), args.batch_size))
+            results[name] = min(runs, key=lambda r: sum(r["cpu"].values()))
+    finally:
+        server.stop()
+        spark.stop()
+
+    header = ["scan", "rows", "wire MB"] + [f"{s} ms/M rows" for s in STAGES] + \
+        ["total CPU s/M rows", "M rows/s if every stage shared 2 cores"]
+    rows = []
+    for name, r in results.items():
+        per_m = {s: r["cpu"][s] / r["rows"] * 1e6 for s in STAGES} if r["rows"] else dict.fromkeys(STAGES, 0.0)
+        total = sum(per_m.values())
+        rows.append([name, f"{r['rows']:,}", common.fmt(r["bytes"] / 1e6)] +
+                    [common.fmt(per_m[s] * 1e3, 0) for s in STAGES] +
+                    [common.fmt(total, 2), common.fmt(2 / total, 2) if total else "–"])
+    conditions = {
+        "what": "CPU seconds of each stage of an arrow-engine scan over all of the scan's rows, on one thread each "
+                "(push and decode: the receiving thread's CPU too), per million rows delivered; "
+                f"the stages are described in bench/stages.py; batch_size {args.batch_size}",
+        "data": f"demo.lineitem scale {args.scale:g} (compare.py's warehouse), page cache warm",
+        "plans": f"from the FE over HTTP, turned into read instructions and splits by plan_arrow "
+                 f"(tasks={args.tasks}) as the BE does; {args.repeats} profile(s) per scan, the least CPU kept",
+        "not counted": "Spark's JVM scheduling the tasks (a job per split), the BE's thread hand-offs (queue, locks, "
+                       "the GIL) and the waits of the request/reply protocol",
+    }
+    common.report(f"stages: CPU per stage of an arrow-engine scan, lineitem scale {args.scale:g}", conditions,
+                  common.markdown_table(header, rows) + "\n", env, append=not args.no_append)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
