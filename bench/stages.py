@@ -21,10 +21,11 @@ and reads the CPU clock of the thread (or threads) doing it:
   rows, as the task does;
 - ipc: ``RecordBatch.serialize`` of each batch, as the task sends it;
 - push: the task's ``sendall`` of each frame to 127.0.0.1 plus the BE's receive into Arrow's
-  memory pool and ``read_record_batch`` (both threads' CPU);
+  memory pool and ``read_record_batch``, in a process of its own (both CPU times);
 - reply: the BE's ``get_next`` answer: the IPC stream bytes, the ``TScanBatchResult``
   serialized by thriftpy2's Cython writer, and its ``sendall`` to 127.0.0.1;
-- decode: the reader's receive, thriftpy2's Cython reader and the Arrow IPC read.
+- decode: the reader's receive, thriftpy2's Cython reader and the Arrow IPC read, in a
+  process of its own.
 
 Not in the sum: Spark's JVM scheduling the tasks (one job per split), Python's thread
 hand-offs in the BE (queue, locks, the GIL) and the waits of a request/reply protocol.
@@ -40,7 +41,6 @@ import dataclasses
 import socket
 import struct
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -81,52 +81,83 @@ def _columns(plan) -> tuple:
                  for c in plan.columns)
 
 
-class _Receiver(threading.Thread):
-    """The other end of a loopback connection, on a thread of its own: takes length-prefixed
-    frames with ``take(sock, size)`` and measures its CPU clock."""
-
-    LENGTH = struct.Struct(">I")
-
-    def __init__(self, take):
-        super().__init__(daemon=True)
-        self.take = take
-        self.cpu_s = 0.0
-        listener = socket.create_server(("127.0.0.1", 0))
-        self.port = listener.getsockname()[1]
-        self._listener = listener
-
-    def run(self) -> None:
-        from starscan.provider.push_wire import recv_exact
-
-        sock, _ = self._listener.accept()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        started = time.thread_time()
-        while True:
-            head = recv_exact(sock, self.LENGTH.size)
-            if head is None:
-                break
-            self.take(sock, self.LENGTH.unpack(head)[0])
-        self.cpu_s = time.thread_time() - started
-        sock.close()
-        self._listener.close()
+LENGTH = struct.Struct(">I")
 
 
-def _connect(port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-    return sock
+def receive(kind: str, schema_b64: str) -> int:
+    """A receiving end in a process of its own (the BE's or the reader's, as in a real scan):
+    prints its port, takes the length-prefixed frames of one connection, then prints its
+    CPU seconds and the rows it received as JSON."""
+    import base64
+    import json
+    import os
+
+    import pyarrow as pa
+    from thriftpy2.protocol import TCyBinaryProtocolFactory
+    from thriftpy2.utils import deserialize
+
+    from starscan.provider.push_wire import recv_arrow_buffer, recv_exact
+    from starscan.thrift_defs import wire
+
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema_b64)))
+    factory = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
+    listener = socket.create_server(("127.0.0.1", 0))
+    print(listener.getsockname()[1], flush=True)
+    sock, _ = listener.accept()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    before = os.times()
+    rows = 0
+    while True:
+        head = recv_exact(sock, LENGTH.size)
+        if head is None:
+            break
+        size = LENGTH.unpack(head)[0]
+        if kind == "be":  # the BE's push receive (provider/push_listener.py)
+            rows += pa.ipc.read_record_batch(recv_arrow_buffer(sock, size), schema).num_rows
+        else:  # the reader's get_next reply
+            result = deserialize(wire.TScanBatchResult(), recv_exact(sock, size), factory)
+            for batch in pa.ipc.open_stream(result.rows):
+                rows += batch.num_rows
+    after = os.times()
+    print(json.dumps({"cpu_s": after.user - before.user + after.system - before.system, "rows": rows}), flush=True)
+    return 0
+
+
+class _Receiver:
+    """``receive`` in a child process, and a connection to it."""
+
+    def __init__(self, kind: str, schema):
+        import base64
+        import subprocess
+
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--receive", kind,
+                                      base64.b64encode(schema.serialize().to_pybytes()).decode()],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        port = int(self.proc.stdout.readline())
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+
+    def send(self, payload) -> None:
+        self.sock.sendall(LENGTH.pack(len(payload) if isinstance(payload, bytes) else payload.size))
+        self.sock.sendall(payload)
+
+    def finish(self) -> dict:
+        import json
+
+        self.sock.close()
+        out, _ = self.proc.communicate(timeout=600)
+        return json.loads(out.strip().splitlines()[-1])
 
 
 def profile(read, splits, columns, batch_rows: int) -> dict:
     """CPU seconds per stage over every split, and the rows and wire bytes delivered."""
-    import pyarrow as pa
     from thriftpy2.protocol import TCyBinaryProtocolFactory
-    from thriftpy2.utils import deserialize, serialize
+    from thriftpy2.utils import serialize
 
     from starscan.arrow_read import read_split
     from starscan.provider.push_task import rechunk
-    from starscan.provider.push_wire import recv_arrow_buffer, recv_exact
     from starscan.thrift_defs import wire
     from starscan.wire_arrow import BatchConverter
 
@@ -143,26 +174,8 @@ def profile(read, splits, columns, batch_rows: int) -> dict:
                 break
 
     converter = BatchConverter(list(columns))
-    schema = converter.schema
-    received: list[int] = []
-    decoded: list[int] = []
-
-    def be_takes(sock, size):  # the BE's receive of one pushed batch
-        batch = pa.ipc.read_record_batch(recv_arrow_buffer(sock, size), schema)
-        received.append(batch.num_rows)
-
     out_factory = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
-
-    def reader_takes(sock, size):  # the reader's decode of one reply
-        result = deserialize(wire.TScanBatchResult(), recv_exact(sock, size), out_factory)
-        for batch in pa.ipc.open_stream(result.rows):
-            decoded.append(batch.num_rows)
-
-    be, reader = _Receiver(be_takes), _Receiver(reader_takes)
-    be.start()
-    reader.start()
-    to_be, to_reader = _connect(be.port), _connect(reader.port)
-    frame = _Receiver.LENGTH
+    be, reader = _Receiver("be", converter.schema), _Receiver("reader", converter.schema)
     rows = wire_bytes = 0
     ok = wire.TStatus(status_code=wire.TStatusCode.OK)
     for split in splits:
@@ -181,27 +194,20 @@ def profile(read, splits, columns, batch_rows: int) -> dict:
                 payload = piece.serialize()
                 cpu["ipc"] += clock() - t
                 t = clock()
-                to_be.sendall(frame.pack(payload.size))
-                to_be.sendall(payload)
+                be.send(payload)
                 cpu["push"] += clock() - t
                 t = clock()
-                reply = serialize(wire.TScanBatchResult(status=ok, eos=False,
-                                                        rows=converter.ipc_stream(piece, memoryview(payload))),
-                                  out_factory)
-                to_reader.sendall(frame.pack(len(reply)))
-                to_reader.sendall(reply)
+                reader.send(serialize(wire.TScanBatchResult(
+                    status=ok, eos=False, rows=converter.ipc_stream(piece, memoryview(payload))), out_factory))
                 cpu["reply"] += clock() - t
                 rows += piece.num_rows
                 wire_bytes += piece.nbytes
-    to_be.close()
-    to_reader.close()
-    be.join()
-    reader.join()
+    at_be, at_reader = be.finish(), reader.finish()
     cpu["filter"] = max(0.0, cpu["filter"] - cpu["read"])
-    cpu["push"] += be.cpu_s
-    cpu["decode"] = reader.cpu_s
-    if sum(received) != rows or sum(decoded) != rows:
-        raise RuntimeError(f"rows lost in the profile: sent {rows}, BE {sum(received)}, reader {sum(decoded)}")
+    cpu["push"] += at_be["cpu_s"]
+    cpu["decode"] = at_reader["cpu_s"]
+    if at_be["rows"] != rows or at_reader["rows"] != rows:
+        raise RuntimeError(f"rows lost in the profile: sent {rows}, BE {at_be['rows']}, reader {at_reader['rows']}")
     return {"cpu": cpu, "rows": rows, "bytes": wire_bytes, "splits": len(splits)}
 
 
@@ -215,7 +221,10 @@ def main(argv=None) -> int:
     ap.add_argument("--warehouse", default="/tmp/starscan-compare-wh", help="compare.py's warehouse (reused)")
     ap.add_argument("--tablet-target-bytes", type=int, default=32 << 20)
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
+    ap.add_argument("--receive", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.receive:
+        return receive(*args.receive)
 
     from starscan.demo import create_demo
     from starscan.provider.arrow_engine import plan_arrow
@@ -256,7 +265,7 @@ def main(argv=None) -> int:
                     [common.fmt(total, 2), common.fmt(2 / total, 2) if total else "–"])
     conditions = {
         "what": "CPU seconds of each stage of an arrow-engine scan over all of the scan's rows, on one thread each "
-                "(push and decode: the receiving thread's CPU too), per million rows delivered; "
+                "(push and decode: the receiving process's CPU too), per million rows delivered; "
                 f"the stages are described in bench/stages.py; batch_size {args.batch_size}",
         "data": f"demo.lineitem scale {args.scale:g} (compare.py's warehouse), page cache warm",
         "plans": f"from the FE over HTTP, turned into read instructions and splits by plan_arrow "

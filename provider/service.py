@@ -23,6 +23,7 @@ from starscan.runtime_config import LiveSettings
 from starscan.spark import scan_pool, spark_problem
 from starscan.storage import open_storage
 from starscan.tablet_lists import TabletLists, planned_tablets
+from starscan.wire_arrow import IpcStream
 
 log = logging.getLogger("starscan.provider")
 
@@ -41,7 +42,7 @@ class OpenResult:
 class NextResult:
     __slots__ = ("rows", "eos", "rows_total")
 
-    def __init__(self, rows: bytes | None, eos: bool, rows_total: int | None = None):
+    def __init__(self, rows: bytes | IpcStream | None, eos: bool, rows_total: int | None = None):
         self.rows = rows
         self.eos = eos
         self.rows_total = rows_total  # set on eos when the client asked for the row count
@@ -239,7 +240,7 @@ class ScanService:
                     return self._eos(ctx)
                 rows = ctx.scan.converter.ipc_stream(batch, ipc)
                 if ctx.cache_fill is not None:
-                    ctx.cache_fill.add(batch.num_rows, rows)
+                    ctx.cache_fill.add(batch.num_rows, bytes(rows))
                 ctx.prev_offset, ctx.prev_rows = ctx.offset, rows
                 ctx.offset += batch.num_rows
                 ctx.rows_sent += batch.num_rows

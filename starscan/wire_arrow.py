@@ -161,11 +161,26 @@ class BatchConverter:
         arrays = [fn(col) if fn else col for fn, col in zip(self._fns, batch.columns)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def ipc_stream(self, batch: pa.RecordBatch, ipc: bytes | memoryview | None = None) -> bytes:
-        """One Arrow IPC stream: schema message, one record batch, end-of-stream marker.
+    def ipc_stream(self, batch: pa.RecordBatch, ipc: bytes | memoryview | pa.Buffer | None = None) -> IpcStream:
+        """One Arrow IPC stream: schema message, one record batch, end-of-stream marker, as
+        its three parts. ``ipc``: the batch's IPC message already serialized (as a scan task
+        sent it), used as it is."""
+        return IpcStream((self.schema_message, memoryview(ipc if ipc is not None else batch.serialize()), EOS_MARKER))
 
-        ``ipc``: the batch's IPC message already serialized (as a scan task sent it), used
-        as it is. Otherwise the serialized batch is joined through a memoryview: one copy
-        fewer than ``to_pybytes()`` first (the same bytes; bench/RESULTS.md, issue 6)."""
-        body = ipc if ipc is not None else memoryview(batch.serialize())
-        return b"".join((self.schema_message, body, EOS_MARKER))
+
+class IpcStream:
+    """One ``get_next`` reply's Arrow IPC stream, kept as its parts: the BE sends them to the
+    socket as they are (provider/server.py), not joined and copied again into thriftpy2's
+    buffers."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: tuple[bytes | memoryview, ...]):
+        self.parts = parts
+        self.size = sum(memoryview(p).nbytes for p in parts)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
