@@ -99,15 +99,18 @@ class _Listing:
     stamp: int            # the table directory's mtime when listed
     listed_at: float      # the warehouse clock (time.monotonic())
     snapshot: TableSnapshot
+    folders: dict[str, int] | None = None  # a local folder table: every folder walked, and its mtime then
 
 
-def list_table_files(location: Path | str, storage: Storage | None = None) -> tuple[list[DataFile], list[str]]:
+def list_table_files(location: Path | str, storage: Storage | None = None,
+                     folders: dict[str, int] | None = None) -> tuple[list[DataFile], list[str]]:
     """All data files below a table folder (Hive-style partition folders understood): one
-    walk of a local folder, one listing of an object store."""
+    walk of a local folder, one listing of an object store. ``folders``: see
+    ``Storage.walk_files``."""
     storage = storage or LOCAL
     files: list[DataFile] = []
     part_cols: list[str] = []
-    for entry in storage.walk_files(str(location)):
+    for entry in storage.walk_files(str(location), folders):
         *folders, name = entry.name.split("/")
         if is_hidden(name) or any(is_hidden(f) or "=" not in f for f in folders):
             continue  # hidden, or below a folder that is not a partition: Spark skips it too
@@ -301,8 +304,7 @@ class Warehouse:
                         break  # this caller lists the table and waits for it
                     # Only the TTL ran out, a moment ago: under load, the caller that listed a
                     # 10,000-file table waited ~0.4 s for it (bench/RESULTS.md, plan_latency).
-                    threading.Thread(target=self._relist_quietly, name="starscan-listing", daemon=True,
-                                     args=(db, table, location, stamp, now, generation, refreshing)).start()
+                    self._relist_behind(db, table, location, stamp, now, generation, refreshing)
                     return same.snapshot
                 if same is not None:
                     # Another caller is listing the table again after its TTL: this listing is
@@ -320,15 +322,40 @@ class Warehouse:
         try:
             with self._lock:
                 before = self._listings.get(location)
-            snap = self._build_snapshot(db, table, location, before.snapshot if before is not None else None)
+            if before is not None and before.folders and self._unchanged(location, before):
+                snap, folders = before.snapshot, before.folders
+            else:
+                folders = {} if self.storage.is_local else None
+                snap = self._build_snapshot(db, table, location, before.snapshot if before is not None else None, folders)
             with self._lock:
                 if generation == self._generation:  # not invalidated while it was listed
-                    self._listings[location] = _Listing(stamp, now, snap)
+                    self._listings[location] = _Listing(stamp, now, snap, folders or None)
             return snap
         finally:
             with self._lock:
                 self._refreshing.pop(location, None)
             refreshing.set()
+
+    def _unchanged(self, location: str, listing: _Listing) -> bool:
+        """Whether a local folder table still holds exactly the listed files, asked with a stat
+        of each folder and file instead of a walk: a folder whose entries changed has a new
+        modification time, a file rewritten in place a new size or time. A 10,000-file table
+        is checked with a third of a listing's CPU (bench/RESULTS.md, plan_latency)."""
+        storage = self.storage
+        assert listing.folders is not None
+        for folder, mtime in listing.folders.items():
+            if storage.dir_stamp(folder) != mtime:
+                return False
+        for tablet in listing.snapshot.tablets:
+            for f in tablet.files:
+                if storage.file_identity(storage.join(location, f.path)) != (f.size, f.mtime_ns):
+                    return False
+        return True
+
+    def _relist_behind(self, *args: Any) -> None:
+        """``_relist`` on a thread of its own, the callers answered meanwhile (under the lock:
+        ``_refreshing`` already names the table)."""
+        threading.Thread(target=self._relist_quietly, name="starscan-listing", daemon=True, args=args).start()
 
     def _relist_quietly(self, *args: Any) -> None:
         """``_relist`` in the background: a failure is the next caller's to meet (the
@@ -340,10 +367,10 @@ class Warehouse:
 
     def fresh_snapshot(self, db: str, table: str) -> TableSnapshot | None:
         """``snapshot`` when a listing at hand answers it (a folder of a local warehouse without
-        catalogs, its directory unchanged: one stat; listed less than a TTL ago, or being
-        listed again in the background); None when ``snapshot`` would have to list, start a
-        listing, look up a catalog or report an error. It never blocks for long, so an event
-        loop may ask it."""
+        catalogs, its directory unchanged: one stat; listed less than a TTL ago, or less than
+        two, while it is listed again in the background); None when ``snapshot`` would have
+        to list and wait, look up a catalog or report an error. It never blocks for long, so
+        an event loop may ask it."""
         if self.catalogs or not self.storage.is_local or self._ttl_s <= 0 or not self._table_name_ok(db, table):
             return None
         try:
@@ -355,10 +382,15 @@ class Warehouse:
             cached = self._listings.get(location)
             if stamp is None or cached is None or cached.stamp != stamp:
                 return None
-            age = self._clock() - cached.listed_at
-            if age < self._ttl_s or (age < 2 * self._ttl_s and location in self._refreshing):
-                return cached.snapshot  # what ``snapshot`` answers, also while it is listed again behind it
-            return None
+            now = self._clock()
+            age = now - cached.listed_at
+            if age >= 2 * self._ttl_s:
+                return None
+            if age >= self._ttl_s and location not in self._refreshing:
+                # What ``snapshot`` does here: answer, and list the table again behind the answer.
+                refreshing = self._refreshing[location] = threading.Event()
+                self._relist_behind(db, table, location, stamp, now, self._generation, refreshing)
+            return cached.snapshot
 
     def set_sizing(self, sizing: Sizing) -> None:
         """New tablet sizes: listings are made again (a plan issued before still reads what it
@@ -424,9 +456,11 @@ class Warehouse:
             self._catalog_snapshots[(db, table)] = (found, snap)
         return snap
 
-    def _build_snapshot(self, db: str, table: str, location: str, previous: TableSnapshot | None = None) -> TableSnapshot:
+    def _build_snapshot(self, db: str, table: str, location: str, previous: TableSnapshot | None = None,
+                        folders: dict[str, int] | None = None) -> TableSnapshot:
         """The table as listed now. ``previous``: the snapshot of the listing before, answered
-        again when the folder holds the same files (no footers looked up, no tablets cut)."""
+        again when the folder holds the same files (no footers looked up, no tablets cut).
+        ``folders``: filled with a folder table's folders and their modification times."""
         storage = self.storage
         version: int | None = None
         schema_json = None
@@ -438,7 +472,7 @@ class Warehouse:
             if not 0 <= version < 1 << 31:
                 raise TableUnreadable(f"table {db}.{table}: Delta version {version} does not fit a plan's version")
         else:
-            files, part_cols = list_table_files(location, storage)
+            files, part_cols = list_table_files(location, storage, folders)
             version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
             if previous is not None and previous.kind == "folder" and previous.version == version and \
                     previous.partition_columns == tuple(part_cols):

@@ -214,11 +214,13 @@ class Storage:
             out = [Entry(i.base_name, i.type == pafs.FileType.Directory) for i in infos]
         return sorted(out, key=lambda e: e.name)
 
-    def walk_files(self, location: str) -> Iterator[Entry]:
+    def walk_files(self, location: str, folders: dict[str, int] | None = None) -> Iterator[Entry]:
         """Every file below a folder, as paths relative to it ('/'-separated), with size and
-        modification time; folders whose name starts with '_' or '.' are not entered."""
+        modification time; folders whose name starts with '_' or '.' are not entered.
+        ``folders``: filled with the modification time of every local folder entered, taken
+        before its entries are read (object stores have none)."""
         if self.fs is None:
-            yield from _walk_local(location, "")
+            yield from _walk_local(location, "", folders)
             return
         root = self._fs_path(location)
         try:
@@ -292,15 +294,17 @@ class Storage:
             raise store_error(f"{self.scheme}://{self.authority}", exc) from None
 
 
-def _walk_local(directory: str, rel: str) -> Iterator[Entry]:
+def _walk_local(directory: str, rel: str, folders: dict[str, int] | None = None) -> Iterator[Entry]:
     try:
+        if folders is not None:
+            folders[directory] = os.stat(directory).st_mtime_ns
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         return
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
             if not is_hidden(entry.name):
-                yield from _walk_local(entry.path, f"{rel}{entry.name}/")
+                yield from _walk_local(entry.path, f"{rel}{entry.name}/", folders)
         elif entry.is_file():
             st = entry.stat()
             yield Entry(rel + entry.name, False, st.st_size, st.st_mtime_ns)

@@ -184,6 +184,57 @@ def test_a_file_rewritten_in_place_shows_after_the_ttl(wh):
     assert third.version not in (first.version, second.version)
 
 
+def _rewrite_in_place(path, rows):
+    """New contents under the same name; the folder keeps its modification time."""
+    stamp = os.stat(path.parent).st_mtime_ns
+    _write(path, rows=rows)
+    os.utime(path.parent, ns=(stamp, stamp))
+
+
+def test_an_unchanged_table_is_checked_without_listing_it(wh):
+    """After the TTL, a folder table whose folders and files are all unchanged keeps its
+    snapshot after a stat of each (no walk, no footers); a file added in a partition folder
+    (the table folder's own time stays) is seen."""
+    now = [0.0]
+    wh = Warehouse(wh.root, listing_ttl_s=5, clock=lambda: now[0])
+    first = wh.snapshot("d1", "p")
+    builds = []
+    real_build = wh._build_snapshot
+    wh._build_snapshot = lambda *args: builds.append(1) or real_build(*args)
+    now[0] += 60
+    assert wh.snapshot("d1", "p") is first and not builds
+    table = wh.root / "d1.db" / "p"
+    stamp = os.stat(table).st_mtime_ns
+    _write(table / "region=eu" / "day=2024-01-01" / "g.parquet")
+    os.utime(table, ns=(stamp, stamp))
+    now[0] += 60
+    second = wh.snapshot("d1", "p")
+    assert builds == [1] and second.version != first.version and len(second.files) == len(first.files) + 1
+
+
+def test_a_fresh_snapshot_never_lists_in_the_callers_thread(wh):
+    """What the FE's event loop asks (Warehouse.fresh_snapshot): the listing at hand or None,
+    and a listing that ran out a moment ago is listed again behind the answer."""
+    now = [0.0]
+    wh = Warehouse(wh.root, listing_ttl_s=5, clock=lambda: now[0])
+    assert wh.fresh_snapshot("d1", "t") is None  # never listed
+    first = wh.snapshot("d1", "t")
+    assert wh.fresh_snapshot("d1", "t") is first
+    _rewrite_in_place(wh.root / "d1.db" / "t" / "part-0.parquet", rows=7)
+    now[0] += 6
+    assert wh.fresh_snapshot("d1", "t") is first  # and the table is listed again behind it
+    _wait_for_listings(wh)
+    second = wh.fresh_snapshot("d1", "t")
+    assert second is not None and second.version != first.version
+    now[0] += 20
+    assert wh.fresh_snapshot("d1", "t") is None  # too old: snapshot lists it, and the caller waits
+    assert wh.snapshot("d1", "t") is second
+    time.sleep(0.01)
+    _write(wh.root / "d1.db" / "t" / "part-9.parquet")
+    assert wh.fresh_snapshot("d1", "t") is None  # the folder changed
+    assert wh.fresh_snapshot("d1", "no_such_table") is None and wh.fresh_snapshot("no_db", "t") is None
+
+
 def test_callers_of_an_expired_listing_share_one_listing(wh):
     """When the TTL runs out under load, one caller lists the table again and the others keep
     the listing they had meanwhile (50 callers listing a 10,000-file table at once each waited
@@ -204,16 +255,20 @@ def test_callers_of_an_expired_listing_share_one_listing(wh):
         return real_build(*args)
 
     wh._build_snapshot = slow_build
+    part = wh.root / "d1.db" / "t" / "part-0.parquet"
+    _rewrite_in_place(part, rows=5)  # a change only a listing finds
     now[0] += 6  # the TTL ran out a moment ago: every caller is answered, one listing runs behind them
     got = [wh.snapshot("d1", "t") for _ in range(20)]
     assert len(builds) == 1 and all(s is first for s in got)
     listing.set()
     _wait_for_listings(wh)
-    assert wh.snapshot("d1", "t") is first  # the same files: the same snapshot, kept
+    second = wh.snapshot("d1", "t")
+    assert second.version != first.version
     assert len(builds) == 1
 
     listing.clear()
     builds.clear()
+    _rewrite_in_place(part, rows=6)
     now[0] += 20  # long ago: one caller lists it and waits; the others keep the listing they had
     got = []
     threads = [threading.Thread(target=lambda: got.append(wh.snapshot("d1", "t"))) for _ in range(20)]
@@ -223,11 +278,12 @@ def test_callers_of_an_expired_listing_share_one_listing(wh):
     while len(got) < 19 and time.monotonic() < deadline:  # all but the one listing the table
         time.sleep(0.005)
     assert len(builds) == 1 and len(got) == 19
+    assert all(s is second for s in got)
     listing.set()
     for t in threads:
         t.join()
     assert len(builds) == 1 and len(got) == 20
-    assert all(s.version == first.version for s in got)
+    assert len({s.version for s in got}) == 2  # the lister's new version, the others' previous one
 
     time.sleep(0.01)
     _write(wh.root / "d1.db" / "t" / "part-9.parquet")  # the directory changes: nobody gets the old listing
