@@ -401,7 +401,8 @@ def main(argv=None) -> int:
                 "(directory listing and plan rebuilt; the schema stays cached per table version)",
         "warm": f"sequential: {args.seq_requests} calls; concurrent: {args.concurrency} threads spread over "
                 f"{' and '.join(map(str, args.client_processes))} separate client process(es) (one row each; they start "
-                "their measured calls together), each thread with its own httpx.Client, {args.requests} requests in total, time cap {args.time_cap:.0f} s "
+                f"their measured calls together), each thread with its own httpx.Client, {args.requests} requests in total, "
+                f"time cap {args.time_cap:.0f} s "
                 f"per phase; closed loop with think time {args.think_ms:g} ms (with none, latency ≈ callers ÷ req/s: Little's law); "
                 "each thread makes one unmeasured call first",
     }

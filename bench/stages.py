@@ -22,10 +22,11 @@ and reads the CPU clock of the thread (or threads) doing it:
 - ipc: ``RecordBatch.serialize`` of each batch, as the task sends it;
 - push: the task's ``sendall`` of each frame to 127.0.0.1 plus the BE's receive into Arrow's
   memory pool and ``read_record_batch``, in a process of its own (both CPU times);
-- reply: the BE's ``get_next`` answer: the IPC stream bytes, the ``TScanBatchResult``
-  serialized by thriftpy2's Cython writer, and its ``sendall`` to 127.0.0.1;
-- decode: the reader's receive, thriftpy2's Cython reader and the Arrow IPC read, in a
-  process of its own.
+- reply: the BE's ``get_next`` answer, written by the BE's own reply writer
+  (``provider/server._Processor``: thriftpy2 for the header, one scatter-gather send of the
+  IPC stream's parts) to 127.0.0.1;
+- decode: the reader's receive through thriftpy2's buffered transport and Cython reader, as
+  the Python client reads, and the Arrow IPC read, in a process of its own.
 
 Not in the sum: Spark's JVM scheduling the tasks (one job per split), Python's thread
 hand-offs in the BE (queue, locks, the GIL) and the waits of a request/reply protocol.
@@ -94,7 +95,7 @@ def receive(kind: str, schema_b64: str) -> int:
 
     import pyarrow as pa
     from thriftpy2.protocol import TCyBinaryProtocolFactory
-    from thriftpy2.utils import deserialize
+    from thriftpy2.transport import TCyBufferedTransport, TSocket, TTransportException
 
     from starscan.provider.push_wire import recv_arrow_buffer, recv_exact
     from starscan.thrift_defs import wire
@@ -107,17 +108,24 @@ def receive(kind: str, schema_b64: str) -> int:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     before = os.times()
     rows = 0
-    while True:
+    if kind == "reader":  # get_next replies, read as the Python client reads them
+        proto = factory.get_protocol(TCyBufferedTransport(TSocket(sock=sock)))
+        while True:
+            try:
+                proto.read_message_begin()
+            except TTransportException:
+                break
+            result = wire.TStarrocksExternalService.get_next_result()
+            proto.read_struct(result)
+            proto.read_message_end()
+            for batch in pa.ipc.open_stream(result.success.rows):
+                rows += batch.num_rows
+    while kind == "be":  # the BE's push receive (provider/push_listener.py)
         head = recv_exact(sock, LENGTH.size)
         if head is None:
             break
         size = LENGTH.unpack(head)[0]
-        if kind == "be":  # the BE's push receive (provider/push_listener.py)
-            rows += pa.ipc.read_record_batch(recv_arrow_buffer(sock, size), schema).num_rows
-        else:  # the reader's get_next reply
-            result = deserialize(wire.TScanBatchResult(), recv_exact(sock, size), factory)
-            for batch in pa.ipc.open_stream(result.rows):
-                rows += batch.num_rows
+        rows += pa.ipc.read_record_batch(recv_arrow_buffer(sock, size), schema).num_rows
     after = os.times()
     print(json.dumps({"cpu_s": after.user - before.user + after.system - before.system, "rows": rows}), flush=True)
     return 0
@@ -154,10 +162,11 @@ class _Receiver:
 def profile(read, splits, columns, batch_rows: int) -> dict:
     """CPU seconds per stage over every split, and the rows and wire bytes delivered."""
     from thriftpy2.protocol import TCyBinaryProtocolFactory
-    from thriftpy2.utils import serialize
+    from thriftpy2.transport import TCyBufferedTransport, TSocket
 
     from starscan.arrow_read import read_split
     from starscan.provider.push_task import rechunk
+    from starscan.provider.server import _Processor
     from starscan.thrift_defs import wire
     from starscan.wire_arrow import BatchConverter
 
@@ -176,6 +185,9 @@ def profile(read, splits, columns, batch_rows: int) -> dict:
     converter = BatchConverter(list(columns))
     out_factory = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
     be, reader = _Receiver("be", converter.schema), _Receiver("reader", converter.schema)
+    service = wire.TStarrocksExternalService
+    replies = _Processor(service, object(), out_factory)  # the BE's own reply writer
+    to_reader = out_factory.get_protocol(TCyBufferedTransport(TSocket(sock=reader.sock)))
     rows = wire_bytes = 0
     ok = wire.TStatus(status_code=wire.TStatusCode.OK)
     for split in splits:
@@ -197,8 +209,8 @@ def profile(read, splits, columns, batch_rows: int) -> dict:
                 be.send(payload)
                 cpu["push"] += clock() - t
                 t = clock()
-                reader.send(serialize(wire.TScanBatchResult(
-                    status=ok, eos=False, rows=converter.ipc_stream(piece, memoryview(payload))), out_factory))
+                replies.send_result(to_reader, "get_next", service.get_next_result(success=wire.TScanBatchResult(
+                    status=ok, eos=False, rows=converter.ipc_stream(piece, payload))), rows)
                 cpu["reply"] += clock() - t
                 rows += piece.num_rows
                 wire_bytes += piece.nbytes

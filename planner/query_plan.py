@@ -6,7 +6,7 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cachetools import LRUCache
@@ -55,6 +55,8 @@ class ResolvedColumns:
 
 
 AUDIT_SQL_CHARS = 2000
+QUICK_INLINE_MAX_BYTES = 64 << 10  # a plan's inline tablet list signed on the FE's event loop, at most
+QUICK_FILES_MAX = 250_000          # files of the snapshots the quick plans keep, counted per plan body
 _EMPTY_ANSWER = b'{"status":200,"opaqued_query_plan":"","partitions":{}'
 
 
@@ -79,6 +81,10 @@ class _PlanBody:
     parts: TabletParts | None        # None: no tablet planned
     schema_json: str
     shash: int
+    files: int = field(init=False)   # the snapshot's files: what keeping this body keeps alive
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", 1 + sum(len(t.files) for t in self.snap.tablets))
 
     @property
     def partitions_json(self) -> bytes:
@@ -149,7 +155,10 @@ class QueryPlanner:
         self._parts_lock = threading.Lock()
         self._parts_cache: LRUCache = LRUCache(maxsize=64)
         self._parsed: LRUCache = LRUCache(maxsize=1024)  # (sql, db, table) -> ParsedQuery (immutable)
-        self._bodies: LRUCache = LRUCache(maxsize=1024)  # (db, table, sql) -> the latest _PlanBody of it
+        # (db, table, sql) -> the latest _PlanBody of it. A body keeps its snapshot alive after
+        # the listing cache has moved on, so the bound is in files of the snapshots held
+        # (each counted per body): ~100 MB at most, whatever the tables.
+        self._bodies: LRUCache = LRUCache(maxsize=QUICK_FILES_MAX, getsizeof=lambda body: body.files)
 
     @property
     def settings(self) -> Settings:
@@ -197,11 +206,13 @@ class QueryPlanner:
                 b',"version":%d' % snap.version + (b"" if consumer is None else b',"consumer":"%s"' % consumer.encode())
         parts = None
         schema_json, shash = self.schemas.schema_text(snap, schema)
+        live = self._live()  # once: the routings and the body that keeps them name the same BEs
         if tablets:
-            parts = self._tablet_parts(snap, tablets, shash, inline=since_version is not None)
-        body = _PlanBody(snap, settings, self._live(), sql, columns,
+            parts = self._tablet_parts(snap, tablets, shash, live, inline=since_version is not None)
+        body = _PlanBody(snap, settings, live, sql, columns,
                          E.flatten(predicate) if predicate is not None else None, len(tablets), parts, schema_json, shash)
-        if not tail and not direct:
+        if not tail and not direct and (parts is None or len(parts.tablets) <= QUICK_INLINE_MAX_BYTES) and \
+                body.files <= QUICK_FILES_MAX // 10:
             with self._parts_lock:
                 self._bodies[(db, table, sql)] = body
         plan, encoded = self._signed(body, user, audit)
@@ -307,13 +318,12 @@ class QueryPlanner:
                 self._parsed[key] = hit
         return hit
 
-    def _tablet_parts(self, snap, tablets, shash: int, inline: bool = False) -> TabletParts:
+    def _tablet_parts(self, snap, tablets, shash: int, live: tuple[str, ...] | None, inline: bool = False) -> TabletParts:
         """The plan's tablets and the rendered `partitions` JSON, cached per table version and
-        tablet set: large tables make these the bulk of every answer. ``inline``: carry the
-        tablets in the plan whatever their size (an incremental plan's tablets are not the
-        snapshot's, whose list a digest names)."""
+        tablet set: large tables make these the bulk of every answer. ``live``: the BEs the
+        routings name (``_live``). ``inline``: carry the tablets in the plan whatever their
+        size (an incremental plan's tablets are not the snapshot's, whose list a digest names)."""
         inline_max = 1 << 62 if inline else self.settings.plan_inline_tablets_max_bytes
-        live = self.membership.live() if self.membership is not None else None
         if self.membership is not None and not live:
             raise self.membership.none_alive()
         key = (str(snap.location), snap.version, shash, inline_max, tuple(t.tablet_id for t in tablets), live)

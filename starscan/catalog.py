@@ -46,6 +46,10 @@ from starscan.versions import VersionHistory
 
 log = logging.getLogger("starscan.catalog")
 
+#: A folder modified less than this before it was walked is walked again at the next listing
+#: rather than trusted by its modification time (clocks of 1 s and coarse kernel ticks).
+RACY_FOLDER_NS = 2_000_000_000
+
 __all__ = ["DataFile", "Tablet", "TableSnapshot", "Warehouse", "list_table_files", "partition_of"]
 
 DEFAULT_DB = "default"
@@ -327,6 +331,12 @@ class Warehouse:
             else:
                 folders = {} if self.storage.is_local else None
                 snap = self._build_snapshot(db, table, location, before.snapshot if before is not None else None, folders)
+                recent = time.time_ns() - RACY_FOLDER_NS
+                if folders and any(mtime > recent for mtime in folders.values()):
+                    # A folder changed in the last moments may change again within the same
+                    # tick of its clock and keep its time: the next listing walks it (git's
+                    # "racily clean" rule).
+                    folders = None
             with self._lock:
                 if generation == self._generation:  # not invalidated while it was listed
                     self._listings[location] = _Listing(stamp, now, snap, folders or None)
@@ -346,8 +356,12 @@ class Warehouse:
         for folder, mtime in listing.folders.items():
             if storage.dir_stamp(folder) != mtime:
                 return False
+        seen: set[str] = set()
         for tablet in listing.snapshot.tablets:
             for f in tablet.files:
+                if f.path in seen:
+                    continue  # a file cut into several tablets
+                seen.add(f.path)
                 if storage.file_identity(storage.join(location, f.path)) != (f.size, f.mtime_ns):
                     return False
         return True

@@ -286,8 +286,9 @@ def listing_cached(spark, base_settings, tmp_path_factory):
     path = own_warehouse(spark, tmp_path_factory.mktemp("quick-wh"))
     settings = base_settings.model_copy(update={"warehouse": path, "users_file": None, "listing_cache_ttl_s": 600.0})
     with running_server(spark, settings) as srv:
-        srv.users.set_password("quinn", "quinn-pw", create=True)
-        srv.users.grant("quinn", "db1.quick")
+        for user in ("quinn", "rita"):
+            srv.users.set_password(user, f"{user}-pw", create=True)
+            srv.users.grant(user, "db1.quick")
         yield srv
 
 
@@ -322,6 +323,12 @@ def test_repeated_plans_are_new_plans_that_follow_the_table_settings_and_grants(
     assert len(full_plans) == 1  # the second was answered from the first's work
     assert decoded(first).query_id != decoded(second).query_id
     assert decoded(second).user == "quinn" and decoded(second).sql == sql
+    other = plan(fe(srv), "db1", "quick", sql, basic("rita", "rita-pw"))  # another user, the same statement
+    assert other.status_code == 200 and len(full_plans) == 1
+    assert decoded(other.json()).user == "rita"
+    assert open_scanner(srv, other.json(), table="quick", user="rita", passwd="rita-pw").status.status_code == OK
+    refused = open_scanner(srv, other.json(), table="quick", user="quinn", passwd="quinn-pw")
+    assert refused.status.status_code != OK  # a plan is its user's
     assert first["partitions"] == second["partitions"]
     for body in (first, second):
         result = open_scanner(srv, body, table="quick", user="quinn", passwd="quinn-pw")
