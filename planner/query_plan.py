@@ -6,7 +6,8 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from cachetools import LRUCache
@@ -81,7 +82,7 @@ class _PlanBody:
     parts: TabletParts | None        # None: no tablet planned
     schema_json: str
     shash: int
-    files: int = field(init=False)   # the snapshot's files: what keeping this body keeps alive
+    files: int = dataclass_field(init=False)  # the snapshot's files: what keeping this body keeps alive
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", 1 + sum(len(t.files) for t in self.snap.tablets))

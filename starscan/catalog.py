@@ -107,14 +107,14 @@ class _Listing:
 
 
 def list_table_files(location: Path | str, storage: Storage | None = None,
-                     folders: dict[str, int] | None = None) -> tuple[list[DataFile], list[str]]:
+                     folder_times: dict[str, int] | None = None) -> tuple[list[DataFile], list[str]]:
     """All data files below a table folder (Hive-style partition folders understood): one
-    walk of a local folder, one listing of an object store. ``folders``: see
+    walk of a local folder, one listing of an object store. ``folder_times``: see
     ``Storage.walk_files``."""
     storage = storage or LOCAL
     files: list[DataFile] = []
     part_cols: list[str] = []
-    for entry in storage.walk_files(str(location), folders):
+    for entry in storage.walk_files(str(location), folder_times):
         *folders, name = entry.name.split("/")
         if is_hidden(name) or any(is_hidden(f) or "=" not in f for f in folders):
             continue  # hidden, or below a folder that is not a partition: Spark skips it too
@@ -326,6 +326,7 @@ class Warehouse:
         try:
             with self._lock:
                 before = self._listings.get(location)
+            folders: dict[str, int] | None
             if before is not None and before.folders and self._unchanged(location, before):
                 snap, folders = before.snapshot, before.folders
             else:
