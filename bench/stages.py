@@ -69,19 +69,6 @@ def _plans(server, queries: dict[str, str]) -> dict[str, tuple]:
     return out
 
 
-def _columns(plan) -> tuple:
-    """(name, SqlType, nullable) of the output columns, as SparkScan gives them to the task."""
-    import json
-
-    from pyspark.sql import types as T
-
-    from starscan.types import sql_type
-
-    by_lower = {f.name.lower(): f for f in T.StructType.fromJson(json.loads(plan.table_schema)).fields}
-    return tuple((c.name, sql_type(by_lower[c.source.lower()].dataType), by_lower[c.source.lower()].nullable)
-                 for c in plan.columns)
-
-
 LENGTH = struct.Struct(">I")
 
 
@@ -159,7 +146,7 @@ class _Receiver:
         return json.loads(out.strip().splitlines()[-1])
 
 
-def profile(read, splits, columns, batch_rows: int) -> dict:
+def profile(read, splits, batch_rows: int) -> dict:
     """CPU seconds per stage over every split, and the rows and wire bytes delivered."""
     from thriftpy2.protocol import TCyBinaryProtocolFactory
     from thriftpy2.transport import TCyBufferedTransport, TSocket
@@ -182,7 +169,7 @@ def profile(read, splits, columns, batch_rows: int) -> dict:
             if batch is None:
                 break
 
-    converter = BatchConverter(list(columns))
+    converter = BatchConverter(list(read.output_columns))  # the wire conversion of the plan's columns
     out_factory = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
     be, reader = _Receiver("be", converter.schema), _Receiver("reader", converter.schema)
     service = wire.TStarrocksExternalService
@@ -260,7 +247,7 @@ def main(argv=None) -> int:
             runs = []
             for _ in range(args.repeats):
                 common.log(f"{name}: profiling {len(splits)} splits")
-                runs.append(profile(read, splits, _columns(plan), args.batch_size))
+                runs.append(profile(read, splits, args.batch_size))
             results[name] = min(runs, key=lambda r: sum(r["cpu"].values()))
     finally:
         server.stop()

@@ -133,31 +133,25 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
                 text = request.query_params["since_version"].strip()
                 since = table_version(int(text) if text.isdigit() else text, "since_version")
             info["sql"] = wanted.sql
+            # The grants, from the users file authentication just read: no I/O on the loop.
+            auth.require_select(who, client, db, table)
+            if wanted.direct:
+                info["direct"] = True
+                auth.require_direct_read(who, client, db, table)
             body = None
             if since is None and wanted.consumer is None and not wanted.cursor and not wanted.direct:
                 # A plan whose answer is at hand is made here, on the event loop: nothing in
                 # it lists, reads or waits (QueryPlanner.quick_plan_json).
-                auth.require_select(who, client, db, table)
                 body = planner.quick_plan_json(db, table, wanted.sql, who, info)
             if body is None:
                 async with planning:
-                    body = await run_in_threadpool(_select_then_plan, who, client, db, table, wanted.sql, info,
+                    body = await run_in_threadpool(planner.query_plan_json, db, table, wanted.sql, who, info,
                                                    since, wanted.consumer, wanted.cursor, wanted.direct)
         except StarscanError as exc:
             _audit_plan(audit, user, client, db, table, info, started, exc.http_status, exc.message)
             raise
         _audit_plan(audit, user, client, db, table, info, started, 200, None)
         return Response(body, media_type="application/json")
-
-    def _select_then_plan(user: str, client: str, db: str, table: str, sql: str, info: dict,
-                          since_version: int | None = None, consumer: str | None = None, cursor: bool = False,
-                          direct: bool = False) -> bytes:
-        # One thread hop for both: each hop is a GIL hand-off, and under load those add up.
-        auth.require_select(user, client, db, table)
-        if direct:
-            info["direct"] = True
-            auth.require_direct_read(user, client, db, table)
-        return planner.query_plan_json(db, table, sql, user, info, since_version, consumer, cursor, direct)
 
     async def selecting_user(request: Request, db: str, table: str) -> str:
         """The authenticated user, who must hold SELECT on the table (401 / 403 otherwise)."""

@@ -296,20 +296,18 @@ class Warehouse:
         while True:
             now = self._clock()
             with self._lock:
+                at_hand = self._at_hand(db, table, location, stamp, now)
+                if at_hand is not None:
+                    return at_hand
                 cached = self._listings.get(key)
                 same = cached if cached is not None and cached.stamp == stamp else None
-                if same is not None and (waited or now - same.listed_at < self._ttl_s):
-                    return same.snapshot  # fresh, or listed while this caller waited for it
+                if same is not None and waited:
+                    return same.snapshot  # listed while this caller waited for it
                 refreshing = self._refreshing.get(key)
                 if refreshing is None:
                     refreshing = self._refreshing[key] = threading.Event()
                     generation = self._generation
-                    if same is None or now - same.listed_at >= 2 * self._ttl_s:
-                        break  # this caller lists the table and waits for it
-                    # Only the TTL ran out, a moment ago: under load, the caller that listed a
-                    # 10,000-file table waited ~0.4 s for it (bench/RESULTS.md, plan_latency).
-                    self._relist_behind(db, table, location, stamp, now, generation, refreshing)
-                    return same.snapshot
+                    break  # this caller lists the table and waits for it
                 if same is not None:
                     # Another caller is listing the table again after its TTL: this listing is
                     # as good as it was a moment ago (50 callers listing a 10,000-file table at
@@ -357,19 +355,12 @@ class Warehouse:
         for folder, mtime in listing.folders.items():
             if storage.dir_stamp(folder) != mtime:
                 return False
-        seen: set[str] = set()
-        for tablet in listing.snapshot.tablets:
-            for f in tablet.files:
-                if f.path in seen:
-                    continue  # a file cut into several tablets
-                seen.add(f.path)
-                if storage.file_identity(storage.join(location, f.path)) != (f.size, f.mtime_ns):
-                    return False
-        return True
+        return all(storage.file_identity(storage.join(location, f.path)) == (f.size, f.mtime_ns)
+                   for f in listing.snapshot.files)
 
     def _relist_behind(self, *args: Any) -> None:
-        """``_relist`` on a thread of its own, the callers answered meanwhile (under the lock:
-        ``_refreshing`` already names the table)."""
+        """``_relist`` on a thread of its own, the callers answered meanwhile (``_refreshing``
+        already names the table)."""
         threading.Thread(target=self._relist_quietly, name="starscan-listing", daemon=True, args=args).start()
 
     def _relist_quietly(self, *args: Any) -> None:
@@ -393,19 +384,26 @@ class Warehouse:
         except StarscanError:
             return None
         stamp = self.storage.dir_stamp(location)
+        if stamp is None:
+            return None
         with self._lock:
-            cached = self._listings.get(location)
-            if stamp is None or cached is None or cached.stamp != stamp:
-                return None
-            now = self._clock()
-            age = now - cached.listed_at
-            if age >= 2 * self._ttl_s:
-                return None
-            if age >= self._ttl_s and location not in self._refreshing:
-                # What ``snapshot`` does here: answer, and list the table again behind the answer.
-                refreshing = self._refreshing[location] = threading.Event()
-                self._relist_behind(db, table, location, stamp, now, self._generation, refreshing)
-            return cached.snapshot
+            return self._at_hand(db, table, location, stamp, self._clock())
+
+    def _at_hand(self, db: str, table: str, location: str, stamp: int, now: float) -> TableSnapshot | None:
+        """Under the lock: the cached listing when it answers now without anyone waiting. It
+        is fresh, or it ran out less than a TTL ago: then it is listed again behind the
+        answer (under load, the caller that listed a 10,000-file table itself waited ~0.4 s;
+        bench/RESULTS.md, plan_latency)."""
+        cached = self._listings.get(location)
+        if cached is None or cached.stamp != stamp:
+            return None
+        age = now - cached.listed_at
+        if age >= 2 * self._ttl_s:
+            return None
+        if age >= self._ttl_s and location not in self._refreshing:
+            refreshing = self._refreshing[location] = threading.Event()
+            self._relist_behind(db, table, location, stamp, now, self._generation, refreshing)
+        return cached.snapshot
 
     def set_sizing(self, sizing: Sizing) -> None:
         """New tablet sizes: listings are made again (a plan issued before still reads what it
