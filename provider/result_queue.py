@@ -5,10 +5,15 @@ batch is always admitted, so a large batch cannot deadlock). A batch's bytes are
 only when its last row has been taken, which is what the process really holds.
 
 ``take`` hands out replies of the size the reader asked for, whatever size the producer's
-batches have: rows of several queued batches are joined into one (one reply's worth of
-extra memory). A reply is shorter only at the end of the scan, when the producer waits for
-room (the queue cannot fill further), or when the rows there have waited ``fill_wait_s``
-for the rest, so a slow producer never holds a reader's reply back for long.
+batches have: rows of several small queued batches are joined into one (one reply's worth
+of extra memory), and a batch larger than a reply is cut. A batch that is a reply's size
+itself is never cut to fill the rest of another reply: it goes whole into the next one, so
+a short batch (the end of a split) costs one short reply instead of cutting every batch
+after it in two, which joined two batches per reply (copied, and serialized again instead
+of passing the producer's IPC on) until the scan ended. A reply is also shorter at the end
+of the scan, when the producer waits for room (the queue cannot fill further), or when the
+rows there have waited ``fill_wait_s`` for the rest, so a slow producer never holds a
+reader's reply back for long.
 """
 
 from __future__ import annotations
@@ -158,14 +163,17 @@ class ResultQueue:
                 return EOS
             parts = []
             wanted = max_rows
-            head = self._items[0]
-            whole = head[3] if head[2] == 0 and head[0].num_rows <= max_rows and (
-                head[0].num_rows == max_rows or len(self._items) == 1) else None
+            whole = None  # the IPC of the one batch the reply is, when it is one whole batch
             while wanted and self._items:
                 item = self._items[0]
-                batch, nbytes, taken, _ = item
-                rows = min(wanted, batch.num_rows - taken)
-                parts.append(batch.slice(taken, rows))
+                batch, nbytes, taken, ipc = item
+                left = batch.num_rows - taken
+                if parts and left > wanted and batch.num_rows >= max_rows:
+                    break  # a reply-sized batch is not cut to fill this reply (module docstring)
+                rows = min(wanted, left)
+                if not parts and taken == 0 and rows == batch.num_rows:
+                    whole = ipc
+                parts.append(batch.slice(taken, rows) if rows != batch.num_rows else batch)
                 wanted -= rows
                 item[2] = taken + rows
                 if item[2] >= batch.num_rows:

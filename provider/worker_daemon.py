@@ -8,6 +8,8 @@ busy 2-core machine, which the first reply of every new concurrent scanner waite
 (bench/RESULTS.md, issue 22). Forked from this daemon, a worker has all of it already.
 """
 
+import gc
+
 import pyarrow  # noqa: F401
 import pyarrow.ipc  # noqa: F401
 import pyspark.worker  # noqa: F401
@@ -26,4 +28,8 @@ import starscan.provider.push_wire  # noqa: F401
 import starscan.wire_arrow  # noqa: F401
 
 if __name__ == "__main__":
+    # Everything imported above is moved out of the collector's reach before the forks: a
+    # worker's full collections otherwise walk every object pandas, PySpark and pyarrow made
+    # (7 % of a scan task's CPU in a profile), and touching them unshares the fork's pages.
+    gc.freeze()
     manager()

@@ -276,3 +276,23 @@ def test_close_drops_bytes_and_wakes_both_sides():
     waiting.wait()
     assert isinstance(waiting.error, ScanCancelled)
 
+
+
+def test_a_short_batch_does_not_cut_the_reply_sized_batches_after_it():
+    """Two tasks push reply-sized batches and each split ends with a short one. Filling the
+    short batch's reply from the next batch would cut every later batch in two; instead the
+    short batch is a short reply and each later batch is a reply of its own, passed on as
+    the IPC message it arrived as."""
+    q = ResultQueue(1 << 20)
+    sizes = [10, 3, 10, 10, 2, 4, 10]
+    start = 0
+    for n in sizes:
+        q.put(batch(start, n), 10, ipc=f"ipc-{start}")
+        start += n
+    q.finish()
+    replies = []
+    while (out := q.take_reply(10)) is not EOS:
+        replies.append((ids_of(out[0])[0], out[0].num_rows, out[1]))
+    assert replies == [(0, 10, "ipc-0"), (10, 3, "ipc-10"), (13, 10, "ipc-13"), (23, 10, "ipc-23"),
+                       (33, 6, None),                      # two short batches joined: 2 + 4
+                       (39, 10, "ipc-39")]

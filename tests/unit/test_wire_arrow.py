@@ -47,3 +47,26 @@ def test_whatever_lies_under_a_null_date_is_not_read():
     convert = _converter(SqlType("date"))
     for arr in (days, days.slice(3, 2500)):
         assert convert(arr).equals(_dates_by_cast(arr))
+
+
+def test_later_batches_with_new_days_are_taken_from_the_table(monkeypatch):
+    """A scan whose first batch spans fewer days than later ones kept casting every later
+    batch (the table was sized by the first batch's rows): no date of the table's range is
+    cast once the table exists."""
+    from starscan import wire_arrow
+
+    convert = _converter(SqlType("date"))
+    rng = random.Random(11)
+    first = _dates([rng.randint(8036, 8100) for _ in range(4096)])   # 1992, a few weeks
+    expected_first = _dates_by_cast(first)
+    assert convert(first).equals(expected_first)
+    later = [_dates([rng.randint(8036, 10_591) for _ in range(4096)]),     # 1992-1998
+             _dates([rng.randint(-25_567, 65_535) for _ in range(4096)])]  # the table's ends
+    expected = [_dates_by_cast(arr) for arr in later]
+
+    def no_cast(arr):
+        raise AssertionError(f"{len(arr)} dates were cast instead of taken from the table")
+
+    monkeypatch.setattr(wire_arrow, "_dates_by_cast", no_cast)
+    for arr, want in zip(later, expected):
+        assert convert(arr).equals(want)
