@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import secrets
+import shutil
 import socket
+import tempfile
 import threading
 from dataclasses import dataclass
 
@@ -214,9 +217,13 @@ class PushSink:
 
 
 class PushListener:
-    """Accepts push connections on ``host:port`` (0: a free port) for the scans registered."""
+    """Accepts push connections on ``host:port`` (0: a free port) for the scans registered;
+    with ``local`` also on a Unix socket in a folder only this user can enter (``local_path``),
+    which tasks on this machine use instead (provider/push_wire.py). Both take the same
+    hello: the token, not the way in, is what admits a connection."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, advertised_host: str | None = None):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, advertised_host: str | None = None,
+                 local: bool = False):
         self._server = socket.create_server((host, port), backlog=256)
         # Accepted connections inherit it: what a task can have in flight beyond the
         # scanner's queue stays small (the kernel would otherwise buffer megabytes).
@@ -228,8 +235,21 @@ class PushListener:
         self._sinks: dict[bytes, PushSink] = {}
         self._lock = threading.Lock()
         self._stopping = False
-        self._thread = threading.Thread(target=self._accept, name="be-push", daemon=True)
-        self._thread.start()
+        self._servers = [self._server]
+        self.accepted = {"tcp": 0, "local": 0}  # connections accepted, by the way in
+        self._local_dir: str | None = None
+        self.local_path: str | None = None
+        if local and hasattr(socket, "AF_UNIX"):
+            self._local_dir = tempfile.mkdtemp(prefix="starscan-push-")  # mode 0700
+            self.local_path = os.path.join(self._local_dir, "push.sock")
+            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            unix.bind(self.local_path)
+            unix.listen(256)
+            self._servers.append(unix)
+        self._threads = [threading.Thread(target=self._accept, args=(server, way), name="be-push", daemon=True)
+                         for server, way in zip(self._servers, ("tcp", "local"))]
+        for thread in self._threads:
+            thread.start()
 
     def register(self, sink: PushSink) -> None:
         with self._lock:
@@ -239,12 +259,14 @@ class PushListener:
         with self._lock:
             self._sinks.pop(sink.token, None)
 
-    def _accept(self) -> None:
+    def _accept(self, server: socket.socket, way: str) -> None:
         while not self._stopping:
             try:
-                sock, _ = self._server.accept()
+                sock, _ = server.accept()
             except OSError:
                 return
+            with self._lock:
+                self.accepted[way] += 1
             threading.Thread(target=self._handle, args=(sock,), name="be-push-conn", daemon=True).start()
 
     def _handle(self, sock: socket.socket) -> None:
@@ -273,10 +295,13 @@ class PushListener:
 
     def stop(self) -> None:
         self._stopping = True
-        try:
-            self._server.close()
-        except OSError:
-            pass
+        for server in self._servers:
+            try:
+                server.close()
+            except OSError:
+                pass
+        if self._local_dir is not None:
+            shutil.rmtree(self._local_dir, ignore_errors=True)
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> None:

@@ -22,6 +22,7 @@ class PushTarget:
     source_schema: pa.Schema      # the Arrow schema of what the split yields (Spark's types)
     columns: tuple                # (name, SqlType, nullable) of the wire columns
     batch_rows: int = 4096        # the reader's batch_size: the task sends batches of that many rows
+    local_path: str | None = None  # the BE's Unix socket, used by tasks on the BE's machine
 
 
 def push_spark_arrow(target: PushTarget):
@@ -65,7 +66,8 @@ def push_split(target: PushTarget, batches) -> None:
 
     task = TaskContext.get()
     assert task is not None, "push_split runs inside a Spark task"
-    sender = TaskSender(target.host, target.port, target.token, task.partitionId(), task.attemptNumber())
+    sender = TaskSender(target.host, target.port, target.token, task.partitionId(), task.attemptNumber(),
+                        target.local_path)
     try:
         if not sender.go:
             return

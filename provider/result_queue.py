@@ -161,7 +161,7 @@ class ResultQueue:
                 raise ScanCancelled("the scanner was closed")
             if not self._items:
                 return EOS
-            parts = []
+            parts: list[pa.RecordBatch] = []
             wanted = max_rows
             whole = None  # the IPC of the one batch the reply is, when it is one whole batch
             while wanted and self._items:

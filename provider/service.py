@@ -80,10 +80,12 @@ class ScanService:
         """Where this BE's scan tasks push their rows (started with the first scan)."""
         with self._push_lock:
             if self._push is None:
+                # Spark on this machine (local[N]): its tasks push through a Unix socket.
+                local = str(self.spark.sparkContext.master).startswith("local")
                 self._push = PushListener(self.settings.bind_host, self.settings.push_port,
-                                          self.settings.advertise_host)
-                log.info("BE push listener on %s:%d (tasks connect to %s)", self._push.host, self._push.port,
-                         self._push.advertised_host)
+                                          self.settings.advertise_host, local=local)
+                log.info("BE push listener on %s:%d%s (tasks connect to %s)", self._push.host, self._push.port,
+                         f" and {self._push.local_path}" if self._push.local_path else "", self._push.advertised_host)
             return self._push
 
     def _engine_chosen(self, ctx: ScanContext, engine: str) -> None:

@@ -280,7 +280,7 @@ class SparkScan:
                 return
             self.listener.register(sink)
             target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
-                                source_schema, self.columns, self.batch_rows)
+                                source_schema, self.columns, self.batch_rows, self.listener.local_path)
             self._drive(sc, rdd.mapPartitions(task_function(target)), sink)
             if self._cancelled is None:
                 if sink.error is not None:

@@ -39,7 +39,18 @@ _DATE_TABLE_END = 1 << 16  # 2149-06-07 (excluded)
 _DATE_LOOKUP_MIN_ROWS = 1024
 _date_table: pa.FixedSizeBinaryArray | None = None  # built by the first batch that needs it
 _date_offsets: pa.Buffer | None = None  # int32 0, 10, 20, ...: shared by every batch
-_DAY_TO_INDEX = pa.scalar(-_DATE_TABLE_FIRST, pa.int32())  # made once: a Python int costs 10 µs per call
+
+
+def _day_to_index() -> pa.Scalar:
+    """The int32 scalar that turns a day into its index in the table: made once (a Python int
+    costs 10 µs per call) and without pa.scalar, which imports pandas (see _int32_range)."""
+    global _day_to_index_scalar
+    if _day_to_index_scalar is None:
+        _day_to_index_scalar = _int32_range(-_DATE_TABLE_FIRST, 1 - _DATE_TABLE_FIRST)[0]
+    return _day_to_index_scalar
+
+
+_day_to_index_scalar: pa.Scalar | None = None
 
 
 def _days_table() -> pa.FixedSizeBinaryArray:
@@ -73,7 +84,7 @@ class _DateText:
         bounds = pc.min_max(days)  # NULLs skipped: Parquet leaves any value under one
         if bounds["min"].as_py() < _DATE_TABLE_FIRST or bounds["max"].as_py() >= _DATE_TABLE_END:
             return _dates_by_cast(arr)
-        taken = _days_table().take(pc.add(days, _DAY_TO_INDEX))  # NULL where the date is NULL
+        taken = _days_table().take(pc.add(days, _day_to_index()))  # NULL where the date is NULL
         return pa.StringArray.from_buffers(len(taken), _offsets_for(len(taken)), taken.buffers()[1],
                                            taken.buffers()[0], taken.null_count)
 

@@ -4,11 +4,14 @@ TaskSender in threads, as Spark's Python workers run it.
 
 What must hold: only a scan's token opens a connection; a split read again (a retried or
 resumed task) neither loses nor repeats a row; a stop reaches a task as a normal end; an
-idle reader makes the task yield; a wrong frame fails the scan, not the BE."""
+idle reader makes the task yield; a wrong frame fails the scan, not the BE. Each test runs
+over TCP and over the Unix socket a BE offers to tasks on its own machine."""
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 import struct
 import threading
 import time
@@ -37,11 +40,25 @@ def batch(start: int, n: int) -> pa.RecordBatch:
     return pa.record_batch([pa.array(range(start, start + n), pa.int64())], schema=SCHEMA)
 
 
-@pytest.fixture
-def listener():
-    lst = PushListener("127.0.0.1", 0)
+@pytest.fixture(params=["tcp", "local"])
+def listener(request):
+    lst = PushListener("127.0.0.1", 0, local=request.param == "local")
     yield lst
     lst.stop()
+
+
+def connect(listener) -> socket.socket:
+    """A raw connection the way a task on this machine makes one."""
+    if listener.local_path is None:
+        return socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(listener.local_path)
+    return s
+
+
+def sender_for(listener, token: bytes, split: int, attempt: int) -> TaskSender:
+    return TaskSender("127.0.0.1", listener.port, token, split, attempt, listener.local_path)
 
 
 def sink_for(listener, splits=1, max_bytes=1 << 20, yield_after_s=None) -> PushSink:
@@ -68,7 +85,7 @@ def drain(queue: ResultQueue) -> list[int]:
 
 
 def send_split(listener, sink, split, batches, attempt=0, end=True):
-    sender = TaskSender("127.0.0.1", listener.port, sink.token, split, attempt)
+    sender = sender_for(listener, sink.token, split, attempt)
     try:
         assert sender.go
         for b in batches:
@@ -103,7 +120,7 @@ def test_a_retried_split_neither_loses_nor_repeats_a_row(listener):
 def test_a_split_already_ended_is_told_to_stop(listener):
     sink = sink_for(listener)
     send_split(listener, sink, 0, [batch(0, 3)])
-    late = TaskSender("127.0.0.1", listener.port, sink.token, 0, 1)
+    late = sender_for(listener, sink.token, 0, 1)
     try:
         assert not late.go
     finally:
@@ -113,15 +130,15 @@ def test_a_split_already_ended_is_told_to_stop(listener):
 def test_forged_and_expired_tokens_get_no_answer_and_add_no_rows(listener):
     sink = sink_for(listener)
     for token in (b"\x00" * 32, sink.token[:-1] + bytes([sink.token[-1] ^ 1])):
-        s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+        s = connect(listener)
         s.sendall(HELLO.pack(MAGIC, token, 0, 0))
         assert closed_without_a_word(s)
-    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s = connect(listener)
     s.sendall(b"GET / HTTP/1.1\r\n\r\n" + b"x" * 64)  # not our protocol at all
     assert closed_without_a_word(s)
     send_split(listener, sink, 0, [batch(0, 2)])
     listener.unregister(sink)  # the scan ended: its token is spent
-    replay = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    replay = connect(listener)
     replay.sendall(HELLO.pack(MAGIC, sink.token, 0, 0))
     assert closed_without_a_word(replay)
     sink.queue.finish()
@@ -130,14 +147,14 @@ def test_forged_and_expired_tokens_get_no_answer_and_add_no_rows(listener):
 
 def test_a_split_number_out_of_range_is_refused(listener):
     sink = sink_for(listener, splits=2)
-    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s = connect(listener)
     s.sendall(HELLO.pack(MAGIC, sink.token, 7, 0))
     assert closed_without_a_word(s)
 
 
 def test_stop_reaches_a_sending_task_as_a_normal_end(listener):
     sink = sink_for(listener)
-    sender = TaskSender("127.0.0.1", listener.port, sink.token, 0, 0)
+    sender = sender_for(listener, sink.token, 0, 0)
     try:
         assert sender.go
         sender.send(batch(0, 3))
@@ -180,7 +197,7 @@ def test_an_idle_reader_makes_the_task_yield_and_the_split_resumes(listener):
 
 def test_a_frame_of_an_unknown_kind_ends_that_connection_only(listener):
     sink = sink_for(listener)
-    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s = connect(listener)
     s.sendall(HELLO.pack(MAGIC, sink.token, 0, 0))
     assert recv_exact(s, 1) == GO
     s.sendall(struct.pack(">cI", b"Q", 3) + b"abc")
@@ -191,7 +208,7 @@ def test_a_frame_of_an_unknown_kind_ends_that_connection_only(listener):
 
 def test_a_garbled_batch_fails_the_scan_with_a_clear_error_and_the_listener_goes_on(listener):
     sink = sink_for(listener)
-    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s = connect(listener)
     s.sendall(HELLO.pack(MAGIC, sink.token, 0, 0))
     assert recv_exact(s, 1) == GO
     s.sendall(struct.pack(">cI", b"B", 16) + b"\xff" * 16)
@@ -209,7 +226,31 @@ def test_a_garbled_batch_fails_the_scan_with_a_clear_error_and_the_listener_goes
 def test_a_stop_byte_is_what_a_stopped_scan_sends(listener):
     sink = sink_for(listener)
     sink.stop()
-    s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+    s = connect(listener)
     s.sendall(HELLO.pack(MAGIC, sink.token, 0, 0))
     assert s.recv(1) == STOP
     s.close()
+
+
+def test_tasks_on_the_bes_machine_come_through_the_unix_socket_others_through_tcp():
+    lst = PushListener("127.0.0.1", 0, local=True)
+    try:
+        sink = sink_for(lst, splits=2)
+        assert lst.local_path is not None
+        send_split(lst, sink, 0, [batch(0, 3)])  # the path exists here: the Unix socket
+        assert lst.accepted == {"tcp": 0, "local": 1}
+        elsewhere = TaskSender("127.0.0.1", lst.port, sink.token, 1, 0, lst.local_path + ".elsewhere")
+        try:  # another machine has no such path: TCP
+            assert elsewhere.go
+            elsewhere.send(batch(3, 2))
+            elsewhere.end()
+        finally:
+            elsewhere.close()
+        assert lst.accepted == {"tcp": 1, "local": 1}
+        sink.queue.finish()
+        assert sorted(drain(sink.queue)) == list(range(5))
+        folder = os.path.dirname(lst.local_path)
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700  # no other user reaches the socket
+    finally:
+        lst.stop()
+    assert not os.path.exists(folder)  # removed with the listener
