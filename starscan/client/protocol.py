@@ -154,14 +154,16 @@ class _Connection:
 
 def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ssl.SSLContext | None = None) -> TClient:
     """A thriftpy2 client of the BE; ``ssl_context`` for a BE with `be_tls` on."""
-    from thriftpy2.protocol import TCyBinaryProtocolFactory
+    from thriftpy2.protocol.binary import TBinaryProtocolFactory  # not the package's name: the Cython one
     from thriftpy2.rpc import make_client
-    from thriftpy2.transport import TCyBufferedTransportFactory
+
+    from starscan.client.transport import ArrowReadTransportFactory
 
     return make_client(
         thrift_defs.wire.TStarrocksExternalService, host, port,
-        # thriftpy2's protocol factory is untyped: called through Any.
-        proto_factory=cast(Any, TCyBinaryProtocolFactory)(), trans_factory=TCyBufferedTransportFactory(),
+        # The pure-Python protocol over a transport that receives a reply's rows into Arrow's
+        # pool (starscan/client/transport.py); thriftpy2's factories are untyped.
+        proto_factory=cast(Any, TBinaryProtocolFactory)(), trans_factory=cast(Any, ArrowReadTransportFactory()),
         timeout=int(timeout_s * 1000), ssl_context=ssl_context,
     )
 
