@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -152,20 +153,42 @@ class _Connection:
             self.client = None
 
 
+_THRIFT_IMPORTS = threading.Lock()
+_thrift: tuple[Any, Any, Any] | None = None
+
+
+def _thrift_parts() -> tuple[Any, Any, Any]:
+    """thriftpy2's client parts, imported on first use by one thread at a time: threads
+    importing its modules at once (a reader's first calls come from several) could meet
+    Python's import deadlock check on thriftpy2's circular imports (seen once in ~10 runs of
+    four reader threads: ``_DeadlockError ... thriftpy2.transport.cybase``)."""
+    global _thrift
+    with _THRIFT_IMPORTS:
+        if _thrift is None:
+            # The IDL first: its loader imports thriftpy2 under its own lock, which a thread
+            # building a call's arguments may hold; after it, no other import of thriftpy2 runs.
+            thrift_defs.wire  # noqa: B018
+            from thriftpy2.protocol.binary import TBinaryProtocolFactory  # not the package's name: the Cython one
+            from thriftpy2.rpc import make_client
+            from thriftpy2.transport import TTransportException  # noqa: F401  (transport_errors)
+
+            from starscan.client.transport import ArrowReadTransportFactory
+
+            _thrift = (make_client, TBinaryProtocolFactory, ArrowReadTransportFactory)
+    return _thrift
+
+
 def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ssl.SSLContext | None = None) -> TClient:
     """A thriftpy2 client of the BE; ``ssl_context`` for a BE with `be_tls` on."""
-    from thriftpy2.protocol.binary import TBinaryProtocolFactory  # not the package's name: the Cython one
-    from thriftpy2.rpc import make_client
-
-    from starscan.client.transport import ArrowReadTransportFactory
-
-    return make_client(
+    loaded = _thrift
+    make_client, TBinaryProtocolFactory, ArrowReadTransportFactory = loaded if loaded is not None else _thrift_parts()
+    return cast("TClient", make_client(
         thrift_defs.wire.TStarrocksExternalService, host, port,
         # The pure-Python protocol over a transport that receives a reply's rows into Arrow's
         # pool (starscan/client/transport.py); thriftpy2's factories are untyped.
-        proto_factory=cast(Any, TBinaryProtocolFactory)(), trans_factory=cast(Any, ArrowReadTransportFactory()),
+        proto_factory=TBinaryProtocolFactory(), trans_factory=ArrowReadTransportFactory(),
         timeout=int(timeout_s * 1000), ssl_context=ssl_context,
-    )
+    ))
 
 
 class StarscanClient:

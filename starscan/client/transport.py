@@ -13,6 +13,9 @@ reads (the message and field headers, the status) come from a read buffer, as be
 It runs under thriftpy2's pure-Python binary protocol (the Cython protocol reads only from
 Cython transports), which passes a binary field on as the transport returned it. The calls
 of a scan are few and small, so the Python protocol costs microseconds per call.
+
+Imported by ``starscan.client.protocol.thrift_client`` only, with thriftpy2, under one lock
+(a direct reader never loads thriftpy2).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+from thriftpy2.transport import TTransportException
 
 #: Reads at least this large bypass the read buffer (a reply's rows; headers are bytes).
 DIRECT_READ_BYTES = 64 << 10
@@ -88,8 +92,6 @@ class ArrowReadTransport:
     def _recv_into(self, view: memoryview) -> int:
         """Socket errors and timeouts pass as thriftpy2's TSocket lets them; a closed
         connection is its END_OF_FILE."""
-        from thriftpy2.transport import TTransportException
-
         sock = self._trans.sock
         if sock is None:
             raise TTransportException(type=TTransportException.NOT_OPEN, message="Transport not open")
