@@ -298,6 +298,7 @@ def run_readers(spec: dict) -> dict:
         t.start()
     barrier.wait()
     started = time.perf_counter()
+    cpu_started = os.times()
     for t in threads:
         t.join(spec["timeout"])
     wall = max(r.get("end", time.perf_counter()) for r in results) - started
@@ -312,7 +313,8 @@ def run_readers(spec: dict) -> dict:
             except Exception:  # noqa: BLE001
                 pass
     times = os.times()
-    return {"wall_s": wall, "readers": results, "client_cpu_s": times.user + times.system}
+    return {"wall_s": wall, "readers": results, "client_cpu_s": times.user + times.system,
+            "client_scan_cpu_s": times.user + times.system - cpu_started.user - cpu_started.system}
 
 
 # ======================================================================================
@@ -453,8 +455,19 @@ class ServerMeter:
             self._sample()
             self._stop.wait(0.05)
 
+    def _cpu_by_pid(self) -> dict[int, tuple[str, float]]:
+        out = {}
+        for role, p in self._roles():
+            try:
+                times = p.cpu_times()
+            except psutil.Error:
+                continue
+            out[p.pid] = (role, times.user + times.system)
+        return out
+
     def __enter__(self):
         self._cpu0 = common.cpu_seconds(self._procs())
+        self._cpu_start = self._cpu_by_pid()
         self._sample()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -465,6 +478,11 @@ class ServerMeter:
         self._thread.join(5)
         self._sample()
         self.cpu_s = common.cpu_seconds(self._procs()) - self._cpu0
+        # CPU seconds of the run by role (a process that ended during the run is not counted).
+        self.cpu_by_role: dict[str, float] = {}
+        for pid, (role, cpu) in self._cpu_by_pid().items():
+            start = self._cpu_start.get(pid, (role, 0.0))[1]
+            self.cpu_by_role[role] = self.cpu_by_role.get(role, 0.0) + cpu - start
 
 
 def tree(proc: psutil.Process | None, exclude: set[int] = frozenset()):
@@ -497,6 +515,7 @@ def measure(system: str, spec: dict, meter_fn, timeout_s: float) -> dict:
     res["server_rss"] = meter.peak
     res["rss_by_role"] = meter.peaks
     res["server_cpu_s"] = meter.cpu_s
+    res["cpu_by_role"] = meter.cpu_by_role
     errors = [r["error"] for r in res["readers"] if r.get("error")]
     res["error"] = errors[0] if errors else None
     res["errors"] = len(errors)
@@ -520,7 +539,16 @@ def summarize(runs: list[dict]) -> dict | None:
         "rss_by_role": {role: max(r.get("rss_by_role", {}).get(role, 0) for r in ok)
                         for role in {k for r in ok for k in r.get("rss_by_role", {})}},
         "wall": common.percentile([r["wall_s"] for r in ok], 50),
+        # CPU ms per million rows delivered, by process, median over the runs
+        "cpu_ms_per_m": {role: common.percentile([_per_m_rows(r, r.get("cpu_by_role", {}).get(role, 0.0)) for r in ok], 50)
+                         for role in {k for r in ok for k in r.get("cpu_by_role", {})}}
+        | {"reader": common.percentile([_per_m_rows(r, r.get("client_scan_cpu_s", 0.0)) for r in ok], 50)},
     }
+
+
+def _per_m_rows(run: dict, cpu_s: float) -> float:
+    rows = sum(x["rows"] for x in run["readers"])
+    return cpu_s * 1e3 / (rows / 1e6) if rows else 0.0
 
 
 def main(argv=None) -> int:
@@ -796,6 +824,12 @@ def render(results: dict, systems: list[str], qs: dict, concurrency: list[int]) 
                  f"{verdict(r >= 0.9 if r else None)}, {fx(r)} ({common.fmt(d and d['rps'] / 1e6, 2)} vs "
                  f"{common.fmt(pa_ and pa_['rps'] / 1e6, 2)} M rows/s; Flight {fx(times(d, fl))}; with native_types "
                  f"{fx(times(g('direct-native-1', 'full', 'warm', 1), pa_))})")
+    if w and w.get("cpu_ms_per_m"):
+        cpu = w["cpu_ms_per_m"]
+        lines.append("- CPU per million rows, warm full scan, 1 reader (median run; the reader's process from the "
+                     "start of the scan): " + ", ".join(f"{role} {cpu[role]:.0f} ms" for role in
+                                                      ("python", "jvm", "workers", "reader") if role in cpu)
+                     + f"; sum {sum(cpu.values()):.0f} ms")
     f = g("starscan", "filter", "warm", 1)
     lines.append(f"- filtered scan, first batch p50 < 0.3 s: {verdict(f['ttfb50'] < 0.3 if f else None)}, "
                  f"p50 {common.fmt(f and f['ttfb50'], 2)} s, p95 {common.fmt(f and f['ttfb95'], 2)} s (warm, 1 reader)")
