@@ -20,13 +20,15 @@ and reads the CPU clock of the thread (or threads) doing it:
 - convert: ``BatchConverter.convert`` to the wire types, and ``rechunk`` to ``batch_size``
   rows, as the task does;
 - ipc: ``RecordBatch.serialize`` of each batch, as the task sends it;
-- push: the task's ``sendall`` of each frame to 127.0.0.1 plus the BE's receive into Arrow's
-  memory pool and ``read_record_batch``, in a process of its own (both CPU times);
+- push: the task's ``sendall`` of each frame over a Unix socket (as tasks on the BE's machine
+  push) plus the BE's receive into Arrow's memory pool and ``read_record_batch``, in a process
+  of its own (both CPU times);
 - reply: the BE's ``get_next`` answer, written by the BE's own reply writer
   (``provider/server._Processor``: thriftpy2 for the header, one scatter-gather send of the
   IPC stream's parts) to 127.0.0.1;
-- decode: the reader's receive through thriftpy2's buffered transport and Cython reader, as
-  the Python client reads, and the Arrow IPC read, in a process of its own.
+- decode: the reader's receive through the Python client's own transport (the rows straight
+  into an Arrow buffer, starscan/client/transport.py) and thriftpy2's binary protocol, and the
+  Arrow IPC read, in a process of its own.
 
 Not in the sum: Spark's JVM scheduling the tasks (one job per split), Python's thread
 hand-offs in the BE (queue, locks, the GIL) and the waits of a request/reply protocol.
@@ -81,22 +83,31 @@ def receive(kind: str, schema_b64: str) -> int:
     import os
 
     import pyarrow as pa
-    from thriftpy2.protocol import TCyBinaryProtocolFactory
-    from thriftpy2.transport import TCyBufferedTransport, TSocket, TTransportException
+    import tempfile
 
+    from thriftpy2.protocol.binary import TBinaryProtocol
+    from thriftpy2.transport import TSocket, TTransportException
+
+    from starscan.client.transport import ArrowReadTransport
     from starscan.provider.push_wire import recv_arrow_buffer, recv_exact
     from starscan.thrift_defs import wire
 
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema_b64)))
-    factory = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
-    listener = socket.create_server(("127.0.0.1", 0))
-    print(listener.getsockname()[1], flush=True)
+    if kind == "be":  # a Unix socket, as the BE offers to Spark tasks on its own machine
+        path = os.path.join(tempfile.mkdtemp(prefix="stages-"), "push.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(1)
+        print(path, flush=True)
+    else:
+        listener = socket.create_server(("127.0.0.1", 0))
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        print(listener.getsockname()[1], flush=True)
     sock, _ = listener.accept()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     before = os.times()
     rows = 0
     if kind == "reader":  # get_next replies, read as the Python client reads them
-        proto = factory.get_protocol(TCyBufferedTransport(TSocket(sock=sock)))
+        proto = TBinaryProtocol(ArrowReadTransport(TSocket(sock=sock)))
         while True:
             try:
                 proto.read_message_begin()
@@ -129,9 +140,13 @@ class _Receiver:
                                       base64.b64encode(schema.serialize().to_pybytes()).decode()],
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
-        port = int(self.proc.stdout.readline())
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        where = self.proc.stdout.readline().strip()
+        if kind == "be":
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(where)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", int(where)))
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
 
     def send(self, payload) -> None:
