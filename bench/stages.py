@@ -125,6 +125,10 @@ def receive(kind: str, schema_b64: str) -> int:
         size = LENGTH.unpack(head)[0]
         rows += pa.ipc.read_record_batch(recv_arrow_buffer(sock, size), schema).num_rows
     after = os.times()
+    if kind == "be":
+        listener.close()
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
     print(json.dumps({"cpu_s": after.user - before.user + after.system - before.system, "rows": rows}), flush=True)
     return 0
 

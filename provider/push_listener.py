@@ -240,16 +240,32 @@ class PushListener:
         self._local_dir: str | None = None
         self.local_path: str | None = None
         if local and hasattr(socket, "AF_UNIX"):
-            self._local_dir = tempfile.mkdtemp(prefix="starscan-push-")  # mode 0700
-            self.local_path = os.path.join(self._local_dir, "push.sock")
-            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            unix.bind(self.local_path)
-            unix.listen(256)
-            self._servers.append(unix)
+            self._listen_locally()
         self._threads = [threading.Thread(target=self._accept, args=(server, way), name="be-push", daemon=True)
                          for server, way in zip(self._servers, ("tcp", "local"))]
         for thread in self._threads:
             thread.start()
+
+    def _listen_locally(self) -> None:
+        """The Unix socket, or none (tasks then push over TCP) when it cannot be made: no
+        writable temporary folder, or a path longer than a socket address allows."""
+        unix = None
+        try:
+            self._local_dir = tempfile.mkdtemp(prefix="starscan-push-")  # mode 0700
+            path = os.path.join(self._local_dir, "push.sock")
+            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            unix.bind(path)
+            unix.listen(256)
+        except OSError as exc:
+            log.warning("no Unix socket for Spark tasks on this machine (they push over TCP): %s", exc)
+            if unix is not None:
+                unix.close()
+            if self._local_dir is not None:
+                shutil.rmtree(self._local_dir, ignore_errors=True)
+                self._local_dir = None
+            return
+        self.local_path = path
+        self._servers.append(unix)
 
     def register(self, sink: PushSink) -> None:
         with self._lock:

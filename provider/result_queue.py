@@ -6,8 +6,8 @@ only when its last row has been taken, which is what the process really holds.
 
 ``take`` hands out replies of the size the reader asked for, whatever size the producer's
 batches have: rows of several small queued batches are joined into one (one reply's worth
-of extra memory), and a batch larger than a reply is cut. A batch that is a reply's size
-itself is never cut to fill the rest of another reply: it goes whole into the next one, so
+of extra memory), and a batch larger than a reply is cut. A batch of exactly a reply's size
+is never cut to fill the rest of another reply: it goes whole into the next one, so
 a short batch (the end of a split) costs one short reply instead of cutting every batch
 after it in two, which joined two batches per reply (copied, and serialized again instead
 of passing the producer's IPC on) until the scan ended. A reply is also shorter at the end
@@ -168,7 +168,7 @@ class ResultQueue:
                 item = self._items[0]
                 batch, nbytes, taken, ipc = item
                 left = batch.num_rows - taken
-                if parts and left > wanted and batch.num_rows >= max_rows:
+                if parts and left > wanted and batch.num_rows == max_rows:
                     break  # a reply-sized batch is not cut to fill this reply (module docstring)
                 rows = min(wanted, left)
                 if not parts and taken == 0 and rows == batch.num_rows:

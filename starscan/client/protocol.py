@@ -180,8 +180,8 @@ def _thrift_parts() -> tuple[Any, Any, Any]:
 
 def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ssl.SSLContext | None = None) -> TClient:
     """A thriftpy2 client of the BE; ``ssl_context`` for a BE with `be_tls` on. A ``get_next``
-    reply's ``rows`` of 64 KiB or more are a ``pyarrow.Buffer`` (bytes-like: ``len``, slices,
-    ``bytes()``, ``pa.ipc.open_stream``), smaller ones ``bytes``."""
+    reply's ``rows`` of 64 KiB or more are a ``pyarrow.Buffer`` (bytes-like: ``len``, ``==``,
+    slices, ``bytes()``, ``pa.ipc.open_stream``; not ``hash`` or ``+``), smaller ones ``bytes``."""
     loaded = _thrift
     make_client, TBinaryProtocolFactory, ArrowReadTransportFactory = loaded if loaded is not None else _thrift_parts()
     return cast("TClient", make_client(

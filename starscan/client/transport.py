@@ -7,7 +7,8 @@ a scratch area and copied again into the bytes object the field becomes. A reply
 ~0.8 MB of Arrow for 4,096 rows of TPC-H lineitem, so a scan of a million rows copied about
 600 MB in the reader's process besides the kernel's own copy. Here a read larger than
 ``DIRECT_READ_BYTES`` goes from the socket into one ``pa.allocate_buffer`` buffer, which the
-field then is: ``pa.ipc.open_stream`` reads its batch from it without another copy. Smaller
+field then is when it holds Arrow IPC: ``pa.ipc.open_stream`` reads its batch from it
+without another copy. Smaller
 reads (the message and field headers, the status) come from a read buffer, as before.
 
 It runs under thriftpy2's pure-Python binary protocol (the Cython protocol reads only from
@@ -27,6 +28,7 @@ from thriftpy2.transport import TTransportException
 
 #: Reads at least this large bypass the read buffer (a reply's rows; headers are bytes).
 DIRECT_READ_BYTES = 64 << 10
+IPC_CONTINUATION = b"\xff\xff\xff\xff"
 READ_BUFFER_BYTES = 64 << 10
 
 
@@ -79,7 +81,7 @@ class ArrowReadTransport:
             self._start, self._end = 0, unread
         self._end += self._recv_into(self._rview[self._end:])
 
-    def _read_direct(self, size: int) -> pa.Buffer:
+    def _read_direct(self, size: int) -> bytes | pa.Buffer:
         out = pa.allocate_buffer(size)
         view = memoryview(out).cast("B")  # a writable Arrow buffer, as bytes
         have = min(size, self._end - self._start)
@@ -87,7 +89,10 @@ class ArrowReadTransport:
         self._start += have
         while have < size:
             have += self._recv_into(view[have:])
-        return out
+        # Arrow IPC (a reply's rows) opens with the continuation marker 0xFFFFFFFF, which no
+        # UTF-8 text does: anything else (a long status message) is bytes, which the protocol
+        # decodes as text.
+        return out if bytes(view[:4]) == IPC_CONTINUATION else out.to_pybytes()
 
     def _recv_into(self, view: memoryview) -> int:
         """Socket errors and timeouts pass as thriftpy2's TSocket lets them; a closed

@@ -175,3 +175,25 @@ def test_a_reader_thread_that_outlives_the_main_thread_reads_every_row(tmp_path:
         "    print(sum(b.num_rows for b in read_split(read, split, 500, threads=2)), flush=True)\n"
         "threading.Thread(target=later).start()\n"))
     assert done.returncode == 0 and done.stdout.strip() == "25010", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("outputs", [[("id", "id"), ("d", "d")], [("d", "d"), ("id", "id")],
+                                     [("when", "d"), ("id", "id"), ("again", "id")]])
+def test_a_plain_file_is_passed_on_by_position_in_any_output_order(tmp_path: Path, table, monkeypatch, outputs):
+    """The output is the file's own columns (any order, renamed, repeated): the batches are
+    picked by position, never reshaped column by column, and hold what the files hold."""
+    from starscan import arrow_read
+
+    del table  # (it wrote the files)
+    split = _split(tmp_path, ["a.parquet", "b.parquet"])
+    read = plan_read("t.t", 1, Fields(SCHEMA), outputs, None, "UTC", "parquet", set())
+
+    def reshaped(*args):
+        raise AssertionError("a plain file's batch was reshaped column by column")
+
+    monkeypatch.setattr(arrow_read, "_shape", reshaped)
+    got = pa.Table.from_batches(list(read_split(read, split, batch_rows=1024)))
+    files = pa.concat_tables([pq.read_table(tmp_path / name) for name in ("a.parquet", "b.parquet")])
+    expected = pa.table([files.column(source) for _, source in outputs], names=[name for name, _ in outputs])
+    assert got.schema.names == expected.schema.names and got.num_rows == 25010
+    assert all(a.equals(b) for a, b in zip(got.columns, expected.columns))

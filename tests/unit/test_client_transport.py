@@ -134,3 +134,13 @@ def test_requests_are_written_whole_at_flush():
     assert got == expected.getvalue()
     ours.close()
     theirs.close()
+
+
+def test_a_long_status_message_is_text_not_a_buffer():
+    """Only Arrow IPC stays an Arrow buffer: a status message of 64 KB or more (a real BE may
+    quote a long statement) is decoded as text like any other."""
+    long_message = "The Sql is invalid: " + "x" * 100_000
+    data = _reply_bytes(1, None, eos=False, msgs=[long_message]) + _reply_bytes(2, _ipc(20_000))
+    (_, first), (_, second) = _read_replies(_serve_in_pieces(data, 3), 2)
+    assert first.status.error_msgs == [long_message]
+    assert isinstance(second.rows, pa.Buffer)

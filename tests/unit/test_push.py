@@ -254,3 +254,23 @@ def test_tasks_on_the_bes_machine_come_through_the_unix_socket_others_through_tc
     finally:
         lst.stop()
     assert not os.path.exists(folder)  # removed with the listener
+
+
+def test_without_a_unix_socket_tasks_push_over_tcp(tmp_path, monkeypatch):
+    """A path too long for a socket address (a long TMPDIR): the listener says so, keeps no
+    folder, and tasks push over TCP as on another machine."""
+    from starscan.provider import push_listener
+
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    monkeypatch.setattr(push_listener.tempfile, "mkdtemp", lambda prefix: str(deep))
+    lst = PushListener("127.0.0.1", 0, local=True)
+    try:
+        assert lst.local_path is None and not deep.exists()
+        sink = sink_for(lst)
+        send_split(lst, sink, 0, [batch(0, 4)])
+        assert lst.accepted == {"tcp": 1, "local": 0}
+        sink.queue.finish()
+        assert drain(sink.queue) == [0, 1, 2, 3]
+    finally:
+        lst.stop()
