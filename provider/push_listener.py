@@ -250,8 +250,9 @@ class PushListener:
         """The Unix socket, or none (tasks then push over TCP) when it cannot be made: no
         writable temporary folder, or a path longer than a socket address allows."""
         unix = None
+        _remove_dead_folders()
         try:
-            self._local_dir = tempfile.mkdtemp(prefix="starscan-push-")  # mode 0700
+            self._local_dir = tempfile.mkdtemp(prefix=LOCAL_PREFIX)  # mode 0700
             path = os.path.join(self._local_dir, "push.sock")
             unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             unix.bind(path)
@@ -318,6 +319,37 @@ class PushListener:
                 pass
         if self._local_dir is not None:
             shutil.rmtree(self._local_dir, ignore_errors=True)
+
+
+LOCAL_PREFIX = "starscan-push-"
+
+
+def _remove_dead_folders() -> None:
+    """Folders of this user's earlier listeners whose server is gone (killed, so it could not
+    remove its own): their socket refuses connections, or is not there. A live server's
+    socket accepts, and its folder stays."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(LOCAL_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        folder = os.path.join(root, name)
+        try:
+            if os.stat(folder).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(1.0)
+            probe.connect(os.path.join(folder, "push.sock"))
+        except (ConnectionRefusedError, FileNotFoundError):
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            pass  # not ours to judge
+        finally:
+            probe.close()
 
 
 def _send_quietly(sock: socket.socket, data: bytes) -> None:

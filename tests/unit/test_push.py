@@ -274,3 +274,31 @@ def test_without_a_unix_socket_tasks_push_over_tcp(tmp_path, monkeypatch):
         assert drain(sink.queue) == [0, 1, 2, 3]
     finally:
         lst.stop()
+
+
+def test_a_killed_servers_socket_folder_is_removed_by_the_next_listener(tmp_path, monkeypatch):
+    """A server killed before it could remove its folder: the next listener removes folders
+    whose socket refuses connections or is gone, and keeps a live listener's."""
+    from starscan.provider import push_listener
+
+    monkeypatch.setattr(push_listener.tempfile, "tempdir", str(tmp_path))
+    live = PushListener("127.0.0.1", 0, local=True)
+    dead_socket = tmp_path / "starscan-push-dead1"
+    dead_socket.mkdir(mode=0o700)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(dead_socket / "push.sock"))  # bound, never listening, then closed: as after a kill
+    s.close()
+    no_socket = tmp_path / "starscan-push-dead2"
+    no_socket.mkdir(mode=0o700)
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    try:
+        new = PushListener("127.0.0.1", 0, local=True)
+        try:
+            assert not dead_socket.exists() and not no_socket.exists()
+            assert os.path.exists(live.local_path) and other.exists() and os.path.exists(new.local_path)
+            send_split(live, sink_for(live), 0, [batch(0, 2)])  # the live one still serves
+        finally:
+            new.stop()
+    finally:
+        live.stop()
