@@ -224,18 +224,18 @@ class PushListener:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, advertised_host: str | None = None,
                  local: bool = False):
-        self._server = socket.create_server((host, port), backlog=256)
+        tcp = socket.create_server((host, port), backlog=256)
         # Accepted connections inherit it: what a task can have in flight beyond the
         # scanner's queue stays small (the kernel would otherwise buffer megabytes).
-        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
         self.host = host
-        self.port = self._server.getsockname()[1]
+        self.port = tcp.getsockname()[1]
         # Where tasks connect: the bound address, or the advertised one when bound to all.
         self.advertised_host = advertised_host if host in ("0.0.0.0", "", "::") and advertised_host else host
         self._sinks: dict[bytes, PushSink] = {}
         self._lock = threading.Lock()
         self._stopping = False
-        self._servers = [self._server]
+        self._servers = [tcp]  # then the Unix socket, when there is one
         self.accepted = {"tcp": 0, "local": 0}  # connections accepted, by the way in
         self._local_dir: str | None = None
         self.local_path: str | None = None
@@ -253,7 +253,7 @@ class PushListener:
         _remove_dead_folders()
         try:
             self._local_dir = tempfile.mkdtemp(prefix=LOCAL_PREFIX)  # mode 0700
-            path = os.path.join(self._local_dir, "push.sock")
+            path = os.path.join(self._local_dir, LOCAL_SOCKET)
             unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             unix.bind(path)
             unix.listen(256)
@@ -321,7 +321,8 @@ class PushListener:
             shutil.rmtree(self._local_dir, ignore_errors=True)
 
 
-LOCAL_PREFIX = "starscan-push-"
+LOCAL_PREFIX = "starscan-push-"  # the Unix socket's folder: tempfile.mkdtemp's prefix
+LOCAL_SOCKET = "push.sock"        # its name in the folder
 
 
 def _remove_dead_folders() -> None:
@@ -343,7 +344,7 @@ def _remove_dead_folders() -> None:
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             probe.settimeout(1.0)
-            probe.connect(os.path.join(folder, "push.sock"))
+            probe.connect(os.path.join(folder, LOCAL_SOCKET))
         except (ConnectionRefusedError, FileNotFoundError):
             shutil.rmtree(folder, ignore_errors=True)
         except OSError:

@@ -37,32 +37,22 @@ def _dates_by_cast(arr: pa.Array) -> pa.Array:
 _DATE_TABLE_FIRST = -25_567  # 1900-01-01, as days since 1970-01-01
 _DATE_TABLE_END = 1 << 16  # 2149-06-07 (excluded)
 _DATE_LOOKUP_MIN_ROWS = 1024
-_date_table: pa.FixedSizeBinaryArray | None = None  # built by the first batch that needs it
+_date_lookup: tuple[pa.FixedSizeBinaryArray, pa.Scalar] | None = None  # built by the first batch that needs it
 _date_offsets: pa.Buffer | None = None  # int32 0, 10, 20, ...: shared by every batch
 
 
-def _day_to_index() -> pa.Scalar:
-    """The int32 scalar that turns a day into its index in the table: made once (a Python int
-    costs 10 µs per call) and without pa.scalar, which imports pandas (see _int32_range)."""
-    global _day_to_index_scalar
-    if _day_to_index_scalar is None:
-        _day_to_index_scalar = _int32_range(-_DATE_TABLE_FIRST, 1 - _DATE_TABLE_FIRST)[0]
-    return _day_to_index_scalar
-
-
-_day_to_index_scalar: pa.Scalar | None = None
-
-
-def _days_table() -> pa.FixedSizeBinaryArray:
-    """The text of every day of the table's range, 10 bytes each. Two threads may both build
-    it: the same bytes, and either result is whole when assigned."""
-    global _date_table
-    table = _date_table
-    if table is None:
+def _days_table() -> tuple[pa.FixedSizeBinaryArray, pa.Scalar]:
+    """The text of every day of the table's range (10 bytes each), and the int32 scalar that
+    turns a day into its index there (made once: a Python int costs 10 µs per call, and
+    ``pa.scalar`` imports pandas, see _int32_range). Two threads may both build them: the
+    same values, and either pair is whole when assigned."""
+    global _date_lookup
+    lookup = _date_lookup
+    if lookup is None:
         texts = _dates_by_cast(_int32_range(_DATE_TABLE_FIRST, _DATE_TABLE_END).view(pa.date32()))
-        table = _date_table = pa.FixedSizeBinaryArray.from_buffers(pa.binary(_DATE_WIDTH), len(texts),
-                                                                   [None, texts.buffers()[2]])
-    return table
+        table = pa.FixedSizeBinaryArray.from_buffers(pa.binary(_DATE_WIDTH), len(texts), [None, texts.buffers()[2]])
+        lookup = _date_lookup = (table, _int32_range(-_DATE_TABLE_FIRST, 1 - _DATE_TABLE_FIRST)[0])
+    return lookup
 
 
 def _offsets_for(rows: int) -> pa.Buffer:
@@ -73,20 +63,19 @@ def _offsets_for(rows: int) -> pa.Buffer:
     return offsets
 
 
-class _DateText:
+def _date_text(arr: pa.Array) -> pa.Array:
     """DATE -> ``YYYY-MM-DD``: each day's text taken from the process's table (every day in
     it is 10 characters, so the result's offsets are the shared 0, 10, 20, ...)."""
-
-    def __call__(self, arr: pa.Array) -> pa.Array:
-        if len(arr) < _DATE_LOOKUP_MIN_ROWS or arr.null_count == len(arr):
-            return _dates_by_cast(arr)
-        days = arr.view(pa.int32())
-        bounds = pc.min_max(days)  # NULLs skipped: Parquet leaves any value under one
-        if bounds["min"].as_py() < _DATE_TABLE_FIRST or bounds["max"].as_py() >= _DATE_TABLE_END:
-            return _dates_by_cast(arr)
-        taken = _days_table().take(pc.add(days, _day_to_index()))  # NULL where the date is NULL
-        return pa.StringArray.from_buffers(len(taken), _offsets_for(len(taken)), taken.buffers()[1],
-                                           taken.buffers()[0], taken.null_count)
+    if len(arr) < _DATE_LOOKUP_MIN_ROWS or arr.null_count == len(arr):
+        return _dates_by_cast(arr)
+    days = arr.view(pa.int32())
+    bounds = pc.min_max(days)  # NULLs skipped: Parquet leaves any value under one
+    if bounds["min"].as_py() < _DATE_TABLE_FIRST or bounds["max"].as_py() >= _DATE_TABLE_END:
+        return _dates_by_cast(arr)
+    table, day_to_index = _days_table()
+    taken = table.take(pc.add(days, day_to_index))  # NULL where the date is NULL
+    return pa.StringArray.from_buffers(len(taken), _offsets_for(len(taken)), taken.buffers()[1],
+                                       taken.buffers()[0], taken.null_count)
 
 
 _DATE_WIDTH = 10  # YYYY-MM-DD
@@ -112,7 +101,7 @@ def _converter(dt: SqlType) -> ArrayFn | None:
     if not dt.needs_wire_conversion():
         return None
     if dt.kind == "date":
-        return _DateText()
+        return _date_text
     if dt.kind in ("timestamp", "timestamp_ntz"):
         return _timestamps
     target = dt.wire_arrow_type()

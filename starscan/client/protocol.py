@@ -182,8 +182,7 @@ def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ss
     """A thriftpy2 client of the BE; ``ssl_context`` for a BE with `be_tls` on. A ``get_next``
     reply's ``rows`` of 64 KiB or more are a ``pyarrow.Buffer`` (bytes-like: ``len``, ``==``,
     slices, ``bytes()``, ``pa.ipc.open_stream``; not ``hash`` or ``+``), smaller ones ``bytes``."""
-    loaded = _thrift
-    make_client, TBinaryProtocolFactory, ArrowReadTransportFactory = loaded if loaded is not None else _thrift_parts()
+    make_client, TBinaryProtocolFactory, ArrowReadTransportFactory = _thrift_parts()
     return cast("TClient", make_client(
         thrift_defs.wire.TStarrocksExternalService, host, port,
         # The pure-Python protocol over a transport that receives a reply's rows into Arrow's

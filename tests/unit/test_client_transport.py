@@ -10,6 +10,7 @@ import threading
 
 import pyarrow as pa
 import pytest
+from socket_helpers import sent_bytes
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.protocol.binary import TBinaryProtocol
 from thriftpy2.thrift import TMessageType
@@ -23,26 +24,17 @@ SERVICE = wire.TStarrocksExternalService
 
 def _reply_bytes(seqid: int, rows: bytes | None, eos: bool = False, msgs=None) -> bytes:
     """One get_next reply message, as thriftpy2's Cython writer puts it on the wire."""
-    ours, theirs = socket.socketpair()
-    got = bytearray()
-
-    def drain():
-        while chunk := theirs.recv(1 << 16):
-            got.extend(chunk)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-    proto = TCyBinaryProtocolFactory().get_protocol(TCyBufferedTransport(TSocket(sock=ours)))
     result = SERVICE.get_next_result(success=wire.TScanBatchResult(
         status=wire.TStatus(status_code=wire.TStatusCode.OK, error_msgs=msgs), eos=eos, rows=rows))
-    proto.write_message_begin("get_next", TMessageType.REPLY, seqid)
-    proto.write_struct(result)
-    proto.write_message_end()
-    proto.trans.flush()
-    ours.close()
-    reader.join(10)
-    theirs.close()
-    return bytes(got)
+
+    def write(sock):
+        proto = TCyBinaryProtocolFactory().get_protocol(TCyBufferedTransport(TSocket(sock=sock)))
+        proto.write_message_begin("get_next", TMessageType.REPLY, seqid)
+        proto.write_struct(result)
+        proto.write_message_end()
+        proto.trans.flush()
+
+    return sent_bytes(write)
 
 
 def _ipc(rows: int) -> bytes:

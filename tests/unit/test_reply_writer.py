@@ -3,11 +3,9 @@ byte for byte what thriftpy2's own writer sends, over real sockets."""
 
 from __future__ import annotations
 
-import socket
-import threading
-
 import pyarrow as pa
 import pytest
+from socket_helpers import sent_bytes
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.thrift import TProcessor
 from thriftpy2.transport import TCyBufferedTransport, TSocket
@@ -23,21 +21,7 @@ SERVICE = wire.TStarrocksExternalService
 
 def _sent(write) -> bytes:
     """What ``write(oprot)`` puts on a socket, read by a thread at the other end."""
-    ours, theirs = socket.socketpair()
-    got = bytearray()
-
-    def drain():
-        while chunk := theirs.recv(1 << 16):
-            got.extend(chunk)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-    trans = TCyBufferedTransport(TSocket(sock=ours))
-    write(FACTORY.get_protocol(trans))
-    ours.close()
-    reader.join(10)
-    theirs.close()
-    return bytes(got)
+    return sent_bytes(lambda sock: write(FACTORY.get_protocol(TCyBufferedTransport(TSocket(sock=sock)))))
 
 
 def _reply(rows, eos=False, msgs=None):
@@ -83,19 +67,6 @@ def test_bytes_rows_eos_and_other_calls_are_written_as_before():
 
 def test_partial_sends_resume_where_they_stopped():
     """A socket with a timeout may take part of a scatter-gather send: the rest follows, in order."""
-    ours, theirs = socket.socketpair()
-    ours.settimeout(10)
     parts = [b"head", memoryview(bytes(range(256)) * 8000), b"", b"tail"]
-    got = bytearray()
-
-    def drain():
-        while chunk := theirs.recv(1000):  # slowly, so the sender's buffer fills
-            got.extend(chunk)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-    send_parts(ours, parts)
-    ours.close()
-    reader.join(10)
-    theirs.close()
-    assert bytes(got) == b"".join(bytes(p) for p in parts)
+    got = sent_bytes(lambda sock: send_parts(sock, parts), recv_size=1000, send_timeout_s=10)
+    assert got == b"".join(bytes(p) for p in parts)

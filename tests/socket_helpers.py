@@ -1,0 +1,30 @@
+"""What a writer puts on a real socket, read back by a thread at the other end."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+
+
+def sent_bytes(write: Callable[[socket.socket], object], recv_size: int = 1 << 16,
+               send_timeout_s: float | None = None) -> bytes:
+    """Every byte ``write(sock)`` sends on one end of a socket pair, until it returns; the
+    other end is read ``recv_size`` bytes at a time (small: the sender's buffer fills)."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(send_timeout_s)
+    got = bytearray()
+
+    def drain():
+        while chunk := theirs.recv(recv_size):
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        write(ours)
+    finally:
+        ours.close()
+        reader.join(10)
+        theirs.close()
+    return bytes(got)
