@@ -56,7 +56,12 @@ class ResultQueue:
     def __init__(self, max_bytes: int, budget: QueueBudget | None = None):
         self.max_bytes = max_bytes
         self.budget = budget
-        self._cond = threading.Condition()
+        # One lock, two conditions: producers wait for room, the reader for rows, and each
+        # side wakes only the other (one shared condition woke every waiter on every put and
+        # take: ~18 context switches per batch in the BE in bench/RESULTS.md's 14:40 profile).
+        lock = threading.Lock()
+        self._room = threading.Condition(lock)    # producers wait here
+        self._rows_cv = threading.Condition(lock)  # the reader waits here
         self._items: deque[list] = deque()  # [batch, nbytes, rows_taken]
         self._bytes = 0
         self._rows = 0             # rows queued and not yet taken
@@ -77,16 +82,19 @@ class ResultQueue:
         PUT_TIMED_OUT (None) when ``timeout`` seconds passed with no room (nothing added).
         ``ipc``: the batch's IPC message as it arrived, handed out again when a reply is
         exactly this batch (no serializing it a second time)."""
-        with self._cond:
+        with self._room:
             waited_from = time.monotonic()
             deadline = None if timeout is None else waited_from + timeout
             self._puts_waiting += 1
+            woke_reader = False
             try:
                 while self._items and not self._stopped:
                     full = self._bytes + nbytes > self.max_bytes
                     if not full and not (self.budget is not None and self.budget.would_exceed(nbytes)):
                         break
-                    self._cond.notify_all()  # a reader waiting to fill its reply gets what is here
+                    if not woke_reader:  # a reader waiting to fill its reply gets what is here
+                        self._rows_cv.notify()
+                        woke_reader = True
                     wait = None if full else QueueBudget.POLL_S  # others free the budget: no shared wake-up
                     if deadline is not None:
                         left = deadline - time.monotonic()
@@ -94,7 +102,7 @@ class ResultQueue:
                             self.put_wait_s += time.monotonic() - waited_from
                             return PUT_TIMED_OUT
                         wait = left if wait is None else min(wait, left)
-                    self._cond.wait(wait)
+                    self._room.wait(wait)
             finally:
                 self._puts_waiting -= 1
             self.put_wait_s += time.monotonic() - waited_from
@@ -106,21 +114,21 @@ class ResultQueue:
             self.rows_in += batch.num_rows
             self.peak_bytes = max(self.peak_bytes, self._bytes)
             self.largest_batch = max(self.largest_batch, nbytes)
-            self._cond.notify_all()
+            self._rows_cv.notify()
             return True
 
     def finish(self) -> None:
-        with self._cond:
+        with self._room:
             self._finished = True
-            self._cond.notify_all()
+            self._wake_all()
 
     def fail(self, error: StarscanError) -> None:
         """Mark the scan failed; the first failure wins. Queued data is dropped."""
-        with self._cond:
+        with self._room:
             if self._error is None and not self._closed:
                 self._error = error
             self._drop()
-            self._cond.notify_all()
+            self._wake_all()
 
     # ---- consumer side ----
     def take(self, max_rows: int, timeout: float | None = None, fill_wait_s: float = 0.0):
@@ -133,7 +141,7 @@ class ResultQueue:
     def take_reply(self, max_rows: int, timeout: float | None = None, fill_wait_s: float = 0.0):
         """As ``take``, but a batch comes as ``(batch, ipc)``: ``ipc`` is the IPC message the
         batch arrived as when the reply is exactly one whole queued batch, else None."""
-        with self._cond:
+        with self._rows_cv:
             waited_from = time.monotonic()
             fill_deadline = None
             while not self._stopped and not self._finished and self._rows < max_rows:
@@ -153,7 +161,7 @@ class ResultQueue:
                         return None
                 else:
                     wait = None
-                self._cond.wait(wait)
+                self._rows_cv.wait(wait)
             self.take_wait_s += time.monotonic() - waited_from
             if self._error is not None:
                 raise self._error
@@ -180,22 +188,26 @@ class ResultQueue:
                     self._items.popleft()
                     self._account(-nbytes)
             self._rows -= max_rows - wanted
-            self._cond.notify_all()
+            self._room.notify_all()  # both producers may fit now; one that does not waits again
             if len(parts) == 1:
                 return parts[0], whole
             return pa.concat_batches(parts), None
 
     def close(self) -> None:
         """Drop everything and wake both sides (close_scanner, GC, timeout)."""
-        with self._cond:
+        with self._room:
             self._closed = True
             self._drop()
-            self._cond.notify_all()
+            self._wake_all()
 
     # ---- state ----
     @property
     def _stopped(self) -> bool:
         return self._closed or self._error is not None
+
+    def _wake_all(self) -> None:
+        self._room.notify_all()
+        self._rows_cv.notify_all()
 
     def _drop(self) -> None:
         self._items.clear()
