@@ -6,6 +6,11 @@ whose token it names; anything else (a wrong magic, an unknown or expired token,
 out of range) is closed at once, so no one can add rows to a scan without its token, and a
 token stops working when its scan ends.
 
+A task that names no split gets one from the sink (``claim``): the first split that has not
+ended and that no task reads. The ``arrow`` engine's tasks read split after split that way,
+so a scan is one Spark job per task rather than per split; the ``sql`` engine's tasks read
+their own Spark partition.
+
 The sink keeps, per split, how many rows reached the scanner's queue. A split read again
 (Spark retried a failed task, or the split yielded its slot) re-reads deterministically,
 so the sink drops the rows it delivered before and passes on only the rest: a retry
@@ -29,6 +34,7 @@ import pyarrow as pa
 
 from starscan.errors import MemLimitExceeded, ScanFailed, StarscanError
 from starscan.provider.push_wire import (
+    ANY_SPLIT,
     BATCH,
     END,
     ERROR,
@@ -37,6 +43,7 @@ from starscan.provider.push_wire import (
     HELLO,
     MAGIC,
     ROWS,
+    SPLIT_NO,
     STOP,
     YIELD,
     recv_arrow_buffer,
@@ -71,6 +78,7 @@ class PushSink:
         self._cond = threading.Condition()
         self._conns: dict[int, socket.socket] = {}
         self._split_locks = [threading.Lock() for _ in range(splits)]
+        self._claimed: set[int] = set()  # assigned to a task (claim) and not yet served
         self.stopped = False
         self.error: StarscanError | None = None
 
@@ -83,6 +91,43 @@ class PushSink:
         with self._cond:
             return all(s.ended for s in self.splits)
 
+    def claim(self) -> int | None:
+        """The split for a task that names none (``ANY_SPLIT``): the first one that has not
+        ended and that no task reads (the lowest first, so an ordered scan's single task
+        reads its splits in order, a yielded one again first); None when there is none."""
+        with self._cond:
+            if self.stopped:
+                return None
+            for number, split in enumerate(self.splits):
+                if not split.ended and number not in self._conns and number not in self._claimed:
+                    self._claimed.add(number)
+                    return number
+            return None
+
+    def unclaimed(self) -> bool:
+        """Whether a split is left that no task reads (a new task would get one)."""
+        with self._cond:
+            return any(not s.ended and n not in self._conns and n not in self._claimed
+                       for n, s in enumerate(self.splits))
+
+    def yielded(self) -> bool:
+        """Whether a split gave its task's slot back and waits to be read on."""
+        with self._cond:
+            return any(s.yielded and not s.ended for s in self.splits)
+
+    def lost(self) -> list[int]:
+        """Splits a task began and left without their end, a yield or a failure report:
+        their rows did not all arrive (checked when no task runs)."""
+        with self._cond:
+            return [n for n, s in enumerate(self.splits)
+                    if s.generation and not s.ended and not s.yielded and s.failure is None
+                    and n not in self._conns and n not in self._claimed]
+
+    def failure(self) -> str | None:
+        """What a task reported when it failed, if one did."""
+        with self._cond:
+            return next((s.failure for s in self.splits if s.failure is not None), None)
+
     def stop(self) -> None:
         """Tell every task to stop; later connections are told at once."""
         with self._cond:
@@ -92,10 +137,12 @@ class PushSink:
             _send_quietly(sock, STOP)
 
     # ---- a connection ----
-    def serve(self, sock: socket.socket, split_no: int) -> None:
-        """Take frames from one task until it closes; runs in the listener's handler thread."""
+    def serve(self, sock: socket.socket, split_no: int, assigned: bool = False) -> None:
+        """Take frames from one task until it closes; runs in the listener's handler thread.
+        ``assigned``: the split came from ``claim`` and the task learns its number with the go."""
         lock = self._split_locks[split_no]
         with lock, self._cond:
+            self._claimed.discard(split_no)
             split = self.splits[split_no]
             if self.stopped or split.ended:
                 _send_quietly(sock, STOP)
@@ -105,12 +152,13 @@ class PushSink:
                 _send_quietly(old, STOP)  # a task Spark gave up on: its frames no longer count
             split.generation += 1
             split.yielded = False
+            split.failure = None  # an earlier attempt's report; this attempt may yet succeed
             generation = split.generation
             skip = split.delivered
             self._conns[split_no] = sock
         sent = 0  # rows this task sent, as the task counts them
         try:
-            sock.sendall(GO)
+            sock.sendall(GO + SPLIT_NO.pack(split_no) if assigned else GO)
             while True:
                 header = recv_exact(sock, FRAME.size)
                 if header is None:
@@ -298,6 +346,14 @@ class PushListener:
             return
         magic, token, split, _attempt = HELLO.unpack(hello)
         sink = self._find(token) if hmac.compare_digest(magic, MAGIC) else None
+        if sink is not None and split == ANY_SPLIT:
+            claimed = sink.claim()
+            if claimed is None:  # every split is read, or the scan stopped
+                _send_quietly(sock, STOP)
+                sock.close()
+                return
+            sink.serve(sock, claimed, assigned=True)
+            return
         if sink is None or split >= len(sink.splits):
             # Not a scan of ours (forged, or one that ended): no answer, no rows.
             log.info("push connection refused: %s", "unknown or expired scan token" if sink is None else

@@ -4,8 +4,11 @@ to the scanner that asked for them, with the JVM out of the data path.
 Each task of a scan opens one connection to the BE's push listener and says hello:
 the scan's secret token (random, per scan, carried only inside the task's closure), the
 split (partition) it reads and its attempt. The BE answers one byte: ``G`` (go on) or
-``S`` (nothing to send: the scan ended, or this split was delivered already). Then the task
-sends frames, each a kind byte and a 4-byte length before the payload:
+``S`` (nothing to send: the scan ended, or this split was delivered already). A task of the
+``arrow`` engine names no split (``ANY_SPLIT``): the BE picks the next split nobody reads
+and answers ``G`` and its number (4 bytes), or ``S`` when none is left; the task reads that
+split, and asks again on a new connection when the split is done (provider/push_task.py).
+Then the task sends frames, each a kind byte and a 4-byte length before the payload:
 
 * ``B``: one Arrow record batch in the wire types (an IPC message without the schema;
   the BE knows the scan's schema);
@@ -41,6 +44,9 @@ TOKEN_BYTES = 32
 HELLO = struct.Struct(">8s32sII")   # magic, token, split, attempt
 FRAME = struct.Struct(">cI")        # kind, payload length
 ROWS = struct.Struct(">Q")
+
+ANY_SPLIT = 0xFFFFFFFF               # the hello's split: the BE assigns one
+SPLIT_NO = struct.Struct(">I")      # the split the BE assigned
 
 BATCH, END, ERROR = b"B", b"E", b"X"
 GO, STOP, YIELD = b"G", b"S", b"Y"
@@ -102,6 +108,12 @@ class TaskSender:
         self.sock.sendall(HELLO.pack(MAGIC, token, split, attempt))
         answer = recv_exact(self.sock, 1)
         self.go = answer == GO
+        self.split = split
+        if self.go and split == ANY_SPLIT:
+            assigned = recv_exact(self.sock, SPLIT_NO.size)
+            self.go = assigned is not None
+            if assigned is not None:
+                (self.split,) = SPLIT_NO.unpack(assigned)
         self.rows = 0
 
     def _check(self) -> None:

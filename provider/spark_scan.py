@@ -270,8 +270,8 @@ class SparkScan:
         sink = None
         try:
             sc = self.spark.sparkContext
-            rdd, source_schema, task_function = self._choose_engine(sc)
-            self.splits = rdd.getNumPartitions()
+            rdd, source_schema, task_function, splits = self._choose_engine(sc)
+            self.splits = rdd.getNumPartitions() if splits is None else splits
             sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_after_s)
             with self._lock:
                 self._sink = sink
@@ -281,7 +281,11 @@ class SparkScan:
             self.listener.register(sink)
             target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
                                 source_schema, self.columns, self.batch_rows, self.listener.local_path)
-            self._drive(sc, rdd.mapPartitions(task_function(target)), sink)
+            mapped = rdd.mapPartitions(task_function(target))
+            if splits is None:
+                self._drive(sc, mapped, sink)
+            else:
+                self._drive_readers(sc, mapped, sink, rdd.getNumPartitions())
             if self._cancelled is None:
                 if sink.error is not None:
                     raise sink.error
@@ -299,8 +303,11 @@ class SparkScan:
             self.done.set()
 
     def _choose_engine(self, sc):
-        """The RDD whose partitions are the splits, the Arrow schema its tasks produce, and
-        the partition function's factory, for the engine this scan runs on."""
+        """For the engine this scan runs on: the RDD of its tasks, the Arrow schema they
+        produce, the partition function's factory, and the number of splits when the tasks
+        take their splits from the sink (the ``arrow`` engine: one partition per task the
+        scanner runs at once, push_task.push_arrow_splits) or None (the ``sql`` engine: a
+        partition is a split, one job each)."""
         if self.plan is not None and self.engine_setting in ("auto", "arrow"):
             try:
                 read, splits = plan_arrow(self.plan, self._plan_tablets, self._tablet_ids, self.time_zone,
@@ -312,14 +319,16 @@ class SparkScan:
                 self.engine_reason = str(why)
             else:
                 self._set_engine("arrow")
-                rdd = sc.parallelize(splits, max(len(splits), 1)) if splits else sc.emptyRDD()
-                return rdd, read.output_schema, lambda target: push_arrow_splits(target, read)
+                readers = min(self.tasks_per_scanner, len(splits))
+                rdd = sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
+                return (rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),
+                        len(splits))
         self._set_engine("sql")
         if self.df is None:
             self.df = self._build_dataframe()
         schema = to_arrow_schema(self.df.schema, timezone=self.time_zone, prefers_large_types=False)
         rdd = RDD(self.df._jdf.toArrowBatchRdd().toJavaRDD(), sc, NoOpSerializer())
-        return rdd, schema, push_spark_arrow
+        return rdd, schema, push_spark_arrow, None
 
     def _set_engine(self, engine: str) -> None:
         self.engine = engine
@@ -385,6 +394,59 @@ class SparkScan:
                         pending.append(split)
                     continue
                 raise ScanFailed(f"Spark finished split {split} of the scan, but its rows did not all reach the BE")
+
+    def _drive_readers(self, sc, mapped, sink: PushSink, readers: int) -> None:
+        """Run the ``arrow`` engine's tasks, each a Spark job of one task that reads the splits
+        the sink assigns it until none is left, at most ``readers`` at once, until every split
+        has ended. A task whose split yielded ends; another starts when the queue has room."""
+        if readers == 0:
+            return  # no splits: nothing to read
+        free = deque(range(readers))  # the RDD's partitions: one per task that can run
+        finished: SimpleQueue = SimpleQueue()
+        in_flight = 0
+        description = f"starscan scan {self.description}"
+
+        def run_reader(partition: int) -> None:
+            try:
+                sc.setJobGroup(self.context_id, description, True)
+                sc.setLocalProperty("spark.scheduler.pool", self.pool)
+                _run_job(sc, mapped, partition)
+                finished.put((partition, None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
+                finished.put((partition, exc))
+
+        any_finished = False
+        with ThreadPoolExecutor(readers, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as jobs:
+            while True:
+                # One task until the first rows arrive (as _drive).
+                allowed = readers if self.queue.rows_in or any_finished else 1
+                while self._cancelled is None and in_flight < allowed and free and sink.unclaimed():
+                    if sink.yielded() and self.queue.bytes > self.queue.max_bytes // 2:
+                        break  # the reader has not made room yet
+                    in_flight += 1
+                    jobs.submit(run_reader, free.popleft())
+                if in_flight == 0:
+                    if self._cancelled is not None or sink.all_ended():
+                        return
+                    if sink.error is not None:
+                        raise sink.error
+                    lost = sink.lost()
+                    if lost:
+                        raise ScanFailed(f"Spark finished the scan's tasks, but the rows of split {lost[0]} did not "
+                                         "all reach the BE")
+                try:
+                    partition, exc = finished.get(timeout=0.02 if allowed < readers else 0.1)
+                except Empty:
+                    continue
+                in_flight -= 1
+                free.append(partition)
+                any_finished = True
+                if self._cancelled is not None:
+                    continue
+                if exc is not None:
+                    raise self._failure(exc, sink, sink.failure())
+                if sink.error is not None:
+                    raise sink.error
 
     def _failure(self, exc: BaseException, sink: PushSink | None = None, task_reason: str | None = None) -> StarscanError:
         """The error a reader gets when Spark failed: "version ... is gone" when the planned
