@@ -6,8 +6,8 @@ runs on the ``sql`` engine (``scan_engine = auto``) or is refused (``scan_engine
 
 Splits: the planned files, a large file cut into runs of whole row groups of about
 ``split_size`` bytes (its footer says where), small files packed together up to that size with
-an open cost per file, as Spark packs files into partitions. Spark then runs one task per
-split (provider/spark_scan.py).
+an open cost per file, as Spark packs files into partitions. The scanner's tasks then take
+the splits one after another from the BE (provider/push_task.py).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ MIN_SPLIT_BYTES, MAX_SPLIT_BYTES = 16 << 20, 256 << 20
 
 def split_size(total_bytes: int, tasks: int) -> int:
     """Bytes per split: about two splits per task the scanner runs at once, within
-    [16 MiB, 256 MiB]. Each split costs a Spark job (tens of milliseconds to schedule), so
-    fewer is faster; a split's size does not delay the first rows (tasks stream)."""
+    [16 MiB, 256 MiB]. A task that ends its split early takes another, so more splits even
+    out the tasks' ends; each costs a connection and opening its files, so not many more.
+    A split's size does not delay the first rows (tasks stream)."""
     return min(max(MIN_SPLIT_BYTES, total_bytes // max(1, 2 * tasks)), MAX_SPLIT_BYTES)
 
 

@@ -21,7 +21,7 @@ from starscan.provider.contexts import ScanInfo
 
 log = logging.getLogger("starscan.provider.profile")
 
-MAX_JOBS_LOOKED_UP = 200  # a scan runs one Spark job per input split; enough to profile it
+MAX_JOBS_LOOKED_UP = 200  # a scan runs a Spark job per task (arrow) or per split (sql); enough to profile it
 
 
 @dataclass

@@ -6,9 +6,11 @@ over TCP straight into this BE process (provider/push_wire.py), a batch at a tim
 produces them: the first rows arrive within a fraction of a second of the task starting,
 no partition is ever collected whole (in the JVM or here), and the JVM never holds a
 reader's rows. A scanner keeps at most ``tasks_per_scanner`` tasks running (one until its
-first rows arrive), one Spark job per split, in a FAIR pool of its own (starscan.spark
-.scan_pool), so concurrent scanners share the task slots and no scanner waits for another's
-whole scan. A reader that stops reading makes its task yield
+first rows arrive), each a Spark job of its own, in a FAIR pool of the scanner's
+(starscan.spark.scan_pool), so concurrent scanners share the task slots and no scanner waits
+for another's whole scan. An ``arrow`` engine task reads split after split as the BE
+assigns them (_drive_readers); a ``sql`` engine task reads its own partition, one job per
+split (_drive). A reader that stops reading makes its task yield
 its slot after ``yield_after_s``; the split is read again later, from where it stopped.
 
 The jobs run under a job group named after the scan context. Close, GC and timeouts stop

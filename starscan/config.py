@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     result_cache_tables: list[str] = Field(default_factory=lambda: ["*.*"], description="tables whose scans may be cached: db.table, db.* or *.*, comma-separated", json_schema_extra=RUNTIME)
     reply_fill_wait_s: float = Field(0.2, ge=0, le=60, description="how long a get_next reply that has rows but fewer than batch_size waits for the rest while the scan produces them (0: send what is there)", json_schema_extra=RUNTIME)
     scan_engine: str = Field("auto", pattern="^(auto|arrow|sql)$", description="how scans read: arrow (pyarrow in Spark's Python tasks, the JVM out of the data path), sql (Spark SQL), or auto (arrow for every plan it reads exactly as Spark SQL would, sql for the rest)", json_schema_extra=RUNTIME)
-    scan_tasks_per_scanner: int = Field(2, ge=1, le=64, description="Spark tasks one scanner keeps running at once (one per split); more is faster for one reader and leaves fewer task slots to the others")
+    scan_tasks_per_scanner: int = Field(2, ge=1, le=64, description="Spark tasks one scanner keeps running at once (an arrow-engine task reads split after split; a sql-engine task one split); more is faster for one reader and leaves fewer task slots to the others")
     scan_yield_after_s: float = Field(2.0, gt=0, description="a scanner whose reader has not read for this long gives its Spark task slots back; its splits go on, from where they stopped, when the reader reads again")
     push_port: int = Field(0, ge=0, le=65535, description="port on bind_host where Spark tasks push scanned rows into the BE (0: a free port); tasks connect to advertise_host")
     thrift_client_timeout_s: float | None = Field(None, gt=0, description="idle seconds before the BE drops a connection (none: never)")

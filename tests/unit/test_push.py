@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from starscan.provider.push_listener import PushListener, PushSink
-from starscan.provider.push_wire import GO, HELLO, MAGIC, STOP, PushStopped, TaskSender, recv_exact
+from starscan.provider.push_wire import ANY_SPLIT, GO, HELLO, MAGIC, STOP, PushStopped, TaskSender, recv_exact
 from starscan.provider.result_queue import EOS, ResultQueue
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
@@ -302,3 +302,88 @@ def test_a_killed_servers_socket_folder_is_removed_by_the_next_listener(tmp_path
             new.stop()
     finally:
         live.stop()
+
+
+# ---- tasks that name no split (the arrow engine's): the BE assigns them ----
+
+def claim_and_send(listener, sink, rows_of, attempt=0, end=True) -> int | None:
+    """What an arrow-engine task does for one split: ask for any, send the assigned one's
+    batches (``rows_of(split)``). The split's number, or None when the BE had none left."""
+    sender = sender_for(listener, sink.token, ANY_SPLIT, attempt)
+    try:
+        if not sender.go:
+            return None
+        for b in rows_of(sender.split):
+            sender.send(b)
+        if end:
+            sender.end()
+        return sender.split
+    finally:
+        sender.close()
+
+
+def test_tasks_that_name_no_split_get_each_split_once_lowest_first(listener):
+    sink = sink_for(listener, splits=3)
+    got = [claim_and_send(listener, sink, lambda n: [batch(n * 10, 2)]) for _ in range(4)]
+    assert got == [0, 1, 2, None]  # then none is left: a stop
+    assert sink.all_ended() and not sink.unclaimed() and sink.lost() == []
+    sink.queue.finish()
+    assert drain(sink.queue) == [0, 1, 10, 11, 20, 21]
+
+
+def test_a_split_being_read_is_not_given_to_a_second_task(listener):
+    sink = sink_for(listener, splits=2)
+    first = sender_for(listener, sink.token, ANY_SPLIT, 0)
+    try:
+        assert first.go and first.split == 0
+        first.send(batch(0, 1))
+        assert claim_and_send(listener, sink, lambda n: [batch(100, 1)]) == 1  # split 0 is taken
+        assert claim_and_send(listener, sink, lambda n: [batch(200, 1)]) is None  # 0 is read, 1 ended
+        first.send(batch(1, 1))
+        first.end()
+    finally:
+        first.close()
+    sink.queue.finish()
+    assert sorted(drain(sink.queue)) == [0, 1, 100]
+
+
+def test_a_split_left_by_a_failed_task_goes_to_the_next_task_without_its_delivered_rows(listener):
+    """Spark retries a task that died mid-split: the new attempt asks for any split, gets the
+    one left unfinished, re-reads it from its start, and only the rest passes on."""
+    sink = sink_for(listener, splits=2)
+    rows = {0: [batch(0, 4), batch(4, 4), batch(8, 4)], 1: [batch(100, 3)]}
+    assert claim_and_send(listener, sink, lambda n: rows[n][:2], end=False) == 0  # died after 8 rows
+    # Left without an end: what the driver reports if no task is left to read it again.
+    wait_for(lambda: sink.lost() == [0])
+    assert sink.splits[0].delivered == 8 and sink.unclaimed()
+    assert claim_and_send(listener, sink, lambda n: rows[n], attempt=1) == 0
+    assert claim_and_send(listener, sink, lambda n: rows[n], attempt=1) == 1
+    assert sink.all_ended() and sink.lost() == []
+    sink.queue.finish()
+    assert sorted(drain(sink.queue)) == list(range(12)) + [100, 101, 102]
+
+
+def test_a_yielded_split_is_the_first_one_given_again(listener):
+    sink = sink_for(listener, splits=3, max_bytes=batch(0, 2).get_total_buffer_size(), yield_after_s=0.2)
+    try:
+        claim_and_send(listener, sink, lambda n: [batch(i * 2, 2) for i in range(10)])
+    except PushStopped:
+        pass
+    wait_for(lambda: sink.splits[0].yielded)
+    assert sink.yielded() and sink.lost() == [] and sink.unclaimed()
+    got: list[int] = []
+    reader = threading.Thread(target=lambda: got.extend(drain(sink.queue)), daemon=True)
+    reader.start()
+    order = [claim_and_send(listener, sink, lambda n: [batch(n * 100 + i * 2, 2) for i in range(10)])
+             for _ in range(3)]
+    assert order == [0, 1, 2] and sink.all_ended()
+    sink.queue.finish()
+    reader.join(20)
+    assert got == [n * 100 + i for n in range(3) for i in range(20)]
+
+
+def test_a_stopped_scan_assigns_nothing(listener):
+    sink = sink_for(listener, splits=2)
+    sink.stop()
+    assert claim_and_send(listener, sink, lambda n: [batch(0, 1)]) is None
+    assert not any(split.generation for split in sink.splits)  # no split was served
