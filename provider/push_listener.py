@@ -79,6 +79,7 @@ class PushSink:
         self._conns: dict[int, socket.socket] = {}
         self._split_locks = [threading.Lock() for _ in range(splits)]
         self._claimed: set[int] = set()  # assigned to a task (claim) and not yet served
+        self.yields = 0  # times a split gave its task's slot back (the reader stopped reading)
         self.stopped = False
         self.error: StarscanError | None = None
 
@@ -109,11 +110,6 @@ class PushSink:
         with self._cond:
             return any(not s.ended and n not in self._conns and n not in self._claimed
                        for n, s in enumerate(self.splits))
-
-    def yielded(self) -> bool:
-        """Whether a split gave its task's slot back and waits to be read on."""
-        with self._cond:
-            return any(s.yielded and not s.ended for s in self.splits)
 
     def lost(self) -> list[int]:
         """Splits a task began and left without their end, a yield or a failure report:
@@ -246,6 +242,7 @@ class PushSink:
             # The reader has not read for a while: give the Spark slot back; the split is
             # read again later from where it stopped.
             split.yielded = True
+            self.yields += 1
             _send_quietly(sock, YIELD)
         elif outcome:
             split.delivered += batch.num_rows

@@ -130,8 +130,14 @@ class TaskSender:
         self.rows += batch.num_rows
 
     def end(self) -> None:
+        """Send the split's end and wait until the BE has taken every frame; PushStopped when
+        the BE had said stop or yield meanwhile (then it did not count the end, and the task,
+        which may go on to another split, must not)."""
         self.sock.sendall(FRAME.pack(END, ROWS.size) + ROWS.pack(self.rows))
-        self._wait_closed()
+        said = self._wait_closed()
+        for answer in (STOP, YIELD):
+            if answer in said:
+                raise PushStopped(answer)
 
     def error(self, reason: str) -> None:
         data = reason.encode("utf-8", "replace")[:8192]
@@ -140,15 +146,17 @@ class TaskSender:
         except OSError:
             pass
 
-    def _wait_closed(self) -> None:
+    def _wait_closed(self) -> bytes:
         """After the last frame the BE closes the connection: wait for that, so the task
         ends only when the BE has taken every frame (never a split ended in Spark whose
-        rows are still in a socket buffer)."""
+        rows are still in a socket buffer). What the BE sent before closing."""
+        said = bytearray()
         try:
-            while self.sock.recv(64):
-                pass
+            while data := self.sock.recv(64):
+                said += data[:16]  # a stop or a yield: one byte each
         except OSError:
             pass
+        return bytes(said)
 
     def close(self) -> None:
         try:

@@ -405,7 +405,6 @@ class SparkScan:
             return  # no splits: nothing to read
         free = deque(range(readers))  # the RDD's partitions: one per task that can run
         finished: SimpleQueue = SimpleQueue()
-        in_flight = 0
         description = f"starscan scan {self.description}"
 
         def run_reader(partition: int) -> None:
@@ -417,38 +416,48 @@ class SparkScan:
             except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
                 finished.put((partition, exc))
 
-        any_finished = False
         with ThreadPoolExecutor(readers, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as jobs:
-            while True:
-                # One task until the first rows arrive (as _drive).
-                allowed = readers if self.queue.rows_in or any_finished else 1
-                while self._cancelled is None and in_flight < allowed and free and sink.unclaimed():
-                    if sink.yielded() and self.queue.bytes > self.queue.max_bytes // 2:
-                        break  # the reader has not made room yet
-                    in_flight += 1
-                    jobs.submit(run_reader, free.popleft())
-                if in_flight == 0:
-                    if self._cancelled is not None or sink.all_ended():
-                        return
-                    if sink.error is not None:
-                        raise sink.error
-                    lost = sink.lost()
-                    if lost:
-                        raise ScanFailed(f"Spark finished the scan's tasks, but the rows of split {lost[0]} did not "
-                                         "all reach the BE")
-                try:
-                    partition, exc = finished.get(timeout=0.02 if allowed < readers else 0.1)
-                except Empty:
-                    continue
-                in_flight -= 1
-                free.append(partition)
-                any_finished = True
-                if self._cancelled is not None:
-                    continue
-                if exc is not None:
-                    raise self._failure(exc, sink, sink.failure())
+            try:
+                self._run_readers(jobs, run_reader, finished, free, sink, readers)
+            except BaseException:
+                sink.stop()  # the other tasks stop now, not after reading every split left
+                raise
+
+    def _run_readers(self, jobs, run_reader, finished: SimpleQueue, free: deque, sink: PushSink, readers: int) -> None:
+        in_flight = 0
+        any_finished = False
+        while True:
+            # One task until the first rows arrive (as _drive). Once a split has yielded (the
+            # reader stopped reading for a while), a task starts only when the reader has
+            # made room: a task started into a full queue would only hold a slot and yield.
+            allowed = readers if self.queue.rows_in or any_finished else 1
+            while self._cancelled is None and in_flight < allowed and free and sink.unclaimed():
+                if sink.yields and self.queue.bytes > self.queue.max_bytes // 2:
+                    break  # the reader has not made room yet
+                in_flight += 1
+                jobs.submit(run_reader, free.popleft())
+            if in_flight == 0:
+                if self._cancelled is not None or sink.all_ended():
+                    return
                 if sink.error is not None:
                     raise sink.error
+                lost = sink.lost()
+                if lost:
+                    raise ScanFailed(f"Spark finished the scan's tasks, but the rows of split {lost[0]} did not "
+                                     "all reach the BE")
+            try:
+                partition, exc = finished.get(timeout=0.02 if allowed < readers else 0.1)
+            except Empty:
+                continue
+            in_flight -= 1
+            free.append(partition)
+            any_finished = True
+            if self._cancelled is not None:
+                continue
+            if exc is not None:
+                raise self._failure(exc, sink, sink.failure())
+            if sink.error is not None:
+                raise sink.error
 
     def _failure(self, exc: BaseException, sink: PushSink | None = None, task_reason: str | None = None) -> StarscanError:
         """The error a reader gets when Spark failed: "version ... is gone" when the planned

@@ -370,7 +370,7 @@ def test_a_yielded_split_is_the_first_one_given_again(listener):
     except PushStopped:
         pass
     wait_for(lambda: sink.splits[0].yielded)
-    assert sink.yielded() and sink.lost() == [] and sink.unclaimed()
+    assert sink.yields == 1 and sink.lost() == [] and sink.unclaimed()
     got: list[int] = []
     reader = threading.Thread(target=lambda: got.extend(drain(sink.queue)), daemon=True)
     reader.start()
@@ -387,3 +387,21 @@ def test_a_stopped_scan_assigns_nothing(listener):
     sink.stop()
     assert claim_and_send(listener, sink, lambda n: [batch(0, 1)]) is None
     assert not any(split.generation for split in sink.splits)  # no split was served
+
+
+def test_a_yield_that_comes_after_the_last_batch_reaches_the_task_through_its_end(listener):
+    """The task has sent all its batches when the BE, its queue full, tells it to yield: the
+    BE then ignores the end, and the task learns of it from ``end`` (an arrow-engine task
+    would otherwise go on to another split while this one is still to be read)."""
+    sink = sink_for(listener, splits=1, max_bytes=batch(0, 2).get_total_buffer_size(), yield_after_s=0.2)
+    sender = sender_for(listener, sink.token, ANY_SPLIT, 0)
+    try:
+        assert sender.go
+        sender.send(batch(0, 2))
+        sender.send(batch(2, 2))  # the queue holds one batch: the BE waits, then yields
+        with pytest.raises(PushStopped):
+            sender.end()
+    finally:
+        sender.close()
+    wait_for(lambda: sink.splits[0].yielded)
+    assert not sink.splits[0].ended and sink.unclaimed()
