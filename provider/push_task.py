@@ -48,7 +48,7 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
     none is left or the BE says stop or yield. So a scan is one Spark job per task, not per
     split: in the JVM each job costs scheduling, serializing and JIT-compiling work, and a
     split's end no longer waits for the driver to start the next one (bench/RESULTS.md,
-    issue 15, third session: the JVM's CPU per million rows fell from ~77 ms to ~35 ms)."""
+    issue 15, third session: the JVM's CPU per million rows fell from ~77 ms to ~30 ms)."""
 
     def run(_runner):
         from starscan.arrow_read import read_split

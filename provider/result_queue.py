@@ -58,7 +58,7 @@ class ResultQueue:
         self.budget = budget
         # One lock, two conditions: producers wait for room, the reader for rows, and each
         # side wakes only the other (one shared condition woke every waiter on every put and
-        # take: ~18 context switches per batch in the BE in bench/RESULTS.md's 14:40 profile).
+        # take: ~18 context switches per batch in the BE, bench/RESULTS.md, issue 15, third session).
         lock = threading.Lock()
         self._room = threading.Condition(lock)    # producers wait here
         self._rows_cv = threading.Condition(lock)  # the reader waits here
