@@ -21,8 +21,10 @@ forms.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -299,6 +301,28 @@ def work_items(plan: dict[str, Any], tablet_size: int, direct: bool = False) -> 
                   for routings, tablets in groups.items() for i in range(0, len(tablets), tablet_size)]
 
 
+#: Reads whose worker threads may still run, and how long the program's exit waits for them.
+_LIVE_STREAMS: weakref.WeakSet[_Stream] = weakref.WeakSet()
+EXIT_WAIT_S = 2.0
+
+
+@atexit.register
+def _stop_reads_at_exit() -> None:
+    """Stop the reads still running when the program ends, and give their threads a moment to
+    leave. A daemon thread still inside pyarrow's C++ code when the interpreter finalizes is
+    ended there by force, and the process aborts ("terminate called without an active
+    exception", seen once in tests/integration/test_python_reader.py's script that leaves a
+    read unfinished). The threads stop at their next batch; a thread that does not within
+    ``EXIT_WAIT_S`` is left as before."""
+    streams = list(_LIVE_STREAMS)
+    for stream in streams:
+        stream.stop.set()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for stream in streams:
+        for thread in stream.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
 class _Stream:
     """The work items read on a thread pool, their batches handed out through a bounded queue.
 
@@ -317,6 +341,7 @@ class _Stream:
         self.error: BaseException | None = None
         self._lock = threading.Lock()
         self._serial: Generator[pa.RecordBatch, None, None] | None = None  # max_workers == 1
+        self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
         if not self.items:
@@ -356,8 +381,12 @@ class _Stream:
 
         # Daemon threads: a read left unfinished (its reader still referenced) must not keep
         # the program from exiting, as a pool's threads would (they are joined at exit).
-        for i in range(min(self.conn.max_workers, len(self.items))):
-            threading.Thread(target=work, name=f"starscan-read-{i}", daemon=True).start()
+        # They are stopped, and waited for a moment, when the program ends (_stop_reads_at_exit).
+        self.threads = [threading.Thread(target=work, name=f"starscan-read-{i}", daemon=True)
+                        for i in range(min(self.conn.max_workers, len(self.items)))]
+        _LIVE_STREAMS.add(self)
+        for thread in self.threads:
+            thread.start()
 
     def _put(self, batch: pa.RecordBatch) -> bool:
         """Queue a batch; False when the read was stopped (the caller is gone or failed)."""
