@@ -35,7 +35,11 @@ def push_spark_arrow(target: PushTarget):
             for raw in raw_batches:
                 yield pa.ipc.read_record_batch(pa.py_buffer(raw), target.source_schema)
 
-        push_split(target, batches())
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        assert task is not None, "a partition function runs inside a Spark task"
+        push_split(target, lambda _split: batches(), task.partitionId())  # the partition is the split
         return iter(())
 
     return run
@@ -61,13 +65,12 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
     return run
 
 
-def push_split(target: PushTarget, batches, split: int | None = None) -> bool:
+def push_split(target: PushTarget, batches_of, split: int) -> bool:
     """Send every batch of a split, converted to the wire types, then the end: True when the
-    split was sent whole. ``split`` None: this task's partition is the split and
-    ``batches`` its batches; else the BE assigns the split (``ANY_SPLIT``) and ``batches(n)``
-    gives split n's batches. A stop or yield from the BE ends the split early and normally
-    (the rest of the input is not read; False); any other failure is reported to the BE and
-    raised, so Spark sees it."""
+    split was sent whole. ``split`` is the split the hello names (``ANY_SPLIT``: the BE
+    assigns one); ``batches_of(n)`` gives split n's batches. A stop or yield from the BE ends
+    the split early and normally (the rest of the input is not read; False); any other
+    failure is reported to the BE and raised, so Spark sees it."""
     from pyspark import TaskContext
 
     from starscan.provider.push_wire import PushStopped, TaskSender
@@ -75,14 +78,13 @@ def push_split(target: PushTarget, batches, split: int | None = None) -> bool:
 
     task = TaskContext.get()
     assert task is not None, "push_split runs inside a Spark task"
-    sender = TaskSender(target.host, target.port, target.token, task.partitionId() if split is None else split,
-                        task.attemptNumber(), target.local_path)
+    sender = TaskSender(target.host, target.port, target.token, split, task.attemptNumber(), target.local_path)
     try:
         if not sender.go:
             return False
-        source = batches if split is None else batches(sender.split)
         converter = BatchConverter(list(target.columns))
-        for batch in rechunk((converter.convert(b) for b in source if b.num_rows), target.batch_rows):
+        batches = batches_of(sender.split)
+        for batch in rechunk((converter.convert(b) for b in batches if b.num_rows), target.batch_rows):
             sender.send(batch)
         sender.end()
         return True

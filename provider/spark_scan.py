@@ -341,6 +341,22 @@ class SparkScan:
         if self.on_engine is not None:
             self.on_engine(engine)
 
+    def _job_runner(self, sc, mapped, finished: SimpleQueue):
+        """A function that runs one Spark job over one partition of ``mapped``, in this scan's
+        job group and pool, and puts ``(partition, None or the exception)`` in ``finished``."""
+        description = f"starscan scan {self.description}"
+
+        def run(partition: int) -> None:
+            try:
+                sc.setJobGroup(self.context_id, description, True)
+                sc.setLocalProperty("spark.scheduler.pool", self.pool)
+                _run_job(sc, mapped, partition)
+                finished.put((partition, None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
+                finished.put((partition, exc))
+
+        return run
+
     def _drive(self, sc, mapped, sink: PushSink) -> None:
         """Run one Spark job per split, at most ``tasks_per_scanner`` at once, until every
         split has ended at the sink. A split that yielded waits for room in the queue."""
@@ -348,17 +364,7 @@ class SparkScan:
         finished: SimpleQueue = SimpleQueue()
         in_flight = 0
         yielded: set[int] = set()
-        description = f"starscan scan {self.description}"
-
-        def run_split(split: int) -> None:
-            try:
-                sc.setJobGroup(self.context_id, description, True)
-                sc.setLocalProperty("spark.scheduler.pool", self.pool)
-                _run_job(sc, mapped, split)
-                finished.put((split, None))
-            except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
-                finished.put((split, exc))
-
+        run_split = self._job_runner(sc, mapped, finished)
         any_finished = False
         with ThreadPoolExecutor(self.tasks_per_scanner, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as jobs:
             while True:
@@ -405,17 +411,7 @@ class SparkScan:
             return  # no splits: nothing to read
         free = deque(range(readers))  # the RDD's partitions: one per task that can run
         finished: SimpleQueue = SimpleQueue()
-        description = f"starscan scan {self.description}"
-
-        def run_reader(partition: int) -> None:
-            try:
-                sc.setJobGroup(self.context_id, description, True)
-                sc.setLocalProperty("spark.scheduler.pool", self.pool)
-                _run_job(sc, mapped, partition)
-                finished.put((partition, None))
-            except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
-                finished.put((partition, exc))
-
+        run_reader = self._job_runner(sc, mapped, finished)
         with ThreadPoolExecutor(readers, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as jobs:
             try:
                 self._run_readers(jobs, run_reader, finished, free, sink, readers)
