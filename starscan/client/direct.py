@@ -16,6 +16,7 @@ the reader sends it to the BE (``direct="auto"``) or fails (``direct=True``).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,6 +55,10 @@ class DirectReader:
         # (``workers``: the read's workers, or fewer when it has fewer direct tablets).
         self.decode_threads = min(MAX_DECODE_THREADS, max(1, _cores() // max(1, workers)))
         self._reads: dict[int, ArrowRead] = {}  # per store (id of its Storage)
+        # The read's worker threads share this reader: a read is published only after the
+        # converter it needs, under this lock (a thread that found the read while another
+        # was still building the converter once converted with none, in CI).
+        self._lock = threading.Lock()
         # The output columns and their wire conversion: the same for every store's read.
         self._converter: BatchConverter | None = None
         self._native: pa.Schema | None = None  # native_types' schema
@@ -63,14 +68,21 @@ class DirectReader:
 
     def _read_for(self, storage: Storage) -> ArrowRead:
         read = self._reads.get(id(storage))
-        if read is None:
+        if read is not None:
+            return read
+        with self._lock:
+            read = self._reads.get(id(storage))
+            if read is not None:
+                return read
             try:
-                read = self._reads[id(storage)] = self.spec.arrow_read(storage)
+                read = self.spec.arrow_read(storage)
             except NotArrowable as why:  # the FE checked the same rules: a newer FE than this client
                 raise Unreadable(f"this client cannot read the plan's files exactly: {why}") from None
             if self._converter is None:
-                self._converter = BatchConverter(list(read.output_columns))
-                self._native = native_schema(read.output_columns, self._converter.schema)
+                converter = BatchConverter(list(read.output_columns))
+                self._native = native_schema(read.output_columns, converter.schema)
+                self._converter = converter
+            self._reads[id(storage)] = read  # last: a thread that finds it finds the converter too
         return read
 
     def _where(self, f: DirectFile) -> tuple[Storage, str]:
