@@ -9,7 +9,11 @@ token stops working when its scan ends.
 A task that names no split gets one from the sink (``claim``): the first split that has not
 ended and that no task reads. The ``arrow`` engine's tasks read split after split that way,
 so a scan is one Spark job per task rather than per split; the ``sql`` engine's tasks read
-their own Spark partition.
+their own Spark partition. Slots still go round between scans: a task whose turn on its
+slot is over, asking for its next split (``NEXT_SPLIT``), is told to stop while another scan
+has a job whose task waits for a Spark slot (each sink counts its driver's jobs whose task
+has not said hello yet), so its slot goes to that scan, as it did at every split's end when
+a split was a job.
 
 The sink keeps, per split, how many rows reached the scanner's queue. A split read again
 (Spark retried a failed task, or the split yielded its slot) re-reads deterministically,
@@ -28,6 +32,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -35,6 +40,7 @@ import pyarrow as pa
 from starscan.errors import MemLimitExceeded, ScanFailed, StarscanError
 from starscan.provider.push_wire import (
     ANY_SPLIT,
+    ASSIGNED,
     BATCH,
     END,
     ERROR,
@@ -42,6 +48,7 @@ from starscan.provider.push_wire import (
     GO,
     HELLO,
     MAGIC,
+    NEXT_SPLIT,
     ROWS,
     SPLIT_NO,
     STOP,
@@ -54,6 +61,11 @@ from starscan.provider.result_queue import PUT_TIMED_OUT, ResultQueue
 log = logging.getLogger("starscan.provider.push")
 
 HELLO_TIMEOUT_S = 10.0
+#: How long a scan's job waiting for a Spark slot holds the other scans back (they hand their
+#: slots over at a split's end and queue no job of their own): past it, a job that cannot
+#: start (a cluster without free executors, a task that cannot reach the BE) stops slowing
+#: everyone else, and the scans share slots as Spark alone would.
+WAIT_COUNTS_S = 30.0
 SOCKET_BUFFER_BYTES = 1 << 20
 
 
@@ -80,6 +92,12 @@ class PushSink:
         self._split_locks = [threading.Lock() for _ in range(splits)]
         self._claimed: set[int] = set()  # assigned to a task (claim) and not yet served
         self.yields = 0  # times a split gave its task's slot back (the reader stopped reading)
+        # Jobs the driver started that have not asked for a split yet (their task waits for a
+        # Spark slot); counted up by the driver, down by a task's first ask. Since when one
+        # has waited (monotonic): a job that waits longer than WAIT_COUNTS_S no longer holds
+        # other scans back.
+        self.jobs_waiting = 0
+        self._waiting_since = 0.0
         self.stopped = False
         self.error: StarscanError | None = None
 
@@ -104,6 +122,30 @@ class PushSink:
                     self._claimed.add(number)
                     return number
             return None
+
+    def job_submitted(self) -> None:
+        """The driver started a job: its task waits for a Spark slot until it asks."""
+        with self._cond:
+            if self.jobs_waiting == 0:
+                self._waiting_since = time.monotonic()
+            self.jobs_waiting += 1
+
+    def waits(self) -> bool:
+        """Whether a job of this scan waits for a Spark slot (for WAIT_COUNTS_S at most)."""
+        with self._cond:
+            return (self.jobs_waiting > 0 and not self.stopped
+                    and time.monotonic() - self._waiting_since < WAIT_COUNTS_S)
+
+    def job_started(self) -> None:
+        """A task asked for its first split: its job waits no more."""
+        with self._cond:
+            self.jobs_waiting = max(0, self.jobs_waiting - 1)
+
+    def jobs_running(self, jobs: int) -> None:
+        """The driver has ``jobs`` jobs unfinished: no more than those can wait (a task that
+        failed before it asked, or a retried one that asked twice, leaves no count behind)."""
+        with self._cond:
+            self.jobs_waiting = min(self.jobs_waiting, jobs)
 
     def unclaimed(self) -> bool:
         """Whether a split is left that no task reads (a new task would get one)."""
@@ -343,8 +385,13 @@ class PushListener:
             return
         magic, token, split, _attempt = HELLO.unpack(hello)
         sink = self._find(token) if hmac.compare_digest(magic, MAGIC) else None
-        if sink is not None and split == ANY_SPLIT:
-            claimed = sink.claim()
+        if sink is not None and split in ASSIGNED:
+            if split == ANY_SPLIT:
+                sink.job_started()
+            # A task whose turn is over ends when another scan's job waits for a slot: its
+            # slot goes to that scan, and this scan's driver starts a task again (after it).
+            handed_over = split == NEXT_SPLIT and self.another_scan_waits(sink)
+            claimed = None if handed_over else sink.claim()
             if claimed is None:  # every split is read, or the scan stopped
                 _send_quietly(sock, STOP)
                 sock.close()
@@ -357,7 +404,14 @@ class PushListener:
                      f"split {split} out of range")
             sock.close()
             return
+        sink.job_started()  # the sql engine's task: one per job
         sink.serve(sock, split)
+
+    def another_scan_waits(self, sink: PushSink) -> bool:
+        """Whether a job of another running scan waits for a Spark slot."""
+        with self._lock:
+            others = [s for s in self._sinks.values() if s is not sink]
+        return any(s.waits() for s in others)
 
     def _find(self, token: bytes) -> PushSink | None:
         with self._lock:

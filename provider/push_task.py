@@ -49,17 +49,24 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
     """The partition function of the ``arrow`` engine. Its task is one of the scanner's
     ``tasks_per_scanner`` readers, not one split: it asks the BE for a split nobody reads
     yet, reads it with pyarrow (starscan/arrow_read.py) and pushes it, then asks again, until
-    none is left or the BE says stop or yield. So a scan is one Spark job per task, not per
+    none is left or the BE says stop or yield (or, after its turn, that another scan waits
+    for a slot: push_wire.SLOT_TURN_S). So a scan is one Spark job per task, not per
     split: in the JVM each job costs scheduling, serializing and JIT-compiling work, and a
     split's end no longer waits for the driver to start the next one (bench/RESULTS.md,
     issue 15, third session: the JVM's CPU per million rows fell from ~77 ms to ~30 ms)."""
 
     def run(_runner):
-        from starscan.arrow_read import read_split
-        from starscan.provider.push_wire import ANY_SPLIT
+        import time
 
-        while push_split(target, lambda split: read_split(read, splits[split]), ANY_SPLIT):
-            pass
+        from starscan.arrow_read import read_split
+        from starscan.provider.push_wire import ANY_SPLIT, KEEP_SPLIT, NEXT_SPLIT, SLOT_TURN_S
+
+        started = time.monotonic()
+        ask = ANY_SPLIT
+        while push_split(target, lambda split: read_split(read, splits[split]), ask):
+            # After its turn, the task gives its slot to a scan that waits for one (the BE
+            # answers stop), at a split's end.
+            ask = NEXT_SPLIT if time.monotonic() - started >= SLOT_TURN_S else KEEP_SPLIT
         return iter(())
 
     return run

@@ -9,8 +9,9 @@ reader's rows. A scanner keeps at most ``tasks_per_scanner`` tasks running (one 
 first rows arrive), each a Spark job of its own, in a FAIR pool of the scanner's
 (starscan.spark.scan_pool), so concurrent scanners share the task slots and no scanner waits
 for another's whole scan. An ``arrow`` engine task reads split after split as the BE
-assigns them (_drive_readers); a ``sql`` engine task reads its own partition, one job per
-split (_drive). A reader that stops reading makes its task yield
+assigns them (_drive_readers), and ends at a split's end when another scan's job waits for
+a slot (the driver then starts it again, behind that scan); a ``sql`` engine task reads its
+own partition, one job per split (_drive). A reader that stops reading makes its task yield
 its slot after ``yield_after_s``; the split is read again later, from where it stopped.
 
 The jobs run under a job group named after the scan context. Close, GC and timeouts stop
@@ -364,6 +365,7 @@ class SparkScan:
         finished: SimpleQueue = SimpleQueue()
         in_flight = 0
         yielded: set[int] = set()
+        submitted = 0
         run_split = self._job_runner(sc, mapped, finished)
         any_finished = False
         with ThreadPoolExecutor(self.tasks_per_scanner, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as jobs:
@@ -375,7 +377,11 @@ class SparkScan:
                 while self._cancelled is None and in_flight < allowed and pending:
                     if pending[0] in yielded and self.queue.bytes > self.queue.max_bytes // 2:
                         break  # the reader has not made room yet
+                    if submitted and self.listener.another_scan_waits(sink):
+                        break  # behind another scan's waiting job (_run_readers says why)
                     in_flight += 1
+                    submitted += 1
+                    sink.job_submitted()
                     jobs.submit(run_split, pending.popleft())
                 if in_flight == 0 and (not pending or self._cancelled is not None):
                     return
@@ -384,6 +390,7 @@ class SparkScan:
                 except Empty:
                     continue
                 in_flight -= 1
+                sink.jobs_running(in_flight)
                 any_finished = True
                 if self._cancelled is not None:
                     continue
@@ -421,16 +428,24 @@ class SparkScan:
 
     def _run_readers(self, jobs, run_reader, finished: SimpleQueue, free: deque, sink: PushSink, readers: int) -> None:
         in_flight = 0
+        submitted = 0
         any_finished = False
         while True:
             # One task until the first rows arrive (as _drive). Once a split has yielded (the
             # reader stopped reading for a while), a task starts only when the reader has
             # made room: a task started into a full queue would only hold a slot and yield.
+            # After its first job, a scan queues none while another scan's job waits for a
+            # slot: Spark's FAIR scheduler breaks ties between pools by name, so a job queued
+            # by a scan that has just handed a slot over could take the slot back.
             allowed = readers if self.queue.rows_in or any_finished else 1
             while self._cancelled is None and in_flight < allowed and free and sink.unclaimed():
                 if sink.yields and self.queue.bytes > self.queue.max_bytes // 2:
                     break  # the reader has not made room yet
+                if submitted and self.listener.another_scan_waits(sink):
+                    break  # its job starts first
                 in_flight += 1
+                submitted += 1
+                sink.job_submitted()
                 jobs.submit(run_reader, free.popleft())
             if in_flight == 0:
                 if self._cancelled is not None or sink.all_ended():
@@ -446,6 +461,7 @@ class SparkScan:
             except Empty:
                 continue
             in_flight -= 1
+            sink.jobs_running(in_flight)
             free.append(partition)
             any_finished = True
             if self._cancelled is not None:

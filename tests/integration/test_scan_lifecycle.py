@@ -19,6 +19,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TMessageType
@@ -302,6 +303,71 @@ def test_sixteen_concurrent_scanners_each_get_exactly_their_rows(client, be_addr
             assert not key_sets[a] & key_sets[b]
     # Every scanner was closed.
     assert not set(context_ids) & {c.context_id for c in server.contexts.snapshot()}
+
+
+TURN_FILES, TURN_ROWS = 12, 4000  # ~0.8 MB each in the wire types; a scan packs them in 3-4 splits
+
+
+@pytest.fixture(scope="module")
+def turns_table(server):
+    """db1.turns: TURN_FILES files of TURN_ROWS rows, each its own tablet (1 KiB target)."""
+    location = server.warehouse.table_path("db1", "turns")
+    location.mkdir(parents=True, exist_ok=True)
+    for f in range(TURN_FILES):
+        ids = range(f * TURN_ROWS, (f + 1) * TURN_ROWS)
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                                 "pad": pa.array([f"{i:0>190}" for i in ids])}), location / f"part-{f:02d}.parquet")
+    saved = server.settings.tablet_target_bytes
+    server.ops.update_config({"tablet_target_bytes": 1 << 10})
+    server.warehouse.invalidate("db1", "turns")
+    yield "db1", "turns"
+    server.ops.update_config({"tablet_target_bytes": saved})
+
+
+def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_scan_ends(
+        client, be_addr, server, turns_table):
+    """Spark here has two task slots. Scan A, read at a steady pace, holds both; scanner C,
+    opened then, gets its first rows at one of A's split ends while A still has splits to
+    read, not when A's tasks have taken them all (A's task hands its slot over, and A
+    queues no job while C's waits)."""
+    db, table = turns_table
+    plan, tablets = plan_for(client, db, table, f"select * from `{db}`.`{table}`")
+    assert len(tablets) == TURN_FILES
+    a, c = Conn(be_addr), Conn(be_addr)
+    a_cid = a.open_ok(db, table, plan, tablets, batch_size=500, mem_limit=MIB)
+    a_ctx = server.contexts.get(a_cid)
+    stop_reading = threading.Event()
+
+    def read_a() -> None:  # ~100 KB every 30 ms: A's splits end a few times a second
+        offset = 0
+        while not stop_reading.is_set():
+            res = a.next(a_cid, offset)
+            assert res.status.status_code == OK, res.status
+            if res.eos:
+                return
+            offset += one_batch(res.rows).num_rows if res.rows else 0
+            time.sleep(0.03)
+
+    reader = threading.Thread(target=read_a, daemon=True)
+    reader.start()
+    try:
+        sink = wait_until(lambda: a_ctx.scan._sink, what="A's scan to start")
+        wait_until(lambda: len(sink._conns) == 2, what="A's two tasks to hold both slots")
+        c_cid = c.open_ok(db, table, plan, tablets[:1], batch_size=500)
+        c_ctx = server.contexts.get(c_cid)
+        wait_until(lambda: c_ctx.queue.rows_in > 0, timeout_s=120, interval_s=0.01, what="C's first rows")
+        # A's task handed its slot over at a split's end: a split of A was left that no
+        # task had taken (before, C's task started only when A's had none left to take).
+        assert sink.unclaimed(), f"C got its first rows only when every split of A had been taken: {sink.splits}"
+        batches, _ = c.drain(c_cid)
+        assert sum(b.num_rows for b in batches) == TURN_ROWS
+    finally:
+        stop_reading.set()
+        reader.join(30)
+        a.close_scanner(a_cid)
+        a.close()
+        c.close()
+
 
 
 # ---- (b) close mid-scan ----------------------------------------------------------------

@@ -20,7 +20,18 @@ import pyarrow as pa
 import pytest
 
 from starscan.provider.push_listener import PushListener, PushSink
-from starscan.provider.push_wire import ANY_SPLIT, GO, HELLO, MAGIC, STOP, PushStopped, TaskSender, recv_exact
+from starscan.provider.push_wire import (
+    ANY_SPLIT,
+    GO,
+    HELLO,
+    KEEP_SPLIT,
+    MAGIC,
+    NEXT_SPLIT,
+    STOP,
+    PushStopped,
+    TaskSender,
+    recv_exact,
+)
 from starscan.provider.result_queue import EOS, ResultQueue
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
@@ -306,10 +317,10 @@ def test_a_killed_servers_socket_folder_is_removed_by_the_next_listener(tmp_path
 
 # ---- tasks that name no split (the arrow engine's): the BE assigns them ----
 
-def claim_and_send(listener, sink, rows_of, attempt=0, end=True) -> int | None:
+def claim_and_send(listener, sink, rows_of, attempt=0, end=True, ask=ANY_SPLIT) -> int | None:
     """What an arrow-engine task does for one split: ask for any, send the assigned one's
     batches (``rows_of(split)``). The split's number, or None when the BE had none left."""
-    sender = sender_for(listener, sink.token, ANY_SPLIT, attempt)
+    sender = sender_for(listener, sink.token, ask, attempt)
     try:
         if not sender.go:
             return None
@@ -405,3 +416,48 @@ def test_a_yield_that_comes_after_the_last_batch_reaches_the_task_through_its_en
         sender.close()
     wait_for(lambda: sink.splits[0].yielded)
     assert not sink.splits[0].ended and sink.unclaimed()
+
+
+def test_a_task_hands_its_slot_over_at_a_splits_end_while_another_scans_task_waits(listener):
+    """Scan B's driver started a task that has not come yet (it waits for a Spark slot): scan
+    A's task, asking for its next split after its turn, is told to stop, and its slot goes
+    round; within its turn it is served. A first ask is always served; once B's task has
+    come, A's next asks are served again."""
+    a, b = sink_for(listener, splits=4), sink_for(listener, splits=1)
+    rows = lambda n: [batch(n * 10, 1)]  # noqa: E731
+    assert claim_and_send(listener, a, rows) == 0
+    b.job_submitted()
+    assert listener.another_scan_waits(a) and not listener.another_scan_waits(b)
+    assert claim_and_send(listener, a, rows, ask=KEEP_SPLIT) == 1  # its turn is not over
+    assert claim_and_send(listener, a, rows, ask=NEXT_SPLIT) is None  # handed over
+    assert claim_and_send(listener, a, rows) == 2  # a new task of A (its driver started it again)
+    assert claim_and_send(listener, b, rows) == 0  # B's task came: nothing waits any more
+    assert not listener.another_scan_waits(a)
+    assert claim_and_send(listener, a, rows, ask=NEXT_SPLIT) == 3
+    assert a.all_ended() and b.all_ended()
+
+
+def test_a_job_that_finished_without_asking_leaves_no_waiting_count(listener):
+    """A job whose task failed before it asked no longer waits: once its driver says how many
+    jobs are unfinished, the other scans' tasks keep their slots again."""
+    a, b = sink_for(listener, splits=2), sink_for(listener, splits=1)
+    rows = lambda n: [batch(n * 10, 1)]  # noqa: E731
+    assert claim_and_send(listener, a, rows) == 0
+    b.job_submitted()
+    b.jobs_running(1)  # still unfinished: it still waits
+    assert b.jobs_waiting == 1
+    b.jobs_running(0)  # finished without its task asking
+    assert claim_and_send(listener, a, rows, ask=NEXT_SPLIT) == 1
+
+
+def test_a_job_that_cannot_start_holds_the_other_scans_back_for_a_while_only(listener):
+    """A job that has waited WAIT_COUNTS_S for a slot (a cluster without free executors)
+    no longer makes the other scans hand their slots over or hold their jobs back."""
+    from starscan.provider.push_listener import WAIT_COUNTS_S
+
+    a, b = sink_for(listener, splits=2), sink_for(listener, splits=1)
+    b.job_submitted()
+    assert listener.another_scan_waits(a)
+    b._waiting_since -= WAIT_COUNTS_S  # as if it had waited that long
+    assert not listener.another_scan_waits(a)
+    assert claim_and_send(listener, a, lambda n: [batch(n * 10, 1)], ask=NEXT_SPLIT) == 0
