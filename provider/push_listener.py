@@ -13,7 +13,7 @@ their own Spark partition. Slots still go round between scans: a task whose turn
 slot is over, asking for its next split (``NEXT_SPLIT``), is told to stop while another scan
 has a job whose task waits for a Spark slot (each sink counts its driver's jobs whose task
 has not said hello yet), so its slot goes to that scan, as it did at every split's end when
-a split was a job.
+a split was a job. The scans' drivers queue their jobs in turns (``may_submit``).
 
 The sink keeps, per split, how many rows reached the scanner's queue. A split read again
 (Spark retried a failed task, or the split yielded its slot) re-reads deterministically,
@@ -33,6 +33,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -321,6 +322,9 @@ class PushListener:
         self.advertised_host = advertised_host if host in ("0.0.0.0", "", "::") and advertised_host else host
         self._sinks: dict[bytes, PushSink] = {}
         self._lock = threading.Lock()
+        # Scans whose driver would start a Spark job but waits for its turn, first come first:
+        # see may_submit.
+        self._wanting: deque[PushSink] = deque()
         self._stopping = False
         self._servers = [tcp]  # then the Unix socket, when there is one
         self.accepted = {"tcp": 0, "local": 0}  # connections accepted, by the way in
@@ -362,6 +366,43 @@ class PushListener:
     def unregister(self, sink: PushSink) -> None:
         with self._lock:
             self._sinks.pop(sink.token, None)
+            self._drop_wanting(sink)
+
+    def may_submit(self, sink: PushSink) -> bool:
+        """Whether the scan of ``sink`` may queue a Spark job now; if not, it is in line and
+        its driver asks again.
+
+        Spark's FAIR scheduler gives a free slot to a pool that has none running, and breaks
+        ties between such pools by their names, not by who waited longest. So no more than
+        one scan has jobs waiting for a slot at a time, and the scans whose drivers would
+        start one take turns in the order they came (a scan already waiting starts no
+        second job while another is in line). The scans' running tasks hand their slots
+        over after their turn while a job waits (NEXT_SPLIT), so the line moves."""
+        with self._lock:
+            others = [s for s in self._sinks.values() if s is not sink]
+            live = [s for s in self._wanting if s.token in self._sinks and not s.stopped]
+            if len(live) != len(self._wanting):
+                self._wanting = deque(live)
+            ahead = [s for s in self._wanting if s is not sink]
+            first_in_line = not self._wanting or self._wanting[0] is sink
+            if (any(s.waits() for s in others) or not first_in_line
+                    or (sink.waits() and ahead)):
+                if sink not in self._wanting:
+                    self._wanting.append(sink)
+                return False
+            self._drop_wanting(sink)
+            return True
+
+    def withdraw(self, sink: PushSink) -> None:
+        """The scan of ``sink`` wants no job now: it leaves the line."""
+        with self._lock:
+            self._drop_wanting(sink)
+
+    def _drop_wanting(self, sink: PushSink) -> None:
+        try:
+            self._wanting.remove(sink)
+        except ValueError:
+            pass
 
     def _accept(self, server: socket.socket, way: str) -> None:
         while not self._stopping:

@@ -365,7 +365,6 @@ class SparkScan:
         finished: SimpleQueue = SimpleQueue()
         in_flight = 0
         yielded: set[int] = set()
-        submitted = 0
         run_split = self._job_runner(sc, mapped, finished)
         any_finished = False
         with ThreadPoolExecutor(self.tasks_per_scanner, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as jobs:
@@ -374,13 +373,15 @@ class SparkScan:
                 # selective filter), then tasks_per_scanner: scanners opened together get
                 # their first replies sooner when each starts with one task.
                 allowed = self.tasks_per_scanner if self.queue.rows_in or any_finished else 1
-                while self._cancelled is None and in_flight < allowed and pending:
-                    if pending[0] in yielded and self.queue.bytes > self.queue.max_bytes // 2:
-                        break  # the reader has not made room yet
-                    if submitted and self.listener.another_scan_waits(sink):
-                        break  # behind another scan's waiting job (_run_readers says why)
+                while True:
+                    wants = self._cancelled is None and in_flight < allowed and pending and not (
+                        pending[0] in yielded and self.queue.bytes > self.queue.max_bytes // 2)  # no room yet
+                    if not wants:
+                        self.listener.withdraw(sink)
+                        break
+                    if not self.listener.may_submit(sink):
+                        break  # in line behind other scans (PushListener.may_submit)
                     in_flight += 1
-                    submitted += 1
                     sink.job_submitted()
                     jobs.submit(run_split, pending.popleft())
                 if in_flight == 0 and (not pending or self._cancelled is not None):
@@ -428,23 +429,22 @@ class SparkScan:
 
     def _run_readers(self, jobs, run_reader, finished: SimpleQueue, free: deque, sink: PushSink, readers: int) -> None:
         in_flight = 0
-        submitted = 0
         any_finished = False
         while True:
             # One task until the first rows arrive (as _drive). Once a split has yielded (the
             # reader stopped reading for a while), a task starts only when the reader has
             # made room: a task started into a full queue would only hold a slot and yield.
-            # After its first job, a scan queues none while another scan's job waits for a
-            # slot: Spark's FAIR scheduler breaks ties between pools by name, so a job queued
-            # by a scan that has just handed a slot over could take the slot back.
+            # Scans start jobs in turns while slots are short (PushListener.may_submit).
             allowed = readers if self.queue.rows_in or any_finished else 1
-            while self._cancelled is None and in_flight < allowed and free and sink.unclaimed():
-                if sink.yields and self.queue.bytes > self.queue.max_bytes // 2:
-                    break  # the reader has not made room yet
-                if submitted and self.listener.another_scan_waits(sink):
-                    break  # its job starts first
+            while True:
+                wants = self._cancelled is None and in_flight < allowed and free and sink.unclaimed() and not (
+                    sink.yields and self.queue.bytes > self.queue.max_bytes // 2)  # no room yet
+                if not wants:
+                    self.listener.withdraw(sink)
+                    break
+                if not self.listener.may_submit(sink):
+                    break
                 in_flight += 1
-                submitted += 1
                 sink.job_submitted()
                 jobs.submit(run_reader, free.popleft())
             if in_flight == 0:

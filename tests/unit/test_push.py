@@ -458,6 +458,33 @@ def test_a_job_that_cannot_start_holds_the_other_scans_back_for_a_while_only(lis
     a, b = sink_for(listener, splits=2), sink_for(listener, splits=1)
     b.job_submitted()
     assert listener.another_scan_waits(a)
+    assert not listener.may_submit(a)
     b._waiting_since -= WAIT_COUNTS_S  # as if it had waited that long
     assert not listener.another_scan_waits(a)
+    assert listener.may_submit(a)
     assert claim_and_send(listener, a, lambda n: [batch(n * 10, 1)], ask=NEXT_SPLIT) == 0
+
+
+def test_scans_start_their_jobs_in_turns_first_come_first(listener):
+    """While a scan's job waits for a Spark slot, no other scan queues one (Spark would pick
+    between them by pool name); the scans that asked meanwhile go next in the order they
+    asked, and a scan in line leaves it when it wants no job any more."""
+    a, b, c, d = (sink_for(listener, splits=2) for _ in range(4))
+    assert listener.may_submit(a)
+    a.job_submitted()                      # a's job waits for a slot
+    assert not listener.may_submit(c)      # c asks first, then b: both in line
+    assert not listener.may_submit(b)
+    assert not listener.may_submit(a)      # a second job of a: not while others are in line
+    a.job_started()                        # a's task came
+    assert not listener.may_submit(b)      # c is first in line
+    assert listener.may_submit(c)
+    c.job_submitted()
+    assert not listener.may_submit(b)      # c's job waits
+    c.job_started()
+    assert not listener.may_submit(d)      # b and a (its second job) came before d
+    listener.withdraw(b)                   # b wants no job now
+    assert not listener.may_submit(d)      # a is first in line now
+    assert listener.may_submit(a)
+    a.job_submitted()
+    a.stop()                               # a stopped scan's waiting job holds no one back
+    assert listener.may_submit(d)
