@@ -383,10 +383,10 @@ class PushListener:
             live = [s for s in self._wanting if s.token in self._sinks and not s.stopped]
             if len(live) != len(self._wanting):
                 self._wanting = deque(live)
-            ahead = [s for s in self._wanting if s is not sink]
+            others_in_line = any(s is not sink for s in self._wanting)
             first_in_line = not self._wanting or self._wanting[0] is sink
             if (any(s.waits() for s in others) or not first_in_line
-                    or (sink.waits() and ahead)):
+                    or (sink.waits() and others_in_line)):
                 if sink not in self._wanting:
                     self._wanting.append(sink)
                 return False
