@@ -308,15 +308,18 @@ def test_sixteen_concurrent_scanners_each_get_exactly_their_rows(client, be_addr
 TURN_FILES, TURN_ROWS = 12, 4000  # ~0.8 MB each in the wire types; a scan packs them in 3-4 splits
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def turns_table(server):
-    """db1.turns: TURN_FILES files of TURN_ROWS rows, each its own tablet (1 KiB target)."""
+    """db1.turns: TURN_FILES files of TURN_ROWS rows, each its own tablet (1 KiB target, for
+    this test only: the module's other tests plan with the server's sizing)."""
     location = server.warehouse.table_path("db1", "turns")
     location.mkdir(parents=True, exist_ok=True)
     for f in range(TURN_FILES):
-        ids = range(f * TURN_ROWS, (f + 1) * TURN_ROWS)
-        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
-                                 "pad": pa.array([f"{i:0>190}" for i in ids])}), location / f"part-{f:02d}.parquet")
+        path = location / f"part-{f:02d}.parquet"
+        if not path.exists():
+            ids = range(f * TURN_ROWS, (f + 1) * TURN_ROWS)
+            pq.write_table(pa.table({"id": pa.array(ids, pa.int64()),
+                                     "pad": pa.array([f"{i:0>190}" for i in ids])}), path)
     saved = server.settings.tablet_target_bytes
     server.ops.update_config({"tablet_target_bytes": 1 << 10})
     server.warehouse.invalidate("db1", "turns")
