@@ -379,13 +379,12 @@ class PushListener:
         second job while another is in line). The scans' running tasks hand their slots
         over after their turn while a job waits (NEXT_SPLIT), so the line moves."""
         with self._lock:
-            others = [s for s in self._sinks.values() if s is not sink]
             live = [s for s in self._wanting if s.token in self._sinks and not s.stopped]
             if len(live) != len(self._wanting):
                 self._wanting = deque(live)
             others_in_line = any(s is not sink for s in self._wanting)
             first_in_line = not self._wanting or self._wanting[0] is sink
-            if (any(s.waits() for s in others) or not first_in_line
+            if (self._another_waits_locked(sink) or not first_in_line
                     or (sink.waits() and others_in_line)):
                 if sink not in self._wanting:
                     self._wanting.append(sink)
@@ -451,8 +450,10 @@ class PushListener:
     def another_scan_waits(self, sink: PushSink) -> bool:
         """Whether a job of another running scan waits for a Spark slot."""
         with self._lock:
-            others = [s for s in self._sinks.values() if s is not sink]
-        return any(s.waits() for s in others)
+            return self._another_waits_locked(sink)
+
+    def _another_waits_locked(self, sink: PushSink) -> bool:
+        return any(s.waits() for s in self._sinks.values() if s is not sink)
 
     def _find(self, token: bytes) -> PushSink | None:
         with self._lock:

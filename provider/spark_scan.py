@@ -358,6 +358,18 @@ class SparkScan:
 
         return run
 
+    def _job_turn(self, sink: PushSink, wants: bool) -> bool:
+        """Whether the driver, which ``wants`` to start a Spark job, starts one now: when it is
+        this scan's turn (PushListener.may_submit; a scan that wants none leaves the line).
+        True counts the job as waiting for a slot until its task says hello."""
+        if not wants:
+            self.listener.withdraw(sink)
+            return False
+        if not self.listener.may_submit(sink):
+            return False
+        sink.job_submitted()
+        return True
+
     def _drive(self, sc, mapped, sink: PushSink) -> None:
         """Run one Spark job per split, at most ``tasks_per_scanner`` at once, until every
         split has ended at the sink. A split that yielded waits for room in the queue."""
@@ -373,16 +385,9 @@ class SparkScan:
                 # selective filter), then tasks_per_scanner: scanners opened together get
                 # their first replies sooner when each starts with one task.
                 allowed = self.tasks_per_scanner if self.queue.rows_in or any_finished else 1
-                while True:
-                    wants = self._cancelled is None and in_flight < allowed and pending and not (
-                        pending[0] in yielded and self.queue.bytes > self.queue.max_bytes // 2)  # no room yet
-                    if not wants:
-                        self.listener.withdraw(sink)
-                        break
-                    if not self.listener.may_submit(sink):
-                        break  # in line behind other scans (PushListener.may_submit)
+                while self._job_turn(sink, self._cancelled is None and in_flight < allowed and bool(pending) and not (
+                        pending[0] in yielded and self.queue.bytes > self.queue.max_bytes // 2)):  # no room yet
                     in_flight += 1
-                    sink.job_submitted()
                     jobs.submit(run_split, pending.popleft())
                 if in_flight == 0 and (not pending or self._cancelled is not None):
                     return
@@ -436,16 +441,10 @@ class SparkScan:
             # made room: a task started into a full queue would only hold a slot and yield.
             # Scans start jobs in turns while slots are short (PushListener.may_submit).
             allowed = readers if self.queue.rows_in or any_finished else 1
-            while True:
-                wants = self._cancelled is None and in_flight < allowed and free and sink.unclaimed() and not (
-                    sink.yields and self.queue.bytes > self.queue.max_bytes // 2)  # no room yet
-                if not wants:
-                    self.listener.withdraw(sink)
-                    break
-                if not self.listener.may_submit(sink):
-                    break
+            while self._job_turn(sink, self._cancelled is None and in_flight < allowed and bool(free)
+                                 and sink.unclaimed() and not (
+                                     sink.yields and self.queue.bytes > self.queue.max_bytes // 2)):  # no room yet
                 in_flight += 1
-                sink.job_submitted()
                 jobs.submit(run_reader, free.popleft())
             if in_flight == 0:
                 if self._cancelled is not None or sink.all_ended():
