@@ -162,6 +162,11 @@ class PushSink:
                     if s.generation and not s.ended and not s.yielded and s.failure is None
                     and n not in self._conns and n not in self._claimed]
 
+    def unended(self) -> list[int]:
+        """Splits a task began that have not ended (being read, or left by a task that died)."""
+        with self._cond:
+            return [n for n, s in enumerate(self.splits) if s.generation and not s.ended and not s.yielded]
+
     def failure(self) -> str | None:
         """What a task reported when it failed, if one did."""
         with self._cond:

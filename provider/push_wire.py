@@ -66,6 +66,10 @@ GO, STOP, YIELD = b"G", b"S", b"Y"
 CONNECT_TIMEOUT_S = 30.0
 
 
+class PushUnreachable(ConnectionError):
+    """A task could not connect to the BE's push address: the scan fails with this message."""
+
+
 class PushStopped(Exception):
     """The BE said stop or yield: the task ends its split early, normally."""
 
@@ -105,7 +109,12 @@ def _connect(host: str, port: int, local_path: str | None) -> socket.socket:
             return sock
         except OSError:
             sock.close()
-    sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+    try:
+        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+    except OSError as exc:
+        raise PushUnreachable(f"this Spark task (on {socket.gethostname()}) cannot reach the BE's push address "
+                              f"{host}:{port}: {exc}; the BE's advertise_host and push_port must be reachable "
+                              "from every Spark executor") from exc
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 

@@ -216,6 +216,7 @@ class SparkScan:
         self.batch_rows = 4096  # the reader's batch_size: what the tasks send a batch of
         self.engine: str | None = None       # the engine the scan runs on, once chosen
         self.engine_reason: str | None = None  # why not the arrow engine
+        self._split_files: list[str] | None = None  # the arrow engine's splits, as messages name them
         self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
         self.time_zone = spark.conf.get("spark.sql.session.timeZone")
         self.storage = LOCAL  # where the plan's files are
@@ -322,6 +323,7 @@ class SparkScan:
                 self.engine_reason = str(why)
             else:
                 self._set_engine("arrow")
+                self._split_files = [split.describe() for split in splits]
                 readers = min(self.tasks_per_scanner, len(splits))
                 rdd = sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
                 return (rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),
@@ -341,6 +343,17 @@ class SparkScan:
                  f" ({self.engine_reason})" if engine == "sql" and self.engine_reason else "", extra=self.log_fields)
         if self.on_engine is not None:
             self.on_engine(engine)
+
+    def _reading(self, sink: PushSink | None) -> str:
+        """What the scan's tasks were reading when Spark failed without a task's own report
+        (a Python worker killed, an executor lost): the files of the splits begun and not
+        ended, for the error message."""
+        unended = sink.unended() if sink is not None else []
+        if not unended:
+            return ""
+        if self._split_files is None:
+            return f" (Spark partition {', '.join(map(str, unended[:3]))} of the scan)"
+        return f" (splits being read: {'; '.join(self._split_files[n] for n in unended[:3])})"
 
     def _job_runner(self, sc, mapped, finished: SimpleQueue):
         """A function that runs one Spark job over one partition of ``mapped``, in this scan's
@@ -483,14 +496,14 @@ class SparkScan:
                                 .replace(" was rewritten;", " was rewritten during the scan;"))
         except Exception:  # noqa: BLE001 - the original failure is what matters
             pass
-        reason = task_reason or _spark_reason(exc)
+        reason = task_reason or _spark_reason(exc) + self._reading(sink)
         no_filesystem = "No FileSystem for scheme" in reason or ("ClassNotFoundException" in reason and "FileSystem" in reason)
         if no_filesystem and not self.storage.is_local:
             return ScanFailed(f"this scan of {self.description} needs the sql engine ({self.engine_reason}), and this "
                               f"server's Spark has no filesystem for {self.storage.spark_path(self.plan.table_location)}: "
                               "add Hadoop's cloud connector jars to Spark (docs/storage.md), or ask for a scan the arrow "
                               "engine can read")
-        return ScanFailed(f"Spark scan failed: {reason}")
+        return ScanFailed(f"Spark scan of table {self.description} failed: {reason}")
 
 
 _ORDERED_SESSIONS: dict[int, object] = {}
@@ -527,19 +540,39 @@ def _run_job(sc, mapped, split: int) -> None:
 
 
 def _spark_reason(exc: BaseException) -> str:
-    """The root cause of a Py4J error (its own text is only "An error occurred while calling ...")."""
+    """The root cause of a Py4J error (its own text is only "An error occurred while calling
+    ..."): the deepest cause that says something. A bare ``java.io.EOFException`` under
+    "Python worker exited unexpectedly (crashed)" says less than the error around it."""
     java = getattr(exc, "java_exception", None)
     if java is not None:
         try:
-            root, seen = java, 0
-            while root.getCause() is not None and seen < 20:
-                root, seen = root.getCause(), seen + 1
-            text = str(root.toString()).strip()
-            if text:
-                return text.splitlines()[0][:500]
+            texts, cause = [], java
+            while cause is not None and len(texts) < 20:
+                texts.append(str(cause.toString()).strip())
+                cause = cause.getCause()
+            for text in reversed(texts):
+                first = text.splitlines()[0] if text else ""
+                if ": " in first:  # Throwable.toString is "class: message", or the class alone
+                    return _python_error(text) or first.split(" Consider setting ")[0][:500]
+            if texts and texts[-1]:
+                return texts[-1].splitlines()[0][:500]
         except Exception:  # noqa: BLE001 - the gateway may be gone
             pass
-    return _short(exc)
+    return _python_error(str(exc)) or _short(exc)
+
+
+def _python_error(text: str) -> str | None:
+    """The exception line of a Python traceback inside a Java error's text (what a Python
+    task raised: "ConnectionError: ..."), or None when the text holds no traceback. Spark's
+    own first line ("An exception was thrown from the Python worker") says nothing."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1:]:
+        if line.strip() and not line[0].isspace():
+            return line.strip()[:500]
+    return None
 
 
 def _short(exc: BaseException) -> str:

@@ -60,6 +60,18 @@ class FilePart:
 class ArrowSplit:
     parts: tuple[FilePart, ...]
 
+    def describe(self) -> str:
+        """The split's files (and row groups) as an error message names them."""
+        return ", ".join(f"file {part.relative}{_row_groups_text(part.row_groups)}" for part in self.parts)
+
+
+def _row_groups_text(groups: tuple[int, ...] | None) -> str:
+    if groups is None:
+        return ""
+    if len(groups) > 1 and list(groups) == list(range(groups[0], groups[-1] + 1)):
+        return f" row groups {groups[0]}-{groups[-1]}"
+    return f" row group{'s' if len(groups) != 1 else ''} {', '.join(map(str, groups))}"
+
 
 @dataclass(frozen=True)
 class ArrowRead:

@@ -28,3 +28,13 @@ def sent_bytes(write: Callable[[socket.socket], object], recv_size: int = 1 << 1
         reader.join(10)
         theirs.close()
     return bytes(got)
+
+
+def closed_without_a_word(s: socket.socket) -> bool:
+    """The peer closed the connection sending nothing (a reset counts: data was unread)."""
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    finally:
+        s.close()

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import engine_counts
 from ops_helpers import Reader, plan_for
+from socket_helpers import closed_without_a_word
 from starscan.thrift_defs import wire
 
 OK = wire.TStatusCode.OK
@@ -63,6 +64,10 @@ def scan_status(client, be_addr, db, table, sql, batch_size=1024, **kw):
         reader.close()
 
 
+def assert_the_server_goes_on(client):
+    assert client.read("demo", "lineitem", "select l_orderkey from demo.lineitem where l_quantity > 49").num_rows > 0
+
+
 def ran_on(server, before: dict) -> str:
     after = engine_counts(server)
     grown = [e for e in ("arrow", "sql") if after.get(e, 0) > before.get(e, 0)]
@@ -96,8 +101,8 @@ def test_forced_arrow_refuses_a_plan_it_cannot_read_exactly(server, client, be_a
 
 
 @pytest.mark.parametrize("engine", ["arrow", "sql"])
-def test_a_corrupt_file_fails_the_scan_with_its_name_and_others_still_read(server, client, be_addr, engine_setting,
-                                                                          engine):
+def test_a_corrupt_file_fails_the_scan_with_its_name_and_the_server_goes_on(server, client, be_addr, engine_setting,
+                                                                            engine):
     engine_setting(engine)
     location = fresh_table(server, f"corrupt_{engine}", {
         "part-0.parquet": pa.table({"id": list(range(100))}),
@@ -116,10 +121,8 @@ def test_a_corrupt_file_fails_the_scan_with_its_name_and_others_still_read(serve
         reader.close()
     assert status.status_code == wire.TStatusCode.INTERNAL_ERROR, status
     assert "part-1.parquet" in status.error_msgs[0]
-    if engine == "arrow":
-        assert f"table arrowdb.corrupt_{engine}" in status.error_msgs[0]
-    # The server goes on serving.
-    assert client.read("demo", "lineitem", "select l_orderkey from demo.lineitem where l_quantity > 49").num_rows > 0
+    assert f"table arrowdb.corrupt_{engine}" in status.error_msgs[0]
+    assert_the_server_goes_on(client)
 
 
 def test_a_file_rewritten_during_the_scan_gives_version_gone(server, client, be_addr, engine_setting):
@@ -142,7 +145,10 @@ def test_a_file_rewritten_during_the_scan_gives_version_gone(server, client, be_
     finally:
         reader.close()
     assert status.status_code != OK, "a partial result ended with eos"
-    assert "version" in status.error_msgs[0] and "is gone" in status.error_msgs[0]
+    message = status.error_msgs[0]
+    assert "table arrowdb.rewritten version" in message and "is gone" in message, message
+    assert "part-" in message and "was rewritten" in message, message
+    assert_the_server_goes_on(client)
 
 
 @pytest.mark.parametrize("engine", ["arrow", "sql"])
@@ -155,8 +161,13 @@ def test_a_column_whose_type_changed_between_files_is_an_error(server, client, b
     rows, status = scan_status(client, be_addr, "arrowdb", f"retyped_{engine}",
                                f"select id, v from arrowdb.retyped_{engine}")
     assert status.status_code == wire.TStatusCode.INTERNAL_ERROR, status
+    message = status.error_msgs[0]
+    assert f"table arrowdb.retyped_{engine}" in message, message
     if engine == "arrow":
-        assert "column id of file part-1.parquet is string" in status.error_msgs[0]
+        assert "column id of file part-1.parquet is string" in message
+    else:  # Spark's reader names the column and both types, not the file
+        assert "[id]" in message and "BINARY" in message, message
+    assert_the_server_goes_on(client)
 
 
 def test_partition_values_spelled_oddly_go_to_the_sql_engine(server, client, engine_setting):
@@ -213,3 +224,155 @@ def test_local_spark_tasks_push_through_the_bes_unix_socket(server, client, be_a
         str(server.warehouse.table_path("demo", "lineitem"))).count()
     assert listener.accepted["local"] > before["local"]
     assert listener.accepted["tcp"] == before["tcp"]
+
+
+# ---- bad input on a running server: the scan fails clearly or reads exactly, and the server goes on ----
+def padded_files(n_files: int, rows: int) -> dict[str, pa.Table]:
+    """~60 bytes a row: more than a small scanner queue and the socket buffers hold."""
+    return {f"part-{i}.parquet": pa.table({"id": list(range(i * rows, i * rows + rows)),
+                                            "pad": [f"{j:060d}" for j in range(rows)]})
+            for i in range(n_files)}
+
+
+def read_ids(reader, cid: str, offset: int, ids: list) -> tuple[list, object]:
+    """get_next until eos or an error, collecting the ids; returns (ids, the final status)."""
+    for _ in range(100_000):
+        res = reader.next(cid, offset)
+        if res.status.status_code != OK or res.eos:
+            return ids, res.status
+        got = pa.ipc.open_stream(res.rows).read_all()
+        ids += got.column("id").to_pylist()
+        offset += got.num_rows
+    raise AssertionError("no end")
+
+
+@pytest.mark.parametrize("engine", ["arrow", "sql"])
+def test_a_truncated_file_fails_clearly_with_the_table_and_file(server, client, be_addr, engine_setting, engine):
+    """A writer that died mid-file left half a Parquet file (no footer) in the table's folder:
+    the plan or the scan fails naming the table and the file; no partial result ends with eos."""
+    engine_setting(engine)
+    name = f"truncated_{engine}"
+    location = fresh_table(server, name, padded_files(2, 2000))
+    victim = location / "part-1.parquet"
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    server.warehouse.invalidate("arrowdb", name)
+    try:
+        plan, tablets = plan_for(client, "arrowdb", name, f"select id from arrowdb.{name}")
+    except Exception as exc:  # noqa: BLE001 - refusing at plan time is a clear answer too
+        message = str(exc)
+    else:
+        reader = Reader(be_addr)
+        try:
+            cid = reader.open_ok("arrowdb", name, plan, tablets)
+            _, status = read_to_end(reader, cid)
+        finally:
+            reader.close()
+        assert status.status_code != OK, "a partial result ended with eos"
+        message = status.error_msgs[0]
+    assert f"arrowdb.{name}" in message and "part-1.parquet" in message, message
+    assert_the_server_goes_on(client)
+
+
+def test_forged_and_replayed_push_connections_during_a_scan_add_nothing(server, client, be_addr, engine_setting):
+    """While a real scan's tasks push into its BE, connections with a forged token, a token one
+    bit off the live one, an ended scan's real token, or no protocol at all are closed without
+    a word; the scan still delivers exactly its rows."""
+    import socket
+
+    from starscan.provider.push_wire import HELLO, MAGIC
+
+    engine_setting("arrow")
+    fresh_table(server, "pushed", padded_files(4, 20_000))
+    listener = server.service.push_listener()
+    plan, tablets = plan_for(client, "arrowdb", "pushed", "select id from arrowdb.pushed")
+    reader = Reader(be_addr)
+    try:
+        ended = reader.open_ok("arrowdb", "pushed", plan, tablets)  # an earlier scan, read to its end
+        spent = server.contexts.get(ended).scan
+        assert read_to_end(reader, ended)[1].status_code == OK
+        assert spent.done.wait(30)
+        spent_token = spent._sink.token
+        cid = reader.open_ok("arrowdb", "pushed", plan, tablets, batch_size=100, mem_limit=1 << 16)
+        first = reader.next(cid, 0)
+        assert first.status.status_code == OK and not first.eos
+        live = server.contexts.get(cid).scan._sink.token
+        assert live != spent_token
+        for hello in (HELLO.pack(MAGIC, b"\x00" * 32, 0, 0),
+                      HELLO.pack(MAGIC, live[:-1] + bytes([live[-1] ^ 1]), 0, 0),
+                      HELLO.pack(MAGIC, spent_token, 0, 0),
+                      b"GET / HTTP/1.1\r\n\r\n" + b"x" * 64):
+            s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+            s.sendall(hello)
+            assert closed_without_a_word(s), "the BE answered a connection it must not accept"
+        ids, status = read_ids(reader, cid, 0, [])
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    assert status.status_code == OK
+    assert sorted(ids) == list(range(80_000))
+    assert_the_server_goes_on(client)
+
+
+def push_workers_of(server, port: int) -> list:
+    """Spark's Python worker processes with a push connection to the BE's TCP port open."""
+    import psutil
+
+    me = psutil.Process()
+    found = []
+    for proc in me.children(recursive=True):
+        try:
+            conns = proc.net_connections(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if any(c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED for c in conns):
+            found.append(proc)
+    return found
+
+
+def test_a_task_killed_mid_split_never_ends_in_a_partial_result(server, client, be_addr, engine_setting, monkeypatch):
+    """SIGKILL to a Spark Python worker while it pushes a split: the scan either delivers
+    exactly its rows or fails naming the table and the file; never eos after part of them."""
+    import signal
+    import time
+
+    engine_setting("arrow")
+    fresh_table(server, "killed", padded_files(4, 20_000))
+    listener = server.service.push_listener()
+    monkeypatch.setattr(listener, "local_path", None)  # TCP, so the task's process can be found by its connection
+    plan, tablets = plan_for(client, "arrowdb", "killed", "select id from arrowdb.killed")
+    reader = Reader(be_addr)
+    try:
+        cid = reader.open_ok("arrowdb", "killed", plan, tablets, batch_size=100, mem_limit=1 << 16)
+        first = reader.next(cid, 0)
+        assert first.status.status_code == OK and not first.eos
+        ids = pa.ipc.open_stream(first.rows).read_all().column("id").to_pylist()
+        deadline = time.monotonic() + 30
+        while not (victims := push_workers_of(server, listener.port)):
+            assert time.monotonic() < deadline, "no Spark worker holds a push connection"
+            time.sleep(0.05)
+        victims[0].send_signal(signal.SIGKILL)
+        ids, status = read_ids(reader, cid, len(ids), ids)
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    if status.status_code == OK:
+        assert sorted(ids) == list(range(80_000)), "eos after a partial result"
+    else:  # the table, and the file the killed task was reading
+        assert "arrowdb.killed" in status.error_msgs[0] and ".parquet" in status.error_msgs[0], status
+    assert_the_server_goes_on(client)
+
+
+def test_tasks_that_cannot_reach_the_be_fail_the_scan_clearly(server, client, be_addr, engine_setting, monkeypatch):
+    """The BE advertises a push address its Spark tasks cannot reach (a wrong advertise_host):
+    the scan fails with a message that names the address, instead of waiting or ending early."""
+    engine_setting("arrow")
+    fresh_table(server, "unreachable", padded_files(1, 100))
+    listener = server.service.push_listener()
+    monkeypatch.setattr(listener, "local_path", None)
+    monkeypatch.setattr(listener, "advertised_host", "127.0.0.2")  # loopback, but nothing listens there
+    rows, status = scan_status(client, be_addr, "arrowdb", "unreachable", "select id from arrowdb.unreachable")
+    assert status.status_code != OK, "a scan whose tasks reached nobody ended with eos"
+    message = status.error_msgs[0]
+    assert "arrowdb.unreachable" in message and f"127.0.0.2:{listener.port}" in message, message
+    monkeypatch.undo()
+    assert_the_server_goes_on(client)

@@ -372,7 +372,7 @@ def test_4_a_task_that_throws_gives_an_error_never_eos(rel_server, rel_client, r
         assert rows > 0, "precondition: batches before the failing partition"
         assert st.status_code == INTERNAL_ERROR, st
         [msg] = st.error_msgs
-        assert msg.startswith("Spark scan failed: ") and "DIVIDE_BY_ZERO" in msg, msg
+        assert msg.startswith(f"Spark scan of table rel.{name} failed: ") and "DIVIDE_BY_ZERO" in msg, msg
         assert "An error occurred while calling" not in msg  # Spark's reason, not Py4J's wrapper
         conn.close_scanner(cid)
     finally:

@@ -19,6 +19,7 @@ import time
 import pyarrow as pa
 import pytest
 
+from socket_helpers import closed_without_a_word
 from starscan.provider.push_listener import PushListener, PushSink
 from starscan.provider.push_wire import (
     ANY_SPLIT,
@@ -35,16 +36,6 @@ from starscan.provider.push_wire import (
 from starscan.provider.result_queue import EOS, ResultQueue
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
-
-
-def closed_without_a_word(s: socket.socket) -> bool:
-    """The BE closed the connection sending nothing (a reset counts: data was unread)."""
-    try:
-        return s.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    finally:
-        s.close()
 
 
 def batch(start: int, n: int) -> pa.RecordBatch:
