@@ -68,6 +68,8 @@ class ArrowSplit:
 def _row_groups_text(groups: tuple[int, ...] | None) -> str:
     if groups is None:
         return ""
+    if not groups:
+        return " (no row groups)"
     if len(groups) > 1 and list(groups) == list(range(groups[0], groups[-1] + 1)):
         return f" row groups {groups[0]}-{groups[-1]}"
     return f" row group{'s' if len(groups) != 1 else ''} {', '.join(map(str, groups))}"

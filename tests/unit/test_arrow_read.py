@@ -197,3 +197,13 @@ def test_a_plain_file_is_passed_on_by_position_in_any_output_order(tmp_path: Pat
     expected = pa.table([files.column(source) for _, source in outputs], names=[name for name, _ in outputs])
     assert got.schema.names == expected.schema.names and got.num_rows == 25010
     assert all(a.equals(b) for a, b in zip(got.columns, expected.columns))
+
+
+def test_a_split_names_its_files_and_row_groups_for_messages():
+    def part(name, groups):
+        return FilePart(f"/w/{name}", name, 1, 1, groups)
+
+    split = ArrowSplit((part("a.parquet", None), part("b.parquet", (2, 3, 4)), part("c.parquet", (5,)),
+                        part("d.parquet", (1, 3)), part("e.parquet", ())))
+    assert split.describe() == ("file a.parquet, file b.parquet row groups 2-4, file c.parquet row group 5, "
+                                "file d.parquet row groups 1, 3, file e.parquet (no row groups)")

@@ -1,0 +1,32 @@
+"""The reason a reader is given when Spark failed: a Python task's own exception line, not
+the first line of Spark's wrapper ("An exception was thrown from the Python worker:")."""
+
+from __future__ import annotations
+
+from starscan.provider.spark_scan import _python_error
+
+# The text of a pyspark PythonException for a task that raised ``ConnectionError`` from an
+# ``OSError`` (captured from pyspark 4.3 with a real local SparkSession).
+CHAINED = (
+    "An exception was thrown from the Python worker:\n"
+    "Traceback (most recent call last):\n"
+    '  File "/tmp/t.py", line 8, in f\n'
+    '    raise OSError("inner")\n'
+    "OSError: inner\n\n"
+    "The above exception was the direct cause of the following exception:\n\n"
+    "Traceback (most recent call last):\n"
+    '  File "/venv/pyspark/worker.py", line 4327, in invoke_udf\n'
+    "    run_process()\n"
+    '  File "/tmp/t.py", line 10, in f\n'
+    '    raise ConnectionError("outer message here") from e\n'
+    "ConnectionError: outer message here"
+)
+
+
+def test_the_last_traceback_gives_the_exception_that_failed_the_task():
+    assert _python_error(CHAINED) == "ConnectionError: outer message here"
+
+
+def test_a_text_without_a_traceback_gives_none():
+    assert _python_error("org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)") is None
+    assert _python_error("") is None
