@@ -173,6 +173,14 @@ def slow_tail_sql(spark, server) -> str:
             "or l_comment regexp '(([a-z]+)+)+!'")
 
 
+@pytest.fixture
+def stoppable_sql(engine, slow_tail_sql) -> str:
+    """A scan whose Spark work still runs after its first batch, on the module's engine: on
+    ``sql`` the slow regex tail; on ``auto`` a plain full scan, which the arrow engine reads,
+    its tasks held by the scanner's small queue (backpressure)."""
+    return slow_tail_sql if engine == "sql" else "select * from `demo`.`lineitem`"
+
+
 def open_with_running_job(client, be_addr, spark, server, sql):
     """Open, read one batch, and return while a Spark job of the scan is RUNNING."""
     plan, tablets = plan_for(client, "demo", "lineitem", sql)
@@ -374,10 +382,12 @@ def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_s
 
 
 # ---- (b) close mid-scan ----------------------------------------------------------------
-def test_close_mid_scan_cancels_the_spark_job_and_frees_the_queue(client, be_addr, spark, server, slow_tail_sql):
-    conn, cid, ctx, running = open_with_running_job(client, be_addr, spark, server, slow_tail_sql)
+def test_close_mid_scan_cancels_the_spark_job_and_frees_the_queue(client, be_addr, spark, server, engine,
+                                                                  stoppable_sql):
+    conn, cid, ctx, running = open_with_running_job(client, be_addr, spark, server, stoppable_sql)
     try:
         scan = ctx.scan
+        assert scan.engine == ("sql" if engine == "sql" else "arrow")
         res = conn.close_scanner(cid)
         assert res.status.status_code == OK
         assert_scan_stopped(spark, server, cid, ctx, running)
@@ -390,9 +400,10 @@ def test_close_mid_scan_cancels_the_spark_job_and_frees_the_queue(client, be_add
 
 
 # ---- (c) GC ------------------------------------------------------------------------------
-def test_reaper_reclaims_an_idle_scanner_and_cancels_its_job(client, be_addr, spark, server, slow_tail_sql):
-    conn, cid, ctx, running = open_with_running_job(client, be_addr, spark, server, slow_tail_sql)
+def test_reaper_reclaims_an_idle_scanner_and_cancels_its_job(client, be_addr, spark, server, engine, stoppable_sql):
+    conn, cid, ctx, running = open_with_running_job(client, be_addr, spark, server, stoppable_sql)
     try:
+        assert ctx.scan.engine == ("sql" if engine == "sql" else "arrow")
         reaped_before = server.reaper.reaped_total
         ctx.keep_alive_s = 0.2
         wait_until(lambda: cid not in {c.context_id for c in server.contexts.snapshot()}, timeout_s=30,
