@@ -73,7 +73,29 @@ def test_profile_of_a_complete_scan(profiled):
 
     line = wait_until(audit_line, what="the scan's audit line")
     assert line["profile"]["batches"] == p["batches"]
+    assert p["engine"] in ("arrow", "sql") and line["engine"] == p["engine"]
     assert set(line["profile"]) >= {"open_ms", "first_batch_ms", "reader_waited_on_spark_ms", "spark_waited_on_reader_ms"}
+
+
+@pytest.mark.parametrize(("sql", "engine"), [("select k1, v1 from db1.t1 where k1 > 0", "arrow"),
+                                             ("select k1, v1 from db1.t1 where upper(v1) <> 'X'", "sql")])
+def test_the_profile_and_the_log_say_which_engine_ran_and_why_not_arrow(profiled, caplog, sql, engine):
+    fe_url, be_addr = urls(profiled)
+    plan_b64, tablets = plan_for(StarscanClient(fe_url, "root", ""), "db1", "t1", sql)
+    reader = Reader(be_addr)
+    with caplog.at_level("INFO", logger="starscan.provider.scan"):
+        try:
+            cid = reader.open_ok("db1", "t1", plan_b64, tablets)
+            reader.drain(cid)
+            reader.close_scanner(cid)
+        finally:
+            reader.close()
+    assert get_profile(fe_url, cid).json()["engine"] == engine
+    [logged] = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"scan {cid} engine=")]
+    if engine == "arrow":
+        assert logged == f"scan {cid} engine=arrow"
+    else:
+        assert logged.startswith(f"scan {cid} engine=sql (") and "upper" in logged, logged
 
 
 def test_live_profile_and_a_slow_reader(profiled):
