@@ -1,6 +1,6 @@
 // Wire contract of StarRocks' external scan service, as served on be_port.
 // Field ids, types, requiredness and enum values are those of the StarRocks
-// thrift SDK (starrocks-thrift-sdk 1.0.1); see shared/spec/PROTOCOL.md section 3.
+// thrift SDK (starrocks-thrift-sdk 1.0.1); see docs/protocol.md section 3.
 // Enums are in one file so both thriftpy2 and Apache Thrift's compiler load it alone.
 
 namespace java com.starrocks.thrift
