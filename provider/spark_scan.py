@@ -546,7 +546,8 @@ def _spark_reason(exc: BaseException) -> str:
     java = getattr(exc, "java_exception", None)
     if java is not None:
         try:
-            texts, cause = [], java
+            texts: list[str] = []
+            cause = java
             while cause is not None and len(texts) < 20:
                 texts.append(str(cause.toString()).strip())
                 cause = cause.getCause()
