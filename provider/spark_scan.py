@@ -216,7 +216,7 @@ class SparkScan:
         self.batch_rows = 4096  # the reader's batch_size: what the tasks send a batch of
         self.engine: str | None = None       # the engine the scan runs on, once chosen
         self.engine_reason: str | None = None  # why not the arrow engine
-        self._split_files: list[str] | None = None  # the arrow engine's splits, as messages name them
+        self._arrow_splits: list | None = None  # the arrow engine's splits (ArrowSplit), for messages
         self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
         self.time_zone = spark.conf.get("spark.sql.session.timeZone")
         self.storage = LOCAL  # where the plan's files are
@@ -323,7 +323,7 @@ class SparkScan:
                 self.engine_reason = str(why)
             else:
                 self._set_engine("arrow")
-                self._split_files = [split.describe() for split in splits]
+                self._arrow_splits = splits
                 readers = min(self.tasks_per_scanner, len(splits))
                 rdd = sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
                 return (rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),
@@ -345,15 +345,16 @@ class SparkScan:
             self.on_engine(engine)
 
     def _reading(self, sink: PushSink | None) -> str:
-        """What the scan's tasks were reading when Spark failed without a task's own report
-        (a Python worker killed, an executor lost): the files of the splits begun and not
-        ended, for the error message."""
-        unended = sink.unended() if sink is not None else []
-        if not unended:
+        """The files an arrow task was reading when Spark lost it without a word from the task
+        (a Python worker killed, an executor gone): the splits whose connection ended without
+        their end, else the splits begun and not ended."""
+        if sink is None or self._arrow_splits is None:
+            return ""  # the sql engine: Spark's own reason names the file where one is at fault
+        splits = sink.lost() or sink.unended()
+        if not splits:
             return ""
-        if self._split_files is None:
-            return f" (Spark partition {', '.join(map(str, unended[:3]))} of the scan)"
-        return f" (splits being read: {'; '.join(self._split_files[n] for n in unended[:3])})"
+        more = f"; and {len(splits) - 2} more" if len(splits) > 2 else ""
+        return f" (reading {'; '.join(self._arrow_splits[n].describe(files=3) for n in splits[:2])}{more})"
 
     def _job_runner(self, sc, mapped, finished: SimpleQueue):
         """A function that runs one Spark job over one partition of ``mapped``, in this scan's
@@ -496,13 +497,21 @@ class SparkScan:
                                 .replace(" was rewritten;", " was rewritten during the scan;"))
         except Exception:  # noqa: BLE001 - the original failure is what matters
             pass
-        reason = task_reason or _spark_reason(exc) + self._reading(sink)
+        if task_reason is not None:
+            reason = task_reason
+        else:
+            reason, raised = _spark_reason(exc)
+            if not raised:  # Spark lost the task: say what it was reading
+                reason += self._reading(sink)
+        reason = reason.removeprefix("SplitReadError: ")  # the arrow reader's own error: its text says it all
         no_filesystem = "No FileSystem for scheme" in reason or ("ClassNotFoundException" in reason and "FileSystem" in reason)
         if no_filesystem and not self.storage.is_local:
             return ScanFailed(f"this scan of {self.description} needs the sql engine ({self.engine_reason}), and this "
                               f"server's Spark has no filesystem for {self.storage.spark_path(self.plan.table_location)}: "
                               "add Hadoop's cloud connector jars to Spark (docs/storage.md), or ask for a scan the arrow "
                               "engine can read")
+        if f"table {self.description}" in reason:
+            return ScanFailed(f"Spark scan failed: {reason}")
         return ScanFailed(f"Spark scan of table {self.description} failed: {reason}")
 
 
@@ -539,10 +548,11 @@ def _run_job(sc, mapped, split: int) -> None:
             pass
 
 
-def _spark_reason(exc: BaseException) -> str:
+def _spark_reason(exc: BaseException) -> tuple[str, bool]:
     """The root cause of a Py4J error (its own text is only "An error occurred while calling
-    ..."): the deepest cause that says something. A bare ``java.io.EOFException`` under
-    "Python worker exited unexpectedly (crashed)" says less than the error around it."""
+    ..."): the deepest cause that says something, and whether it is an exception a Python task
+    raised. A bare ``java.io.EOFException`` under "Python worker exited unexpectedly (crashed)"
+    says less than the error around it."""
     java = getattr(exc, "java_exception", None)
     if java is not None:
         try:
@@ -554,20 +564,23 @@ def _spark_reason(exc: BaseException) -> str:
             for text in reversed(texts):
                 first = text.splitlines()[0] if text else ""
                 if ": " in first:  # Throwable.toString is "class: message", or the class alone
-                    return _python_error(text) or first.split(" Consider setting ")[0][:500]
+                    raised = _python_error(text)
+                    return (raised, True) if raised else (first.split(" Consider setting ")[0][:500], False)
             if texts and texts[-1]:
-                return texts[-1].splitlines()[0][:500]
+                return texts[-1].splitlines()[0][:500], False
         except Exception:  # noqa: BLE001 - the gateway may be gone
             pass
-    return _python_error(str(exc)) or _short(exc)
+    raised = _python_error(str(exc))
+    return (raised, True) if raised else (_short(exc), False)
 
 
 def _python_error(text: str) -> str | None:
-    """The exception line of a Python traceback inside a Java error's text (what a Python
-    task raised: "ConnectionError: ..."), or None when the text holds no traceback. Spark's
-    own first line ("An exception was thrown from the Python worker") says nothing."""
+    """The exception line of the last Python traceback inside an error's text (what a
+    Python task raised: "ConnectionError: ..."), or None when the text holds no traceback.
+    Spark's own first line ("An exception was thrown from the Python worker") says nothing.
+    In a Java exception's text the first traceback follows the class name on its line."""
     lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    starts = [i for i, line in enumerate(lines) if line.endswith("Traceback (most recent call last):")]
     if not starts:
         return None
     for line in lines[starts[-1] + 1:]:

@@ -60,12 +60,17 @@ class FilePart:
 class ArrowSplit:
     parts: tuple[FilePart, ...]
 
-    def describe(self) -> str:
-        """The split's files (and row groups) as an error message names them."""
-        return ", ".join(f"file {part.relative}{_row_groups_text(part.row_groups)}" for part in self.parts)
+    def describe(self, files: int | None = None) -> str:
+        """The split's files (and row groups) as an error message names them; past ``files``
+        of them, how many more (a split of small files may pack hundreds)."""
+        shown = self.parts if files is None else self.parts[:files]
+        text = ", ".join(f"file {part.relative}{_row_groups_text(part.row_groups)}" for part in shown)
+        return text + (f" and {len(self.parts) - len(shown)} more files" if len(shown) < len(self.parts) else "")
 
 
 def _row_groups_text(groups: tuple[int, ...] | None) -> str:
+    """Row groups as a message names them: ' row groups 2-4' for a run, ' row groups 1, 3'
+    otherwise, nothing for a whole file."""
     if groups is None:
         return ""
     if not groups:

@@ -14,6 +14,7 @@ import pytest
 from conftest import engine_counts
 from ops_helpers import Reader, plan_for
 from socket_helpers import closed_without_a_word
+from starscan.client import PlanError
 from starscan.thrift_defs import wire
 
 OK = wire.TStatusCode.OK
@@ -28,6 +29,15 @@ def engine_setting(server):
 
     yield set_engine
     server.ops.update_config({"scan_engine": saved})
+
+
+@pytest.fixture
+def no_yield(server):
+    """Tasks keep their Spark slots while the reader waits (``scan_yield_after_s``)."""
+    saved = server.service.settings.scan_yield_after_s
+    server.ops.update_config({"scan_yield_after_s": 600.0})
+    yield
+    server.ops.update_config({"scan_yield_after_s": saved})
 
 
 def fresh_table(server, name: str, files: dict[str, pa.Table]):
@@ -258,7 +268,7 @@ def test_a_truncated_file_fails_clearly_with_the_table_and_file(server, client, 
     server.warehouse.invalidate("arrowdb", name)
     try:
         plan, tablets = plan_for(client, "arrowdb", name, f"select id from arrowdb.{name}")
-    except Exception as exc:  # noqa: BLE001 - refusing at plan time is a clear answer too
+    except PlanError as exc:  # refusing at plan time is a clear answer too
         message = str(exc)
     else:
         reader = Reader(be_addr)
@@ -295,6 +305,7 @@ def test_forged_and_replayed_push_connections_during_a_scan_add_nothing(server, 
         cid = reader.open_ok("arrowdb", "pushed", plan, tablets, batch_size=100, mem_limit=1 << 16)
         first = reader.next(cid, 0)
         assert first.status.status_code == OK and not first.eos
+        ids = pa.ipc.open_stream(first.rows).read_all().column("id").to_pylist()
         live = server.contexts.get(cid).scan._sink.token
         assert live != spent_token
         for hello in (HELLO.pack(MAGIC, b"\x00" * 32, 0, 0),
@@ -304,7 +315,7 @@ def test_forged_and_replayed_push_connections_during_a_scan_add_nothing(server, 
             s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
             s.sendall(hello)
             assert closed_without_a_word(s), "the BE answered a connection it must not accept"
-        ids, status = read_ids(reader, cid, 0, [])
+        ids, status = read_ids(reader, cid, len(ids), ids)
         reader.close_scanner(cid)
     finally:
         reader.close()
@@ -329,9 +340,11 @@ def push_workers_of(server, port: int) -> list:
     return found
 
 
-def test_a_task_killed_mid_split_never_ends_in_a_partial_result(server, client, be_addr, engine_setting, monkeypatch):
+def test_a_task_killed_mid_split_never_ends_in_a_partial_result(server, client, be_addr, engine_setting, no_yield,
+                                                               monkeypatch):
     """SIGKILL to a Spark Python worker while it pushes a split: the scan either delivers
-    exactly its rows or fails naming the table and the file; never eos after part of them."""
+    exactly its rows or fails naming the table and the file; never eos after part of them.
+    The tasks keep their slots while the reader waits (no yield), so they are there to kill."""
     import signal
     import time
 

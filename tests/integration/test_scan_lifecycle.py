@@ -174,11 +174,16 @@ def slow_tail_sql(spark, server) -> str:
 
 
 @pytest.fixture
-def stoppable_sql(engine, slow_tail_sql) -> str:
+def stoppable_sql(engine, slow_tail_sql, server):
     """A scan whose Spark work still runs after its first batch, on the module's engine: on
     ``sql`` the slow regex tail; on ``auto`` a plain full scan, which the arrow engine reads,
-    its tasks held by the scanner's small queue (backpressure)."""
-    return slow_tail_sql if engine == "sql" else "select * from `demo`.`lineitem`"
+    its tasks held by the scanner's small queue (backpressure). Its tasks do not give their
+    slots back while the reader waits (``scan_yield_after_s``): what stops them is the test's
+    close or reaper, not their own yield."""
+    saved = server.service.settings.scan_yield_after_s
+    server.ops.update_config({"scan_yield_after_s": 600.0})
+    yield slow_tail_sql if engine == "sql" else "select * from `demo`.`lineitem`"
+    server.ops.update_config({"scan_yield_after_s": saved})
 
 
 def open_with_running_job(client, be_addr, spark, server, sql):
@@ -206,6 +211,7 @@ def assert_scan_stopped(spark, server, cid, ctx, running):
     assert set(running) <= set(states)
     sink = ctx.scan._sink
     assert sink is not None and sink.stopped
+    assert sink.yields == 0, "a task gave its slot back by itself: the stop was not tested"
     assert not all(split.ended for split in sink.splits), "the scan was read to its end instead of being stopped"
     time.sleep(0.5)
     assert job_states(spark, cid) == states, "a job of the stopped scan started after the stop"

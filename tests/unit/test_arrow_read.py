@@ -207,3 +207,4 @@ def test_a_split_names_its_files_and_row_groups_for_messages():
                         part("d.parquet", (1, 3)), part("e.parquet", ())))
     assert split.describe() == ("file a.parquet, file b.parquet row groups 2-4, file c.parquet row group 5, "
                                 "file d.parquet row groups 1, 3, file e.parquet (no row groups)")
+    assert split.describe(files=2) == "file a.parquet, file b.parquet row groups 2-4 and 3 more files"

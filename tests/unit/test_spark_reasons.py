@@ -30,3 +30,12 @@ def test_the_last_traceback_gives_the_exception_that_failed_the_task():
 def test_a_text_without_a_traceback_gives_none():
     assert _python_error("org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)") is None
     assert _python_error("") is None
+
+
+def test_a_java_exceptions_text_has_the_first_traceback_after_its_class_name():
+    """What ``Throwable.toString`` gives for a task that raised one plain exception."""
+    text = ("org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+            '  File "/venv/pyspark/worker.py", line 4327, in invoke_udf\n'
+            "    run_process()\n"
+            "starscan.provider.push_wire.PushUnreachable: this Spark task cannot reach the BE\n")
+    assert _python_error(text) == "starscan.provider.push_wire.PushUnreachable: this Spark task cannot reach the BE"
