@@ -174,16 +174,22 @@ def slow_tail_sql(spark, server) -> str:
 
 
 @pytest.fixture
-def stoppable_sql(engine, slow_tail_sql, server):
+def no_yield(server):
+    """Tasks keep their Spark slots while their reader waits (``scan_yield_after_s``)."""
+    saved = server.service.settings.scan_yield_after_s
+    server.ops.update_config({"scan_yield_after_s": 600.0})
+    yield
+    server.ops.update_config({"scan_yield_after_s": saved})
+
+
+@pytest.fixture
+def stoppable_sql(engine, slow_tail_sql, no_yield):
     """A scan whose Spark work still runs after its first batch, on the module's engine: on
     ``sql`` the slow regex tail; on ``auto`` a plain full scan, which the arrow engine reads,
     its tasks held by the scanner's small queue (backpressure). Its tasks do not give their
-    slots back while the reader waits (``scan_yield_after_s``): what stops them is the test's
-    close or reaper, not their own yield."""
-    saved = server.service.settings.scan_yield_after_s
-    server.ops.update_config({"scan_yield_after_s": 600.0})
-    yield slow_tail_sql if engine == "sql" else "select * from `demo`.`lineitem`"
-    server.ops.update_config({"scan_yield_after_s": saved})
+    slots back while the reader waits (no_yield): what stops them is the test's close or
+    reaper, not their own yield."""
+    return slow_tail_sql if engine == "sql" else "select * from `demo`.`lineitem`"
 
 
 def open_with_running_job(client, be_addr, spark, server, sql):
@@ -342,7 +348,7 @@ def turns_table(server):
 
 
 def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_scan_ends(
-        client, be_addr, server, turns_table):
+        client, be_addr, server, turns_table, no_yield):
     """Spark here has two task slots. Scan A, read at a steady pace, holds both; scanner C,
     opened then, gets its first rows at one of A's split ends while A still has splits to
     read, not when A's tasks have taken them all (A's task hands its slot over, and A
@@ -354,10 +360,13 @@ def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_s
     a_cid = a.open_ok(db, table, plan, tablets, batch_size=500, mem_limit=MIB)
     a_ctx = server.contexts.get(a_cid)
     stop_reading = threading.Event()
+    a_reads = threading.Event()  # cleared while C's job is being queued: no split of A ends meanwhile
+    a_reads.set()
 
     def read_a() -> None:  # ~100 KB every 30 ms: A's splits end a few times a second
         offset = 0
         while not stop_reading.is_set():
+            a_reads.wait()
             res = a.next(a_cid, offset)
             assert res.status.status_code == OK, res.status
             if res.eos:
@@ -370,9 +379,17 @@ def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_s
     try:
         sink = wait_until(lambda: a_ctx.scan._sink, what="A's scan to start")
         wait_until(lambda: len(sink._conns) == 2, what="A's two tasks to hold both slots")
+        # A's reader pauses until C's job waits for a slot (C's open and its Spark job take a
+        # moment; a split of A ending before then would rightly go to A's next split). The
+        # tasks do not yield meanwhile (no_yield): only a split's end can free a slot.
+        a_reads.clear()
         c_cid = c.open_ok(db, table, plan, tablets[:1], batch_size=500)
         c_ctx = server.contexts.get(c_cid)
+        wait_until(lambda: c_ctx.scan._sink is not None and c_ctx.scan._sink.jobs_waiting > 0, interval_s=0.01,
+                   what="C's job to wait for a slot")
+        a_reads.set()
         wait_until(lambda: c_ctx.queue.rows_in > 0, timeout_s=120, interval_s=0.01, what="C's first rows")
+        assert sink.yields == 0
         # A's task handed its slot over at a split's end: a split of A was left that no
         # task had taken (before, C's task started only when A's had none left to take).
         assert sink.unclaimed(), f"C got its first rows only when every split of A had been taken: {sink.splits}"
