@@ -80,6 +80,7 @@ def push_split(target: PushTarget, batches_of, split: int) -> bool:
     failure is reported to the BE and raised, so Spark sees it."""
     from pyspark import TaskContext
 
+    from starscan.arrow_read import SplitReadError
     from starscan.provider.push_wire import PushStopped, TaskSender
     from starscan.wire_arrow import BatchConverter
 
@@ -98,7 +99,8 @@ def push_split(target: PushTarget, batches_of, split: int) -> bool:
     except PushStopped:
         return False
     except BaseException as exc:
-        sender.error(f"{type(exc).__name__}: {exc}")
+        # The arrow reader's own errors say what failed, naming the table and the file.
+        sender.error(str(exc) if isinstance(exc, SplitReadError) else f"{type(exc).__name__}: {exc}")
         raise
     finally:
         sender.close()

@@ -503,7 +503,6 @@ class SparkScan:
             reason, raised = _spark_reason(exc)
             if not raised:  # Spark lost the task: say what it was reading
                 reason += self._reading(sink)
-        reason = reason.removeprefix("SplitReadError: ")  # the arrow reader's own error: its text says it all
         no_filesystem = "No FileSystem for scheme" in reason or ("ClassNotFoundException" in reason and "FileSystem" in reason)
         if no_filesystem and not self.storage.is_local:
             return ScanFailed(f"this scan of {self.description} needs the sql engine ({self.engine_reason}), and this "

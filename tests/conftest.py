@@ -146,6 +146,16 @@ def engine_counts(server) -> dict[str, float]:
     return out
 
 
+@pytest.fixture
+def no_yield(server):
+    """Scan tasks keep their Spark slots while their reader waits (``scan_yield_after_s``):
+    a test that stops or kills them finds them running, not given back by a yield."""
+    saved = server.service.settings.scan_yield_after_s
+    server.ops.update_config({"scan_yield_after_s": 600.0})
+    yield
+    server.ops.update_config({"scan_yield_after_s": saved})
+
+
 @pytest.fixture(scope="module", params=["sql", "auto"])
 def engine(request, server):
     """Run a module once per engine: ``sql`` (Spark SQL for every scan) and ``auto`` (the

@@ -31,15 +31,6 @@ def engine_setting(server):
     server.ops.update_config({"scan_engine": saved})
 
 
-@pytest.fixture
-def no_yield(server):
-    """Tasks keep their Spark slots while the reader waits (``scan_yield_after_s``)."""
-    saved = server.service.settings.scan_yield_after_s
-    server.ops.update_config({"scan_yield_after_s": 600.0})
-    yield
-    server.ops.update_config({"scan_yield_after_s": saved})
-
-
 def fresh_table(server, name: str, files: dict[str, pa.Table]):
     location = server.warehouse.table_path("arrowdb", name)
     shutil.rmtree(location, ignore_errors=True)

@@ -174,15 +174,6 @@ def slow_tail_sql(spark, server) -> str:
 
 
 @pytest.fixture
-def no_yield(server):
-    """Tasks keep their Spark slots while their reader waits (``scan_yield_after_s``)."""
-    saved = server.service.settings.scan_yield_after_s
-    server.ops.update_config({"scan_yield_after_s": 600.0})
-    yield
-    server.ops.update_config({"scan_yield_after_s": saved})
-
-
-@pytest.fixture
 def stoppable_sql(engine, slow_tail_sql, no_yield):
     """A scan whose Spark work still runs after its first batch, on the module's engine: on
     ``sql`` the slow regex tail; on ``auto`` a plain full scan, which the arrow engine reads,
