@@ -21,6 +21,7 @@ from starscan.arrow_scan import Fields, file_part, partition_names, plan_read
 from starscan.catalog import TableSnapshot
 from starscan.direct import FORMAT, DirectFile, DirectRead
 from starscan.expr import Expr
+from starscan.rebase import CalendarRules
 from starscan.sql_types import parse_schema
 from starscan.storage import is_uri
 
@@ -40,7 +41,7 @@ def storage_path(snap: TableSnapshot, relative: str) -> str:
 
 
 def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predicate: Expr | None,
-                tablets: list[Any], time_zone: str) -> DirectPlan:
+                tablets: list[Any], time_zone: str, calendar: CalendarRules = CalendarRules()) -> DirectPlan:
     """The direct part of a plan of ``columns`` (the plan's TPlanColumns) of ``tablets``."""
     fields = Fields(parse_schema(schema_json))
     folders = snap.partitions_in_folders
@@ -49,7 +50,8 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
     try:
         read = plan_read(snap.qualified_name, snap.version, fields,
                          [(c.name, c.source if c.is_slot_ref else None) for c in columns], predicate, time_zone,
-                         None if snap.file_format == "parquet" else snap.file_format, partition_columns, snap.storage)
+                         None if snap.file_format == "parquet" else snap.file_format, partition_columns, snap.storage,
+                         calendar)
     except NotArrowable as why:
         reason = f"not readable from the files alone: {why}"
         return DirectPlan(None, {t.tablet_id: {"direct": False, "reason": reason} for t in tablets}, [])
@@ -65,7 +67,7 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
         disclosed.extend(f.storage_path for f in files)
     section = DirectRead(snap.qualified_name, snap.version, json.loads(schema_json),
                          tuple((c.name, c.source) for c in columns), predicate, time_zone,
-                         tuple(sorted(partition_columns))).to_json()
+                         tuple(sorted(partition_columns)), calendar).to_json()
     return DirectPlan(section, out, disclosed)
 
 

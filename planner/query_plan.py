@@ -24,6 +24,7 @@ from starscan.planner.be_membership import BeMembership
 from starscan.planner.consumer_lag import ConsumerLag, consumer_lags
 from starscan.planner.direct_plans import direct_plan
 from starscan.planner.pruning import prune
+from starscan.rebase import CalendarRules
 from starscan.runtime_config import LiveSettings
 from starscan.schemas import SchemaResolver
 from starscan.tablet_lists import TabletLists, pack_snapshot, to_plan_tablets
@@ -283,7 +284,8 @@ class QueryPlanner:
     def _direct(self, snap, plan, predicate, tablets, partitions_json: bytes, audit: dict) -> tuple[bytes, bytes]:
         """A direct plan's ``partitions`` (each tablet's storage beside its routings) and its
         top-level ``direct`` section; the files it names go to the audit line."""
-        found = direct_plan(snap, plan.table_schema, plan.columns, predicate, list(tablets), self.settings.time_zone)
+        found = direct_plan(snap, plan.table_schema, plan.columns, predicate, list(tablets), self.settings.time_zone,
+                            CalendarRules.of_settings(self.settings.spark_conf))
         partitions = json.loads(partitions_json)
         for tablet_id, extra in found.tablets.items():
             partitions[str(tablet_id)].update(extra)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from starscan.arrow_read import ArrowRead, ArrowSplit, FilePart
 from starscan.arrow_scan import Fields, file_part, partition_names, plan_read
 from starscan.expr import unflatten
+from starscan.rebase import CalendarRules
 from starscan.sql_types import parse_schema
 from starscan.storage import LOCAL, Storage
 from starscan.tablets import FOOTERS, cut_file, pack
@@ -35,7 +36,8 @@ def split_size(total_bytes: int, tasks: int) -> int:
 
 
 def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
-               tasks: int = 2, storage: Storage = LOCAL) -> tuple[ArrowRead, list[ArrowSplit]]:
+               tasks: int = 2, storage: Storage = LOCAL,
+               calendar: CalendarRules = CalendarRules()) -> tuple[ArrowRead, list[ArrowSplit]]:
     """The read instructions and splits of ``plan`` on the arrow engine, or NotArrowable."""
     fields = Fields(parse_schema(plan.table_schema))
     folders = plan.partition_columns is None  # else the partition values are in the files (Iceberg)
@@ -44,7 +46,7 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
         f"{plan.database}.{plan.table}", plan.version, fields,
         [(c.name, c.source if c.is_slot_ref else None) for c in plan.columns],
         unflatten(plan.predicate) if plan.predicate is not None else None,
-        time_zone, plan.file_format, partition_names(first, fields) if folders else set(), storage)
+        time_zone, plan.file_format, partition_names(first, fields) if folders else set(), storage, calendar)
     by_id = {t.tablet_id: t for t in plan_tablets}
     parts = []
     for tid in tablet_ids:

@@ -50,7 +50,8 @@ from starscan.provider.arrow_engine import plan_arrow
 from starscan.provider.push_listener import PushListener, PushSink
 from starscan.provider.push_task import PushTarget, push_arrow_splits, push_spark_arrow
 from starscan.provider.result_queue import ResultQueue
-from starscan.spark import read_parquet_files
+from starscan.rebase import CalendarRules
+from starscan.spark import filters_floats, read_parquet_files, scan_session
 from starscan.spark_expr import column_ref, to_column
 from starscan.storage import LOCAL, Storage
 from starscan.tablets import FOOTERS, row_range_problem
@@ -170,7 +171,8 @@ class SparkScan:
                 cuts.append((storage.spark_path(path), t.first_row or 0, t.rows or 0))
         frames = []
         folders = plan.partition_columns is None  # else the partition values are in the files
-        spark = ordered_session(self.spark) if self.ordered else self.spark
+        predicate = unflatten(plan.predicate) if plan.predicate is not None else None
+        spark = scan_session(self.spark, ordered=self.ordered, exact_floats=filters_floats(predicate, self._table_schema))
         if whole:
             frames.append(read_parquet_files(spark, self._table_schema, storage.spark_path(location), whole,
                                              folders, plan.file_format or "parquet"))
@@ -315,7 +317,7 @@ class SparkScan:
         if self.plan is not None and self.engine_setting in ("auto", "arrow"):
             try:
                 read, splits = plan_arrow(self.plan, self._plan_tablets, self._tablet_ids, self.time_zone,
-                                          self.tasks_per_scanner, self.storage)
+                                          self.tasks_per_scanner, self.storage, CalendarRules.of_session(self.spark))
             except NotArrowable as why:
                 if self.engine_setting == "arrow":
                     raise InvalidArgument(f"scan_engine = arrow cannot run this scan: {why}; "
@@ -512,28 +514,6 @@ class SparkScan:
         if f"table {self.description}" in reason:
             return ScanFailed(f"Spark scan failed: {reason}")
         return ScanFailed(f"Spark scan of table {self.description} failed: {reason}")
-
-
-_ORDERED_SESSIONS: dict[int, object] = {}
-_ORDERED_LOCK = threading.Lock()
-
-
-def ordered_session(spark):
-    """A session of the same SparkContext whose file splits depend only on the files: Spark
-    sizes its splits by the cluster's cores (``spark.sql.files.minPartitionNum`` defaults to
-    the default parallelism), so two BEs, or one whose cluster gained an executor, would cut
-    the same files differently and send an ordered scan's rows in another order."""
-    key = id(spark.sparkContext)
-    with _ORDERED_LOCK:
-        session = _ORDERED_SESSIONS.get(key)
-        if session is None:
-            session = spark.newSession()
-            session.conf.set("spark.sql.files.minPartitionNum", "1")
-            for name in ("spark.sql.session.timeZone", "spark.sql.files.maxPartitionBytes",
-                         "spark.sql.files.openCostInBytes"):
-                session.conf.set(name, spark.conf.get(name))
-            _ORDERED_SESSIONS[key] = session
-        return session
 
 
 def _run_job(sc, mapped, split: int) -> None:

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from starscan.errors import StarscanError
+from starscan.rebase import CORRECTED, CalendarRules, RebaseError, file_calendar, read_column
 from starscan.sql_types import SqlType
 from starscan.storage import LOCAL, Storage
 
@@ -37,8 +38,6 @@ def _parquet_format() -> Any:
     import pyarrow.dataset as ds
 
     return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
-#: Footer keys Spark writes when dates/timestamps were rebased to the legacy calendar.
-LEGACY_CALENDAR_KEYS = (b"org.apache.spark.legacyDateTime", b"org.apache.spark.legacyINT96")
 
 
 class SplitReadError(Exception):
@@ -90,7 +89,10 @@ class ArrowRead:
     output_schema: pa.Schema      # Spark's Arrow types of the output, named as the output
     filter: pc.Expression | None = None
     pushdown: pc.Expression | None = None         # conjuncts over file columns only (row-group stats)
-    dates: bool = False           # reads dates or timestamps: refuse legacy-calendar files
+    # File columns of types Spark rebases (DATE, TIMESTAMP; never TIMESTAMP_NTZ), and the
+    # session's rules for them (starscan.rebase).
+    dates: tuple[str, ...] = ()
+    calendar: CalendarRules = CalendarRules()
     storage: Storage = LOCAL      # where the files are (a local folder or an object store)
     output_columns: tuple[tuple[str, SqlType, bool], ...] = ()  # what the wire conversion needs
 
@@ -131,6 +133,9 @@ class _OpenPart:
     # no partition columns, predicate or CHAR padding (a plain table's scan; reshaping such
     # batches column by column was 6.5 % of a task's samples). None: reshaped (_shape).
     output_order: tuple[int, ...] | None = None
+    # Columns whose values Spark's calendar rule changes or checks in this file:
+    # (canonical name, "date" | "timestamp" | "int96", mode, zone).
+    rebase: tuple[tuple[str, str, str, str], ...] = ()
 
 
 def _open_part(read: ArrowRead, part: FilePart) -> _OpenPart | None:
@@ -159,9 +164,6 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet file: "
                              f"{_first_line(exc, part)}") from None
-    if read.dates and physical.metadata and any(k in physical.metadata for k in LEGACY_CALENDAR_KEYS):
-        raise SplitReadError(f"table {read.table}: file {part.relative} was written with Spark's legacy calendar; "
-                             "the arrow engine cannot read its dates exactly: set scan_engine = sql")
     by_lower: dict[str, pa.Field] = {}
     for f in physical:
         by_lower.setdefault(f.name.lower(), f)
@@ -170,6 +172,7 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     for name, expected in read.needed:
         found = by_lower.get(name.lower())
         if found is None:
+            exact_names = False  # no statistics of it either: the predicate sees NULLs
             continue  # Spark reads a column a file lacks as NULL
         present[name] = found
         columns.append(found.name)
@@ -178,7 +181,8 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     if any(not 0 <= rg < parquet.num_row_groups for rg in row_groups):
         raise SplitReadError(f"table {read.table}: the plan reads row groups {row_groups[0]}-{row_groups[-1]} of file "
                              f"{part.relative}, which has {parquet.num_row_groups}: the plan does not match the file")
-    if read.pushdown is not None and exact_names and row_groups:
+    rebase = _calendar_of(read, parquet, present)
+    if read.pushdown is not None and exact_names and not rebase and row_groups:
         try:  # row-group statistics: skip the groups no row of which can match
             fs, fs_path = storage.arrow_path(part.path)
             fragment = _parquet_format().make_fragment(fs_path, filesystem=fs, row_groups=row_groups)
@@ -191,10 +195,31 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
         return None
     position = {name: i for i, (name, _) in enumerate(read.needed)}  # = columns' order when all are present
     output_order = None
-    if (exact_names and len(present) == len(read.needed) == len(set(columns)) and not read.partition_columns
+    if (exact_names and not rebase and len(present) == len(read.needed) == len(set(columns)) and not read.partition_columns
             and read.filter is None and all(src in position and not char_len for _, src, char_len in read.output)):
         output_order = tuple(position[src] for _, src, _ in read.output)
-    return _OpenPart(part, source, parquet.metadata, columns, present, row_groups, output_order)
+    return _OpenPart(part, source, parquet.metadata, columns, present, row_groups, output_order, rebase)
+
+
+def _calendar_of(read: ArrowRead, parquet: pq.ParquetFile, present: dict[str, pa.Field]) -> tuple[tuple[str, str, str, str], ...]:
+    """The columns of this file that Spark's calendar rule rebases or checks, with how."""
+    names = [name for name in read.dates if name in present]
+    if not names:
+        return ()
+    calendar = file_calendar(parquet.schema_arrow.metadata, read.calendar)
+    if calendar.plain:
+        return ()
+    schema = parquet.schema
+    physical = {schema.column(i).path: schema.column(i).physical_type for i in range(len(schema))}
+    out = []
+    for name in names:
+        file_name = present[name].name
+        kind = "int96" if physical.get(file_name) == "INT96" else (
+            "date" if pa.types.is_date(present[name].type) else "timestamp")
+        mode = calendar.int96_mode if kind == "int96" else calendar.datetime_mode
+        if mode != CORRECTED:
+            out.append((name, kind, mode, calendar.zone))
+    return tuple(out)
 
 
 def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -216,7 +241,7 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
                 if raw.num_rows:
                     yield pa.RecordBatch.from_arrays([raw.column(i) for i in order], schema=read.output_schema)
                 continue
-            out = _shape(read, part, raw, opened.present)
+            out = _shape(read, opened, raw)
             if out is not None and out.num_rows:
                 yield out
     except SplitReadError:
@@ -297,15 +322,24 @@ def _put(out: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
     return False
 
 
-def _shape(read: ArrowRead, part: FilePart, raw: pa.RecordBatch, present: dict[str, pa.Field]) -> pa.RecordBatch | None:
+def _shape(read: ArrowRead, opened: _OpenPart, raw: pa.RecordBatch) -> pa.RecordBatch | None:
+    part, present = opened.part, opened.present
     n = raw.num_rows
+    rebase = {name: (kind, mode, zone) for name, kind, mode, zone in opened.rebase}
     arrays, names = [], []
     for name, expected in read.needed:
         found = present.get(name)
         if found is None:
             arrays.append(pa.nulls(n, expected))
         else:
-            arrays.append(_as_type(read, part, name, raw.column(found.name), expected))
+            column = raw.column(found.name)
+            if name in rebase:
+                kind, mode, zone = rebase[name]
+                try:
+                    column = read_column(column, kind, mode, zone)
+                except RebaseError as exc:
+                    raise SplitReadError(f"table {read.table}: column {name} of file {part.relative}: {exc}") from None
+            arrays.append(_as_type(read, part, name, column, expected))
         names.append(name)
     values = dict(part.partition)
     for name, expected in read.partition_columns:
@@ -337,6 +371,11 @@ def _as_type(read: ArrowRead, part: FilePart, name: str, array: pa.Array, expect
     widening = (
         (pa.types.is_integer(actual) and pa.types.is_integer(expected) and actual.bit_width <= expected.bit_width
          and pa.types.is_signed_integer(actual))
+        # Spark reads unsigned Parquet integers as the next wider signed type, UINT64 as
+        # DECIMAL(20, 0): every value fits.
+        or (pa.types.is_unsigned_integer(actual) and pa.types.is_signed_integer(expected)
+            and actual.bit_width < expected.bit_width)
+        or (pa.types.is_uint64(actual) and pa.types.is_decimal(expected) and expected.precision - expected.scale >= 20)
         or (pa.types.is_float32(actual) and pa.types.is_float64(expected))
         or (pa.types.is_large_string(actual) and pa.types.is_string(expected))
         or (pa.types.is_large_binary(actual) and pa.types.is_binary(expected))

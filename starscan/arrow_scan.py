@@ -23,6 +23,7 @@ from starscan.arrow_filter import NotArrowable, to_arrow_filter
 from starscan.arrow_read import ArrowRead, FilePart
 from starscan.expr import Expr
 from starscan.hadoop_paths import exact_partition_value, partition_of
+from starscan.rebase import CalendarRules
 from starscan.sql_types import Field
 from starscan.storage import LOCAL, Storage
 
@@ -49,11 +50,12 @@ class Fields:
 
 def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[str, str | None]],
               predicate: Expr | None, time_zone: str, file_format: str | None, partition_columns: set[str],
-              storage: Storage = LOCAL) -> ArrowRead:
+              storage: Storage = LOCAL, calendar: CalendarRules = CalendarRules()) -> ArrowRead:
     """The read instructions for ``columns`` ((output name, source column; None for an
     expression)) of ``table`` filtered by ``predicate``, or NotArrowable. ``partition_columns``:
     the lower-case names whose values are in the files' folders (empty when the values are
-    inside the files)."""
+    inside the files). ``calendar``: the session's rules for dates and timestamps of files
+    from older writers (starscan.rebase)."""
     arrow_filter = to_arrow_filter(predicate, fields) if predicate is not None else None
     output, out_fields = [], []
     for name, source in columns:
@@ -75,14 +77,17 @@ def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[
         return fields(name).type.spark_arrow_type(time_zone)
 
     pushdown = _file_conjuncts(predicate, fields, partition_columns) if predicate is not None else None
-    dates = any(fields(n).type.kind in ("date", "timestamp", "timestamp_ntz") for n in file_columns)
+    dates = tuple(n for n in file_columns if fields(n).type.kind in ("date", "timestamp"))
+    if calendar.int96_conversion and any(fields(n).type.kind == "timestamp" for n in file_columns):
+        raise NotArrowable("spark.sql.parquet.int96TimestampConversion is on (INT96 timestamps of files not written "
+                           "by parquet-mr are moved to the session's zone)")
     return ArrowRead(
         table=table, version=version,
         needed=tuple((n, arrow_of(n)) for n in file_columns),
         partition_columns=tuple((n, arrow_of(n)) for n in part_columns),
         output=tuple(output),
         output_schema=pa.schema([pa.field(name, f.type.spark_arrow_type(time_zone), f.nullable) for name, f in out_fields]),
-        filter=arrow_filter, pushdown=pushdown, dates=dates, storage=storage,
+        filter=arrow_filter, pushdown=pushdown, dates=dates, calendar=calendar, storage=storage,
         output_columns=tuple((name, f.type, f.nullable) for name, f in out_fields),
     )
 

@@ -34,7 +34,7 @@ from starscan.errors import (
     TableRewritten,
     TableUnreadable,
 )
-from starscan.files import is_hidden
+from starscan.files import is_hidden, is_hidden_folder
 from starscan.hadoop_paths import partition_of
 from starscan.iceberg import IcebergTables
 from starscan.storage import LOCAL, Storage, local_path, open_storage
@@ -116,7 +116,7 @@ def list_table_files(location: Path | str, storage: Storage | None = None,
     part_cols: list[str] = []
     for entry in storage.walk_files(str(location), folder_times):
         *folders, name = entry.name.split("/")
-        if is_hidden(name) or any(is_hidden(f) or "=" not in f for f in folders):
+        if is_hidden(name) or any(is_hidden_folder(f) or "=" not in f for f in folders):
             continue  # hidden, or below a folder that is not a partition: Spark skips it too
         partition = partition_of(entry.name)
         for col, _ in partition:

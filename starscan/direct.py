@@ -26,6 +26,7 @@ from starscan.arrow_read import ArrowRead, FilePart
 from starscan.arrow_scan import Fields, plan_read
 from starscan.errors import PlanInvalid
 from starscan.expr import Expr, from_json, to_json
+from starscan.rebase import CalendarRules
 from starscan.sql_types import parse_schema
 from starscan.storage import Storage
 
@@ -71,12 +72,14 @@ class DirectRead:
     predicate: Expr | None
     time_zone: str
     partition_columns: tuple[str, ...]   # lower-case names whose values are in the folders
+    calendar: CalendarRules = CalendarRules()  # how files of older writers are read (starscan.rebase)
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "format": FORMAT, "schema": self.schema,
                 "columns": [list(c) for c in self.columns],
                 "predicate": to_json(self.predicate) if self.predicate is not None else None,
-                "timeZone": self.time_zone, "partitionColumns": list(self.partition_columns)}
+                "timeZone": self.time_zone, "partitionColumns": list(self.partition_columns),
+                "calendar": self.calendar.to_json()}
 
     @classmethod
     def from_json(cls, doc: Any) -> DirectRead:
@@ -85,7 +88,8 @@ class DirectRead:
             return cls(str(doc["table"]), int(doc["version"]), dict(doc["schema"]),
                        tuple((str(name), str(source)) for name, source in doc["columns"]),
                        from_json(predicate) if predicate is not None else None, str(doc["timeZone"]),
-                       tuple(str(c).lower() for c in doc.get("partitionColumns") or ()))
+                       tuple(str(c).lower() for c in doc.get("partitionColumns") or ()),
+                       CalendarRules.from_json(doc.get("calendar")))
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PlanInvalid("the plan's \"direct\" section is malformed") from None
 
@@ -94,7 +98,7 @@ class DirectRead:
         reads with the same), or NotArrowable when they cannot be read exactly."""
         fields = Fields(parse_schema(self.schema))
         return plan_read(self.table, self.version, fields, list(self.columns), self.predicate, self.time_zone,
-                         FORMAT, set(self.partition_columns), storage)
+                         FORMAT, set(self.partition_columns), storage, self.calendar)
 
 
 def file_part(read: ArrowRead, f: DirectFile, location: str) -> FilePart:

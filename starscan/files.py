@@ -15,9 +15,20 @@ from typing import Any
 
 
 def is_hidden(name: str) -> bool:
-    """Spark's rule: a data source ignores files and folders whose names start with ``_`` or
-    ``.`` (``_SUCCESS``, ``.crc`` files, ``_temporary``, starscan's own ``_starscan``)."""
-    return name.startswith(("_", "."))
+    """Whether Spark's file index leaves out a file of this name (its listing filter and
+    its data-file rule together): names starting with ``.`` (``.crc`` files), names
+    starting with ``_`` that hold no ``=`` (``_SUCCESS``, ``_metadata``,
+    ``_common_metadata``, ``_temporary``, starscan's own ``_starscan``: but ``_x=1.parquet``
+    is data), and uploads still in progress (``part-0.parquet._COPYING_``, as ``hadoop fs
+    -put`` names them)."""
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
+
+
+def is_hidden_folder(name: str) -> bool:
+    """Whether Spark's listing leaves out a folder of this name: the file rule, except that
+    it enters folders whose names start with ``_metadata`` or ``_common_metadata`` (a
+    partition folder ``_p=1`` is entered too: it holds ``=``)."""
+    return is_hidden(name) and not name.startswith(("_metadata", "_common_metadata"))
 
 
 def write_private(path: Path, data: bytes, *, replace: bool = True) -> bool:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from starscan.catalog import DEFAULT_DB, Warehouse, list_table_files
 from starscan.errors import InvalidInput
-from starscan.files import is_hidden
+from starscan.files import is_hidden, is_hidden_folder
 from starscan.hadoop_paths import literal
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def source_files(source: Path) -> list[Path]:
         return [source]
     files: list[Path] = []
     for directory, dirnames, filenames in os.walk(source):
-        dirnames[:] = sorted(d for d in dirnames if not is_hidden(d))
+        dirnames[:] = sorted(d for d in dirnames if not is_hidden_folder(d))
         files.extend(Path(directory) / f for f in sorted(filenames) if not is_hidden(f))
     return files
 

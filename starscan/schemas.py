@@ -141,8 +141,23 @@ def _footer_schema(snap: TableSnapshot) -> T.StructType | None:
     if SPARK_ROW_METADATA in meta:
         written = T.StructType.fromJson(json.loads(meta[SPARK_ROW_METADATA]))
     else:
-        written = from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False)
+        written = from_arrow_schema(_as_spark_reads(arrow_schema), prefer_timestamp_ntz=False)
     return cast(T.StructType, _as_read(written))
+
+
+def _as_spark_reads(schema: Any) -> Any:
+    """An Arrow schema with unsigned integers as the types Spark reads them as (the next
+    wider signed integer; UINT64 as DECIMAL(20, 0)), which pyspark's mapping lacks."""
+    import pyarrow as pa
+
+    wider = {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}
+
+    def read_as(t: Any) -> Any:
+        if pa.types.is_unsigned_integer(t):
+            return wider.get(t.bit_width, pa.decimal128(20, 0))
+        return t
+
+    return pa.schema([f.with_type(read_as(f.type)) for f in schema], metadata=schema.metadata)
 
 
 def _as_read(dt: T.DataType) -> T.DataType:

@@ -7,11 +7,13 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starscan.config import Settings
 from starscan.errors import JavaMissingError
+from starscan.expr import Expr
 from starscan.hadoop_paths import literal
 from starscan.storage import open_storage
 
@@ -173,3 +175,52 @@ def read_parquet_files(spark: SparkSession, schema: StructType, base: str, paths
         return reader.option("recursiveFileLookup", "true").load([literal(p) for p in paths])
     # basePath is compared with the files' parents as it is, never globbed.
     return reader.option("basePath", base).load([literal(p) for p in paths])
+
+
+_SESSIONS: dict[tuple[int, bool, bool], SparkSession] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def scan_session(spark: SparkSession, ordered: bool = False, exact_floats: bool = False) -> SparkSession:
+    """The session a sql-engine scan reads in: ``spark`` itself, or a session of the same
+    SparkContext with these changes (one of each kind, made once):
+
+    * ``ordered``: file splits that depend only on the files. Spark sizes its splits by the
+      cluster's cores (``spark.sql.files.minPartitionNum`` defaults to the default
+      parallelism), so two BEs, or one whose cluster gained an executor, would cut the same
+      files differently and send an ordered scan's rows in another order.
+    * ``exact_floats``: no filter pushdown into the Parquet and ORC readers, for predicates
+      on FLOAT/DOUBLE columns. Spark's own semantics order NaN above every number, but the
+      files' row-group statistics leave NaN out (pyarrow writes min/max without it), so a
+      pushed-down ``x > 498`` skips a row group whose max is 99 and whose NaN row matches:
+      Spark SQL gives that row only with pushdown off, which is the answer both engines give."""
+    if not ordered and not exact_floats:
+        return spark
+    key = (id(spark.sparkContext), ordered, exact_floats)
+    with _SESSIONS_LOCK:
+        session = _SESSIONS.get(key)
+        if session is None:
+            session = spark.newSession()
+            for name in ("spark.sql.session.timeZone", "spark.sql.files.maxPartitionBytes",
+                         "spark.sql.files.openCostInBytes"):
+                value = spark.conf.get(name, None)
+                if value is not None:
+                    session.conf.set(name, value)
+            if ordered:
+                session.conf.set("spark.sql.files.minPartitionNum", "1")
+            if exact_floats:
+                session.conf.set("spark.sql.parquet.filterPushdown", "false")
+                session.conf.set("spark.sql.orc.filterPushdown", "false")
+            _SESSIONS[key] = session
+        return session
+
+
+def filters_floats(predicate: Expr | None, schema: StructType) -> bool:
+    """Whether ``predicate`` reads a FLOAT or DOUBLE column of ``schema`` (scan_session's
+    ``exact_floats``)."""
+    if predicate is None:
+        return False
+    from pyspark.sql import types as T
+
+    by_lower = {f.name.lower(): f.dataType for f in schema.fields}
+    return any(isinstance(by_lower.get(name.lower()), (T.FloatType, T.DoubleType)) for name in predicate.columns())

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from starscan.errors import StorageDenied, StorageUnavailable
-from starscan.files import is_hidden
+from starscan.files import is_hidden_folder
 
 __all__ = ["LOCAL", "Entry", "Storage", "StorageOptions", "is_uri", "local_path", "open_storage", "store_error"]
 
@@ -216,7 +216,7 @@ class Storage:
 
     def walk_files(self, location: str, folders: dict[str, int] | None = None) -> Iterator[Entry]:
         """Every file below a folder, as paths relative to it ('/'-separated), with size and
-        modification time; folders whose name starts with '_' or '.' are not entered.
+        modification time; folders Spark's listing leaves out (starscan.files.is_hidden_folder) are not entered.
         ``folders``: filled with the modification time of every local folder entered, taken
         before its entries are read (object stores have none)."""
         if self.fs is None:
@@ -231,7 +231,7 @@ class Storage:
             if info.type != pafs.FileType.File:
                 continue
             rel = info.path[len(root):].lstrip("/")
-            if any(is_hidden(part) for part in rel.split("/")[:-1]):
+            if any(is_hidden_folder(part) for part in rel.split("/")[:-1]):
                 continue
             mtime = info.mtime_ns if info.mtime_ns is not None else 0
             yield Entry(rel, False, info.size or 0, mtime)
@@ -303,7 +303,7 @@ def _walk_local(directory: str, rel: str, folders: dict[str, int] | None = None)
         return
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
-            if not is_hidden(entry.name):
+            if not is_hidden_folder(entry.name):
                 yield from _walk_local(entry.path, f"{rel}{entry.name}/", folders)
         elif entry.is_file():
             st = entry.stat()

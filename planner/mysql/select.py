@@ -23,7 +23,7 @@ from starscan.errors import SqlInvalid
 from starscan.planner import sql as sqlmod
 from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.mysql.errors import no_database, no_such_table, not_supported, select_denied, unknown_database
-from starscan.spark import read_parquet_files
+from starscan.spark import filters_floats, read_parquet_files, scan_session
 from starscan.spark_expr import column_ref, to_column
 
 
@@ -90,7 +90,8 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
 
     storage = snap.storage
     paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
-    df = read_parquet_files(spark, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders,
+    session = scan_session(spark, exact_floats=filters_floats(prepared.parsed.predicate, schema))
+    df = read_parquet_files(session, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders,
                             snap.file_format)
     if prepared.parsed.predicate is not None:
         df = df.filter(to_column(prepared.parsed.predicate, resolve))
