@@ -23,7 +23,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from starscan.errors import StarscanError
-from starscan.rebase import CORRECTED, CalendarRules, RebaseError, file_calendar, read_column
+from starscan.rebase import (
+    CORRECTED,
+    LEGACY,
+    CalendarRules,
+    RebaseError,
+    file_calendar,
+    is_utc,
+    read_column,
+    zone_tables_available,
+)
 from starscan.sql_types import SqlType
 from starscan.storage import LOCAL, Storage
 
@@ -199,6 +208,25 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
             and read.filter is None and all(src in position and not char_len for _, src, char_len in read.output)):
         output_order = tuple(position[src] for _, src, _ in read.output)
     return _OpenPart(part, source, parquet.metadata, columns, present, row_groups, output_order, rebase)
+
+
+def check_calendar(read: ArrowRead, part: FilePart) -> None:
+    """Raise SplitReadError when this process cannot rebase the file's timestamps as Spark
+    would (a legacy file in a zone other than UTC, and no Spark installed for its zone
+    tables): a direct reader checks its files with this before its first row, so that such
+    a tablet goes to the BE instead of failing halfway."""
+    if not read.dates or zone_tables_available():
+        return
+    try:
+        parquet = pq.ParquetFile(read.storage.open(part.path))
+    except (OSError, ValueError, pa.ArrowException, StarscanError) as exc:
+        raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {exc}") from None
+    by_lower = {f.name.lower(): f for f in parquet.schema_arrow}
+    present = {name: by_lower[name.lower()] for name, _ in read.needed if name.lower() in by_lower}
+    for _name, kind, mode, zone in _calendar_of(read, parquet, present):
+        if kind != "date" and mode == LEGACY and not is_utc(zone):
+            raise SplitReadError(f"table {read.table}: file {part.relative} holds timestamps of Spark's legacy calendar "
+                                 f"in time zone {zone}, which need Spark's zone tables (pyspark is not installed here)")
 
 
 def _calendar_of(read: ArrowRead, parquet: pq.ParquetFile, present: dict[str, pa.Field]) -> tuple[tuple[str, str, str, str], ...]:

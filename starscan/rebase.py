@@ -233,7 +233,7 @@ def julian_to_gregorian_micros(micros: Any, zone: str) -> Any:
     (Spark's ``rebaseJulianToGregorianMicros``)."""
     micros = np.asarray(micros, dtype=np.int64)
     out = micros.copy()
-    if zone in UTC_ZONES or _is_zero_offset(zone):
+    if is_utc(zone):
         old = micros < FIRST_GREGORIAN_US
         if old.any():
             day = micros[old] // _US_PER_DAY
@@ -251,9 +251,21 @@ def julian_to_gregorian_micros(micros: Any, zone: str) -> Any:
     return out
 
 
-def _is_zero_offset(zone: str) -> bool:
+def is_utc(zone: str) -> bool:
+    """Whether ``zone`` is UTC under any of its names (its offset is zero at every instant)."""
+    if zone in UTC_ZONES:
+        return True
     text = zone.upper().replace("UTC", "").replace("GMT", "")
     return text in ("+0", "-0", "+00", "-00", "+00:00", "-00:00", "+0000", "-0000")
+
+
+def zone_tables_available() -> bool:
+    """Whether Spark's zone tables can be read here (an installed Spark)."""
+    try:
+        _spark_tables()
+    except RebaseError:
+        return False
+    return True
 
 
 @functools.cache

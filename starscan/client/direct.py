@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from starscan.arrow_filter import NotArrowable
-from starscan.arrow_read import ArrowRead, ArrowSplit, SplitReadError, read_split
+from starscan.arrow_read import ArrowRead, ArrowSplit, SplitReadError, check_calendar, read_split
 from starscan.client.errors import ReadError, SnapshotGoneError
 from starscan.direct import DirectFile, DirectRead, file_part
 from starscan.errors import StarscanError
@@ -140,6 +140,10 @@ class DirectReader:
             if identity != (part.size, part.mtime_ns):
                 what = "is gone" if identity is None else "was rewritten"
                 raise Unreadable(f"{part.relative} {what} since the plan (table {read.table} version {read.version})")
+            try:
+                check_calendar(read, part)
+            except SplitReadError as exc:
+                raise Unreadable(str(exc)) from None
         batches = read_split(read, ArrowSplit(tuple(parts)), self.batch_rows, self.decode_threads, self._convert)
         try:
             first = next(batches, None)
