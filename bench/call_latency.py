@@ -37,7 +37,7 @@ def reader(fe: str, timeout_s: float, out) -> None:
     import pyarrow as pa
 
     from starscan.client import StarscanClient, thrift_client
-    from starscan.thrift_defs import wire
+    from starscan.core.thrift_defs import wire
 
     client = StarscanClient(fe, retries=0, failovers=0)
     result = {"open": [], "next": [], "rows": 0, "error": None, "first_reply_s": None, "wall_s": 0.0}
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = ap.parse_args(argv)
 
-    from starscan.config import Settings
+    from starscan.settings.config import Settings
 
     master = args.master or Settings.model_fields["spark_master"].default
     env = common.environment()
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
                 "the default scan.connect.timeout-ms",
         "server": f"in-process StarscanServer, Spark master {master}, settings {args.set or 'default'}, defaults otherwise "
                   "(scan_tasks_per_scanner, reply_fill_wait_s, 16 MiB splits); one warm-up full scan before the runs",
-        "data": f"demo.lineitem written by starscan.demo at scales {args.scales} (tablet_target_bytes default)",
+        "data": f"demo.lineitem written by starscan.app.demo at scales {args.scales} (tablet_target_bytes default)",
     }
     common.report("call_latency: Flink-like readers", conditions, common.markdown_table(HEADER, rows) + "\n", env,
                   append=not args.no_append)

@@ -122,9 +122,9 @@ def start_server(warehouse: str | Path, driver_memory: str = "2g", master: str =
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     for key in [k for k in os.environ if k.startswith("STARSCAN_")]:
         del os.environ[key]
-    from starscan.config import load_settings
-    from starscan.server import StarscanServer
-    from starscan.spark import build_session
+    from starscan.app.server import StarscanServer
+    from starscan.settings.config import load_settings
+    from starscan.spark.session import build_session
 
     conf = {"spark.driver.memory": driver_memory}
     conf.update(spark_conf or {})
@@ -256,7 +256,7 @@ class PeakRSS:
             self.sample()
             self._stop.wait(self.interval_s)
 
-    def start(self) -> "PeakRSS":
+    def start(self) -> PeakRSS:
         self.sample()
         self._thread = threading.Thread(target=self._loop, name="peak-rss", daemon=True)
         self._thread.start()
@@ -269,7 +269,7 @@ class PeakRSS:
         self.sample()
         return dict(self.peaks)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         return self.start()
 
     def __exit__(self, *exc) -> None:

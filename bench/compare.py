@@ -1,7 +1,7 @@
 """starscan side by side with Spark Connect, Arrow Flight and plain pyarrow (issue 6; not a test).
 
 One run, one process tree, the same generated data (``demo.lineitem`` written by
-``starscan.demo.create_demo`` at ``--scale``, default 1 = ~6 M rows):
+``starscan.app.demo.create_demo`` at ``--scale``, default 1 = ~6 M rows):
 
 - **starscan** (in this process: FE over HTTP + BE over Thrift on local Spark), read through the
   protocol by ``starscan/client.py`` (thriftpy2) and by a client that Debian's Apache Thrift
@@ -44,9 +44,8 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 import common
+import psutil
 
 DB, TABLE = "demo", "lineitem"
 FILTER_COLUMNS = ["l_orderkey", "l_quantity", "l_extendedprice", "l_shipdate"]
@@ -76,7 +75,7 @@ WARM_SCALE = 0.05  # 300k rows: enough for class loading and JIT, another table 
 
 def ensure_warm_table(spark, warehouse) -> str:
     """The table every system reads once before its cold run (equal warm-up for all)."""
-    from starscan.demo import write_lineitem
+    from starscan.app.demo import write_lineitem
 
     path = warehouse.table_path(*WARM_TABLE.split("."))
     if not path.is_dir():
@@ -609,7 +608,7 @@ def main(argv=None) -> int:
     notes = {}
     loads: list[str] = []
     try:
-        from starscan.demo import create_demo
+        from starscan.app.demo import create_demo
 
         t0 = time.perf_counter()
         created = create_demo(spark, server.warehouse, args.scale, args.tablet_target_bytes)
@@ -618,7 +617,7 @@ def main(argv=None) -> int:
         warm_path = ensure_warm_table(spark, server.warehouse)
         snap = server.warehouse.snapshot(DB, TABLE)
         parquet_bytes = sum(f.size for t in snap.tablets for f in t.files)
-        notes["data"] = (f"demo.lineitem scale {args.scale:g} by starscan.demo.create_demo "
+        notes["data"] = (f"demo.lineitem scale {args.scale:g} by starscan.app.demo.create_demo "
                          f"({'written in this run, ' + format(write_s, '.1f') + ' s' if created else 'reused'}): "
                          f"{len(snap.tablets)} Parquet files, {parquet_bytes / 1e6:,.1f} MB; page cache warm "
                          "(the files were just written or read)")

@@ -12,9 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-import psutil
-
 import common
+import psutil
 
 
 def _hwm(pid: int) -> int | None:

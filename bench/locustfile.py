@@ -91,7 +91,7 @@ class ThriftScanUser(User):
 
     @task
     def scan(self) -> None:
-        from starscan.thrift_defs import wire
+        from starscan.core.thrift_defs import wire
 
         t0 = time.perf_counter()
         total = 0

@@ -79,8 +79,8 @@ def main() -> None:
         snap = server.warehouse.snapshot(st.DB, st.TABLE)
         parquet_bytes = sum(f.size for f in snap.files)
         common.log(f"uploaded {parquet_bytes / 1e6:,.1f} MB in {upload_s:.1f} s")
-        from starscan.config import load_settings
-        from starscan.server import StarscanServer
+        from starscan.app.server import StarscanServer
+        from starscan.settings.config import load_settings
 
         s3_settings = load_settings(**{**settings.model_dump(), "warehouse": "s3://bench/wh", "http_port": 0,
                                        "be_port": 0, "query_port": 0,

@@ -1,7 +1,7 @@
 """`_query_plan` latency on a table of many files (not a test).
 
 Builds ``bench.wide`` with N tiny Parquet files written directly with pyarrow (the server
-packs them into tablets: starscan.tablets), makes sure ``demo.lineitem`` exists as a small peer table, starts an in-process starscan
+packs them into tablets: starscan.tables.tablets), makes sure ``demo.lineitem`` exists as a small peer table, starts an in-process starscan
 server (FE + BE on 127.0.0.1, free ports, local Spark), then measures over real HTTP:
 
 - the first call after start (Spark reads the table's schema once per table version);
@@ -88,7 +88,7 @@ def write_wide(table_dir: Path, tablets: int, partitions: int = 0) -> None:
 
 
 def ensure_small_table(spark, warehouse, scale: float) -> None:
-    from starscan.demo import write_lineitem
+    from starscan.app.demo import write_lineitem
 
     path = warehouse.table_path(SMALL_DB, SMALL_TABLE)
     if path.is_dir() and any(p.suffix == ".parquet" for p in path.iterdir()):
@@ -395,7 +395,7 @@ def main(argv=None) -> int:
                   f"plan_rate_per_user={settings.plan_rate_per_user:g} (no per-user cap: every caller is root); "
                   f"server + Spark start {start_s:.1f} s",
         "tables": f"bench.wide: {args.tablets:,} pyarrow Parquet files of {ROWS_PER_FILE} rows (id bigint, c_int int, "
-                  f"c_str string, c_date date), no partitions; demo.lineitem: written by starscan.demo (reused if present)",
+                  f"c_str string, c_date date), no partitions; demo.lineitem: written by starscan.app.demo (reused if present)",
         "queries": f"`{WIDE_SQL}`; `{SMALL_SQL}`" + (f"; `{PART_SQL}`" if args.partitioned else ""),
         "cold": f"{args.cold_requests} sequential calls, `server.warehouse.invalidate(db, table)` before each "
                 "(directory listing and plan rebuilt; the schema stays cached per table version)",

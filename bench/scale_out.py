@@ -27,10 +27,9 @@ import threading
 import time
 from pathlib import Path
 
+import common
 import httpx
 import psutil
-
-import common
 
 REPO = Path(__file__).resolve().parents[1]
 SQL = "select * from demo.lineitem"

@@ -30,9 +30,8 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 import common
+import psutil
 
 DB, TABLE = "demo", "lineitem"
 FULL_SQL = "select * from demo.lineitem"
@@ -46,7 +45,7 @@ MARKER = "_bench_lineitem.json"  # in <warehouse>/demo.db: hidden from starscan 
 
 def ensure_lineitem(spark, warehouse, scale: float, tablet_target_bytes: int) -> tuple[bool, float]:
     """Write demo.lineitem unless the warehouse already has it at this scale and file size."""
-    from starscan.demo import lineitem_files, write_lineitem
+    from starscan.app.demo import lineitem_files, write_lineitem
 
     path = warehouse.table_path(DB, TABLE)
     marker = warehouse.database_path(DB) / MARKER
@@ -292,7 +291,7 @@ def main(argv=None) -> int:
         "what": "MB/s = Arrow bytes delivered (sum of RecordBatch.nbytes) ÷ wall time, MB = 10^6 B; "
                 "for N scanners the aggregate over all N (each reads the whole result); rows/s likewise; "
                 "first batch is measured from the plan request; min / median and best / median over the runs",
-        "data": f"demo.lineitem scale {args.scale} written by starscan.demo "
+        "data": f"demo.lineitem scale {args.scale} written by starscan.app.demo "
                 f"({'written in this run, ' + format(write_s, '.1f') + ' s' if wrote else 'reused'}): "
                 f"{len(snap.tablets)} Parquet files, {parquet_bytes / 1e6:,.1f} MB; page cache warm after the warm-up",
         "queries": f"full `{FULL_SQL}`; filtered `{FILTER_SQL}`",

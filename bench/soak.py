@@ -33,7 +33,6 @@ import math
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -41,9 +40,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import psutil
-
 import common
+import psutil
 from faults import FaultProxy
 
 MAX_MINUTES = 120.0
@@ -61,7 +59,7 @@ WEIGHTS = [4, 3, 2, 1]
 KILLED_CLIENT = r"""
 import sys
 from starscan.client import thrift_client
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
 host, port, plan, tablets = sys.argv[1], int(sys.argv[2]), sys.argv[3], [int(t) for t in sys.argv[4].split(",")]
 c = thrift_client(host, port)
 o = c.open_scanner(wire.TScanOpenParams(cluster="default_cluster", database="demo", table="lineitem",
@@ -180,7 +178,7 @@ class Soak:
 
     def abandon(self, rng: random.Random) -> None:
         from starscan.client import thrift_client
-        from starscan.thrift_defs import wire
+        from starscan.core.thrift_defs import wire
 
         db, table, cols, where = rng.choice(QUERIES)
         body = self._plan(db, table, sql_of(db, table, cols, where))
@@ -311,7 +309,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     limits = dict(max_scanners=100_000, max_scanners_per_user=100_000, plan_rate_per_user=0,
                   total_queue_max_bytes=64 << 30, query_port=0)
-    from starscan.config import Settings
+    from starscan.settings.config import Settings
 
     overrides = {k: v for k, v in limits.items() if k in Settings.model_fields}
     server, spark, settings = common.start_server(
@@ -319,7 +317,7 @@ def main(argv=None) -> int:
         keep_alive_s=args.keep_alive_s, queue_max_bytes=8 << 20, **overrides)
     try:
         if not server.warehouse.databases() or "lineitem" not in server.warehouse.tables("demo"):
-            from starscan.demo import create_demo
+            from starscan.app.demo import create_demo
 
             common.log(f"writing the demo tables at scale {args.scale} into {args.warehouse}")
             create_demo(spark, server.warehouse, args.scale, 256 << 10)

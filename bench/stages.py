@@ -56,8 +56,8 @@ def _plans(server, queries: dict[str, str]) -> dict[str, tuple]:
     """Each query's plan as the BE decodes it: (plan, planned tablets, tablet ids)."""
     import httpx
 
-    from starscan import plan as plan_codec
-    from starscan.tablet_lists import planned_tablets
+    from starscan.plans import codec as plan_codec
+    from starscan.plans.tablet_lists import planned_tablets
 
     out = {}
     for name, sql in queries.items():
@@ -81,16 +81,15 @@ def receive(kind: str, schema_b64: str) -> int:
     import base64
     import json
     import os
-
-    import pyarrow as pa
     import tempfile
 
+    import pyarrow as pa
     from thriftpy2.protocol.binary import TBinaryProtocol
     from thriftpy2.transport import TSocket, TTransportException
 
     from starscan.client.transport import ArrowReadTransport
+    from starscan.core.thrift_defs import wire
     from starscan.provider.push_wire import recv_arrow_buffer, recv_exact
-    from starscan.thrift_defs import wire
 
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema_b64)))
     if kind == "be":  # a Unix socket, as the BE offers to Spark tasks on its own machine
@@ -170,11 +169,11 @@ def profile(read, splits, batch_rows: int) -> dict:
     from thriftpy2.protocol import TCyBinaryProtocolFactory
     from thriftpy2.transport import TCyBufferedTransport, TSocket
 
-    from starscan.arrow_read import read_split
+    from starscan.arrow.read import read_split
+    from starscan.arrow.wire import BatchConverter
+    from starscan.core.thrift_defs import wire
     from starscan.provider.push_task import rechunk
     from starscan.provider.server import _Processor
-    from starscan.thrift_defs import wire
-    from starscan.wire_arrow import BatchConverter
 
     cpu = dict.fromkeys(STAGES, 0.0)
     clock = time.thread_time
@@ -244,7 +243,7 @@ def main(argv=None) -> int:
     if args.receive:
         return receive(*args.receive)
 
-    from starscan.demo import create_demo
+    from starscan.app.demo import create_demo
     from starscan.provider.arrow_engine import plan_arrow
 
     env = common.environment()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from starscan.logs import scan_fields
+from starscan.core.logs import scan_fields
 
 log = logging.getLogger("starscan.gc")
 

@@ -67,7 +67,7 @@ struct TScanPlan {
   13: required i32 schema_hash
   14: optional string sql             // the client's SQL (truncated), for audit lines only: never executed
   // A large table's plan leaves `tablets` empty and names the table's whole tablet list by
-  // its digest (starscan.tablet_lists) with the ids of the tablets planned.
+  // its digest (starscan.plans.tablet_lists) with the ids of the tablets planned.
   15: optional binary tablets_digest
   16: optional list<i64> tablet_ids
   // Set (empty) for a table whose partition values are inside its data files (Iceberg): its

@@ -14,15 +14,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
 from starscan import __version__
-from starscan.audit import AuditLog
-from starscan.consumers import check_consumer_name
-from starscan.errors import BadRequest, RequestTooLarge, StarscanError, TooManyRequests, unexpected_error_message
+from starscan.core.errors import BadRequest, RequestTooLarge, StarscanError, TooManyRequests, unexpected_error_message
 from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
 from starscan.planner.query_plan import QueryPlanner, read_plan_body, table_version
-from starscan.ratelimit import TokenBuckets
-from starscan.runtime_config import LiveSettings
-from starscan.spark import spark_problem
+from starscan.security.audit import AuditLog
+from starscan.security.ratelimit import TokenBuckets
+from starscan.settings.runtime import LiveSettings
+from starscan.spark.session import spark_problem
+from starscan.tables.consumers import check_consumer_name
 
 log = logging.getLogger("starscan.planner")
 
@@ -204,7 +204,7 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
         return JSONResponse({"status": "OK", "msg": "To Be Added"})
 
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        from starscan.errors import InternalError, SparkUnavailable
+        from starscan.core.errors import InternalError, SparkUnavailable
 
         problem = await run_in_threadpool(spark_problem, planner.schemas.spark)
         if problem is not None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import base64
 import binascii
 
-from starscan.errors import NotAuthorized, TooManyRequests, Unauthorized
-from starscan.ratelimit import LoginGuard
-from starscan.tokens import TokenVerifier
-from starscan.users import UserStore
+from starscan.core.errors import NotAuthorized, TooManyRequests, Unauthorized
+from starscan.security.ratelimit import LoginGuard
+from starscan.security.tokens import TokenVerifier
+from starscan.security.users import UserStore
 
 
 def parse_basic(header: str | None) -> tuple[str, str]:

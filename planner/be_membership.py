@@ -20,7 +20,7 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 
-from starscan.errors import NoLiveBackend
+from starscan.core.errors import NoLiveBackend
 
 log = logging.getLogger("starscan.membership")
 

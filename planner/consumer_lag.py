@@ -1,4 +1,4 @@
-"""How far behind each consumer of an incremental read is (starscan.consumers): the versions
+"""How far behind each consumer of an incremental read is (starscan.tables.consumers): the versions
 and bytes appended to its table after the version it committed. The admin page lists them
 and ``/metrics`` exports them as gauges, both computed when asked (a consumer's lag is only
 as fresh as the table's listing).
@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass
 from cachetools import LRUCache
 from prometheus_client.core import GaugeMetricFamily
 
-from starscan.catalog import TableSnapshot, Warehouse
-from starscan.consumers import ConsumerPositions
-from starscan.errors import StarscanError, TableRewritten, VersionUnknown
+from starscan.core.errors import StarscanError, TableRewritten, VersionUnknown
+from starscan.tables.catalog import TableSnapshot, Warehouse
+from starscan.tables.consumers import ConsumerPositions
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
-"""The storage part of a direct plan (starscan.direct): which tablets a reader may read from
+"""The storage part of a direct plan (starscan.arrow.direct): which tablets a reader may read from
 the files itself, and where those files are.
 
 A tablet is direct only when its rows can be read exactly from its files alone, by the same
-kernel rules the BE's ``arrow`` engine follows (starscan.arrow_scan): Parquet files, a
+kernel rules the BE's ``arrow`` engine follows (starscan.arrow.scan): Parquet files, a
 predicate with an exact pyarrow translation, scalar output columns, partition values whose
 reading is certain. Everything else answers ``"direct": false`` with the reason, and the
 reader uses the BE for it. starscan has no column grants, masks or row filters today; a
@@ -16,14 +16,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from starscan.arrow_filter import NotArrowable
-from starscan.arrow_scan import Fields, file_part, partition_names, plan_read
-from starscan.catalog import TableSnapshot
-from starscan.direct import FORMAT, DirectFile, DirectRead
+from starscan.arrow.direct import FORMAT, DirectFile, DirectRead
+from starscan.arrow.filter import NotArrowable
+from starscan.arrow.rebase import CalendarRules
+from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
+from starscan.core.sql_types import parse_schema
 from starscan.expr import Expr
-from starscan.rebase import CalendarRules
-from starscan.sql_types import parse_schema
-from starscan.storage import is_uri
+from starscan.storage.stores import is_uri
+from starscan.tables.catalog import TableSnapshot
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
 
 def _file(snap: TableSnapshot, read: Any, f: Any, tablet: Any, fields: Fields) -> DirectFile:
     """A planned file as a direct plan names it; its partition values are read as the BE's
-    arrow engine reads them (starscan.arrow_scan.file_part), NotArrowable when uncertain."""
+    arrow engine reads them (starscan.arrow.scan.file_part), NotArrowable when uncertain."""
     row_groups = None if tablet.first_row_group is None else (tablet.first_row_group, tablet.row_groups or 0)
     part = file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, snap.partitions_in_folders)
     return DirectFile(storage_path(snap, f.path), f.size, f.mtime_ns, row_groups, dict(part.partition))

@@ -8,7 +8,7 @@ import math
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from starscan.errors import SqlInvalid, StarscanError, TooManyRequests, Unauthorized
+from starscan.core.errors import SqlInvalid, StarscanError, TooManyRequests, Unauthorized
 
 log = logging.getLogger("starscan.planner")
 

@@ -19,8 +19,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from starscan import logs
-from starscan.errors import ConfigChangeRefused, NotAuthorized, NotFound, StarscanError, Unauthorized
+from starscan.core import logs
+from starscan.core.errors import ConfigChangeRefused, NotAuthorized, NotFound, StarscanError, Unauthorized
 from starscan.planner.admin import render_page
 
 log = logging.getLogger("starscan.ops")

@@ -35,11 +35,11 @@ from typing import ClassVar
 
 from pyspark.sql import types as T
 
-from starscan.catalog import Tablet
+from starscan.core.sql_types import decimal_precision_scale
 from starscan.expr import COMPARISONS, LOGICAL, Expr, ExprVisitor, Kind, Operator
-from starscan.hadoop_paths import unescape_path_name
-from starscan.sql_types import decimal_precision_scale
-from starscan.types import INTEGER_RANGES
+from starscan.spark.types import INTEGER_RANGES
+from starscan.storage.hadoop_paths import unescape_path_name
+from starscan.tables.catalog import Tablet
 
 # ---- three-valued logic over sets of outcomes ------------------------------------------
 TRUE, FALSE, NULL = "T", "F", "N"
@@ -220,7 +220,7 @@ def _canon_type(type_name: str | None) -> str:
 def partition_value(raw: str | None, dt: T.DataType) -> Val | None:
     """A partition folder's value, as spelled, read as Spark reads it for type ``dt``
     (None: not sure). Spark decodes ``%XX`` escapes in string and timestamp values and
-    parses dates, numbers and booleans as they stand (``starscan.hadoop_paths``)."""
+    parses dates, numbers and booleans as they stand (``starscan.storage.hadoop_paths``)."""
     if raw is None:
         return NULL_VAL
     if raw == "":

@@ -14,22 +14,22 @@ from cachetools import LRUCache
 from pyspark.sql import types as T
 
 from starscan import expr as E
-from starscan import plan as plan_codec
-from starscan.catalog import TableSnapshot, Warehouse
-from starscan.config import Settings
-from starscan.consumers import ConsumerPositions, check_consumer_name
-from starscan.errors import BadRequest, RequestTooLarge, SqlInvalid
+from starscan.arrow.rebase import CalendarRules
+from starscan.core.errors import BadRequest, RequestTooLarge, SqlInvalid
+from starscan.core.thrift_defs import plan as plan_idl
 from starscan.planner import sql as sqlmod
 from starscan.planner.be_membership import BeMembership
 from starscan.planner.consumer_lag import ConsumerLag, consumer_lags
 from starscan.planner.direct_plans import direct_plan
 from starscan.planner.pruning import prune
-from starscan.rebase import CalendarRules
-from starscan.runtime_config import LiveSettings
-from starscan.schemas import SchemaResolver
-from starscan.tablet_lists import TabletLists, pack_snapshot, to_plan_tablets
-from starscan.thrift_defs import plan as plan_idl
-from starscan.types import starrocks_type
+from starscan.plans import codec as plan_codec
+from starscan.plans.tablet_lists import TabletLists, pack_snapshot, to_plan_tablets
+from starscan.settings.config import Settings
+from starscan.settings.runtime import LiveSettings
+from starscan.spark.schemas import SchemaResolver
+from starscan.spark.types import starrocks_type
+from starscan.tables.catalog import TableSnapshot, Warehouse
+from starscan.tables.consumers import ConsumerPositions, check_consumer_name
 
 
 @dataclass
@@ -101,10 +101,10 @@ def read_sql_body(body: bytes, max_sql_length: int | None = None) -> str:
 @dataclass(frozen=True)
 class PlanRequest:
     sql: str
-    since_version: int | None = None  # only the data appended after this version (starscan.versions)
-    consumer: str | None = None       # a named consumer: from its committed version (starscan.consumers)
+    since_version: int | None = None  # only the data appended after this version (starscan.tables.versions)
+    consumer: str | None = None       # a named consumer: from its committed version (starscan.tables.consumers)
     cursor: bool = False              # "since_version" was sent (null: from the start): answer with "version"
-    direct: bool = False              # a direct plan: name the storage of each tablet (starscan.direct)
+    direct: bool = False              # a direct plan: name the storage of each tablet (starscan.arrow.direct)
 
 
 def table_version(value: object, what: str = "version") -> int:

@@ -14,9 +14,9 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from starscan import expr as E
-from starscan.errors import BadRequest, SqlInvalid
-from starscan.functions import BY_SQLGLOT_CLASS, PLAIN_CALLS, STARROCKS_SPELLINGS
-from starscan.types import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
+from starscan.core.errors import BadRequest, SqlInvalid
+from starscan.expr.functions import BY_SQLGLOT_CLASS, PLAIN_CALLS, STARROCKS_SPELLINGS
+from starscan.spark.types import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 
 _COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.NullSafeEQ: "<=>"}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "div"}

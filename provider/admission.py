@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import threading
 
-from starscan.config import Settings
-from starscan.errors import NotAuthorized, TooManyRequests, TooManyTasks
-from starscan.ratelimit import LoginGuard
-from starscan.runtime_config import LiveSettings
-from starscan.users import UserStore
+from starscan.core.errors import NotAuthorized, TooManyRequests, TooManyTasks
+from starscan.security.ratelimit import LoginGuard
+from starscan.security.users import UserStore
+from starscan.settings.config import Settings
+from starscan.settings.runtime import LiveSettings
 
 
 class Admission:

@@ -1,5 +1,5 @@
 """The ``arrow`` engine's planning, on the driver: whether a plan can run on it
-(starscan.arrow_scan, shared with the client's direct reads), and its splits.
+(starscan.arrow.scan, shared with the client's direct reads), and its splits.
 
 A plan that has no exact pyarrow reading raises ``NotArrowable`` saying why, and the scan
 runs on the ``sql`` engine (``scan_engine = auto``) or is refused (``scan_engine = arrow``).
@@ -12,13 +12,13 @@ the splits one after another from the BE (provider/push_task.py).
 
 from __future__ import annotations
 
-from starscan.arrow_read import ArrowRead, ArrowSplit, FilePart
-from starscan.arrow_scan import Fields, file_part, partition_names, plan_read
+from starscan.arrow.read import ArrowRead, ArrowSplit, FilePart
+from starscan.arrow.rebase import CalendarRules
+from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
+from starscan.core.sql_types import parse_schema
 from starscan.expr import unflatten
-from starscan.rebase import CalendarRules
-from starscan.sql_types import parse_schema
-from starscan.storage import LOCAL, Storage
-from starscan.tablets import FOOTERS, cut_file, pack
+from starscan.storage.stores import LOCAL, Storage
+from starscan.tables.tablets import FOOTERS, cut_file, pack
 
 #: What opening one more file costs, in bytes of reading (Spark's openCostInBytes).
 OPEN_COST_BYTES = 4 << 20
@@ -59,7 +59,7 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
 
 
 def _splits(parts: list[FilePart], split_bytes: int, storage: Storage = LOCAL) -> list[ArrowSplit]:
-    """The scanner's tablets split again for its tasks, by the FE's rules (starscan.tablets):
+    """The scanner's tablets split again for its tasks, by the FE's rules (starscan.tables.tablets):
     a large file or cut tablet in runs of its row groups, small files packed."""
     out: list[ArrowSplit] = []
     small: list[FilePart] = []

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from starscan.errors import NotFound
+from starscan.core.errors import NotFound
 
 if TYPE_CHECKING:
     from starscan.provider.result_cache import CachedResult, CacheFill

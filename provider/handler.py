@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 
-from starscan.protocol_extensions import EOS_ROWS_PREFIX, ORDERED_ACK, ORDERED_PROPERTY
+from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, ORDERED_ACK, ORDERED_PROPERTY
+from starscan.core.thrift_defs import wire
 from starscan.provider import status
 from starscan.provider.peer import current_peer
 from starscan.provider.service import ScanService
-from starscan.thrift_defs import wire
 
 log = logging.getLogger("starscan.provider")
 

@@ -7,14 +7,14 @@ import logging
 import time
 from collections.abc import Callable
 
-from starscan import logs
-from starscan.errors import StarscanError
+from starscan.core import logs
+from starscan.core.errors import StarscanError
+from starscan.core.thrift_defs import wire
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.metrics import ScanMetrics
 from starscan.provider.profile import ProfileStore
 from starscan.provider.service import scan_outcome
 from starscan.provider.spark_jobs import SparkJobTracker
-from starscan.thrift_defs import wire
 
 log = logging.getLogger("starscan.ops")
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from starscan.errors import MemLimitExceeded, ScanFailed, StarscanError
+from starscan.core.errors import MemLimitExceeded, ScanFailed, StarscanError
 from starscan.provider.push_wire import (
     ANY_SPLIT,
     ASSIGNED,

@@ -4,7 +4,7 @@ turn them into the wire types and push them to the scanner's BE (provider/push_w
 The function is built on the driver and shipped inside the task (cloudpickle): it carries
 the BE's push address, the scan's token and the column types, nothing else. Everything it
 imports is the server's own code, so Spark's Python workers must run the server's
-interpreter (``spark.pyspark.python``, set by starscan.spark).
+interpreter (``spark.pyspark.python``, set by starscan.spark.session).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def push_spark_arrow(target: PushTarget):
 def push_arrow_splits(target: PushTarget, read, splits: tuple):
     """The partition function of the ``arrow`` engine. Its task is one of the scanner's
     ``tasks_per_scanner`` readers, not one split: it asks the BE for a split nobody reads
-    yet, reads it with pyarrow (starscan/arrow_read.py) and pushes it, then asks again, until
+    yet, reads it with pyarrow (starscan/arrow/read.py) and pushes it, then asks again, until
     none is left or the BE says stop or yield (or, after its turn, that another scan waits
     for a slot: push_wire.SLOT_TURN_S). So a scan is one Spark job per task, not per
     split: in the JVM each job costs scheduling, serializing and JIT-compiling work, and a
@@ -58,7 +58,7 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
     def run(_runner):
         import time
 
-        from starscan.arrow_read import read_split
+        from starscan.arrow.read import read_split
         from starscan.provider.push_wire import ANY_SPLIT, KEEP_SPLIT, NEXT_SPLIT, SLOT_TURN_S
 
         started = time.monotonic()
@@ -80,9 +80,9 @@ def push_split(target: PushTarget, batches_of, split: int) -> bool:
     failure is reported to the BE and raised, so Spark sees it."""
     from pyspark import TaskContext
 
-    from starscan.arrow_read import SplitReadError
+    from starscan.arrow.read import SplitReadError
+    from starscan.arrow.wire import BatchConverter
     from starscan.provider.push_wire import PushStopped, TaskSender
-    from starscan.wire_arrow import BatchConverter
 
     task = TaskContext.get()
     assert task is not None, "push_split runs inside a Spark task"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from cachetools import LRUCache
 
-from starscan.users import grant_matches
+from starscan.security.users import grant_matches
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class ResultCache:
 
     # ---- internals (CacheFill) ----
     def _note_version(self, location: str, version: int) -> None:
-        """A table's version (a hash of its files, starscan/catalog.py) changed: plans made
+        """A table's version (a hash of its files, starscan/tables/catalog.py) changed: plans made
         from now on carry the new one, so the entries of the other versions go at once."""
         if self._versions.get(location) == version:
             return

@@ -24,7 +24,7 @@ from collections import deque
 
 import pyarrow as pa
 
-from starscan.errors import ScanCancelled, StarscanError
+from starscan.core.errors import ScanCancelled, StarscanError
 
 EOS = object()  # returned by take() when the scan finished and everything was taken
 PUT_TIMED_OUT = None  # returned by put() when its timeout passed with the queue still full

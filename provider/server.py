@@ -19,10 +19,10 @@ from thriftpy2.server import TThreadedServer
 from thriftpy2.thrift import TMessageType, TProcessor
 from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer, TServerSocket, TSocket, TTransportException
 
+from starscan.arrow.wire import IpcStream
+from starscan.core.thrift_defs import wire
 from starscan.provider.peer import set_peer
 from starscan.provider.request_protocol import request_protocol_factory
-from starscan.thrift_defs import wire
-from starscan.wire_arrow import IpcStream
 
 log = logging.getLogger("starscan.provider")
 

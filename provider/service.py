@@ -6,24 +6,32 @@ import logging
 import threading
 import time
 
-from starscan import plan as plan_codec
-from starscan.audit import AuditLog
-from starscan.catalog import Warehouse
-from starscan.config import Settings
-from starscan.errors import InternalError, InvalidArgument, NotFound, ScanCancelled, SnapshotGone, SparkUnavailable, StarscanError
-from starscan.logs import scan_fields
-from starscan.protocol_extensions import EOS_ROWS_PROPERTY, ORDERED_PROPERTY
+from starscan.arrow.wire import IpcStream
+from starscan.core.errors import (
+    InternalError,
+    InvalidArgument,
+    NotFound,
+    ScanCancelled,
+    SnapshotGone,
+    SparkUnavailable,
+    StarscanError,
+)
+from starscan.core.logs import scan_fields
+from starscan.core.protocol_extensions import EOS_ROWS_PROPERTY, ORDERED_PROPERTY
+from starscan.plans import codec as plan_codec
+from starscan.plans.tablet_lists import TabletLists, planned_tablets
 from starscan.provider.admission import Admission
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.push_listener import PushListener
 from starscan.provider.result_cache import ResultCache, cache_key
 from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
 from starscan.provider.spark_scan import SparkScan, check_snapshot
-from starscan.runtime_config import LiveSettings
-from starscan.spark import scan_pool, spark_problem
-from starscan.storage import open_storage
-from starscan.tablet_lists import TabletLists, planned_tablets
-from starscan.wire_arrow import IpcStream
+from starscan.security.audit import AuditLog
+from starscan.settings.config import Settings
+from starscan.settings.runtime import LiveSettings
+from starscan.spark.session import scan_pool, spark_problem
+from starscan.storage.stores import open_storage
+from starscan.tables.catalog import Warehouse
 
 log = logging.getLogger("starscan.provider")
 
@@ -332,6 +340,6 @@ def scan_outcome(ctx: ScanContext, how: str) -> tuple[str, str | None]:
 
 
 def _internal(ctx: ScanContext, exc: Exception) -> OpenResult:
-    from starscan.errors import InternalError
+    from starscan.core.errors import InternalError
 
     return OpenResult(ctx.context_id, [], InternalError(f"open_scanner failed: {type(exc).__name__}: {exc}"))

@@ -7,7 +7,7 @@ produces them: the first rows arrive within a fraction of a second of the task s
 no partition is ever collected whole (in the JVM or here), and the JVM never holds a
 reader's rows. A scanner keeps at most ``tasks_per_scanner`` tasks running (one until its
 first rows arrive), each a Spark job of its own, in a FAIR pool of the scanner's
-(starscan.spark.scan_pool), so concurrent scanners share the task slots and no scanner waits
+(starscan.spark.session.scan_pool), so concurrent scanners share the task slots and no scanner waits
 for another's whole scan. An ``arrow`` engine task reads split after split as the BE
 assigns them (_drive_readers), and ends at a split's end when another scan's job waits for
 a slot (the driver then starts it again, behind that scan); a ``sql`` engine task reads its
@@ -35,8 +35,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from starscan.arrow_filter import NotArrowable
-from starscan.errors import (
+from starscan.arrow.filter import NotArrowable
+from starscan.arrow.rebase import CalendarRules
+from starscan.arrow.wire import BatchConverter
+from starscan.core.errors import (
     InvalidArgument,
     ScanCancelled,
     ScanFailed,
@@ -44,19 +46,17 @@ from starscan.errors import (
     SnapshotGone,
     StarscanError,
 )
+from starscan.core.logs import scan_fields
 from starscan.expr import unflatten
-from starscan.logs import scan_fields
 from starscan.provider.arrow_engine import plan_arrow
 from starscan.provider.push_listener import PushListener, PushSink
 from starscan.provider.push_task import PushTarget, push_arrow_splits, push_spark_arrow
 from starscan.provider.result_queue import ResultQueue
-from starscan.rebase import CalendarRules
-from starscan.spark import filters_floats, read_parquet_files, scan_session
-from starscan.spark_expr import column_ref, to_column
-from starscan.storage import LOCAL, Storage
-from starscan.tablets import FOOTERS, row_range_problem
-from starscan.types import is_supported, sql_type
-from starscan.wire_arrow import BatchConverter
+from starscan.spark.columns import column_ref, to_column
+from starscan.spark.session import filters_floats, read_parquet_files, scan_session
+from starscan.spark.types import is_supported, sql_type
+from starscan.storage.stores import LOCAL, Storage
+from starscan.tables.tablets import FOOTERS, row_range_problem
 
 log = logging.getLogger("starscan.provider.scan")
 

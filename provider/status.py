@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from starscan.errors import StarscanError
-from starscan.thrift_defs import wire
+from starscan.core.errors import StarscanError
+from starscan.core.thrift_defs import wire
 
 # Codes the StarRocks Java SDK knows (docs/protocol.md 3); anything else would crash it.
 SDK_CODES = frozenset(list(range(0, 23)) + list(range(30, 48)) + [50])

@@ -20,10 +20,10 @@ import shutil
 import time
 import uuid
 
-from starscan.hadoop_paths import literal
 from starscan.provider.push_listener import PushListener
 from starscan.provider.result_queue import EOS, ResultQueue
 from starscan.provider.spark_scan import SparkScan
+from starscan.storage.hadoop_paths import literal
 
 log = logging.getLogger("starscan.warmup")
 

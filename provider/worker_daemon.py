@@ -22,10 +22,10 @@ except ImportError:
 
 import pyarrow.dataset  # noqa: F401  (row-group statistics: the arrow engine loads it on first use)
 
-import starscan.arrow_read  # noqa: F401  (pyarrow.parquet: the arrow engine's reads)
+import starscan.arrow.read  # noqa: F401  (pyarrow.parquet: the arrow engine's reads)
+import starscan.arrow.wire  # noqa: F401
 import starscan.provider.push_task  # noqa: F401
 import starscan.provider.push_wire  # noqa: F401
-import starscan.wire_arrow  # noqa: F401
 
 if __name__ == "__main__":
     # Everything imported above is moved out of the collector's reach before the forks: a

@@ -92,8 +92,8 @@ def _exercise() -> None:
     import pyarrow.ipc as ipc
     import pyarrow.parquet as pq
 
-    from starscan.sql_types import SqlType
-    from starscan.wire_arrow import BatchConverter
+    from starscan.arrow.wire import BatchConverter
+    from starscan.core.sql_types import SqlType
 
     n = 2000
     table = pa.table({

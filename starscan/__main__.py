@@ -1,3 +1,3 @@
-from starscan.cli import main
+from starscan.app.cli import main
 
 main()

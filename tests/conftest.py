@@ -38,7 +38,7 @@ def warehouse_dir(session_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def base_settings(warehouse_dir):
-    from starscan.config import load_settings
+    from starscan.settings.config import load_settings
 
     return load_settings(
         warehouse=warehouse_dir, spark_master="local[2]", http_port=0, be_port=0, query_port=0, bind_host="127.0.0.1",
@@ -60,7 +60,7 @@ def base_settings(warehouse_dir):
 
 @pytest.fixture(scope="session")
 def spark(base_settings):
-    from starscan.spark import build_session
+    from starscan.spark.session import build_session
 
     session = build_session(base_settings)
     yield session
@@ -107,8 +107,8 @@ def write_partitioned_table(spark, warehouse) -> None:
 
 @pytest.fixture(scope="session")
 def server(spark, base_settings):
-    from starscan.demo import create_demo
-    from starscan.server import StarscanServer
+    from starscan.app.demo import create_demo
+    from starscan.app.server import StarscanServer
 
     srv = StarscanServer(base_settings, spark)
     create_demo(spark, srv.warehouse, DEMO_SCALE, 256 << 10)  # small tablets: several per table

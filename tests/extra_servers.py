@@ -13,12 +13,12 @@ from pathlib import Path
 
 import httpx
 
-from starscan.catalog import Warehouse
+from starscan.tables.catalog import Warehouse
 
 
 @contextlib.contextmanager
 def running_server(spark, settings):
-    from starscan.server import StarscanServer
+    from starscan.app.server import StarscanServer
 
     srv = StarscanServer(settings, spark).start()
     try:
@@ -51,7 +51,7 @@ def plan(fe_url: str, db: str, table: str, sql: str, auth: str, client: httpx.Cl
 def basic(user: str, password: str) -> str:
     import base64
 
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode("utf-8")).decode("ascii")
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 def wait_until(predicate, timeout_s: float = 60.0, interval_s: float = 0.05, what: str = "condition"):

@@ -8,7 +8,7 @@ import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
 from starscan.client import thrift_client
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
 
 OK = wire.TStatusCode.OK
 NOT_FOUND = wire.TStatusCode.NOT_FOUND

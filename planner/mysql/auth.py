@@ -17,9 +17,9 @@ from mysql_mimic import IdentityProvider, NativePasswordAuthPlugin, User
 from mysql_mimic import utils as mimic_utils
 from mysql_mimic.auth import AuthInfo, AuthPlugin, AuthState, Forbidden, Success
 
-from starscan.errors import TooManyRequests
-from starscan.ratelimit import LoginGuard
-from starscan.users import UserStore
+from starscan.core.errors import TooManyRequests
+from starscan.security.ratelimit import LoginGuard
+from starscan.security.users import UserStore
 
 # The peer address of the connection being served (set per connection task by the port),
 # so failed logins count per user and client address as on the other ports.

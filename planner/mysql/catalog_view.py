@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from pyspark.sql import types as T
 
-from starscan.catalog import Warehouse
-from starscan.errors import StarscanError
-from starscan.schemas import SchemaResolver
-from starscan.types import mysql_column_type
-from starscan.users import UserStore, grant_matches
+from starscan.core.errors import StarscanError
+from starscan.security.users import UserStore, grant_matches
+from starscan.spark.schemas import SchemaResolver
+from starscan.spark.types import mysql_column_type
+from starscan.tables.catalog import Warehouse
 
 log = logging.getLogger("starscan.mysql")
 

@@ -7,8 +7,8 @@ import logging
 from mysql_mimic.errors import ErrorCode, MysqlError
 from sqlglot.errors import ParseError, TokenError
 
-from starscan import errors as E
-from starscan.errors import unexpected_error_message
+from starscan.core import errors as E
+from starscan.core.errors import unexpected_error_message
 from starscan.planner.sql import syntax_error
 
 log = logging.getLogger("starscan.mysql")

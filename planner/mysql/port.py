@@ -11,15 +11,15 @@ from collections.abc import Callable
 
 from mysql_mimic import MysqlServer
 
-from starscan.catalog import Warehouse
-from starscan.config import Settings
-from starscan.errors import StarscanError
+from starscan.core.errors import StarscanError
 from starscan.planner.mysql.auth import UsersFileIdentity, client_address
 from starscan.planner.mysql.session import PortContext, StarscanSession
 from starscan.planner.mysql.variables import global_variables
-from starscan.ratelimit import LoginGuard
-from starscan.schemas import SchemaResolver
-from starscan.users import UserStore
+from starscan.security.ratelimit import LoginGuard
+from starscan.security.users import UserStore
+from starscan.settings.config import Settings
+from starscan.spark.schemas import SchemaResolver
+from starscan.tables.catalog import Warehouse
 
 log = logging.getLogger("starscan.mysql")
 # mysql-mimic logs every error a client gets at ERROR level; the session logs them itself

@@ -19,12 +19,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from starscan.errors import SqlInvalid
+from starscan.core.errors import SqlInvalid
 from starscan.planner import sql as sqlmod
 from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.mysql.errors import no_database, no_such_table, not_supported, select_denied, unknown_database
-from starscan.spark import filters_floats, read_parquet_files, scan_session
-from starscan.spark_expr import column_ref, to_column
+from starscan.spark.columns import column_ref, to_column
+from starscan.spark.session import filters_floats, read_parquet_files, scan_session
 
 
 @dataclass(frozen=True)

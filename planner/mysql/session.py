@@ -17,13 +17,13 @@ from mysql_mimic.errors import ErrorCode, MysqlError
 from mysql_mimic.variables import GlobalVariables, SessionVariables, parse_timezone
 from sqlglot import exp
 
-from starscan.catalog import Warehouse
 from starscan.planner.mysql import info_schema, select
 from starscan.planner.mysql.auth import login_refused
 from starscan.planner.mysql.catalog_view import INFORMATION_SCHEMA, CatalogView
 from starscan.planner.mysql.errors import log, no_database, no_such_table, not_supported, to_mysql, unknown_database
-from starscan.schemas import SchemaResolver
-from starscan.users import UserStore
+from starscan.security.users import UserStore
+from starscan.spark.schemas import SchemaResolver
+from starscan.tables.catalog import Warehouse
 
 
 @dataclass
@@ -183,7 +183,7 @@ class StarscanSession(Session):
         if snap.partition_columns:
             ddl += "\nPARTITION BY (" + ", ".join(f"`{c}`" for c in snap.partition_columns) + ")"
         ddl += (f"\nCOMMENT {_quote('Parquet table served by starscan')}"
-                f"\nPROPERTIES (\n\"starscan.version\" = \"{snap.version}\",\n\"starscan.tablets\" = \"{len(snap.tablets)}\"\n);")
+                f"\nPROPERTIES (\n\"starscan.version\" = \"{snap.version}\",\n\"starscan.tables.tablets\" = \"{len(snap.tablets)}\"\n);")
         return ddl
 
     # ---- information_schema ----
@@ -233,7 +233,7 @@ def _quote(text: str) -> str:
 
 def _grant_statement(grant: str, user: str) -> str:
     """A users-file grant as StarRocks' SHOW GRANTS writes one (DIRECT_READ is starscan's own)."""
-    from starscan.users import GRANT_PREFIX
+    from starscan.security.users import GRANT_PREFIX
 
     if grant.startswith(GRANT_PREFIX):
         return f"GRANT DIRECT_READ ON {grant[len(GRANT_PREFIX):]} TO '{user}'@'%'"

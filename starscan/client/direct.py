@@ -1,9 +1,9 @@
 """Reading a direct plan's tablets from their files, in the reader's process.
 
-A direct plan (starscan.direct) names each tablet's files and says how the BE would read
+A direct plan (starscan.arrow.direct) names each tablet's files and says how the BE would read
 them. This module reads them the same way, with the kernel's own code: the read
-instructions and the predicate's exact pyarrow form (starscan.arrow_scan), the Parquet
-reader (starscan.arrow_read) and the wire types (starscan.wire_arrow), so a tablet read
+instructions and the predicate's exact pyarrow form (starscan.arrow.scan), the Parquet
+reader (starscan.arrow.read) and the wire types (starscan.arrow.wire), so a tablet read
 here gives the rows and types the BE would have sent.
 
 The storage is reached with the reader's own credentials (``StorageOptions``, or the
@@ -23,13 +23,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from starscan.arrow_filter import NotArrowable
-from starscan.arrow_read import ArrowRead, ArrowSplit, SplitReadError, check_calendar, read_split
+from starscan.arrow.direct import DirectFile, DirectRead, file_part
+from starscan.arrow.filter import NotArrowable
+from starscan.arrow.read import ArrowRead, ArrowSplit, SplitReadError, check_calendar, read_split
+from starscan.arrow.wire import BatchConverter
 from starscan.client.errors import ReadError, SnapshotGoneError
-from starscan.direct import DirectFile, DirectRead, file_part
-from starscan.errors import StarscanError
-from starscan.storage import Storage, StorageOptions, local_path, open_storage
-from starscan.wire_arrow import BatchConverter
+from starscan.core.errors import StarscanError
+from starscan.storage.stores import Storage, StorageOptions, local_path, open_storage
 
 
 class Unreadable(Exception):

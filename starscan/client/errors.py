@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starscan import thrift_defs
+from starscan.core import thrift_defs
 
 
 class ReadError(Exception):

@@ -19,9 +19,9 @@ from urllib.parse import quote
 import httpx
 import pyarrow as pa
 
-from starscan import thrift_defs
-from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY, ORDERED_ACK, ORDERED_PROPERTY
-from starscan.thrift_defs import transport_errors
+from starscan.core import thrift_defs
+from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY, ORDERED_ACK, ORDERED_PROPERTY
+from starscan.core.thrift_defs import transport_errors
 
 if TYPE_CHECKING:
     from thriftpy2.thrift import TClient
@@ -234,7 +234,7 @@ class StarscanClient:
         answer's ``version`` is the cursor for the next call); with ``consumer``, from that
         consumer's committed version (``commit`` moves it); ``cursor``: the answer carries the
         ``version`` also when the whole table is read; ``direct``: a direct plan, naming each
-        tablet's files (starscan.direct; needs the DIRECT_READ grant)."""
+        tablet's files (starscan.arrow.direct; needs the DIRECT_READ grant)."""
         request: dict[str, Any] = {"sql": sql}
         if direct:
             request["direct"] = True

@@ -9,7 +9,7 @@ pass through a queue of ``2 x max_workers`` batches to the caller, so a read hol
 that many batches besides the ones being received, whatever the table's size. With
 ``max_workers=1`` the items are read one after another in the caller's own thread.
 
-With ``direct="auto"`` (or True) the read asks for a direct plan (starscan.direct; the user
+With ``direct="auto"`` (or True) the read asks for a direct plan (starscan.arrow.direct; the user
 needs the DIRECT_READ grant) and reads the tablets it may from their files itself
 (starscan.client.direct), the others through the BE; the rows are the same either way.
 
@@ -45,11 +45,11 @@ from starscan.client.errors import (
 )
 from starscan.client.options import ReadOptions
 from starscan.client.protocol import PlanError, ScanError, ScanStats, StarscanClient
-from starscan.thrift_defs import transport_errors
+from starscan.core.thrift_defs import transport_errors
 
-if TYPE_CHECKING:  # the direct reader loads starscan.storage: only when a read uses it
+if TYPE_CHECKING:  # the direct reader loads starscan.storage.stores: only when a read uses it
     from starscan.client.direct import DirectReader
-    from starscan.storage import StorageOptions
+    from starscan.storage.stores import StorageOptions
 
 DATE, DATETIME, LARGEINT = 9, 10, 14
 _T = TypeVar("_T")
@@ -173,7 +173,7 @@ class Connection:
         if not plan.get("direct"):
             return None, None
         from starscan.client.direct import DirectReader
-        from starscan.errors import StarscanError
+        from starscan.core.errors import StarscanError
 
         try:
             direct_tablets = sum(1 for info in (plan.get("partitions") or {}).values() if info.get("direct"))

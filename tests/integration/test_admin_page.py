@@ -12,11 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from extra_servers import own_warehouse, running_server
 from ops_helpers import NOT_FOUND, Reader, plan_for
+
 from starscan.client import StarscanClient
-from starscan.users import UserStore
+from starscan.security.users import UserStore
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 DOCS = Path(__file__).resolve().parents[2] / "docs"

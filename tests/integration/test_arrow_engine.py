@@ -10,12 +10,12 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import engine_counts
 from ops_helpers import Reader, plan_for
 from socket_helpers import closed_without_a_word
+
 from starscan.client import PlanError
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
 
 OK = wire.TStatusCode.OK
 

@@ -1,4 +1,4 @@
-"""The PySpark data source `starrocks_arrow` (starscan.datasource) in the test session's
+"""The PySpark data source `starrocks_arrow` (starscan.spark.datasource) in the test session's
 Spark, reading through the shared server: the rows equal Spark's own read of the files, the
 filters Spark pushes reach `_query_plan` (the server's record of recent plans shows them),
 and what it cannot read is refused by name."""
@@ -12,7 +12,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def source(spark, server):
-    from starscan.datasource import StarRocksArrowDataSource
+    from starscan.spark.datasource import StarRocksArrowDataSource
 
     spark.dataSource.register(StarRocksArrowDataSource)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")  # Spark 4.1+: off by default

@@ -1,4 +1,4 @@
-"""Delta tables in the warehouse (starscan.delta): the rows of the current version only, on
+"""Delta tables in the warehouse (starscan.tables.delta): the rows of the current version only, on
 both engines, against what delta-rs reads for that version; what cannot be read exactly is
 refused by name.
 
@@ -163,7 +163,6 @@ def test_a_vacuumed_version_is_gone(server, client, be_addr):
 
 def _since(fe_url: str, table: str, since, consumer: str | None = None):
     import httpx
-
     from extra_servers import basic
 
     body = {"sql": f"select id from lake.{table}", "since_version": since}
@@ -215,7 +214,6 @@ def test_incremental_reads_of_a_delta_table_are_its_logs_appends(server, client,
     assert r.status_code == 200 and r.json()["since_version"] == 5 and r.json()["version"] == 6
     assert client.commit("lake", "appends", "d1", 6)["version"] == 6
     import httpx
-
     from extra_servers import basic
     back = httpx.post(f"{fe_url}/api/lake/appends/_consumers/d1/commit", content=json.dumps({"version": 5}),
                       headers={"Authorization": basic("root", "")}, timeout=60)

@@ -1,4 +1,4 @@
-"""Direct reads (starscan.direct, starscan.client.direct): plans that name the storage, read
+"""Direct reads (starscan.arrow.direct, starscan.client.direct): plans that name the storage, read
 by the client from the files themselves.
 
 For demo.all_types and demo.lineitem, in the shared server's local warehouse and in a
@@ -24,7 +24,7 @@ import pytest
 from extra_servers import basic, running_server
 
 from starscan.client import DirectReadError, PermissionDenied, SnapshotGoneError, connect
-from starscan.users import UserStore
+from starscan.security.users import UserStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from moto_s3 import moto_bucket, upload_folder  # noqa: E402 - bench/ is not a package

@@ -70,7 +70,7 @@ def test_a_second_be_cannot_bind_a_port_in_use(server, spark, base_settings):
     same port silently and the kernel would split the readers between the two."""
     import pytest
 
-    from starscan.server import StarscanServer
+    from starscan.app.server import StarscanServer
 
     settings = base_settings.model_copy(update={"be_port": server.be_port})
     second = StarscanServer(settings, spark, fe=False, be=True)
@@ -81,7 +81,7 @@ def test_a_second_be_cannot_bind_a_port_in_use(server, spark, base_settings):
 
 def test_stop_ends_the_servers_threads(spark, base_settings):
     """A stopped server leaves no thread of its own behind (tests start many servers)."""
-    from starscan.server import StarscanServer
+    from starscan.app.server import StarscanServer
 
     srv = StarscanServer(base_settings, spark, fe=False, be=True).start()
     worker = srv.ops.jobs._worker

@@ -15,10 +15,10 @@ import threading
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_reliability import start_serve
 
 from starscan.client import StarscanClient, thrift_client
-from starscan.thrift_defs import wire
-from test_reliability import start_serve
+from starscan.core.thrift_defs import wire
 
 pytestmark = pytest.mark.slow  # starts its own `starscan serve` (not the quick tier)
 

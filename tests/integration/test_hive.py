@@ -1,4 +1,4 @@
-"""Tables of a Hive metastore (starscan.hive): Spark's embedded Derby metastore, Parquet and
+"""Tables of a Hive metastore (starscan.tables.hive): Spark's embedded Derby metastore, Parquet and
 ORC tables made with Spark SQL, served through a server with ``hive_databases``; every
 answer compared with what Spark SQL reads from the same metastore table."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-
 from extra_servers import basic, plan, running_server
 
 

@@ -1,4 +1,4 @@
-"""Iceberg tables from a pyiceberg SQL catalog on SQLite (starscan.iceberg), served beside
+"""Iceberg tables from a pyiceberg SQL catalog on SQLite (starscan.tables.iceberg), served beside
 the warehouse's folders: the rows of the current snapshot on both engines, compared with
 Spark SQL over the rows pyiceberg itself reads for that snapshot; what starscan would read
 wrongly (a renamed column) is refused by name.
@@ -11,7 +11,6 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-
 from extra_servers import basic, plan, running_server
 
 ROWS = 1200
@@ -256,7 +255,6 @@ def test_a_killed_consumer_follows_an_iceberg_table_exactly_once(ice_server, cat
     from collections import Counter
 
     import pyarrow.parquet as pq
-
     from ops_helpers import follow_process
 
     versions, per_version = 50, 20

@@ -1,4 +1,4 @@
-"""Incremental reads of folder tables (`_query_plan` with ``since_version``, starscan.versions):
+"""Incremental reads of folder tables (`_query_plan` with ``since_version``, starscan.tables.versions):
 only the rows appended after a version, exactly, with the next cursor; a rewritten table or
 an unknown version is refused, never answered with a full or partial read."""
 
@@ -12,7 +12,6 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from extra_servers import basic
 
 

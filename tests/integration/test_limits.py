@@ -13,10 +13,10 @@ import uuid
 import httpx
 import psutil
 import pytest
-
 from extra_servers import basic, plan, running_server, wait_until
+
 from starscan.client import thrift_client
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
 
 OK = wire.TStatusCode.OK
 TOO_MANY_TASKS = wire.TStatusCode.TOO_MANY_TASKS
@@ -293,7 +293,7 @@ def test_a_huge_declared_length_allocates_nothing_and_drops_only_that_connection
 def test_limits_are_listed_in_the_security_doc():
     from pathlib import Path
 
-    from starscan.config import Settings
+    from starscan.settings.config import Settings
 
     readme = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text(encoding="utf-8")
     for key in ("plan_rate_per_user", "plan_rate_burst", "max_scanners", "max_scanners_per_user",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from starscan.users import UserStore
+from starscan.security.users import UserStore
 
 
 def _csv(path, rows):
@@ -21,7 +21,7 @@ def _csv(path, rows):
 
 
 def test_load_csv_in_bounded_tablets_and_read_it_back(server, client, spark, tmp_path):
-    from starscan.loader import load_table
+    from starscan.app.loader import load_table
 
     src = tmp_path / "orders.csv"
     _csv(src, 20_000)
@@ -34,7 +34,7 @@ def test_load_csv_in_bounded_tablets_and_read_it_back(server, client, spark, tmp
 
 
 def test_load_partitioned_then_prune(server, client, spark, tmp_path):
-    from starscan.loader import load_table
+    from starscan.app.loader import load_table
 
     src = tmp_path / "orders.csv"
     _csv(src, 3_000)
@@ -49,8 +49,8 @@ def test_load_partitioned_then_prune(server, client, spark, tmp_path):
 
 
 def test_load_rejects_bad_input(server, spark, tmp_path):
-    from starscan.errors import InvalidInput
-    from starscan.loader import load_table
+    from starscan.app.loader import load_table
+    from starscan.core.errors import InvalidInput
 
     src = tmp_path / "x.csv"
     _csv(src, 3)
@@ -122,7 +122,7 @@ def test_cli_tables(server, tmp_path):
     sales = row("db1", "sales")
     assert sales and "region, day" in sales[0], out.stdout
     t1 = row("db1", "t1")[0]
-    from starscan.catalog import Warehouse
+    from starscan.tables.catalog import Warehouse
 
     snap = Warehouse(server.warehouse.root, 0).snapshot("db1", "t1")  # the CLI's default tablet sizes
     assert f" {len(snap.tablets)} " in t1 and f" {snap.version} " in t1

@@ -9,9 +9,9 @@ import json
 import logging
 
 import pytest
-
 from ops_helpers import Reader, plan_for
-from starscan.logs import HumanFormatter, JsonFormatter, setup_logging
+
+from starscan.core.logs import HumanFormatter, JsonFormatter, setup_logging
 
 
 @pytest.fixture
@@ -109,10 +109,10 @@ def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path)
 
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from test_reliability import start_serve
 
     from starscan.client import StarscanClient
-    from starscan.thrift_defs import wire
-    from test_reliability import start_serve
+    from starscan.core.thrift_defs import wire
 
     proc, http_port, be_port, log = start_serve(tmp_path)
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import httpx
-
 from extra_servers import basic, plan, wait_until
 from ops_helpers import NOT_FOUND, Reader, plan_for, scrape, value
 

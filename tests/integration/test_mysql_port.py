@@ -15,7 +15,7 @@ import uuid
 import pymysql
 import pytest
 
-from starscan.types import STRING_LENGTH, starrocks_type
+from starscan.spark.types import STRING_LENGTH, starrocks_type
 
 CONNECTOR_COLUMNS_SQL = ("SELECT `COLUMN_NAME`, `ORDINAL_POSITION`, `COLUMN_KEY`, `DATA_TYPE`, `COLUMN_SIZE`, "
                          "`DECIMAL_DIGITS` FROM `information_schema`.`COLUMNS` WHERE `TABLE_SCHEMA`=%s AND `TABLE_NAME`=%s;")
@@ -372,8 +372,8 @@ def test_mariadb_cli(server, port, alice):
 
 # ---- configuration and lifecycle --------------------------------------------------------
 def test_query_port_setting(monkeypatch):
-    from starscan.config import load_settings
-    from starscan.errors import ConfigError
+    from starscan.core.errors import ConfigError
+    from starscan.settings.config import load_settings
 
     assert load_settings().query_port == 9030
     monkeypatch.setenv("STARSCAN_QUERY_PORT", "19030")
@@ -387,7 +387,7 @@ def test_query_port_setting(monkeypatch):
 def test_cli_has_query_port_flag():
     from typer.testing import CliRunner
 
-    from starscan.cli import app
+    from starscan.app.cli import app
 
     out = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert out.exit_code == 0

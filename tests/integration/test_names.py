@@ -17,11 +17,10 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import types as T
 
-from starscan.hadoop_paths import literal, unescape_path_name
 from starscan.client import PlanError, thrift_client
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
+from starscan.storage.hadoop_paths import literal, unescape_path_name
 
 # The scans here run on both engines (conftest `engine`): the arrow engine reads the files
 # with pyarrow and must take the same names literally.
@@ -298,10 +297,10 @@ def test_a_missing_backtick_column_is_a_clear_error(server, client, keyword_tabl
 
 # ---- loader and warm-up with glob characters in their paths ------------------------------------
 def test_load_and_warm_up_take_paths_literally(spark, tmp_path):
-    from starscan.catalog import Warehouse
-    from starscan.loader import load_table
-    from starscan.schemas import SchemaResolver
+    from starscan.app.loader import load_table
     from starscan.provider.warmup import warm_up
+    from starscan.spark.schemas import SchemaResolver
+    from starscan.tables.catalog import Warehouse
 
     source = tmp_path / "src[1]"
     source.mkdir()

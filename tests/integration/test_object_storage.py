@@ -1,4 +1,4 @@
-"""A warehouse in object storage (starscan.storage), against a real S3 API: moto's standalone
+"""A warehouse in object storage (starscan.storage.stores), against a real S3 API: moto's standalone
 server, started here on 127.0.0.1 with IAM authentication on, so wrong keys are refused as
 AWS refuses them.
 
@@ -158,7 +158,7 @@ def test_a_plan_the_arrow_engine_cannot_read_says_what_spark_lacks(s3_server):
 def test_load_into_s3_and_read_it_back(s3_server, spark, tmp_path):
     import csv
 
-    from starscan.loader import load_table
+    from starscan.app.loader import load_table
 
     src = tmp_path / "visits.csv"
     with open(src, "w", newline="") as fh:

@@ -1,4 +1,4 @@
-"""Predicates: Expr -> Spark Column (starscan/spark_expr.py). Tablet pruning on partition
+"""Predicates: Expr -> Spark Column (starscan/spark/columns.py). Tablet pruning on partition
 values (planner/pruning.py) is tested in tests/unit/test_pruning.py.
 
 The Column tests run each StarRocks WHERE clause through ``planner.sql.parse`` and
@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import types as T
 
 from starscan import expr as E
-from starscan.errors import PlanInvalid, SqlInvalid
+from starscan.core.errors import PlanInvalid, SqlInvalid
 from starscan.planner.sql import parse
 
 
@@ -24,7 +24,7 @@ def where(pred: str) -> E.Expr | None:
 
 
 # =====================================================================================
-# starscan/spark_expr.py
+# starscan/spark/columns.py
 # =====================================================================================
 COLUMNS = ["c_int", "c_long", "c_dec", "c_dbl", "c_str", "c_d", "c_ts", "c_bool"]
 _CANONICAL = {c.lower(): c for c in COLUMNS}
@@ -190,7 +190,7 @@ CASES = [
 
 @pytest.mark.parametrize("starrocks, spark_sql, expected", CASES, ids=[c[0] for c in CASES])
 def test_column_matches_spark_sql(sess, table, starrocks, spark_sql, expected):
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     predicate = where(starrocks)
     ours = _rows(table.filter(to_column(predicate, resolve)))
@@ -211,7 +211,7 @@ LITERALS = [
 
 @pytest.mark.parametrize("text", LITERALS)
 def test_literal_types_match_spark_parser(sess, text):
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     item = parse(f"select {text} as x from db1.t1", "db1", "t1").items[0]
     ours = sess.range(1).select(to_column(item.expr, resolve).alias("x"))
@@ -221,14 +221,14 @@ def test_literal_types_match_spark_parser(sess, text):
 
 
 def test_null_literal_is_void(sess):
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     item = parse("select null as x from db1.t1", "db1", "t1").items[0]
     assert sess.range(1).select(to_column(item.expr, resolve).alias("x")).schema["x"].dataType == T.NullType()
 
 
 def test_column_names_resolve_case_insensitively_and_quoted(sess):
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     df = sess.createDataFrame([(1, 2), (3, 4)], "`a.b` int, `We ird` int")
     canon = {"a.b": "a.b", "we ird": "We ird"}
@@ -238,14 +238,14 @@ def test_column_names_resolve_case_insensitively_and_quoted(sess):
 
 
 def test_resolve_errors_propagate(sess):
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     with pytest.raises(LookupError):
         to_column(where("no_such = 1"), resolve)
 
 
 def test_too_large_numeric_literals_are_invalid_sql(sess):
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     for text in ("123456789012345678901234567890123456789", "1.23456789012345678901234567890123456789", "1e400"):
         with pytest.raises(SqlInvalid):
@@ -259,7 +259,7 @@ def test_too_large_numeric_literals_are_invalid_sql(sess):
     "input_file_block_length", "my_reflect_fn", "no_such_function", "default.lower", "`lower`", "",
 ])
 def test_disallowed_functions_raise_sql_invalid(sess, name):
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     node = E.Expr("func", name=name, children=(E.literal("string", "java.lang.System"), E.literal("string", "exit")))
     with pytest.raises(SqlInvalid):
@@ -289,21 +289,21 @@ def test_sql_rejects_reflect_before_planning():
 def test_malformed_nodes_raise_plan_invalid(sess, node):
     """Refused where the node is built (its kind, operator, literal type or operands) or,
     for a value the literal's type cannot hold, where Spark's column is built."""
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     with pytest.raises(PlanInvalid):
         to_column(node(), resolve)
 
 
 def test_unknown_cast_type_is_invalid_sql(sess):
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     with pytest.raises(SqlInvalid):
         to_column(where("cast(c_str as largeint) = 1"), resolve)
 
 
 def test_flattened_plan_round_trip_filters_the_same(sess, table):
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     pred = where("c_int not in (1, 2) and c_str like 'a!%%' escape '!' or c_d = date '2020-01-01'")
     again = E.unflatten(E.flatten(pred))
@@ -311,7 +311,7 @@ def test_flattened_plan_round_trip_filters_the_same(sess, table):
 
 
 def test_no_sql_text_reaches_spark():
-    from starscan import spark_expr
+    from starscan.spark import columns as spark_expr
 
     tree = ast.parse(inspect.getsource(spark_expr))
     used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
@@ -335,7 +335,7 @@ def test_renamed_functions_filter_like_spark(spark, starrocks, spark_sql):
     from pyspark.sql import Row
 
     from starscan.planner.sql import parse
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     df = spark.createDataFrame([Row(s="  ab  ", t="xxabxx", n=1000), Row(s="ab", t="ab", n=1024), Row(s=None, t=None, n=None)])
     df.createOrReplaceTempView("renamed_funcs")
@@ -347,7 +347,7 @@ def test_renamed_functions_filter_like_spark(spark, starrocks, spark_sql):
 
 @pytest.mark.parametrize("literal", ["1e400", "-1e400", "1" * 39, "0." + "1" * 39])
 def test_out_of_range_literals_are_invalid_sql(literal):
-    from starscan.errors import SqlInvalid
+    from starscan.core.errors import SqlInvalid
     from starscan.planner.sql import parse
 
     with pytest.raises(SqlInvalid):
@@ -393,7 +393,7 @@ def function_table(spark):
 @pytest.mark.parametrize("call", FUNCTION_CALLS)
 def test_every_accepted_function_filters_like_spark(spark, function_table, call):
     from starscan.planner.sql import parse
-    from starscan.spark_expr import to_column
+    from starscan.spark.columns import to_column
 
     pred = parse(f"select * from db1.t1 where ({call}) is not null", "db1", "t1").predicate
     got = sorted(map(repr, function_table.filter(to_column(pred, lambda n: n)).collect()))
@@ -404,7 +404,7 @@ def test_every_accepted_function_filters_like_spark(spark, function_table, call)
 
 def test_function_whitelist_is_covered():
     """Every function name the FE can emit is exercised above (or by a special case)."""
-    from starscan.functions import SPARK_FUNCTIONS
+    from starscan.expr.functions import SPARK_FUNCTIONS
 
     text = " ".join(FUNCTION_CALLS)
     special = {"rlike", "ilike", "like", "div", "instr", "to_date", "length", "coalesce"}

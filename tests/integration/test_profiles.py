@@ -7,11 +7,11 @@ import json
 
 import httpx
 import pytest
-
-from extra_servers import basic, own_warehouse, running_server, wait_until
+from extra_servers import own_warehouse, running_server, wait_until
 from ops_helpers import Reader, plan_for
+
 from starscan.client import StarscanClient
-from starscan.users import UserStore
+from starscan.security.users import UserStore
 
 SQL = "select k1, v1, m from db1.t1"
 

@@ -147,7 +147,7 @@ def test_the_be_acknowledges_an_ordered_scan_and_only_that(client, be_addr):
     StarRocks' own OK status."""
     from ops_helpers import Reader, plan_for
 
-    from starscan.protocol_extensions import ORDERED_ACK, ORDERED_PROPERTY
+    from starscan.core.protocol_extensions import ORDERED_ACK, ORDERED_PROPERTY
 
     opaque, tablets = plan_for(client, "db1", "sales", "select id from db1.sales")
     reader = Reader(be_addr)

@@ -29,12 +29,12 @@ from pathlib import Path
 import psutil
 import pyarrow as pa
 import pytest
+from test_scan_lifecycle import Conn, arrow_rows, job_states, one_batch, plan_for, spark_rows, wait_until
 from thriftpy2.transport import TTransportException
 
 from starscan.client import ScanError, ScanIntegrityError, ScanStats, StarscanClient
-from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
-from starscan.thrift_defs import wire
-from test_scan_lifecycle import Conn, arrow_rows, job_states, one_batch, plan_for, spark_rows, wait_until
+from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
+from starscan.core.thrift_defs import wire
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from faults import FaultProxy  # noqa: E402
@@ -56,7 +56,7 @@ TRANSPORT_ERRORS = (TTransportException, OSError, EOFError)
 # ---- fixtures and helpers ------------------------------------------------------------------
 def _settings_for(base_settings, **update):
     """base_settings with ``update``; limit keys are applied only where this build has them."""
-    from starscan.config import Settings
+    from starscan.settings.config import Settings
 
     limits = dict(max_scanners=100_000, max_scanners_per_user=100_000, plan_rate_per_user=0,
                   total_queue_max_bytes=64 << 30, query_port=0)
@@ -66,7 +66,7 @@ def _settings_for(base_settings, **update):
 
 @pytest.fixture(scope="module")
 def rel_server(server, spark, base_settings):
-    from starscan.server import StarscanServer
+    from starscan.app.server import StarscanServer
 
     srv = StarscanServer(_settings_for(base_settings, scan_context_gc_interval_s=0.5, queue_max_bytes=QUEUE_MAX),
                          spark).start()
@@ -267,7 +267,7 @@ def test_2_two_hundred_abandoned_scanners_are_all_reclaimed(rel_server, rel_clie
 KILLED_CLIENT = r"""
 import sys
 from starscan.client import thrift_client
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
 host, port, plan, tablets = sys.argv[1], int(sys.argv[2]), sys.argv[3], [int(t) for t in sys.argv[4].split(",")]
 c = thrift_client(host, port)
 o = c.open_scanner(wire.TScanOpenParams(cluster="default_cluster", database="demo", table="lineitem",
@@ -384,7 +384,7 @@ def test_4_a_task_that_throws_gives_an_error_never_eos(rel_server, rel_client, r
 
 # ---- 5. server restart ---------------------------------------------------------------------
 def test_5_plans_survive_a_restart_and_old_contexts_say_reopen(server, spark, base_settings):
-    from starscan.server import StarscanServer
+    from starscan.app.server import StarscanServer
 
     settings = _settings_for(base_settings, scan_context_gc_interval_s=0.5)
     wh = Path(settings.warehouse)
@@ -899,7 +899,8 @@ def test_soak_smoke(server, spark, base_settings):
     import argparse
 
     import soak as soak_bench
-    from starscan.server import StarscanServer
+
+    from starscan.app.server import StarscanServer
 
     srv = StarscanServer(_settings_for(base_settings, scan_context_gc_interval_s=0.5, keep_alive_s=3.0,
                                        queue_max_bytes=8 * MIB), spark).start()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
 from ops_helpers import Reader, plan_for
-from starscan.thrift_defs import wire
+
+from starscan.core.thrift_defs import wire
 
 
 @pytest.fixture

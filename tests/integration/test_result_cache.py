@@ -10,11 +10,11 @@ from collections import Counter
 import httpx
 import pyarrow as pa
 import pytest
-
 from extra_servers import basic, plan, running_server
 from ops_helpers import OK, Reader, scrape, value
-from starscan.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
-from starscan.thrift_defs import wire
+
+from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
+from starscan.core.thrift_defs import wire
 
 MIB = 1 << 20
 T1_SQL = "select k1, v1, d, dt, m from db1.t1"

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from pydantic import SecretStr
-
 from extra_servers import own_warehouse, running_server
 from ops_helpers import OK, Reader, plan_for
+from pydantic import SecretStr
+
 from starscan.client import StarscanClient
-from starscan.thrift_defs import wire
-from starscan.users import UserStore
+from starscan.core.thrift_defs import wire
+from starscan.security.users import UserStore
 
 PLAN_SECRET = "plan-secret-for-varz-test-0123456789"
 JWT_KEY = "jwt-key-for-varz-test-abcdefghijklmnop"

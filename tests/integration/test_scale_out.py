@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from extra_servers import basic, wait_until
 
 pytestmark = pytest.mark.slow  # starts `starscan serve` processes of its own

@@ -25,10 +25,10 @@ from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TMessageType
 from thriftpy2.transport import TMemoryBuffer
 
-from starscan.errors import StarscanError
 from starscan.client import thrift_client
+from starscan.core.errors import StarscanError
+from starscan.core.thrift_defs import wire
 from starscan.provider.result_queue import ResultQueue
-from starscan.thrift_defs import wire
 
 OK = wire.TStatusCode.OK
 NOT_FOUND = wire.TStatusCode.NOT_FOUND

@@ -231,7 +231,7 @@ class TableInfo:
         self.db, self.table = db, table
         # The session Spark SQL's answer comes from. Without filter pushdown for tables whose
         # row groups hold NaN: Spark's semantics order NaN above every number, but its Parquet
-        # pushdown prunes by statistics that leave NaN out (starscan.spark.scan_session).
+        # pushdown prunes by statistics that leave NaN out (starscan.spark.session.scan_session).
         self.reference = spark
         if not pushdown:
             self.reference = spark.newSession()
@@ -365,7 +365,7 @@ def test_generators_cover_the_interesting_cases(all_types, lineitem):
     assert "R" in lineitem.samples["l_returnflag"] and len(lineitem.samples["l_orderkey"]) > 20
 
 
-# Column types whose predicates the arrow engine translates (starscan/arrow_filter.py); on
+# Column types whose predicates the arrow engine translates (starscan/arrow/filter.py); on
 # scan_engine = auto these queries mostly run there, and must still equal Spark SQL.
 ARROW_FILTERED = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.DecimalType, T.StringType, T.DateType,
                   T.BooleanType)

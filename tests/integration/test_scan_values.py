@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from starscan.client import thrift_client
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
 
 SQL = "select * from `demo`.`all_types`"
 

@@ -12,11 +12,11 @@ import uuid
 import httpx
 import jwt
 import pytest
-
 from extra_servers import basic, own_warehouse, plan, running_server, wait_until
-from starscan.plan_secrets import RotatingPlanSigner, rotate_secret
+
 from starscan.client import StarscanClient, thrift_client
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
+from starscan.plans.secrets import RotatingPlanSigner, rotate_secret
 
 OK = wire.TStatusCode.OK
 NOT_AUTHORIZED = wire.TStatusCode.NOT_AUTHORIZED
@@ -299,7 +299,7 @@ def test_repeated_plans_are_new_plans_that_follow_the_table_settings_and_grants(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from starscan import plan as plan_codec
+    from starscan.plans import codec as plan_codec
 
     srv = listing_cached
     folder = srv.warehouse.table_path("db1", "quick")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from extra_servers import basic, running_server, wait_until
 
 pytestmark = pytest.mark.slow  # starts a Spark master, a worker and `starscan serve`
@@ -41,8 +40,8 @@ def _spark_class(root: Path, name: str, *args: str) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def cluster_node(tmp_path_factory, spark, base_settings):
-    from starscan.catalog import Warehouse
-    from starscan.demo import create_demo
+    from starscan.app.demo import create_demo
+    from starscan.tables.catalog import Warehouse
 
     root = tmp_path_factory.mktemp("cluster")
     warehouse = root / "wh"

@@ -1,4 +1,4 @@
-"""Tablets as splits (starscan.tablets, starscan.tablet_lists) on real servers: small files
+"""Tablets as splits (starscan.tables.tablets, starscan.plans.tablet_lists) on real servers: small files
 packed, a large file cut into runs of row groups, plans of large tables that carry a digest
 instead of their tablet list, and what happens when a plan does not match the files.
 
@@ -13,11 +13,11 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import engine_counts
 from extra_servers import running_server
 from ops_helpers import OK, Reader, plan_for
-from starscan import plan as plan_codec
+
+from starscan.plans import codec as plan_codec
 
 on_both_engines = pytest.mark.usefixtures("engine")
 DB = "splitdb"

@@ -10,13 +10,13 @@ import ssl
 import httpx
 import pytest
 import trustme
-
 from extra_servers import basic, running_server
-from starscan.config import load_settings
-from starscan.errors import ConfigError
+
+from starscan.app.server import StarscanServer
 from starscan.client import StarscanClient, thrift_client
-from starscan.server import StarscanServer
-from starscan.thrift_defs import wire
+from starscan.core.errors import ConfigError
+from starscan.core.thrift_defs import wire
+from starscan.settings.config import load_settings
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ def test_warm_up_scans_and_cleans_up(spark, warehouse_dir, server):
 
 def test_a_failed_warm_up_does_not_stop_the_start(spark, base_settings, tmp_path, caplog):
     """Here a file stands where the warm-up table would go; the BE logs it and serves."""
-    from starscan.server import StarscanServer
+    from starscan.app.server import StarscanServer
     from starscan.provider.warmup import WARMUP_DIR
 
     warehouse = tmp_path / "warehouse"
@@ -38,7 +38,7 @@ def test_a_failed_warm_up_does_not_stop_the_start(spark, base_settings, tmp_path
 
 
 def test_warm_up_is_on_by_default_and_can_be_turned_off():
-    from starscan.config import Settings
+    from starscan.settings.config import Settings
 
     assert Settings.model_fields["warmup_rows"].default > 0
     assert Settings(warmup_rows=0).warmup_rows == 0

@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 import pytest
-
 from extra_servers import wait_until
 from ops_helpers import NOT_FOUND, Reader, plan_for, scrape, value
+
 from starscan.client import StarscanClient
 
 pytestmark = pytest.mark.slow  # starts its own `starscan serve` (not the quick tier)

@@ -1,4 +1,4 @@
-"""The kernel's Parquet reader (starscan/arrow_read.py) with several row groups decoding at
+"""The kernel's Parquet reader (starscan/arrow/read.py) with several row groups decoding at
 once, as a client's direct read runs it: the same rows as one after another, a bounded
 number of batches ahead of the caller, errors reaching the caller, and no thread left
 behind when the caller stops early."""
@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from starscan.arrow_read import _AHEAD, ArrowSplit, FilePart, SplitReadError, read_split
-from starscan.arrow_scan import Fields, plan_read
+from starscan.arrow.read import _AHEAD, ArrowSplit, FilePart, SplitReadError, read_split
+from starscan.arrow.scan import Fields, plan_read
+from starscan.core.sql_types import parse_schema
 from starscan.expr import column, literal, op
-from starscan.sql_types import parse_schema
 
 SCHEMA = parse_schema({"type": "struct", "fields": [
     {"name": "id", "type": "long", "nullable": False, "metadata": {}},
@@ -149,8 +149,8 @@ def _run_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
         "from pathlib import Path\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from test_arrow_read import SCHEMA, _split\n"
-        "from starscan.arrow_read import read_split\n"
-        "from starscan.arrow_scan import Fields, plan_read\n"
+        "from starscan.arrow.read import read_split\n"
+        "from starscan.arrow.scan import Fields, plan_read\n"
         "read = plan_read('t.t', 1, Fields(SCHEMA), [('id', 'id'), ('d', 'd')], None, 'UTC', 'parquet', set())\n"
         f"split = _split(Path({str(tmp_path)!r}), ['a.parquet', 'b.parquet'])\n" + body)
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
@@ -182,7 +182,7 @@ def test_a_reader_thread_that_outlives_the_main_thread_reads_every_row(tmp_path:
 def test_a_plain_file_is_passed_on_by_position_in_any_output_order(tmp_path: Path, table, monkeypatch, outputs):
     """The output is the file's own columns (any order, renamed, repeated): the batches are
     picked by position, never reshaped column by column, and hold what the files hold."""
-    from starscan import arrow_read
+    from starscan.arrow import read as arrow_read
 
     del table  # (it wrote the files)
     split = _split(tmp_path, ["a.parquet", "b.parquet"])

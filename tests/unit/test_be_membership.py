@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from starscan.errors import NoLiveBackend
+from starscan.core.errors import NoLiveBackend
 from starscan.planner.be_membership import BeMembership
 
 

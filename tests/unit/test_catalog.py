@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from starscan.catalog import Warehouse
-from starscan.errors import DatabaseNotFound, TableNotFound
-from starscan.tablets import Sizing
+from starscan.core.errors import DatabaseNotFound, TableNotFound
+from starscan.tables.catalog import Warehouse
+from starscan.tables.tablets import Sizing
 
 
 def _write(path, rows=3):
@@ -254,10 +254,12 @@ def test_callers_of_an_expired_listing_share_one_listing(wh):
     first = wh.snapshot("d1", "t")
     builds = []
     listing = threading.Event()  # held until the other callers have their answers
+    started = threading.Event()  # the background listing began
     real_build = wh._build_snapshot
 
     def slow_build(*args):
         builds.append(1)
+        started.set()
         listing.wait(30)
         return real_build(*args)
 
@@ -266,7 +268,9 @@ def test_callers_of_an_expired_listing_share_one_listing(wh):
     _rewrite_in_place(part, rows=5)  # a change only a listing finds
     now[0] += 6  # the TTL ran out a moment ago: every caller is answered, one listing runs behind them
     got = [wh.snapshot("d1", "t") for _ in range(20)]
-    assert len(builds) == 1 and all(s is first for s in got)
+    assert all(s is first for s in got)
+    assert started.wait(30)  # on a thread of its own, which may start after the callers' answers
+    assert len(builds) == 1
     listing.set()
     _wait_for_listings(wh)
     second = wh.snapshot("d1", "t")

@@ -15,7 +15,7 @@ def test_importing_the_client_loads_no_spark_and_no_server():
     loaded = set(json.loads(out.strip().splitlines()[-1]))
     server_side = {"pyspark", "py4j", "fastapi", "uvicorn", "starlette", "mysql_mimic", "sqlglot", "pydantic"}
     assert not {m.split(".")[0] for m in loaded} & server_side
-    assert not {m for m in loaded if m.startswith(("starscan.planner", "starscan.provider", "starscan.server"))}
+    assert not {m for m in loaded if m.startswith(("starscan.planner", "starscan.provider", "starscan.app.server"))}
 
 
 def test_direct_is_false_true_or_auto_and_nothing_else():
@@ -34,7 +34,7 @@ def test_a_direct_reader_loads_no_thrift_and_no_pandas():
     """A reader that plans and reads the files itself never talks Thrift to a BE: thriftpy2
     and the IDLs (about 60 ms) load on a BE's first call; pandas (0.2 s) never loads."""
     code = ("import json, sys; import starscan.client; import starscan.client.direct; "
-            "from starscan.direct import DirectRead; from starscan.expr import from_json, to_json, column, literal, op; "
+            "from starscan.arrow.direct import DirectRead; from starscan.expr import from_json, to_json, column, literal, op; "
             "e = op('>=', column('id'), literal('bigint', '3')); assert from_json(to_json(e)) == e; "
             "print(json.dumps(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout

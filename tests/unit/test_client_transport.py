@@ -17,7 +17,7 @@ from thriftpy2.thrift import TMessageType
 from thriftpy2.transport import TCyBufferedTransport, TMemoryBuffer, TSocket, TTransportException
 
 from starscan.client.transport import DIRECT_READ_BYTES, ArrowReadTransport
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
 
 SERVICE = wire.TStarrocksExternalService
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from starscan.config import Settings
+from starscan.settings.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ def _services() -> dict:
 def test_every_starscan_service_is_a_valid_serve_command():
     import typer.main
 
-    from starscan.cli import app
+    from starscan.app.cli import app
 
     command = typer.main.get_command(app)
     starscan = {name: s for name, s in _services().items() if s["command"][0] == "serve"}

@@ -1,4 +1,4 @@
-"""Settings (starscan/config.py) and the CLI around them.
+"""Settings (starscan/settings/config.py) and the CLI around them.
 
 Precedence: defaults < conf file < STARSCAN_* environment < overrides (CLI flags).
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from starscan.config import Settings, load_settings, parse_conf_file
-from starscan.errors import ConfigError
+from starscan.core.errors import ConfigError
+from starscan.settings.config import Settings, load_settings, parse_conf_file
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_spark_keys_go_to_spark_conf(clean, monkeypatch):
     only = write_conf(clean / "only.conf", "spark_conf = spark.p=1\n")
     assert load_settings(only, spark_conf={"spark.q": "2"}).spark_conf == {"spark.p": "1", "spark.q": "2"}
     # spark conf reaches the session builder's configuration.
-    from starscan.spark import spark_conf
+    from starscan.spark.session import spark_conf
 
     conf_map = spark_conf(load_settings(conf, spark_conf={"spark.ui.enabled": "true"}))
     assert conf_map["spark.ui.enabled"] == "true"
@@ -285,7 +285,7 @@ def test_the_configuration_reference_is_generated_from_the_model():
     """docs/configuration.md is `starscan config reference`: regenerate it when a field changes."""
     from pathlib import Path
 
-    from starscan.config_reference import render
+    from starscan.settings.reference import render
 
     path = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
     assert path.read_text(encoding="utf-8") == render(), (
@@ -293,8 +293,8 @@ def test_the_configuration_reference_is_generated_from_the_model():
 
 
 def test_runtime_keys_are_the_marked_fields():
-    from starscan.config import Settings
-    from starscan.runtime_config import RUNTIME_KEYS, LiveSettings
+    from starscan.settings.config import Settings
+    from starscan.settings.runtime import RUNTIME_KEYS, LiveSettings
 
     assert "scan_engine" in RUNTIME_KEYS and "http_port" not in RUNTIME_KEYS
     live = LiveSettings(Settings(warehouse="/tmp/x"))
@@ -309,8 +309,8 @@ def test_runtime_keys_are_the_marked_fields():
 def test_settings_are_immutable_and_a_change_is_a_new_validated_object():
     from pydantic import ValidationError
 
-    from starscan.errors import ConfigChangeRefused
-    from starscan.runtime_config import LiveSettings
+    from starscan.core.errors import ConfigChangeRefused
+    from starscan.settings.runtime import LiveSettings
 
     first = Settings(warehouse="/tmp/x", jwt_key="k", be_endpoints="a:1, b:2", spark_conf="x=1")
     with pytest.raises(ValidationError):

@@ -1,4 +1,4 @@
-"""starscan.delta on local Delta tables written by deltalake (no Spark, no server)."""
+"""starscan.tables.delta on local Delta tables written by deltalake (no Spark, no server)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from starscan.catalog import Warehouse
-from starscan.errors import TableUnreadable
+from starscan.core.errors import TableUnreadable
+from starscan.tables.catalog import Warehouse
 
 
 def _table(rows: range) -> pa.Table:
@@ -52,9 +52,9 @@ def test_a_commits_actions_count_whatever_their_order(tmp_path, order):
     a file appended after it and removed again is not returned."""
     import json
 
-    from starscan.delta import DeltaChanges
-    from starscan.errors import TableRewritten
-    from starscan.storage import LOCAL
+    from starscan.core.errors import TableRewritten
+    from starscan.storage.stores import LOCAL
+    from starscan.tables.delta import DeltaChanges
 
     log = tmp_path / "_delta_log"
     log.mkdir()

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from starscan.arrow.direct import DirectFile, DirectRead
 from starscan.client import direct as client_direct
 from starscan.client.direct import DirectReader
-from starscan.direct import DirectFile, DirectRead
 
 SPARK_SCHEMA = {"type": "struct", "fields": [
     {"name": "id", "type": "long", "nullable": False, "metadata": {}},

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from starscan import users as users_module
-from starscan.users import ARGON2_AT_ONCE, UserStore
+from starscan.security import users as users_module
+from starscan.security.users import ARGON2_AT_ONCE, UserStore
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import pytest
 from pyspark.sql import types as T
 
 from starscan import expr as E
-from starscan.catalog import DataFile, Tablet
 from starscan.planner import pruning
 from starscan.planner.pruning import prune
 from starscan.planner.sql import parse
+from starscan.tables.catalog import DataFile, Tablet
 
 
 def where(pred: str) -> E.Expr | None:

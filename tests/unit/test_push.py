@@ -18,8 +18,8 @@ import time
 
 import pyarrow as pa
 import pytest
-
 from socket_helpers import closed_without_a_word
+
 from starscan.provider.push_listener import PushListener, PushSink
 from starscan.provider.push_wire import (
     ANY_SPLIT,

@@ -10,10 +10,10 @@ from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.thrift import TProcessor
 from thriftpy2.transport import TCyBufferedTransport, TSocket
 
+from starscan.arrow.wire import BatchConverter
+from starscan.core.sql_types import parse_schema
+from starscan.core.thrift_defs import wire
 from starscan.provider.server import _Processor, send_parts
-from starscan.sql_types import parse_schema
-from starscan.thrift_defs import wire
-from starscan.wire_arrow import BatchConverter
 
 FACTORY = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
 SERVICE = wire.TStarrocksExternalService

@@ -12,7 +12,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from starscan.errors import MemLimitExceeded, ScanCancelled, ScanTimeout
+from starscan.core.errors import MemLimitExceeded, ScanCancelled, ScanTimeout
 from starscan.provider.result_queue import EOS, ResultQueue
 
 JOIN_S = 10.0     # upper bound for a call that must return

@@ -1,4 +1,4 @@
-"""The Spark-free type model (starscan/sql_types.py) reads Spark's schema JSON to the same
+"""The Spark-free type model (starscan/core/sql_types.py) reads Spark's schema JSON to the same
 Arrow types pyspark gives, and to the wire's types (pyspark's with dates and timestamps as
 text); the kernel's Arrow filter translates through it exactly as before."""
 
@@ -10,9 +10,9 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_type
 
 from starscan import expr as E
-from starscan.arrow_filter import NotArrowable, to_arrow_filter
-from starscan.arrow_scan import Fields
-from starscan.sql_types import SqlType, parse_schema, parse_type
+from starscan.arrow.filter import NotArrowable, to_arrow_filter
+from starscan.arrow.scan import Fields
+from starscan.core.sql_types import SqlType, parse_schema, parse_type
 
 pytestmark = pytest.mark.quick
 

@@ -1,4 +1,4 @@
-"""starscan.storage without a store: local folders, location spelling, error kinds."""
+"""starscan.storage.stores without a store: local folders, location spelling, error kinds."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from starscan.errors import StorageDenied, StorageUnavailable
-from starscan.storage import LOCAL, StorageOptions, is_uri, open_storage, store_error
+from starscan.core.errors import StorageDenied, StorageUnavailable
+from starscan.storage.stores import LOCAL, StorageOptions, is_uri, open_storage, store_error
 
 
 def test_locations_and_schemes():
@@ -60,8 +60,8 @@ def test_store_errors_are_told_apart(text, kind):
 
 
 def test_a_warehouse_of_a_scheme_starscan_cannot_serve_stops_the_configuration():
-    from starscan.config import load_settings
-    from starscan.errors import ConfigError
+    from starscan.core.errors import ConfigError
+    from starscan.settings.config import load_settings
 
     with pytest.raises(ConfigError, match="cannot serve the scheme foo://"):
         load_settings(warehouse="foo://bucket/x")

@@ -1,11 +1,11 @@
-"""starscan.versions: what was appended since a version, exactly, or a refusal."""
+"""starscan.tables.versions: what was appended since a version, exactly, or a refusal."""
 
 from __future__ import annotations
 
 import pytest
 
-from starscan.errors import TableRewritten, VersionUnknown
-from starscan.versions import VersionHistory
+from starscan.core.errors import TableRewritten, VersionUnknown
+from starscan.tables.versions import VersionHistory
 
 A, B, C = ("a.parquet", 10, 1), ("b.parquet", 20, 2), ("c.parquet", 30, 3)
 
@@ -58,8 +58,8 @@ def test_two_processes_sharing_the_state_folder_lose_no_change(tmp_path):
     are all kept, and each sees the other's."""
     import threading
 
-    from starscan.changes import FolderChanges
-    from starscan.consumers import ConsumerPositions
+    from starscan.tables.changes import FolderChanges
+    from starscan.tables.consumers import ConsumerPositions
 
     fe1 = (VersionHistory(tmp_path), ConsumerPositions(tmp_path))
     fe2 = (VersionHistory(tmp_path), ConsumerPositions(tmp_path))

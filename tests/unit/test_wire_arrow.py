@@ -1,4 +1,4 @@
-"""The wire-type conversion of dates (starscan/wire_arrow.py): the day-to-text table
+"""The wire-type conversion of dates (starscan/arrow/wire.py): the day-to-text table
 gives exactly what Arrow's cast gives, for every batch shape a scan can hand it."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pyarrow as pa
 
-from starscan.sql_types import SqlType
-from starscan.wire_arrow import _converter, _dates_by_cast
+from starscan.arrow.wire import _converter, _dates_by_cast
+from starscan.core.sql_types import SqlType
 
 MIN_DAY, MAX_DAY = -719162, 2932896  # 0001-01-01 and 9999-12-31
 
@@ -53,7 +53,7 @@ def test_later_batches_with_new_days_are_taken_from_the_table(monkeypatch):
     """A scan whose first batch spans fewer days than later ones kept casting every later
     batch (the table was sized by the first batch's rows): no date of the table's range is
     cast once the table exists."""
-    from starscan import wire_arrow
+    from starscan.arrow import wire as wire_arrow
 
     convert = _converter(SqlType("date"))
     rng = random.Random(11)

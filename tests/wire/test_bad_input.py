@@ -15,9 +15,9 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from starscan import plan as P
 from starscan.client import thrift_client
-from starscan.thrift_defs import wire
+from starscan.core.thrift_defs import wire
+from starscan.plans import codec as P
 
 OK = wire.TStatusCode.OK
 INVALID_ARGUMENT = wire.TStatusCode.INVALID_ARGUMENT
@@ -70,7 +70,7 @@ def bystander(client, be_addr, server, spark):
     b.step()
     yield b
     rows = b.finish()
-    from starscan.catalog import Warehouse  # noqa: F401  (the table is the session warehouse's)
+    from starscan.tables.catalog import Warehouse  # noqa: F401  (the table is the session warehouse's)
 
     want = spark.read.parquet(str(server.warehouse.table_path("demo", "lineitem"))).select("l_orderkey", "l_linenumber").collect()
     assert sorted(rows) == sorted((r[0], r[1]) for r in want), "the bystander scanner lost or doubled rows"

@@ -1,4 +1,4 @@
-"""The opaque plan (starscan/plan.py, starscan/expr.py): round trips, tamper and expiry
+"""The opaque plan (starscan/plans/codec.py, starscan/expr/__init__.py): round trips, tamper and expiry
 detection, secret rotation and persistence, and a plan that outlives the server that
 issued it (a second server on the same warehouse reads it)."""
 
@@ -16,11 +16,11 @@ import pyarrow as pa
 import pytest
 
 from starscan import expr as E
-from starscan import plan as P
-from starscan.errors import PlanInvalid
+from starscan.core.errors import PlanInvalid
+from starscan.core.thrift_defs import plan as plan_idl
+from starscan.core.thrift_defs import wire
 from starscan.planner.sql import parse
-from starscan.thrift_defs import plan as plan_idl
-from starscan.thrift_defs import wire
+from starscan.plans import codec as P
 
 ROOT_AUTH = "Basic cm9vdDo="
 T1_SQL = "select `k1`, `v1`, `m` from `db1`.`t1` where (`k1` > 0)"
@@ -376,7 +376,7 @@ def _read_all(host: str, port: int, plan: dict, db: str, table: str, batch_size:
 
 
 def test_plan_survives_a_restart(server, spark, fe_url):
-    from starscan.server import StarscanServer
+    from starscan.app.server import StarscanServer
 
     issued = query_plan(fe_url, "db1", "t1", T1_SQL)
     settings = server.settings.model_copy(update={"http_port": 0, "be_port": 0})

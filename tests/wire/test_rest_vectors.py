@@ -21,7 +21,7 @@ INT64_MAX = 2**63 - 1
 
 
 def basic(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode("utf-8")).decode("ascii")
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 @pytest.fixture(scope="module")
@@ -409,7 +409,7 @@ def test_utf8_credentials(http, server):
 # =====================================================================================
 # _schema (2.3)
 # =====================================================================================
-# demo.all_types, in table order: (name, type, precision, scale); see starscan/demo.py ALL_TYPES_DDL.
+# demo.all_types, in table order: (name, type, precision, scale); see starscan/app/demo.py ALL_TYPES_DDL.
 ALL_TYPES_SCHEMA = [
     ("id", "INT", None, None),
     ("c_bool", "BOOLEAN", None, None),
@@ -470,9 +470,9 @@ def test_schema_all_types(http, query):
 
 
 def test_schema_matches_type_mapping(http, server, spark):
-    """`_schema` and starscan.types.starrocks_type agree on every column."""
-    from starscan.schemas import SchemaResolver
-    from starscan.types import starrocks_type
+    """`_schema` and starscan.spark.types.starrocks_type agree on every column."""
+    from starscan.spark.schemas import SchemaResolver
+    from starscan.spark.types import starrocks_type
 
     schema = SchemaResolver(spark).schema(server.warehouse.snapshot("demo", "all_types"))
     props = http.get("/api/demo/all_types/_schema", headers={"Authorization": ROOT_AUTH}).json()["properties"]

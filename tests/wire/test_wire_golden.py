@@ -14,7 +14,6 @@ Layout reminder (big-endian):
 
 from __future__ import annotations
 
-import base64
 import socket
 import struct
 import time
@@ -102,7 +101,7 @@ def assert_nothing_more(sock: socket.socket, wait: float = 0.3) -> None:
     sock.settimeout(wait)
     try:
         extra = sock.recv(65536)
-    except socket.timeout:
+    except TimeoutError:
         extra = None
     finally:
         sock.settimeout(60)
@@ -125,7 +124,7 @@ def wait_closed_by_server(sock: socket.socket, within: float = 15.0) -> None:
             chunk = sock.recv(65536)
         except ConnectionResetError:
             return
-        except socket.timeout:
+        except TimeoutError:
             raise AssertionError("the server kept a connection open after unparsable bytes") from None
         if not chunk:
             return
@@ -334,7 +333,7 @@ def test_unknown_method_gets_an_exception_and_the_connection_lives_on(be_addr):
                 body += chunk
                 if body.endswith(b"\x00"):
                     break
-        except socket.timeout:
+        except TimeoutError:
             pass
         sock.settimeout(60)
         assert b"\x08\x00\x02" + i32(1) in body, f"TApplicationException type UNKNOWN_METHOD(1) expected: {body!r}"
@@ -370,7 +369,7 @@ def test_truncated_or_foreign_bytes_do_not_hurt(be_addr, client, junk):
         try:
             while sock.recv(65536):
                 pass
-        except (ConnectionResetError, socket.timeout):
+        except (TimeoutError, ConnectionResetError):
             pass
     _assert_server_still_scans(client)
 

@@ -4,11 +4,11 @@ returns a plan or raises one of our errors (a clear 4xx/5xx), never anything els
 from __future__ import annotations
 
 import pytest
+from fuzzing import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzzing import fuzz_settings
-from starscan.errors import StarscanError
+from starscan.core.errors import StarscanError
 
 TOKENS = [
     "select", "from", "where", "and", "or", "not", "in", "between", "like", "is", "null", "true", "false",

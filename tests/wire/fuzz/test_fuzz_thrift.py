@@ -10,17 +10,17 @@ import struct
 import threading
 
 import pytest
+from fuzzing import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.thrift import TProcessor
-from thriftpy2.transport import TCyBufferedTransport, TSocket
+from thriftpy2.transport import TCyBufferedTransport
 
-from fuzzing import fuzz_settings
+from starscan.core.thrift_defs import wire
 from starscan.provider.handler import ExternalServiceHandler
 from starscan.provider.request_protocol import request_protocol_factory
 from starscan.provider.server import _LimitedSocket
-from starscan.thrift_defs import wire
 
 
 def _s(b: bytes) -> bytes:
@@ -91,7 +91,7 @@ def run_bytes(handler: ExternalServiceHandler, data: bytes) -> tuple[bytes, Base
     try:
         while chunk := theirs.recv(65536):
             reply += chunk
-    except (ConnectionResetError, socket.timeout):
+    except (TimeoutError, ConnectionResetError):
         pass
     t.join(30)
     assert not t.is_alive(), "the request path hung on these bytes"

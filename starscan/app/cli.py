@@ -1,0 +1,622 @@
+"""The `starscan` command line."""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+
+from starscan import __version__
+from starscan.core.errors import (
+    ConfigError,
+    InvalidInput,
+    JavaMissingError,
+    NotAuthorized,
+    StarscanError,
+    Unauthorized,
+    UnknownUser,
+)
+from starscan.settings.config import Settings, load_settings
+
+app = typer.Typer(add_completion=False, help="Serve Spark tables to StarRocks readers.", no_args_is_help=True)
+user_app = typer.Typer(help="Manage users and grants in the users file.", no_args_is_help=True)
+app.add_typer(user_app, name="user")
+secret_app = typer.Typer(help="Manage the plan-signing secret.", no_args_is_help=True)
+app.add_typer(secret_app, name="secret")
+
+
+ConfOpt = typer.Option(None, "--conf", help="starscan.conf file (key = value)")
+WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse: a local folder or a URI (s3://bucket/prefix)")
+
+
+# Exit codes (docs/operations.md "CLI"): 0 done; 1 the server answered with an error (not found, bad
+# value, refused change); 2 bad usage or configuration; 3 Java/Spark cannot start; 4 a port
+# cannot be bound; 5 the server cannot be reached; 6 authentication or permission refused.
+EXIT_SERVER_ERROR, EXIT_USAGE, EXIT_JAVA, EXIT_UNREACHABLE, EXIT_AUTH = 1, 2, 3, 5, 6
+
+
+def exit_code(exc: StarscanError) -> int:
+    """The CLI's exit code for a domain error."""
+    if isinstance(exc, (InvalidInput, UnknownUser, ConfigError)):
+        return EXIT_USAGE
+    if isinstance(exc, JavaMissingError):
+        return EXIT_JAVA
+    if isinstance(exc, (Unauthorized, NotAuthorized)):
+        return EXIT_AUTH
+    return EXIT_SERVER_ERROR
+
+
+@contextmanager
+def _domain_errors():
+    """A domain error ends the command with its message and its exit code."""
+    try:
+        yield
+    except StarscanError as exc:
+        _fail(exc.message, exit_code(exc))
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def _settings(conf: Path | None, **overrides) -> Settings:
+    try:
+        return load_settings(conf, **overrides)
+    except StarscanError as exc:
+        _fail(exc.message)
+        raise  # unreachable
+
+
+def _logging(fmt: str = "human", level: str = "INFO") -> None:
+    from starscan.core.logs import setup_logging
+
+    setup_logging(fmt, level)
+
+
+def _spark(settings: Settings):
+    from starscan.spark.session import build_session
+
+    try:
+        return build_session(settings)
+    except StarscanError as exc:
+        _fail(exc.message, EXIT_JAVA)
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(f"starscan {__version__}")
+
+
+LogFormatOpt = typer.Option(None, "--log-format", help="human (default) or json: one JSON object per log line")
+FE_SPARK_MASTER = "local[2]"
+ROLES = ("all", "fe", "be")
+
+
+def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
+    settings = _settings(conf, log_format=log_format, **overrides)
+    _logging(settings.log_format, settings.log_level)
+    log = logging.getLogger("starscan")
+    if fe and not be:
+        # An FE runs no scans: its Spark only infers schemas, answers the MySQL port's
+        # SELECTs and writes the demo. A small local one, whatever spark_master says.
+        settings = settings.model_copy(update={"spark_master": FE_SPARK_MASTER})
+    spark = _spark(settings)
+    from starscan.app.server import StarscanServer
+    from starscan.core.logs import quiet_spark
+
+    quiet_spark(spark)
+    try:
+        server = StarscanServer(settings, spark, fe=fe, be=be)
+    except StarscanError as exc:  # a store that cannot be opened (gs:// without its credentials, ...)
+        _fail(exc.message, exit_code(exc))
+    if not server.warehouse.storage.is_local:
+        try:
+            found = server.warehouse.databases()
+        except StarscanError as exc:  # serve anyway: plans say what is wrong until it is fixed
+            log.warning("the warehouse %s cannot be read now: %s", server.warehouse.location, exc.message)
+        else:
+            log.info("warehouse %s: %d database(s)", server.warehouse.location, len(found))
+    elif fe and settings.demo_scale > 0 and not any(server.warehouse.tables(db) for db in server.warehouse.databases()):
+        from starscan.app.demo import create_demo
+
+        started = time.monotonic()
+        created = create_demo(spark, server.warehouse, settings.demo_scale, settings.tablet_target_bytes)
+        log.info("created demo tables %s in %.1f s", ", ".join(created), time.monotonic() - started)
+    try:
+        server.start()
+    except OSError as exc:
+        _fail(f"cannot listen: {exc}", 4)
+    parts = []
+    if fe:
+        parts.append(f"FE http{'s' if settings.http_tls else ''}://{settings.bind_host}:{server.http_port}  "
+                     f"MySQL {settings.bind_host}:{server.query_port}")
+    if be:
+        parts.append(f"BE {settings.bind_host}:{server.be_port}")
+    log.info("starscan %s ready: %s  warehouse %s", __version__, "  ".join(parts), server.warehouse.location)
+    stop = {"now": False}
+
+    def _on_signal(signum, frame):
+        if stop["now"]:  # a second SIGTERM/SIGINT: no more waiting
+            log.warning("second signal: exiting now")
+            os._exit(1)
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    while not stop["now"]:
+        time.sleep(0.2)
+    grace = settings.shutdown_grace_s
+    log.info("stopping: cancelling in-flight scans (at most %g s)", grace)
+    # Bounded: if Spark or a connection hangs the stop, exit anyway (the JVM child follows,
+    # as it exits when its stdin, our pipe, closes).
+    def give_up() -> None:
+        log.error("stop took over %g s: exiting", grace)
+        os._exit(1)
+
+    watchdog = threading.Timer(grace, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    server.stop()
+    spark.stop()
+    watchdog.cancel()
+    log.info("stopped")
+
+
+@app.command()
+def serve(
+    conf: Path | None = ConfOpt,
+    http_port: int | None = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
+    be_port: int | None = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
+    query_port: int | None = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
+    warehouse: str | None = WarehouseOpt,
+    spark_master: str | None = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
+    demo_scale: float | None = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
+    bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
+    advertise_host: str | None = typer.Option(None, "--advertise-host", help="host put in routings"),
+    role: str = typer.Option("all", "--role", help="all (FE and BE in one process), fe (plans, schemas, MySQL port) "
+                             "or be (Thrift scanners, health and metrics on --be-http-port)"),
+    be_endpoints: str | None = typer.Option(None, "--be-endpoints", help="every BE as host:port, host:port: the FE "
+                                            "probes them and routes tablets to those that answer"),
+    be_http_port: int | None = typer.Option(None, "--be-http-port", help="a BE node's HTTP port (default 8040)"),
+    log_format: str | None = LogFormatOpt,
+) -> None:
+    """Start FE (HTTP + MySQL) and BE (Thrift) on one SparkSession, or one role; create the demo database in an empty warehouse."""
+    if role not in ROLES:
+        _fail(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+    fe, be = role in ("all", "fe"), role in ("all", "be")
+    overrides = dict(http_port=http_port, be_port=be_port, query_port=query_port, warehouse=warehouse,
+                     spark_master=spark_master, demo_scale=demo_scale, bind_host=bind_host,
+                     advertise_host=advertise_host, be_endpoints=be_endpoints, be_http_port=be_http_port)
+    _run_server(fe, be, conf, log_format, **overrides)
+
+
+@app.command()
+def fe(
+    conf: Path | None = ConfOpt,
+    http_port: int | None = typer.Option(None, "--http-port", help="FE HTTP port (default 8030)"),
+    query_port: int | None = typer.Option(None, "--query-port", help="FE MySQL protocol port (default 9030)"),
+    warehouse: str | None = WarehouseOpt,
+    demo_scale: float | None = typer.Option(None, "--demo-scale", help="scale factor of the demo lineitem (0: no demo)"),
+    bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
+    be_endpoints: str | None = typer.Option(None, "--be-endpoints", help="the BEs as host:port, host:port (routings)"),
+    log_format: str | None = LogFormatOpt,
+) -> None:
+    """Start only the FE (HTTP + MySQL), as serve --role fe: plans point at the live --be-endpoints; share the warehouse and plan secret with the BEs."""
+    _run_server(True, False, conf, log_format, http_port=http_port, query_port=query_port, warehouse=warehouse,
+                demo_scale=demo_scale, bind_host=bind_host, be_endpoints=be_endpoints)
+
+
+@app.command()
+def be(
+    conf: Path | None = ConfOpt,
+    be_port: int | None = typer.Option(None, "--be-port", help="BE Thrift port (default 9060)"),
+    warehouse: str | None = WarehouseOpt,
+    spark_master: str | None = typer.Option(None, "--spark-master", help="Spark master URL (default local[16]: 16 task slots)"),
+    bind_host: str | None = typer.Option(None, "--bind-host", help="address to listen on"),
+    be_http_port: int | None = typer.Option(None, "--be-http-port", help="HTTP port for health and metrics (default 8040)"),
+    log_format: str | None = LogFormatOpt,
+) -> None:
+    """Start only a BE (Thrift scanners on Spark), as serve --role be; it verifies plans with the shared plan secret."""
+    _run_server(False, True, conf, log_format, be_port=be_port, warehouse=warehouse, spark_master=spark_master,
+                bind_host=bind_host, be_http_port=be_http_port)
+
+
+@app.command()
+def tables(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
+    """List databases and tables in the warehouse, with tablets and versions."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from starscan.tables.catalog import Warehouse
+
+    settings = _settings(conf, warehouse=warehouse)
+    wh = Warehouse.of(settings, listing_ttl_s=0)
+    out = Table("database", "table", "tablets", "bytes", "version", "partitioned by")
+    problems = []
+    for db in wh.databases():
+        for name in wh.tables(db):
+            try:
+                snap = wh.snapshot(db, name)
+            except StarscanError as exc:  # one table that cannot be served does not hide the others
+                out.add_row(db, name, "-", "-", "-", "(cannot be served: see below)")
+                problems.append(f"{db}.{name}: {exc.message}")
+                continue
+            size = sum(f.size for f in snap.files)
+            out.add_row(db, name, str(len(snap.tablets)), f"{size:,}", str(snap.version), ", ".join(snap.partition_columns))
+    console = Console()
+    console.print(out)
+    for problem in problems:
+        console.print(problem, markup=False)
+
+
+@app.command()
+def load(
+    source: str = typer.Argument(..., help="file or directory to import"),
+    db: str = typer.Option(..., "--db", help="database"),
+    table: str = typer.Option(..., "--table", help="table"),
+    fmt: str | None = typer.Option(None, "--format", help="csv | parquet | json (default: from the file name)"),
+    partition_by: list[str] | None = typer.Option(None, "--partition-by", help="partition column (repeatable)"),
+    mode: str = typer.Option("overwrite", "--mode", help="overwrite | append"),
+    conf: Path | None = ConfOpt,
+    warehouse: str | None = WarehouseOpt,
+) -> None:
+    """Import CSV/Parquet/JSON through Spark into a warehouse table, in tablets of bounded size."""
+    settings = _settings(conf, warehouse=warehouse, spark_master=None)
+    if fmt is not None and fmt not in ("csv", "parquet", "json"):
+        _fail(f"--format must be csv, parquet or json, not {fmt!r}")
+    spark = _spark(settings)
+    from starscan.app.loader import load_table
+    from starscan.tables.catalog import Warehouse
+
+    wh = Warehouse.of(settings, listing_ttl_s=0)
+    with _domain_errors():
+        result = load_table(spark, wh, db, table, source, fmt=fmt, partition_by=list(partition_by or []),
+                            tablet_target_bytes=settings.tablet_target_bytes, mode=mode)
+    typer.echo(f"loaded {result['rows']:,} rows into {db}.{table}: {result['files']} files, "
+               f"{result['bytes']:,} bytes in {result['seconds']:.1f} s")
+
+
+@app.command()
+def scan(
+    table: str = typer.Argument(..., help="db.table"),
+    columns: str = typer.Option("*", "--columns", help="comma-separated columns"),
+    where: str | None = typer.Option(None, "--where", help="WHERE predicate"),
+    fe: str = typer.Option("127.0.0.1:8030", "--fe", help="FE host:port"),
+    user: str = typer.Option("root", "--user"),
+    password: str = typer.Option("", "--password"),
+    batch_size: int = typer.Option(4096, "--batch-size"),
+) -> None:
+    """Read a table through a running server like a StarRocks connector; print rows, bytes, MB/s."""
+    import httpx
+
+    from starscan.client import PlanError, ScanError, ScanStats, StarscanClient
+
+    db, _, name = table.partition(".")
+    if not name:
+        _fail("table must be db.table")
+    cols = ", ".join(f"`{c.strip()}`" if c.strip() != "*" else "*" for c in columns.split(","))
+    sql = f"select {cols} from `{db}`.`{name}`" + (f" where {where}" if where else "")
+    stats = ScanStats()
+    started = time.perf_counter()
+    try:
+        for _ in StarscanClient(fe, user, password).batches(db, name, sql, batch_size, stats=stats):
+            pass
+    except (PlanError, ScanError) as exc:
+        _fail(str(exc), 1)
+    except (OSError, httpx.HTTPError) as exc:
+        _fail(f"cannot reach starscan at {fe}: {exc}", 5)
+    seconds = time.perf_counter() - started
+    mb = stats.bytes / 1e6
+    first = f"{stats.first_batch_s:.3f} s" if stats.first_batch_s is not None else "-"
+    typer.echo(f"rows={stats.rows:,} batches={stats.batches} arrow_bytes={stats.bytes:,} scanners={stats.scanners} "
+               f"seconds={seconds:.3f} throughput={mb / seconds if seconds else 0:.1f} MB/s first_batch={first}")
+
+
+def _users(conf: Path | None, warehouse: str | None):
+    from starscan.security.users import UserStore
+
+    settings = _settings(conf, warehouse=warehouse)
+    return UserStore(settings.effective_users_file)
+
+
+def _ask_password(password: str | None) -> str:
+    if password is not None:
+        return password
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\n")
+    return getpass.getpass("password: ")
+
+
+@user_app.command("add")
+def user_add(name: str, password: str | None = typer.Option(None, "--password", help="(read from stdin/prompt if omitted)"),
+             grant: list[str] | None = typer.Option(None, "--grant", help="db.table, db.* or *.* (repeatable)"),
+             no_password: bool = typer.Option(False, "--no-password", help="a user who signs in with bearer tokens only"),
+             conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
+    """Add a user."""
+    store = _users(conf, warehouse)
+    with _domain_errors():
+        store.set_password(name, None if no_password else _ask_password(password), create=True)
+        for g in grant or []:
+            store.grant(name, g)
+    typer.echo(f"user {name} added")
+
+
+@user_app.command("passwd")
+def user_passwd(name: str, password: str | None = typer.Option(None, "--password"),
+                conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
+    """Change a user's password."""
+    with _domain_errors():
+        _users(conf, warehouse).set_password(name, _ask_password(password))
+    typer.echo(f"password of {name} changed")
+
+
+@user_app.command("grant")
+def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
+               revoke: bool = typer.Option(False, "--revoke", help="remove the grant instead"),
+               direct_read: bool = typer.Option(False, "--direct-read",
+                                                help="DIRECT_READ instead of SELECT: plans that name the table's files "
+                                                     "(docs/direct-reads.md)"),
+               conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
+    """Grant (or --revoke) SELECT, or with --direct-read DIRECT_READ, on db.table, db.* or *.*."""
+    from starscan.security.users import GRANT_PREFIX
+
+    with _domain_errors():
+        _users(conf, warehouse).grant(name, (GRANT_PREFIX + grant) if direct_read else grant, revoke=revoke)
+    typer.echo(f"{'revoked' if revoke else 'granted'} {'DIRECT_READ' if direct_read else 'SELECT'} on {grant} "
+               f"{'from' if revoke else 'to'} {name}")
+
+
+@user_app.command("revoke")
+def user_revoke(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
+                direct_read: bool = typer.Option(False, "--direct-read", help="revoke DIRECT_READ, not SELECT"),
+                conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
+    """Revoke SELECT (or DIRECT_READ) on db.table, db.* or *.* (running servers notice at once)."""
+    user_grant(name, grant, revoke=True, direct_read=direct_read, conf=conf, warehouse=warehouse)
+
+
+@secret_app.command("rotate")
+def secret_rotate(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
+    """Make a new plan-signing secret. Running servers switch to it within a second and still
+    accept plans signed with the previous one for plan_secret_grace_s."""
+    from starscan.plans.secrets import rotate_secret
+
+    settings = _settings(conf, warehouse=warehouse)
+    if settings.plan_secret is not None:
+        _fail("plan_secret is set in the configuration: rotate it there (move the old value to plan_secret_previous)")
+    kid = rotate_secret(settings.state_path)
+    typer.echo(f"new plan secret {kid} in {settings.state_path}; the previous one is accepted for "
+               f"{settings.plan_secret_grace_s} s")
+
+
+@user_app.command("list")
+def user_list(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
+    """List users and their grants."""
+    for name, grants in sorted(_users(conf, warehouse).users().items()):
+        typer.echo(f"{name}\t{', '.join(grants)}")
+
+
+# ---- commands that talk to a running server over HTTP ------------------------------------
+
+scanners_app = typer.Typer(help="List and close the scanners of a running server (admin).", no_args_is_help=True)
+app.add_typer(scanners_app, name="scanners")
+config_app = typer.Typer(help="Show (`config` / `config show`) or change (`config set KEY VALUE`) a running server's "
+                              "configuration (admin).", invoke_without_command=True)
+app.add_typer(config_app, name="config")
+
+FeOpt = typer.Option("127.0.0.1:8030", "--fe", help="FE address: host:port or http(s)://host:port")
+UserOpt = typer.Option("root", "--user", "-u", help="user (admin for scanners and config)")
+PasswordOpt = typer.Option("", "--password", "-p", help="password ('-': read it from stdin)")
+CaOpt = typer.Option(None, "--cacert", help="CA bundle to verify an https FE with")
+
+
+def _fe_url(fe: str) -> str:
+    return fe.rstrip("/") if "://" in fe else f"http://{fe}"
+
+
+def _http(method: str, fe: str, path: str, user: str, password: str, cacert: Path | None = None, **kwargs):
+    """One request to the FE; failures become the documented exit codes."""
+    import httpx
+
+    if password == "-":
+        password = sys.stdin.readline().rstrip("\n")
+    try:
+        resp = httpx.request(method, _fe_url(fe) + path, auth=(user, password), timeout=30,
+                             verify=str(cacert) if cacert else True, **kwargs)
+    except httpx.HTTPError as exc:
+        _fail(f"cannot reach starscan at {_fe_url(fe)}: {exc}", EXIT_UNREACHABLE)
+    if resp.status_code in (401, 403):
+        _fail(f"refused ({resp.status_code}): {_message(resp)}", EXIT_AUTH)
+    if resp.status_code >= 400:
+        _fail(f"{_message(resp)} (HTTP {resp.status_code})", EXIT_SERVER_ERROR)
+    return resp
+
+
+def _message(resp) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:500]
+    if isinstance(body, dict):
+        return str(body.get("exception") or body.get("msg") or body.get("message") or body)
+    return str(body)
+
+
+@app.command()
+def plan(
+    table: str = typer.Argument(..., help="db.table"),
+    columns: str = typer.Option("*", "--columns", help="comma-separated columns"),
+    where: str | None = typer.Option(None, "--where", help="WHERE predicate"),
+    sql: str | None = typer.Option(None, "--sql", help="the whole SELECT instead of --columns/--where"),
+    fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt,
+) -> None:
+    """Ask the FE for a scan plan (_query_plan) and print its JSON answer: the opaque plan and the tablets with their routings."""
+    import json
+
+    db, _, name = table.partition(".")
+    if not name:
+        _fail("table must be db.table", EXIT_USAGE)
+    if sql is None:
+        cols = ", ".join(f"`{c.strip()}`" if c.strip() != "*" else "*" for c in columns.split(","))
+        sql = f"select {cols} from `{db}`.`{name}`" + (f" where {where}" if where else "")
+    resp = _http("POST", fe, f"/api/{db}/{name}/_query_plan", user, password, cacert, content=json.dumps({"sql": sql}))
+    typer.echo(resp.text)
+
+
+@app.command()
+def follow(
+    table: str = typer.Argument(..., help="db.table"),
+    consumer: str = typer.Option(..., "--consumer", help="the consumer's name: the server keeps its position"),
+    into: Path = typer.Option(..., "--into", help="folder for one Parquet file per step, named <since>-<version>"),
+    columns: str = typer.Option("*", "--columns", help="comma-separated columns"),
+    where: str | None = typer.Option(None, "--where", help="WHERE predicate"),
+    fe: str = typer.Option("127.0.0.1:8030", "--fe", help="FE host:port"),
+    user: str = typer.Option("root", "--user"),
+    password: str = typer.Option("", "--password"),
+    poll_s: float = typer.Option(5.0, "--poll-s", help="seconds between polls while nothing is new"),
+    stop_when_idle: bool = typer.Option(False, "--stop-when-idle", help="exit at the first poll with nothing new"),
+) -> None:
+    """Write what is appended to a table into Parquet files, exactly once across crashes.
+
+    Each step's rows go to a file renamed into place (<since>-<version>.parquet, `start` for
+    the first read), then the position is committed. After a crash, a file whose range starts
+    at the committed position is the step that was written but not committed: its version is
+    committed first, so no row is written twice or lost."""
+    import os
+
+    import httpx
+    import pyarrow.parquet as pq
+
+    from starscan.client import PlanError, ScanError, StarscanClient
+
+    db, _, name = table.partition(".")
+    if not name:
+        _fail("table must be db.table")
+    cols = ", ".join(f"`{c.strip()}`" if c.strip() != "*" else "*" for c in columns.split(","))
+    sql = f"select {cols} from `{db}`.`{name}`" + (f" where {where}" if where else "")
+    into.mkdir(parents=True, exist_ok=True)
+    client = StarscanClient(fe, user, password)
+    try:
+        # Recover: steps written before a crash and not yet committed.
+        written = {p.stem.split("-")[0]: p.stem.split("-")[1] for p in into.glob("*-*.parquet")}
+        position = client.position(db, name, consumer)
+        while (key := "start" if position is None else str(position)) in written:
+            position = int(written[key])
+            client.commit(db, name, consumer, position)
+        for step in client.follow(db, name, sql, consumer, poll_s=poll_s, stop_when_idle=stop_when_idle):
+            target = into / f"{'start' if step.since is None else step.since}-{step.version}.parquet"
+            tmp = into / f".{target.name}.tmp"
+            pq.write_table(step.rows, tmp)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+            dir_fd = os.open(into, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # the rename is durable before the position moves
+            finally:
+                os.close(dir_fd)
+            typer.echo(f"{target.name}: {step.rows.num_rows:,} rows")
+    except (PlanError, ScanError) as exc:
+        _fail(str(exc), 1)
+    except (ConnectionError, httpx.HTTPError) as exc:
+        _fail(f"cannot reach starscan at {fe}: {exc}", 5)
+
+
+@scanners_app.command("list")
+def scanners_list(fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt,
+                  as_json: bool = typer.Option(False, "--json", help="print the JSON answer")) -> None:
+    """List the open scanners: user, table, rows and bytes sent, throughput, age, idle time, Spark jobs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from starscan.planner.admin import human_bytes
+
+    body = _http("GET", fe, "/api/scanners", user, password, cacert).json()
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(body, indent=2))
+        return
+    out = Table("context_id", "user", "table", "rows", "bytes", "throughput", "age", "idle", "state", "spark jobs")
+    for s in body["scanners"]:
+        out.add_row(s["context_id"], str(s["user"] or "-"), str(s["table"] or "-"), f"{s['rows_sent']:,}",
+                    human_bytes(s["bytes_sent"]), human_bytes(s["throughput_bytes_s"]) + "/s", f"{s['age_s']:.0f} s",
+                    f"{s['idle_s']:.0f} s", s["state"], ", ".join(map(str, s["spark_jobs"])) or "-")
+    Console(width=200).print(out)
+
+
+@scanners_app.command("close")
+def scanners_close(context_id: str = typer.Argument(..., help="the scanner's context_id"), fe: str = FeOpt,
+                   user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt) -> None:
+    """Close a scanner: its Spark job is cancelled and its reader gets NOT_FOUND. Exit 1 if there is no such scanner."""
+    body = _http("POST", fe, f"/api/scanners/{context_id}/close", user, password, cacert).json()
+    typer.echo(f"closed {context_id} after {body.get('rows_sent', 0):,} rows")
+
+
+@config_app.callback()
+def config_main(ctx: typer.Context, fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt,
+                cacert: Path | None = CaOpt) -> None:
+    """Show a running server's effective configuration (GET /varz; secrets masked)."""
+    ctx.obj = {"fe": fe, "user": user, "password": password, "cacert": cacert}
+    if ctx.invoked_subcommand is None:
+        _config_show(ctx.obj)
+
+
+def _config_show(conn: dict) -> None:
+    body = _http("GET", conn["fe"], "/varz", conn["user"], conn["password"], conn["cacert"]).json()
+    runtime = set(body.get("runtime_changeable", []))
+    for key, value in sorted(body["config"].items()):
+        mark = "  # can change at run time" if key in runtime else ""
+        typer.echo(f"{key} = {_conf_value(value)}{mark}")
+
+
+def _conf_value(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return "; ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+@config_app.command("show")
+def config_show(ctx: typer.Context) -> None:
+    """Print every key = value (keys that can change at run time are marked)."""
+    _config_show(ctx.obj)
+
+
+@config_app.command("reference")
+def config_reference() -> None:
+    """Print the configuration reference (docs/configuration.md) generated from the settings model."""
+    from starscan.settings.reference import render
+
+    typer.echo(render(), nl=False)
+
+
+@config_app.command("set")
+def config_set(ctx: typer.Context, key: str = typer.Argument(..., help="configuration key"),
+               value: str = typer.Argument(..., help="new value")) -> None:
+    """Change a key on the running server (POST /api/update_config). Keys that need a restart are refused (exit 1)."""
+    conn = ctx.obj
+    _http("POST", conn["fe"], "/api/update_config", conn["user"], conn["password"], conn["cacert"], params={key: value})
+    typer.echo(f"{key} = {value}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

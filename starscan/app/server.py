@@ -1,0 +1,256 @@
+"""Assembles FE and BE around one SparkSession (`starscan serve`)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import socket
+import threading
+import time
+
+import uvicorn
+
+from starscan.app.operations import Operations
+from starscan.core import logs
+from starscan.core.errors import ScanCancelled, StarscanError
+from starscan.gc.reaper import ScanContextReaper
+from starscan.planner.app import create_app
+from starscan.planner.auth import Authenticator
+from starscan.planner.be_membership import BeMembership
+from starscan.planner.http_protocol import BoundedHttpToolsProtocol
+from starscan.planner.mysql import MysqlPort
+from starscan.planner.ops_routes import install_routes
+from starscan.planner.query_plan import QueryPlanner
+from starscan.plans.secrets import RotatingPlanSigner
+from starscan.plans.tablet_lists import TabletLists
+from starscan.provider.admission import Admission
+from starscan.provider.contexts import ScanContextManager
+from starscan.provider.handler import ExternalServiceHandler
+from starscan.provider.server import ThriftServer
+from starscan.provider.service import ScanService
+from starscan.provider.worker_keeper import PythonWorkerKeeper
+from starscan.security import tls
+from starscan.security.audit import AuditLog
+from starscan.security.ratelimit import LoginGuard
+from starscan.security.tokens import TokenVerifier
+from starscan.security.users import UserStore
+from starscan.settings.config import Settings
+from starscan.settings.runtime import LiveSettings
+from starscan.spark.schemas import SchemaResolver
+from starscan.tables.catalog import Warehouse
+from starscan.tables.consumers import ConsumerPositions
+from starscan.tables.tablets import Sizing
+
+log = logging.getLogger("starscan")
+
+
+def be_app(spark, ops: Operations, auth: Authenticator):
+    """The HTTP app of a BE node on its own: health (503 when its Spark is gone), metrics and
+    the operations endpoints (scanners, the admin page: admins only)."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
+
+    from starscan import __version__
+    from starscan.planner.errors import handle_starscan_error
+    from starscan.spark.session import spark_problem
+
+    app = FastAPI(title="starscan BE", version=__version__)
+    app.add_exception_handler(StarscanError, handle_starscan_error)  # type: ignore[arg-type]
+    app.state.auth = auth
+
+    @app.get("/api/health", summary="Liveness; 503 when Spark is gone")
+    async def health() -> JSONResponse:
+        problem = await run_in_threadpool(spark_problem, spark)
+        if problem is not None:
+            return JSONResponse({"status": "FAILED", "msg": problem}, status_code=503)
+        return JSONResponse({"status": "OK", "msg": "To Be Added"})
+
+    install_routes(app, ops)
+    return app
+
+
+def _reveal(secret) -> str | None:
+    return secret.get_secret_value() if secret is not None else None
+
+
+class StarscanServer:
+    """FE (uvicorn) + BE (thriftpy2) + reaper in one process. Ports 0 pick free ports."""
+
+    def __init__(self, settings: Settings, spark, fe: bool = True, be: bool = True):
+        self.live_settings = LiveSettings(settings)  # run-time changes (POST /api/update_config)
+        self.spark = spark
+        if settings.warehouse_is_local:
+            settings.warehouse_path.mkdir(parents=True, exist_ok=True)
+        settings.state_path.mkdir(parents=True, exist_ok=True)
+        catalogs = []
+        if settings.hive_databases:
+            from starscan.tables.hive import HiveTables
+
+            catalogs.append(HiveTables(spark, settings.hive_databases, settings.storage_options,
+                                       settings.listing_cache_ttl_s))
+        self.warehouse = Warehouse.of(settings, extra_catalogs=catalogs)
+        if self.warehouse.storage.scheme == "s3":
+            # The same endpoint and keys for Hadoop's s3a client, should Spark have one (the sql
+            # engine's path); set at run time, so they are in no Spark UI page or event log.
+            hadoop = spark._jsc.hadoopConfiguration()
+            for key, value in settings.storage_options.hadoop_conf().items():
+                hadoop.set(key, value)
+        self.signer = RotatingPlanSigner(settings.state_path, _reveal(settings.plan_secret),
+                                         _reveal(settings.plan_secret_previous), settings.plan_secret_grace_s)
+        self.users = UserStore(settings.effective_users_file)
+        tls.check(settings)
+        self.audit = AuditLog(settings.effective_audit_log)
+        self.login_guard = LoginGuard(settings.login_max_failures, settings.login_lockout_s)
+        self.contexts = ScanContextManager()
+        self.fe_enabled, self.be_enabled = fe, be
+        self._uvicorn: uvicorn.Server | None = None
+        self._uvicorn_thread: threading.Thread | None = None
+        self.thrift: ThriftServer | None = None
+        self.reaper: ScanContextReaper | None = None
+        self.http_port: int | None = None
+        self.be_port: int | None = None
+        self.query_port: int | None = None
+        self.mysql: MysqlPort | None = None  # when the FE runs
+        self.workers: PythonWorkerKeeper | None = None  # with the warm-up
+        self.tablet_lists = TabletLists(settings.tablet_lists_max_bytes)
+        self.service = ScanService(self.live_settings, spark, self.signer, self.contexts,
+                                   Admission(self.live_settings, self.users, self.login_guard), self.audit,
+                                   tablet_lists=self.tablet_lists, warehouse=self.warehouse)
+        self.membership = BeMembership(settings.be_endpoints, settings.be_probe_interval_s, settings.be_probe_failures) \
+            if fe and settings.be_endpoints else None
+        self.planner = QueryPlanner(self.live_settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists,
+                                    ConsumerPositions(settings.state_path), self.membership)
+        self.ops = Operations(self.live_settings, self.service, self.contexts, self.users, self.audit, spark,
+                              lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port},
+                              self.planner.consumer_lags)
+        self._subscribe_runtime_changes()
+
+    @property
+    def settings(self) -> Settings:
+        """The settings as they are now (run-time changes replace them)."""
+        return self.live_settings.current
+
+    def _subscribe_runtime_changes(self) -> None:
+        """What a run-time configuration change must reach besides the settings objects."""
+        live = self.live_settings
+        live.subscribe(["scan_context_gc_interval_s", "scan_context_gc_interval_min"],
+                       lambda s, _: self.reaper.set_interval(s.gc_interval_s) if self.reaper is not None else None)
+        live.subscribe(["total_queue_max_bytes"], lambda s, _: setattr(self.service.budget, "max_bytes", s.total_queue_max_bytes))
+        live.subscribe(["log_level"], lambda s, _: logs.set_level(s.log_level))
+        live.subscribe(["result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables"],
+                       lambda s, _: self.service.result_cache.configure(s.result_cache_max_bytes,
+                                                                         s.result_cache_max_entry_bytes, s.result_cache_tables))
+        live.subscribe(["tablet_target_bytes", "tablet_open_cost_bytes"],
+                       lambda s, _: self.warehouse.set_sizing(Sizing.of(s)))
+        live.subscribe(["login_max_failures", "login_lockout_s"],
+                       lambda s, _: self.login_guard.configure(s.login_max_failures, s.login_lockout_s))
+
+    def start(self) -> StarscanServer:
+        self.users.warn_if_default_root()
+        if self.be_enabled and self.settings.warmup_rows > 0:
+            from starscan.provider.warmup import warm_up
+
+            try:
+                seconds = warm_up(self.spark, self.settings.warehouse_path if self.settings.warehouse_is_local
+                                  else self.settings.state_path, self.settings.warmup_rows,
+                                  self.service.push_listener())
+            except Exception as exc:  # noqa: BLE001 - a cold JVM is slower, not broken
+                log.warning("JVM warm-up skipped: %s: %s (the first scans will be slower; warmup_rows=0 turns the "
+                            "warm-up off)", type(exc).__name__, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")
+            else:
+                log.info("JVM warmed up in %.1f s (%d rows written and scanned; warmup_rows=0 turns this off)", seconds,
+                         self.settings.warmup_rows)
+            workers = self.workers = PythonWorkerKeeper(self.spark)
+            try:
+                seconds = workers.fill()
+                log.info("%d Spark Python workers started in %.1f s", workers.slots(), seconds)
+            except Exception as exc:  # noqa: BLE001 - started on demand then
+                log.warning("Spark Python workers not started ahead: %s", exc)
+            workers.start()
+        if self.be_enabled:
+            self.thrift = ThriftServer(self.ops.be.wrap(ExternalServiceHandler(self.service)), self.settings.bind_host,
+                                       self.settings.be_port, self.settings.thrift_client_timeout_s,
+                                       max_read_bytes=self.settings.max_thrift_message_bytes,
+                                       ssl_context=tls.server_context(self.settings) if self.settings.be_tls else None)
+            self.thrift.start()
+            self.be_port = self.thrift.port
+            if self.settings.be_port == 0 and not self.settings.be_endpoints:
+                # Tests bind port 0: advertise the port actually bound.
+                self.live_settings.bound(be_port=self.be_port)
+            self.reaper = ScanContextReaper(self.contexts, self.settings.gc_interval_s)
+            self.reaper.start()
+        tokens = None
+        if self.settings.jwt_key is not None:
+            tokens = TokenVerifier(self.settings.jwt_key.get_secret_value(), self.settings.jwt_algorithms,
+                                   self.settings.jwt_issuer, self.settings.jwt_audience)
+        auth = Authenticator(self.users, self.login_guard, tokens)
+        if self.fe_enabled:
+            if self.membership is not None:
+                self.membership.start()
+            app = create_app(self.planner, auth, self.live_settings, self.audit)
+            install_routes(app, self.ops)
+            self.live_settings.subscribe(["plan_rate_per_user", "plan_rate_burst"],
+                                         lambda s, _: app.state.plan_rate.configure(s.plan_rate_per_user, s.plan_rate_burst))
+            self.http_port = self._serve_http(app, self.settings.http_port, "FE")
+            mysql = self.mysql = MysqlPort(self.settings, self.warehouse, self.planner.schemas, self.users, self.spark,
+                                           self.login_guard, on_refused=self.ops.metrics.auth_failures.labels("mysql").inc)
+            mysql.start()
+            self.query_port = mysql.port
+        elif self.be_enabled:
+            # A BE node on its own answers health and metrics (and the operations pages) on
+            # be_http_port, as a StarRocks BE's web server does.
+            self.http_port = self._serve_http(be_app(self.spark, self.ops, auth), self.settings.be_http_port, "BE")
+        # What is loaded by now (Spark's and the libraries' objects, hundreds of thousands)
+        # lives as long as the process: keep it out of the collector's full passes, which
+        # otherwise walk all of it (pauses that made the FE's p99 under load twice its p50).
+        gc.collect()
+        gc.freeze()
+        return self
+
+    def _serve_http(self, app, port: int, role: str) -> int:
+        """Start uvicorn with ``app`` on ``port`` (0: a free one); returns the port bound."""
+        # proto=IPPROTO_TCP, not the default 0: asyncio turns Nagle's algorithm off
+        # (TCP_NODELAY) only on sockets whose proto says TCP, and uvicorn writes a reply's
+        # headers and body separately; with Nagle on, every keep-alive request after the
+        # first waited ~40 ms for the client's delayed ACK.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.settings.bind_host, port))
+        bound = sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                http=BoundedHttpToolsProtocol, loop="uvloop", **tls.uvicorn_options(self.settings))
+        self._uvicorn = uvicorn.Server(config)
+        self._uvicorn_thread = threading.Thread(target=self._uvicorn.run, kwargs={"sockets": [sock]},
+                                                name=f"{role.lower()}-http", daemon=True)
+        self._uvicorn_thread.start()
+        deadline = time.monotonic() + 30
+        while not self._uvicorn.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not self._uvicorn.started:
+            self.stop()
+            raise StarscanError(f"the {role} HTTP port {self.settings.bind_host}:{bound} did not start within 30 s")
+        log.info("%s http%s listening on %s:%d", role, "s" if self.settings.http_tls else "", self.settings.bind_host,
+                 bound)
+        return bound
+
+    def stop(self) -> None:
+        if self.membership is not None:
+            self.membership.stop()
+        if self.mysql is not None:
+            self.mysql.stop()
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
+            if self._uvicorn_thread is not None:
+                self._uvicorn_thread.join(timeout=10)
+        if self.thrift is not None:
+            self.thrift.stop()
+        if self.reaper is not None:
+            self.reaper.stop()
+        if self.workers is not None:
+            self.workers.stop()
+        # Readers inside get_next get this status now; their next call gets NOT_FOUND.
+        self.contexts.close_all(ScanCancelled("the server is shutting down: open a new scanner when it is back"))
+        self.service.stop()
+        self.ops.stop()
+        self.audit.close()

@@ -1,0 +1,139 @@
+"""Whether a scan has an exact pyarrow reading, and its read instructions: shared by the
+BE's ``arrow`` engine (provider/arrow_engine.py, which also cuts the splits) and the
+client's direct reads (starscan.client.direct), so both read the same rows the same way.
+
+A scan reads exactly with pyarrow only when every part of it does: the files are Parquet,
+the predicate translates (starscan.arrow.filter), every column it reads has a scalar type
+(no nested types), and every partition value it reads is spelled so that its value is
+certain (starscan.storage.hadoop_paths.exact_partition_value). Otherwise ``NotArrowable`` says
+why: the BE then runs the scan on Spark SQL, and a direct plan marks it not direct.
+
+Everything here works from the plan's own description of the table (Spark's schema JSON
+read into starscan.core.sql_types), so the client needs no Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from starscan.arrow.filter import NotArrowable, to_arrow_filter
+from starscan.arrow.read import ArrowRead, FilePart
+from starscan.arrow.rebase import CalendarRules
+from starscan.core.sql_types import Field
+from starscan.expr import Expr
+from starscan.storage.hadoop_paths import exact_partition_value, partition_of
+from starscan.storage.stores import LOCAL, Storage
+
+__all__ = ["NotArrowable", "Fields", "file_part", "partition_names", "plan_read"]
+
+
+class Fields:
+    """A table's columns by name, case-insensitively (Spark's default resolution)."""
+
+    def __init__(self, fields: Iterable[Field]):
+        self.fields = tuple(fields)
+        # The last of names differing only in case wins, as the FE resolves them.
+        self._by_lower: dict[str, Field] = {f.name.lower(): f for f in self.fields}
+
+    def __call__(self, name: str | None) -> Field:
+        found = self._by_lower.get((name or "").lower())
+        if found is None:
+            raise NotArrowable(f"column {name!r} is not in the table")
+        return found
+
+    def has(self, name: str) -> bool:
+        return name.lower() in self._by_lower
+
+
+def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[str, str | None]],
+              predicate: Expr | None, time_zone: str, file_format: str | None, partition_columns: set[str],
+              storage: Storage = LOCAL, calendar: CalendarRules = CalendarRules()) -> ArrowRead:
+    """The read instructions for ``columns`` ((output name, source column; None for an
+    expression)) of ``table`` filtered by ``predicate``, or NotArrowable. ``partition_columns``:
+    the lower-case names whose values are in the files' folders (empty when the values are
+    inside the files). ``calendar``: the session's rules for dates and timestamps of files
+    from older writers (starscan.arrow.rebase)."""
+    arrow_filter = to_arrow_filter(predicate, fields) if predicate is not None else None
+    output, out_fields = [], []
+    for name, source in columns:
+        if source is None:
+            raise NotArrowable("an output expression")
+        f = fields(source)
+        _check_type(f)
+        output.append((name, f.name, f.declared_char_length))
+        out_fields.append((name, f))
+    if file_format not in (None, "parquet"):
+        raise NotArrowable(f"the table's files are {file_format}, which Spark SQL reads")
+    used = {src for _, src, _ in output} | {fields(n).name for n in (predicate.columns() if predicate else set())}
+    for name in used:
+        _check_type(fields(name))
+    file_columns = sorted(n for n in used if n.lower() not in partition_columns)
+    part_columns = sorted(n for n in used if n.lower() in partition_columns)
+
+    def arrow_of(name: str) -> pa.DataType:
+        return fields(name).type.spark_arrow_type(time_zone)
+
+    pushdown = _file_conjuncts(predicate, fields, partition_columns) if predicate is not None else None
+    dates = tuple(n for n in file_columns if fields(n).type.kind in ("date", "timestamp"))
+    if calendar.int96_conversion and any(fields(n).type.kind == "timestamp" for n in file_columns):
+        raise NotArrowable("spark.sql.parquet.int96TimestampConversion is on (INT96 timestamps of files not written "
+                           "by parquet-mr are moved to the session's zone)")
+    return ArrowRead(
+        table=table, version=version,
+        needed=tuple((n, arrow_of(n)) for n in file_columns),
+        partition_columns=tuple((n, arrow_of(n)) for n in part_columns),
+        output=tuple(output),
+        output_schema=pa.schema([pa.field(name, f.type.spark_arrow_type(time_zone), f.nullable) for name, f in out_fields]),
+        filter=arrow_filter, pushdown=pushdown, dates=dates, calendar=calendar, storage=storage,
+        output_columns=tuple((name, f.type, f.nullable) for name, f in out_fields),
+    )
+
+
+def file_part(read: ArrowRead, fields: Fields, location: str, path: str, size: int, mtime_ns: int,
+              row_groups: tuple[int, ...] | None, folders: bool) -> FilePart:
+    """One planned file as the reader reads it: its place, identity, row groups and (for a
+    table partitioned in folders) the typed values of the partition columns ``read`` uses."""
+    values = []
+    wanted = {name for name, _ in read.partition_columns}
+    for col, raw in partition_of(path) if folders else ():
+        canonical = fields(col).name if fields.has(col) else col
+        if canonical not in wanted:
+            continue
+        try:
+            values.append((canonical, exact_partition_value(raw, fields(col).type)))
+        except ValueError as exc:
+            raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
+    return FilePart(read.storage.join(location, path), path, size, mtime_ns, row_groups, tuple(values))
+
+
+def partition_names(first_file_path: str | None, fields: Fields) -> set[str]:
+    """The lower-case names of the table's columns that are partition folders, from the
+    path of one of its files (every file of a table has the same folders)."""
+    if first_file_path is None:
+        return set()
+    return {col.lower() for col, _ in partition_of(first_file_path) if fields.has(col)}
+
+
+def _check_type(f: Field) -> None:
+    if not f.type.is_scalar:
+        raise NotArrowable(f"column {f.name} has type {f.type.simple_string()}")
+
+
+def _file_conjuncts(predicate: Expr, fields: Fields, partition_columns: set[str]) -> pc.Expression | None:
+    """The AND of the predicate's top-level conjuncts that read file columns only: what the
+    Parquet reader may use to skip row groups by their statistics (the whole predicate is
+    applied to every batch afterwards in any case)."""
+    conjuncts, stack = [], [predicate]
+    while stack:
+        e = stack.pop()
+        if e.kind == "op" and e.name == "and":
+            stack.extend(e.children)
+        elif not any(c.lower() in partition_columns for c in e.columns()):
+            conjuncts.append(to_arrow_filter(e, fields))
+    out = None
+    for c in conjuncts:
+        out = c if out is None else (out & c)
+    return out

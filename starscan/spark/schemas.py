@@ -1,0 +1,207 @@
+"""Table schemas, read by Spark from the table's Parquet files and cached per version."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING, Any, cast
+
+from cachetools import LRUCache
+from pyspark.sql import types as T
+
+from starscan.core.errors import SqlInvalid, StarscanError, TableUnreadable
+from starscan.spark.session import spark_problem
+from starscan.storage.hadoop_paths import check_openable, literal
+from starscan.tables.catalog import TableSnapshot
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_lock = threading.Lock()
+
+
+def schema_hash(schema: T.StructType) -> int:
+    return hash_of_json(schema.json())
+
+
+def hash_of_json(schema_json: str) -> int:
+    """``schema_hash`` of the schema whose JSON this is."""
+    import hashlib
+
+    digest = hashlib.blake2b(schema_json.encode("utf-8"), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF or 1
+
+
+class SchemaResolver:
+    """``snapshot -> StructType``: Spark's own view of the table (partition columns last)."""
+
+    def __init__(self, spark: SparkSession):
+        self.spark = spark
+        self._cache: LRUCache[tuple[str, int], T.StructType] = LRUCache(maxsize=1024)
+        # The JSON and hash every plan carries, per table version: rendering them took a
+        # tenth of a small plan's CPU (bench/RESULTS.md, plan_latency).
+        self._texts: LRUCache[tuple[str, int], tuple[T.StructType, str, int]] = LRUCache(maxsize=1024)
+
+    def schema_text(self, snap: TableSnapshot, schema: T.StructType) -> tuple[str, int]:
+        """``schema.json()`` and ``schema_hash(schema)`` of ``schema(snap)``, kept per table
+        version while it is the same schema object."""
+        key = (str(snap.location), snap.version)
+        with _lock:
+            hit = self._texts.get(key)
+        if hit is not None and hit[0] is schema:
+            return hit[1], hit[2]
+        text = schema.json()
+        found = (schema, text, hash_of_json(text))
+        with _lock:
+            self._texts[key] = found
+        return found[1], found[2]
+
+    def schema(self, snap: TableSnapshot) -> T.StructType:
+        key = (str(snap.location), snap.version)
+        with _lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if snap.schema_json is not None:  # the table format's own (Delta's is Spark's JSON): also when empty
+            return T.StructType.fromJson(json.loads(snap.schema_json))
+        if not snap.tablets:
+            raise SqlInvalid(f"table {snap.qualified_name} has no data files, so it has no schema yet")
+        storage = snap.storage
+        check_openable(snap.qualified_name, storage.spark_path(snap.location), (f.path for f in snap.files))
+        try:
+            if storage.is_local:
+                spark_schema = self.spark.read.parquet(literal(snap.location)).schema
+            else:
+                spark_schema = self._schema_without_reading(snap)
+        except StarscanError:
+            raise
+        except Exception as exc:
+            if spark_problem(self.spark) is not None:
+                raise  # Spark itself is gone: the caller reports that
+            raise TableUnreadable(f"table {snap.qualified_name} cannot be read by Spark: "
+                                  f"{_reason(exc, str(snap.location))}") from None
+        schema = _with_footer_details(spark_schema, snap)
+        with _lock:
+            self._cache[key] = schema
+        return schema
+
+
+    def _schema_without_reading(self, snap: TableSnapshot) -> T.StructType:
+        """Spark's view of a table in object storage, which this process's Spark may have no
+        filesystem for (s3a needs jars of its own): the data columns from a footer, the
+        partition columns typed by Spark's own inference over the folder names."""
+        data = _footer_schema(snap)
+        if data is None:
+            raise TableUnreadable(f"table {snap.qualified_name}: the footer of {snap.files[0].path} cannot be read")
+        partitions = self._partition_schema(snap)
+        names = {f.name.lower() for f in partitions.fields}
+        return T.StructType([f for f in data.fields if f.name.lower() not in names] + list(partitions.fields))
+
+    def _partition_schema(self, snap: TableSnapshot) -> T.StructType:
+        """``PartitioningUtils.parsePartitions`` (what ``spark.read.parquet`` runs on the
+        folders it lists): the same names, types and type inference settings."""
+        if not snap.partition_columns:
+            return T.StructType([])
+        jvm: Any = self.spark._jvm
+        storage = snap.storage
+        folders = sorted({f.path.rpartition("/")[0] for f in snap.files})
+        paths = jvm.java.util.ArrayList()
+        for folder in folders:
+            paths.add(jvm.org.apache.hadoop.fs.Path(storage.spark_path(storage.join(snap.location, folder))))
+        base = jvm.java.util.HashSet()
+        base.add(jvm.org.apache.hadoop.fs.Path(storage.spark_path(snap.location)))
+        scala = jvm.scala.jdk.javaapi.CollectionConverters
+        conf = self.spark.conf
+        utils = getattr(jvm, "org.apache.spark.sql.execution.datasources.PartitioningUtils$").__getattr__("MODULE$")
+        spec = utils.parsePartitions(
+            scala.asScala(paths).toList(),
+            conf.get("spark.sql.sources.partitionColumnTypeInference.enabled", "true") == "true",
+            scala.asScala(base).toSet(), jvm.scala.Option.empty(),
+            conf.get("spark.sql.caseSensitive", "false") == "true",
+            conf.get("spark.sql.sources.validatePartitionColumns", "true") == "true",
+            conf.get("spark.sql.session.timeZone"), False)
+        return T.StructType.fromJson(json.loads(spec.partitionColumns().json()))
+
+
+def _footer_schema(snap: TableSnapshot) -> T.StructType | None:
+    """The data columns as Spark reads them from the first file: the schema Spark wrote into
+    the footer, or pyspark's mapping of its Arrow schema; every field nullable and char or
+    varchar read as string, as Spark's file sources read them."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    first = snap.files[0]
+    try:
+        arrow_schema = pq.read_schema(snap.storage.open(snap.storage.join(snap.location, first.path)))
+    except StarscanError:
+        raise
+    except Exception:  # noqa: BLE001 - an unreadable footer: the caller says so
+        return None
+    meta = arrow_schema.metadata or {}
+    if SPARK_ROW_METADATA in meta:
+        written = T.StructType.fromJson(json.loads(meta[SPARK_ROW_METADATA]))
+    else:
+        written = from_arrow_schema(_as_spark_reads(arrow_schema), prefer_timestamp_ntz=False)
+    return cast(T.StructType, _as_read(written))
+
+
+def _as_spark_reads(schema: Any) -> Any:
+    """An Arrow schema with unsigned integers as the types Spark reads them as (the next
+    wider signed integer; UINT64 as DECIMAL(20, 0)), which pyspark's mapping lacks."""
+    import pyarrow as pa
+
+    wider = {8: pa.int16(), 16: pa.int32(), 32: pa.int64()}
+
+    def read_as(t: Any) -> Any:
+        if pa.types.is_unsigned_integer(t):
+            return wider.get(t.bit_width, pa.decimal128(20, 0))
+        return t
+
+    return pa.schema([f.with_type(read_as(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def _as_read(dt: T.DataType) -> T.DataType:
+    if isinstance(dt, T.StructType):
+        return T.StructType([T.StructField(f.name, _as_read(f.dataType), True, f.metadata) for f in dt.fields])
+    if isinstance(dt, T.ArrayType):
+        return T.ArrayType(_as_read(dt.elementType), True)
+    if isinstance(dt, T.MapType):
+        return T.MapType(_as_read(dt.keyType), _as_read(dt.valueType), True)
+    if isinstance(dt, (T.CharType, T.VarcharType)):
+        return T.StringType()
+    return dt
+
+
+def _reason(exc: BaseException, location: str) -> str:
+    """The first line of Spark's message, with the table's location left out."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    for prefix in (f"file:{location}/", f"file://{location}/", f"{location}/"):
+        first = first.replace(prefix, "")
+    return first[:500]
+
+
+SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def _with_footer_details(schema: T.StructType, snap: TableSnapshot) -> T.StructType:
+    """Spark reads file sources as all-nullable and drops char/varchar; the writer's schema in
+    the Parquet footer (first file) still has NOT NULL and the declared char/varchar types."""
+    import pyarrow.parquet as pq
+
+    first = snap.files[0]
+    try:
+        meta = pq.read_schema(snap.storage.open(snap.storage.join(snap.location, first.path))).metadata or {}
+        written = T.StructType.fromJson(json.loads(meta[SPARK_ROW_METADATA]))
+    except StarscanError:
+        raise
+    except Exception:  # noqa: BLE001 - not written by Spark, unreadable footer: keep Spark's view
+        return schema
+    by_name = {f.name: f for f in written.fields}
+    fields = []
+    for f in schema.fields:
+        w = by_name.get(f.name)
+        if w is not None and w.dataType == f.dataType:
+            f = T.StructField(f.name, f.dataType, w.nullable, {**(f.metadata or {}), **(w.metadata or {})})
+        fields.append(f)
+    return T.StructType(fields)

@@ -1,0 +1,226 @@
+"""The SparkSession starscan runs on, and the Java check that comes before it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from starscan.core.errors import JavaMissingError
+from starscan.expr import Expr
+from starscan.settings.config import Settings
+from starscan.storage.hadoop_paths import literal
+from starscan.storage.stores import open_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+JAVA_HELP = (
+    "starscan needs Java 17 or newer for Spark. Install it, e.g. "
+    "`apt-get install openjdk-17-jre-headless` (Debian/Ubuntu), `brew install openjdk@17` (macOS), "
+    "or set JAVA_HOME to a JDK 17+."
+)
+
+# Defaults (bench/RESULTS.md): small input splits (16 MiB) make short Spark tasks, so task
+# slots change hands often among concurrent scanners; a split cannot be smaller than a
+# Parquet row group, so tables starscan writes (demo, `starscan load`) get 16 MiB row groups.
+# FAIR lets each scanner's pool get a slot before a pool that has some.
+DEFAULT_SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.scheduler.mode": "FAIR",
+    "spark.sql.files.maxPartitionBytes": str(16 << 20),
+    "spark.hadoop.parquet.block.size": str(16 << 20),
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "4096",
+    "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    "spark.driver.memory": "2g",
+}
+
+
+def java_major_version() -> int | None:
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return None
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if not match:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def check_java() -> int:
+    major = java_major_version()
+    if major is None:
+        raise JavaMissingError(f"No Java runtime found. {JAVA_HELP}")
+    if major < 17:
+        raise JavaMissingError(f"Java {major} found, but Java 17 or newer is needed. {JAVA_HELP}")
+    return major
+
+
+#: FAIR pools scan jobs are spread over (a scanner's pool is chosen from its context id).
+SCAN_POOLS = 64
+
+
+def scan_pool(context_id: str) -> str:
+    """The FAIR scheduler pool of a scanner's jobs. Each pool has a minimum share of one
+    task slot, so a scanner with no task running gets the next free slot before scanners
+    that have one: every reader keeps getting rows while others read."""
+    return f"starscan-{int(context_id.replace('-', '')[:8], 16) % SCAN_POOLS}"
+
+
+def fair_pools_file(state_dir: Path) -> Path:
+    """Write the FAIR scheduler's pool definitions (``spark.scheduler.allocation.file``)."""
+    pools = "".join(
+        f'  <pool name="starscan-{i}"><schedulingMode>FIFO</schedulingMode><weight>1</weight>'
+        f"<minShare>1</minShare></pool>\n" for i in range(SCAN_POOLS))
+    path = state_dir / "fairscheduler.xml"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    text = f'<?xml version="1.0"?>\n<allocations>\n{pools}</allocations>\n'
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
+def spark_conf(settings: Settings) -> dict[str, str]:
+    conf = dict(DEFAULT_SPARK_CONF)
+    try:
+        conf["spark.scheduler.allocation.file"] = str(fair_pools_file(settings.state_path))
+    except OSError:  # a read-only warehouse: pools are created on demand (with a warning each)
+        pass
+    # Scan tasks run starscan's own code in Spark's Python workers (provider/push_task.py):
+    # they must use this interpreter, whose environment has starscan and pyarrow.
+    conf["spark.pyspark.python"] = sys.executable
+    conf["spark.pyspark.driver.python"] = sys.executable
+    # Workers start with `python -m`, which puts their working directory first on sys.path:
+    # started from a source checkout, its `starscan/` folder would shadow the installed package.
+    conf["spark.executorEnv.PYTHONSAFEPATH"] = "1"
+    # Workers are forked from a daemon that has the scan tasks' imports done already.
+    conf["spark.python.daemon.module"] = "starscan.provider.worker_daemon"
+    conf["spark.sql.session.timeZone"] = settings.time_zone
+    if settings.warehouse_is_local:
+        conf["spark.sql.warehouse.dir"] = str(settings.warehouse_path.resolve())
+    else:
+        conf["spark.sql.warehouse.dir"] = open_storage(settings.warehouse_location).spark_path(settings.warehouse_location)
+    if settings.hive_metastore:
+        conf["spark.sql.catalogImplementation"] = "hive"
+        if settings.hive_metastore == "embedded":
+            derby = settings.state_path.resolve() / "metastore_db"
+            conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = f"jdbc:derby:;databaseName={derby};create=true"
+        else:
+            conf["spark.hadoop.hive.metastore.uris"] = settings.hive_metastore
+    if settings.spark_master.startswith("local"):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    else:
+        # A cluster's executors reach this driver, and push scanned rows into this BE, at the
+        # address readers reach it by.
+        conf["spark.driver.host"] = settings.advertise_host
+    conf.update(settings.spark_conf)
+    return conf
+
+
+def spark_problem(spark: SparkSession) -> str | None:
+    """Why this process's Spark cannot run scans, or None when it can. A JVM that died (an
+    OutOfMemoryError in a task makes Spark exit it) or a stopped SparkContext fails every
+    later scan, so health checks must see it and let the orchestrator restart us."""
+    try:
+        jsc = spark.sparkContext._jsc
+        if jsc is None or jsc.sc().isStopped():
+            return "the SparkContext is stopped: restart starscan"
+    except Exception as exc:  # noqa: BLE001 - py4j cannot reach the JVM
+        return f"Spark's JVM does not answer ({type(exc).__name__}): restart starscan"
+    return None
+
+
+def build_session(settings: Settings) -> SparkSession:
+    """Start (or join) the process's SparkSession with starscan's settings."""
+    check_java()
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark takes its workers' interpreter from here (the spark.pyspark.python key is read
+    # by spark-submit only); scan tasks need this one (see spark_conf).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(settings.spark_master).appName("starscan")
+    for key, value in spark_conf(settings).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+
+
+def read_parquet_files(spark: SparkSession, schema: StructType, base: str, paths: list[str],
+                       partition_folders: bool = True, file_format: str = "parquet") -> DataFrame:
+    """A DataFrame over exactly these Parquet files of the table at ``base`` (names never
+    read as glob patterns), partition columns from the folders between ``base`` and each
+    file, typed by ``schema`` (``partition_folders=False``: the folders mean nothing, every
+    column is in the files, as in Iceberg tables). ``file_format``: parquet or orc."""
+    reader = spark.read.schema(schema).format(file_format)
+    if not partition_folders:
+        return reader.option("recursiveFileLookup", "true").load([literal(p) for p in paths])
+    # basePath is compared with the files' parents as it is, never globbed.
+    return reader.option("basePath", base).load([literal(p) for p in paths])
+
+
+_SESSIONS: dict[tuple[int, bool, bool], SparkSession] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def scan_session(spark: SparkSession, ordered: bool = False, exact_floats: bool = False) -> SparkSession:
+    """The session a sql-engine scan reads in: ``spark`` itself, or a session of the same
+    SparkContext with these changes (one of each kind, made once):
+
+    * ``ordered``: file splits that depend only on the files. Spark sizes its splits by the
+      cluster's cores (``spark.sql.files.minPartitionNum`` defaults to the default
+      parallelism), so two BEs, or one whose cluster gained an executor, would cut the same
+      files differently and send an ordered scan's rows in another order.
+    * ``exact_floats``: no filter pushdown into the Parquet and ORC readers, for predicates
+      on FLOAT/DOUBLE columns. Spark's own semantics order NaN above every number, but the
+      files' row-group statistics leave NaN out (pyarrow writes min/max without it), so a
+      pushed-down ``x > 498`` skips a row group whose max is 99 and whose NaN row matches:
+      Spark SQL gives that row only with pushdown off, which is the answer both engines give."""
+    if not ordered and not exact_floats:
+        return spark
+    key = (id(spark.sparkContext), ordered, exact_floats)
+    with _SESSIONS_LOCK:
+        session = _SESSIONS.get(key)
+        if session is None:
+            session = spark.newSession()
+            for name in ("spark.sql.session.timeZone", "spark.sql.files.maxPartitionBytes",
+                         "spark.sql.files.openCostInBytes"):
+                value = spark.conf.get(name, None)
+                if value is not None:
+                    session.conf.set(name, value)
+            if ordered:
+                session.conf.set("spark.sql.files.minPartitionNum", "1")
+            if exact_floats:
+                session.conf.set("spark.sql.parquet.filterPushdown", "false")
+                session.conf.set("spark.sql.orc.filterPushdown", "false")
+            _SESSIONS[key] = session
+        return session
+
+
+def filters_floats(predicate: Expr | None, schema: StructType) -> bool:
+    """Whether ``predicate`` reads a FLOAT or DOUBLE column of ``schema`` (scan_session's
+    ``exact_floats``)."""
+    if predicate is None:
+        return False
+    from pyspark.sql import types as T
+
+    by_lower = {f.name.lower(): f.dataType for f in schema.fields}
+    return any(isinstance(by_lower.get(name.lower()), (T.FloatType, T.DoubleType)) for name in predicate.columns())

@@ -1,0 +1,378 @@
+"""Where tables live: a local folder or an object store, read through ``pyarrow.fs``.
+
+A location is a local absolute path (``/data/wh``) or a URI (``s3://bucket/prefix``,
+``gs://bucket/prefix``, ``hdfs://namenode/path``, ``file:///data/wh``). ``Storage`` answers
+the few questions the catalog, the schema reader and the scans ask of one: is this a folder,
+what is in it, what is below it (one listing for an object store), and a file to read. Local
+folders keep the ``os`` calls they always had (one ``stat`` on a plan's hot path); everything
+else goes through a ``pyarrow.fs`` filesystem.
+
+Credentials and the endpoint come from ``StorageOptions`` (config keys ``s3_*``) or, when
+those are unset, from each store's standard environment (``AWS_ACCESS_KEY_ID``, ...). They
+live in the filesystem object only: never in a location, a plan, a log line or ``/varz``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+from starscan.core.errors import StorageDenied, StorageUnavailable
+from starscan.storage.files import is_hidden_folder
+
+__all__ = ["LOCAL", "Entry", "Storage", "StorageOptions", "is_uri", "local_path", "open_storage", "store_error"]
+
+_LOCAL_FS = pafs.LocalFileSystem()
+# Hadoop's name for each scheme, for the Spark SQL path (s3a is Hadoop's S3 client).
+_HADOOP_SCHEMES = {"s3": "s3a", "s3a": "s3a", "gs": "gs", "gcs": "gs", "hdfs": "hdfs", "viewfs": "viewfs"}
+
+
+SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "hdfs", "viewfs")
+
+
+def check_location(location: str) -> None:
+    """A warehouse location starscan can serve, or ValueError saying what to use instead."""
+    if not is_uri(location):
+        return
+    scheme = urlsplit(location).scheme.lower()
+    if scheme not in SCHEMES:
+        raise ValueError(f"{location!r}: starscan cannot serve the scheme {scheme}://; use a local folder, "
+                         "s3://bucket/prefix (S3 and S3-compatible stores), gs://bucket/prefix or hdfs://host/path")
+    if not urlsplit(location).netloc and scheme != "file":
+        raise ValueError(f"{location!r} names no bucket or host")
+
+
+def is_uri(location: str) -> bool:
+    """``scheme://...`` (a single letter is a Windows drive, not a scheme)."""
+    scheme = urlsplit(location).scheme
+    return len(scheme) > 1 and "://" in location
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """How to reach an S3-compatible store; unset fields fall back to the AWS environment."""
+
+    endpoint: str | None = None          # http://127.0.0.1:9000 for MinIO or a test server
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    path_style: bool | None = None       # None: path-style when an endpoint is set
+
+    @property
+    def path_style_requests(self) -> bool:
+        """Path-style requests (bucket in the path): as set, else when an endpoint is set."""
+        return self.path_style if self.path_style is not None else bool(self.endpoint)
+
+    def s3_filesystem(self) -> pafs.S3FileSystem:
+        kwargs: dict[str, Any] = {}
+        if self.endpoint:
+            parts = urlsplit(self.endpoint if "://" in self.endpoint else f"https://{self.endpoint}")
+            kwargs["endpoint_override"] = parts.netloc + parts.path.rstrip("/")
+            kwargs["scheme"] = parts.scheme or "https"
+        if self.region:
+            kwargs["region"] = self.region
+        if self.access_key_id or self.secret_access_key:
+            kwargs["access_key"] = self.access_key_id or ""
+            kwargs["secret_key"] = self.secret_access_key or ""
+            if self.session_token:
+                kwargs["session_token"] = self.session_token
+        kwargs["force_virtual_addressing"] = not self.path_style_requests
+        # A table read must not wait minutes on a store that does not answer.
+        kwargs["connect_timeout"] = 10
+        kwargs["request_timeout"] = 60
+        return pafs.S3FileSystem(**kwargs)
+
+    def hadoop_conf(self) -> dict[str, str]:
+        """The same options for Hadoop's s3a client (the Spark SQL path)."""
+        conf: dict[str, str] = {}
+        if self.endpoint:
+            conf["fs.s3a.endpoint"] = self.endpoint
+            conf["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https")).lower()
+        if self.region:
+            conf["fs.s3a.endpoint.region"] = self.region
+        conf["fs.s3a.path.style.access"] = str(self.path_style_requests).lower()
+        if self.access_key_id:
+            conf["fs.s3a.access.key"] = self.access_key_id
+        if self.secret_access_key:
+            conf["fs.s3a.secret.key"] = self.secret_access_key
+        if self.session_token:
+            conf["fs.s3a.session.token"] = self.session_token
+        return conf
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One name in a folder, or one file below a table (``name`` is then its relative path)."""
+
+    name: str
+    is_dir: bool
+    size: int = 0
+    mtime_ns: int = 0
+
+
+class Storage:
+    """A local folder tree or an object store; locations are strings (see the module doc)."""
+
+    def __init__(self, fs: pafs.FileSystem | None, scheme: str, authority: str = "",
+                 options: StorageOptions | None = None):
+        self.fs = fs              # None: a local folder, read with os calls
+        self.scheme = scheme      # "" for local paths
+        self.authority = authority  # the bucket (s3, gs) or namenode (hdfs)
+        self.options = options
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Sent to Spark's Python tasks with the scan: the filesystem pickles itself.
+        return (Storage, (self.fs, self.scheme, self.authority, self.options))
+
+    def delta_options(self) -> dict[str, str] | None:
+        """The same store for ``deltalake`` (delta-rs names its options as AWS does)."""
+        if self.scheme != "s3":
+            return None
+        options = self.options or StorageOptions()
+        out: dict[str, str] = {}
+        if options.endpoint:
+            out["AWS_ENDPOINT_URL"] = options.endpoint
+            out["AWS_ALLOW_HTTP"] = str(options.endpoint.startswith("http://")).lower()
+        out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(not options.path_style_requests).lower()
+        if options.region:
+            out["AWS_REGION"] = options.region
+        if options.access_key_id:
+            out["AWS_ACCESS_KEY_ID"] = options.access_key_id
+        if options.secret_access_key:
+            out["AWS_SECRET_ACCESS_KEY"] = options.secret_access_key
+        if options.session_token:
+            out["AWS_SESSION_TOKEN"] = options.session_token
+        return out
+
+    @property
+    def is_local(self) -> bool:
+        return self.fs is None
+
+    # ---- locations ----
+    def join(self, location: str, *names: str) -> str:
+        out = location.rstrip("/") if location not in ("/", "") else location
+        for name in names:
+            out = f"{out}/{name}" if not out.endswith("/") else f"{out}{name}"
+        return out
+
+    def _fs_path(self, location: str) -> str:
+        if self.fs is None or not is_uri(location):
+            return location
+        parts = urlsplit(location)
+        return f"{parts.netloc}{parts.path}".rstrip("/") if self.scheme in ("s3", "gs") else parts.path.rstrip("/") or "/"
+
+    def arrow_path(self, location: str) -> tuple[pafs.FileSystem, str]:
+        """The pyarrow filesystem and the path in it (for ``pyarrow.dataset``)."""
+        if self.fs is None:
+            return _LOCAL_FS, location
+        return self.fs, self._fs_path(location)
+
+    def spark_path(self, location: str) -> str:
+        """The location as Spark's Hadoop filesystems name it (``s3://`` -> ``s3a://``)."""
+        if self.fs is None or not is_uri(location):
+            return location
+        scheme, rest = location.split("://", 1)
+        return f"{_HADOOP_SCHEMES.get(scheme, scheme)}://{rest}"
+
+    # ---- questions ----
+    def dir_stamp(self, location: str) -> int | None:
+        """A number that changes when the folder's own entries change (local: its mtime), 0
+        when the store cannot tell (object stores); None when it is not a folder."""
+        if self.fs is None:
+            try:
+                st = os.stat(location)
+            except (OSError, ValueError):  # ValueError: a NUL in a name
+                return None
+            return st.st_mtime_ns if stat.S_ISDIR(st.st_mode) else None
+        info = self._info(location)
+        return 0 if info.type == pafs.FileType.Directory else None
+
+    def is_dir(self, location: str) -> bool:
+        return self.dir_stamp(location) is not None
+
+    def list_dir(self, location: str) -> list[Entry]:
+        """The names in a folder (none when it does not exist), sorted."""
+        if self.fs is None:
+            try:
+                with os.scandir(location) as it:
+                    out = [Entry(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        else:
+            try:
+                infos = self._call(self.fs.get_file_info, pafs.FileSelector(self._fs_path(location), allow_not_found=True))
+            except NotADirectoryError:
+                return []
+            out = [Entry(i.base_name, i.type == pafs.FileType.Directory) for i in infos]
+        return sorted(out, key=lambda e: e.name)
+
+    def walk_files(self, location: str, folders: dict[str, int] | None = None) -> Iterator[Entry]:
+        """Every file below a folder, as paths relative to it ('/'-separated), with size and
+        modification time; folders Spark's listing leaves out (starscan.storage.files.is_hidden_folder) are not entered.
+        ``folders``: filled with the modification time of every local folder entered, taken
+        before its entries are read (object stores have none)."""
+        if self.fs is None:
+            yield from _walk_local(location, "", folders)
+            return
+        root = self._fs_path(location)
+        try:
+            infos = self._call(self.fs.get_file_info, pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        except NotADirectoryError:
+            return
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            rel = info.path[len(root):].lstrip("/")
+            if any(is_hidden_folder(part) for part in rel.split("/")[:-1]):
+                continue
+            mtime = info.mtime_ns if info.mtime_ns is not None else 0
+            yield Entry(rel, False, info.size or 0, mtime)
+
+    def file_identity(self, location: str) -> tuple[int, int] | None:
+        """(size, modification time in ns) of a file, or None when it is not there."""
+        if self.fs is None:
+            try:
+                st = os.stat(location)
+            except (OSError, ValueError):
+                return None
+            return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+        info = self._info(location)
+        if info.type != pafs.FileType.File:
+            return None
+        return info.size or 0, info.mtime_ns or 0
+
+    def open(self, location: str) -> Any:
+        """A file to read (what pyarrow's readers take)."""
+        if self.fs is None:
+            return location
+        return self._call(self.fs.open_input_file, self._fs_path(location))
+
+    def read_bytes(self, location: str) -> bytes | None:
+        """A whole (small) file's bytes, None when there is no such file."""
+        try:
+            if self.fs is None:
+                with open(location, "rb") as fh:
+                    return fh.read()
+            with self._call(self.fs.open_input_stream, self._fs_path(location)) as stream:
+                return bytes(stream.read())
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    # ---- writing (starscan load into object storage) ----
+    def upload(self, local_file: str, location: str) -> None:
+        """Copy a local file to ``location``, in one piece as the store sees it."""
+        fs, path = self.arrow_path(location)
+        self._call(pafs.copy_files, local_file, path, _LOCAL_FS, fs)
+
+    def delete_dir(self, location: str) -> None:
+        """Remove a folder and everything below it (nothing when it is not there)."""
+        fs, path = self.arrow_path(location)
+        try:
+            self._call(fs.delete_dir, path)
+        except FileNotFoundError:
+            pass
+
+    def _info(self, location: str) -> pafs.FileInfo:
+        return self._call(self.fs.get_file_info, self._fs_path(location))  # type: ignore[union-attr]
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """Run one store call; errors of the store itself (refused credentials, a bucket that
+        is gone, no answer) become ``StorageUnavailable`` naming the store, never its keys."""
+        try:
+            return fn(*args)
+        except (FileNotFoundError, NotADirectoryError):
+            raise
+        except OSError as exc:
+            raise store_error(f"{self.scheme}://{self.authority}", exc) from None
+
+
+def _walk_local(directory: str, rel: str, folders: dict[str, int] | None = None) -> Iterator[Entry]:
+    try:
+        if folders is not None:
+            folders[directory] = os.stat(directory).st_mtime_ns
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            if not is_hidden_folder(entry.name):
+                yield from _walk_local(entry.path, f"{rel}{entry.name}/", folders)
+        elif entry.is_file():
+            st = entry.stat()
+            yield Entry(rel + entry.name, False, st.st_size, st.st_mtime_ns)
+
+
+_DENIED = ("ACCESS_DENIED", "Access Denied", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+           "Forbidden", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "HTTP status 403", "code 15")
+
+
+def store_error(store: str, exc: OSError) -> StorageDenied | StorageUnavailable:
+    """The domain error for a failed store call: refused credentials, or a store that cannot
+    serve (gone, unreachable)."""
+    message = _store_message(exc)
+    if any(marker in str(exc) for marker in _DENIED):
+        return StorageDenied(f"{store} refused starscan's credentials ({message}); check the s3_* settings of the "
+                             "server (or a direct reader's connect(storage=...)) or the AWS_* environment")
+    return StorageUnavailable(f"{store} cannot be read: {message}")
+
+
+def _store_message(exc: OSError) -> str:
+    """The store's own words, without pyarrow's request ids and with any key blanked."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    for marker in (" Detail: ", " detail: "):
+        text = text.split(marker)[0]
+    return text[:300]
+
+
+LOCAL = Storage(None, "")  # local folders
+_SETUP_HINTS = {
+    "hdfs": " (pyarrow's HDFS client loads libhdfs through Java: set JAVA_HOME, HADOOP_HOME and CLASSPATH="
+            "$(hadoop classpath --glob) for the server)",
+    "viewfs": " (pyarrow's HDFS client loads libhdfs through Java: set JAVA_HOME, HADOOP_HOME and CLASSPATH="
+              "$(hadoop classpath --glob) for the server)",
+    "gs": " (Google Cloud Storage credentials come from GOOGLE_APPLICATION_CREDENTIALS or the instance)",
+}
+
+
+def open_storage(location: str, options: StorageOptions | None = None) -> Storage:
+    """The storage a location lives in: local for a path or ``file://``, else pyarrow.fs.
+    One filesystem per store and options in a process: a scanner's open, a catalog's table
+    and the warehouse reach the same bucket through the same client."""
+    if not is_uri(location):
+        return LOCAL
+    parts = urlsplit(location)
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        return LOCAL
+    if scheme in ("s3", "s3a"):
+        return _store("s3", parts.netloc, options or StorageOptions())
+    return _store(scheme, parts.netloc, None)
+
+
+@functools.lru_cache(maxsize=64)
+def _store(scheme: str, netloc: str, options: StorageOptions | None) -> Storage:
+    if scheme == "s3":
+        assert options is not None
+        return Storage(options.s3_filesystem(), "s3", netloc, options)
+    try:
+        fs, _ = pafs.FileSystem.from_uri(f"{scheme}://{netloc}/")
+    except (OSError, ValueError) as exc:  # not cached: the next call tries again
+        hint = _SETUP_HINTS.get(scheme, "")
+        if isinstance(exc, OSError):
+            error = store_error(f"{scheme}://{netloc}", exc)
+            raise type(error)(error.message + hint) from None
+        raise StorageUnavailable(f"cannot open {scheme}://{netloc}: {exc}{hint}") from None
+    return Storage(fs, scheme, netloc)
+
+
+def local_path(location: str) -> str:
+    """A local location as a plain path (``file:///x`` -> ``/x``)."""
+    return urlsplit(location).path if location.startswith("file:") else location  # file:///x and Hadoop's file:/x

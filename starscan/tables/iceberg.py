@@ -1,0 +1,315 @@
+"""Iceberg tables from a pyiceberg catalog: databases are the catalog's namespaces.
+
+A table's snapshot is its current Iceberg snapshot: the data files ``plan_files`` gives for
+it (never a listing: the table folder also holds other snapshots' files), each matched with
+the store's listing of the table location, whose sizes and modification times the scans
+then check. The plan's version is the snapshot id folded into 31 bits. The schema is
+Iceberg's, mapped to Spark's types as Spark's Iceberg connector maps them.
+
+Both engines read a data file's columns by name, so what would make a name point at other
+data is refused by name: a column renamed, or a name that was dropped and added again, in
+the table's schema history; row-level deletes (position or equality delete files); types
+with no Spark counterpart here (time, uuid, fixed); data files outside the table location.
+Partition values are inside Iceberg's data files, so tablets carry no partition folders and
+the arrow engine's row-group statistics do the skipping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from cachetools import LRUCache
+
+from starscan.core.errors import DatabaseNotFound, StarscanError, TableNotFound, TableRewritten, TableUnreadable, VersionUnknown
+from starscan.storage.stores import StorageOptions, local_path, open_storage
+from starscan.tables.catalog_tables import CatalogTable, asking
+from starscan.tables.tablets import hash_int
+
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
+
+
+
+class IcebergTables:
+    """The namespaces and tables of one pyiceberg catalog (``iceberg_catalog`` properties)."""
+
+    def __init__(self, properties: dict[str, str], namespaces: list[str] | None = None,
+                 options: StorageOptions | None = None, ttl_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.properties = dict(properties)
+        self.only = set(namespaces or ())
+        self.options = options
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._catalog: Any = None
+        self._lock = threading.Lock()
+        self._snapshots: LRUCache[tuple[str, str], tuple[float, str, CatalogTable]] = LRUCache(maxsize=1024)
+        self._namespaces: tuple[float, list[str]] | None = None
+
+    @property
+    def catalog(self) -> Any:
+        with self._lock:
+            if self._catalog is None:
+                from pyiceberg.catalog import load_catalog
+
+                try:
+                    properties = {k: v for k, v in self.properties.items() if k != "name"}
+                    self._catalog = load_catalog(self.properties.get("name", "default"), **properties)
+                except Exception as exc:  # noqa: BLE001 - pyiceberg raises many kinds
+                    raise TableUnreadable(f"the Iceberg catalog cannot be opened: {_first_line(exc)}") from None
+            return self._catalog
+
+    # ---- names ----
+    def databases(self) -> list[str]:
+        now = self._clock()
+        cached = self._namespaces
+        if cached is not None and now - cached[0] < self._ttl_s:
+            return cached[1]
+        names = [".".join(ns) for ns in self._call(lambda: self.catalog.list_namespaces())]
+        found = sorted(n for n in names if not self.only or n in self.only)
+        self._namespaces = (now, found)
+        return found
+
+    def serves(self, db: str) -> bool:
+        """Whether ``db`` is one of this catalog's namespaces (and chosen, when a list is set)."""
+        if self.only and db not in self.only:
+            return False
+        return db in self.databases()
+
+    def tables(self, db: str) -> list[str]:
+        if not self.serves(db):
+            raise DatabaseNotFound(db)
+        return sorted(t[-1] for t in self._call(lambda: self.catalog.list_tables(db)))
+
+    def has_table(self, db: str, table: str) -> bool:
+        return self.serves(db) and table in self.tables(db)
+
+    # ---- snapshots ----
+    def snapshot(self, db: str, table: str) -> CatalogTable:
+        key = (db, table)
+        now = self._clock()
+        with self._lock:
+            cached = self._snapshots.get(key)
+        if cached is not None and now - cached[0] < self._ttl_s:
+            return cached[2]
+        loaded = self._load(db, table)
+        if cached is not None and cached[1] == loaded.metadata_location:
+            files = cached[2]  # the same metadata: the same snapshot
+        else:
+            files = self._files(f"{db}.{table}", loaded)
+        with self._lock:
+            self._snapshots[key] = (now, loaded.metadata_location, files)
+        return files
+
+    def invalidate(self, db: str, table: str) -> None:
+        with self._lock:
+            self._snapshots.pop((db, table), None)
+            self._namespaces = None
+
+    def changes(self, db: str, table: str) -> IcebergChanges:
+        return IcebergChanges(f"{db}.{table}", self._load(db, table))
+
+    def _load(self, db: str, table: str) -> Any:
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        if not self.serves(db):
+            raise DatabaseNotFound(db)
+        try:
+            return self.catalog.load_table((db, table))
+        except NoSuchTableError:
+            raise TableNotFound(table) from None
+        except NoSuchNamespaceError:
+            raise DatabaseNotFound(db) from None
+        except StarscanError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the catalog's own kinds
+            raise TableUnreadable(f"table {db}.{table} cannot be loaded from the Iceberg catalog: "
+                                  f"{_first_line(exc)}") from None
+
+    def _files(self, name: str, loaded: Any) -> CatalogTable:
+        _check_schema_history(name, loaded)
+        spark_schema = to_spark_schema(name, loaded.schema())
+        location = loaded.location().rstrip("/")
+        storage = open_storage(location, self.options)
+        if storage.is_local:
+            location = local_path(location)
+        snapshot = loaded.current_snapshot()
+        files: list[tuple[str, int, int, tuple[tuple[str, str | None], ...]]] = []
+        if snapshot is not None:
+            listed = {e.name: e for e in storage.walk_files(location)}
+            try:
+                tasks = list(loaded.scan().plan_files())
+            except StarscanError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - manifests that cannot be read
+                raise TableUnreadable(f"table {name}: its Iceberg manifests cannot be read: {_first_line(exc)}") from None
+            for task in tasks:
+                if task.delete_files:
+                    raise TableUnreadable(f"table {name} has row-level deletes (Iceberg delete files) on "
+                                          f"{_relative(task.file.file_path, location)}, which starscan does not apply; "
+                                          "compact the table (rewrite_data_files) to serve it")
+                if str(task.file.file_format).upper().rsplit(".", 1)[-1] != "PARQUET":
+                    raise TableUnreadable(f"table {name}: data file {task.file.file_path} is not Parquet")
+                rel = _relative(task.file.file_path, location)
+                if rel is None:
+                    raise TableUnreadable(f"table {name}: data file {task.file.file_path} lies outside the table "
+                                          f"location {location}")
+                entry = listed.get(rel)
+                if entry is None:
+                    raise TableUnreadable(f"table {name}: data file {rel} of its current snapshot is missing")
+                files.append((rel, entry.size, entry.mtime_ns, ()))
+        version = snapshot_version(snapshot.snapshot_id if snapshot is not None else None)
+        return CatalogTable(location, storage, version, spark_schema.json(), tuple(sorted(files)),
+                            partitions_in_folders=False, kind="iceberg")
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        return asking("the Iceberg catalog", fn)
+
+def snapshot_version(snapshot_id: int | None) -> int:
+    """A snapshot's version as plans carry it (31 bits); 0 for a table with no snapshot."""
+    return hash_int(f"{snapshot_id}", 31) if snapshot_id is not None else 0
+
+
+class IcebergChanges:
+    """An Iceberg table's changes between two of its snapshots: the data files each append
+    snapshot after the first added (its manifests' ADDED entries). A ``replace`` snapshot
+    (compaction) changes no rows and is skipped; an ``overwrite`` or ``delete`` one changed
+    rows an append cannot describe: TableRewritten. A version whose snapshot expired is
+    unknown; one that is not an ancestor of the current snapshot (a rollback since) makes
+    the table rewritten."""
+
+    def __init__(self, name: str, loaded: Any):
+        self.name = name
+        self.loaded = loaded
+        self.location = loaded.location().rstrip("/")
+        if self.location.startswith("file:"):
+            self.location = local_path(self.location)
+        self._by_version = {snapshot_version(s.snapshot_id): s for s in loaded.metadata.snapshots}
+
+    def _snapshot(self, version: int) -> Any:
+        found = self._by_version.get(version)
+        if found is None and version != 0:
+            raise VersionUnknown(f"table {self.name} has no snapshot of version {version} (never one, or expired): "
+                                 "read the whole table")
+        return found
+
+    def _ancestry(self, current: int) -> list[Any]:
+        """The current snapshot and its ancestors, oldest first."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        head = self._snapshot(current)
+        return list(ancestors_of(head, self.loaded.metadata))[::-1] if head is not None else []
+
+    def added_since(self, since: int, current: int) -> list[str]:
+        from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+        from pyiceberg.table.snapshots import Operation
+
+        start = self._snapshot(since)
+        chain = self._ancestry(current)
+        ids = [s.snapshot_id for s in chain]
+        if start is not None and start.snapshot_id not in ids:
+            raise TableRewritten(f"table {self.name}: the snapshot of version {since} is not an ancestor of the current "
+                                 f"one (the table was rolled back or replaced since): a full read is needed, then "
+                                 f"continue from version {current}")
+        if start is None and chain and chain[0].parent_snapshot_id is not None:
+            raise VersionUnknown(f"table {self.name}: its first snapshots expired, so what was appended since version 0 "
+                                 "is not known; read the whole table")
+        after = chain[ids.index(start.snapshot_id) + 1:] if start is not None else chain
+        io = self.loaded.io
+        added: list[str] = []
+        for snap in after:
+            if snap.summary is None:
+                raise TableRewritten(f"table {self.name}: snapshot {snap.snapshot_id} after version {since} has no "
+                                     "summary, so what it changed is not known: a full read is needed")
+            operation = snap.summary.operation
+            if operation == Operation.REPLACE:
+                continue  # the same rows in other files
+            if operation != Operation.APPEND:
+                raise TableRewritten(f"table {self.name}: snapshot {snap.snapshot_id} after version {since} is an "
+                                     f"{operation.value}, which changed rows appends cannot describe: a full read "
+                                     f"is needed, then continue from version {current}")
+            try:
+                for manifest in snap.manifests(io):
+                    if manifest.content != ManifestContent.DATA or manifest.added_snapshot_id != snap.snapshot_id:
+                        continue
+                    for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                        if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snap.snapshot_id:
+                            rel = _relative(entry.data_file.file_path, self.location)
+                            if rel is None:
+                                raise TableUnreadable(f"table {self.name}: data file {entry.data_file.file_path} lies "
+                                                      f"outside the table location {self.location}")
+                            added.append(rel)
+            except StarscanError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - manifests that cannot be read
+                raise TableUnreadable(f"table {self.name}: the manifests of snapshot {snap.snapshot_id} cannot be read: "
+                                      f"{_first_line(exc)}") from None
+        return sorted(set(added))
+
+    def order(self, version: int) -> int | None:
+        chain = [snapshot_version(s.snapshot_id) for s in self._ancestry(snapshot_version(
+            self.loaded.metadata.current_snapshot_id))]
+        if version == 0:
+            return -1  # before the first snapshot
+        return chain.index(version) if version in chain else None
+
+
+def _relative(path: str, location: str) -> str | None:
+    if path.startswith("file:") and not location.startswith("file:"):  # a local table: plain paths
+        path = local_path(path)
+    return path[len(location) + 1:] if path.startswith(location + "/") else None
+
+
+def _check_schema_history(name: str, loaded: Any) -> None:
+    names_of: dict[int, set[str]] = {}
+    ids_of: dict[str, set[int]] = {}
+    for schema in loaded.schemas().values():
+        for field in schema.fields:
+            names_of.setdefault(field.field_id, set()).add(field.name)
+            ids_of.setdefault(field.name.lower(), set()).add(field.field_id)
+    for field_id, names in names_of.items():
+        if len(names) > 1:
+            raise TableUnreadable(f"table {name}: column {field_id} was renamed ({', '.join(sorted(names))}); starscan "
+                                  "reads columns by name and would miss the older files' values")
+    for column, ids in ids_of.items():
+        if len(ids) > 1:
+            raise TableUnreadable(f"table {name}: column {column} was dropped and added again; starscan reads columns "
+                                  "by name and would read the dropped column's values")
+
+
+def to_spark_schema(name: str, schema: Any) -> T.StructType:
+    """Iceberg's schema as Spark's Iceberg connector shows it."""
+    from pyspark.sql import types as T
+
+    def convert(t: Any, column: str) -> T.DataType:
+        from pyiceberg import types as I
+
+        simple: dict[type, T.DataType] = {
+            I.BooleanType: T.BooleanType(), I.IntegerType: T.IntegerType(), I.LongType: T.LongType(),
+            I.FloatType: T.FloatType(), I.DoubleType: T.DoubleType(), I.DateType: T.DateType(),
+            I.TimestampType: T.TimestampNTZType(), I.TimestamptzType: T.TimestampType(),
+            I.StringType: T.StringType(), I.BinaryType: T.BinaryType(),
+        }
+        for cls, spark in simple.items():
+            if isinstance(t, cls):
+                return spark
+        if isinstance(t, I.DecimalType):
+            return T.DecimalType(t.precision, t.scale)
+        if isinstance(t, I.StructType):
+            return T.StructType([T.StructField(f.name, convert(f.field_type, f"{column}.{f.name}"), not f.required)
+                                 for f in t.fields])
+        if isinstance(t, I.ListType):
+            return T.ArrayType(convert(t.element_type, column), not t.element_required)
+        if isinstance(t, I.MapType):
+            return T.MapType(convert(t.key_type, column), convert(t.value_type, column), not t.value_required)
+        raise TableUnreadable(f"table {name}: column {column} has Iceberg type {t}, which starscan does not read")
+
+    return T.StructType([T.StructField(f.name, convert(f.field_type, f.name), not f.required) for f in schema.fields])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
