@@ -89,7 +89,7 @@ def receive(kind: str, schema_b64: str) -> int:
 
     from starscan.client.transport import ArrowReadTransport
     from starscan.core.thrift_defs import wire
-    from starscan.provider.push_wire import recv_arrow_buffer, recv_exact
+    from starscan.provider.push.wire import recv_arrow_buffer, recv_exact
 
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema_b64)))
     if kind == "be":  # a Unix socket, as the BE offers to Spark tasks on its own machine
@@ -117,7 +117,7 @@ def receive(kind: str, schema_b64: str) -> int:
             proto.read_message_end()
             for batch in pa.ipc.open_stream(result.success.rows):
                 rows += batch.num_rows
-    while kind == "be":  # the BE's push receive (provider/push_listener.py)
+    while kind == "be":  # the BE's push receive (provider/push/listener.py)
         head = recv_exact(sock, LENGTH.size)
         if head is None:
             break
@@ -172,7 +172,7 @@ def profile(read, splits, batch_rows: int) -> dict:
     from starscan.arrow.read import read_split
     from starscan.arrow.wire import BatchConverter
     from starscan.core.thrift_defs import wire
-    from starscan.provider.push_task import rechunk
+    from starscan.provider.push.task import rechunk
     from starscan.provider.server import _Processor
 
     cpu = dict.fromkeys(STAGES, 0.0)

@@ -7,7 +7,7 @@ runs on the ``sql`` engine (``scan_engine = auto``) or is refused (``scan_engine
 Splits: the planned files, a large file cut into runs of whole row groups of about
 ``split_size`` bytes (its footer says where), small files packed together up to that size with
 an open cost per file, as Spark packs files into partitions. The scanner's tasks then take
-the splits one after another from the BE (provider/push_task.py).
+the splits one after another from the BE (provider/push/task.py).
 """
 
 from __future__ import annotations

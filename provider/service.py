@@ -22,10 +22,11 @@ from starscan.plans import codec as plan_codec
 from starscan.plans.tablet_lists import TabletLists, planned_tablets
 from starscan.provider.admission import Admission
 from starscan.provider.contexts import ScanContext, ScanContextManager
-from starscan.provider.push_listener import PushListener
+from starscan.provider.push.listener import PushListener
 from starscan.provider.result_cache import ResultCache, cache_key
 from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
-from starscan.provider.spark_scan import SparkScan, check_snapshot
+from starscan.provider.scan_sources import PlannedRead, check_snapshot
+from starscan.provider.spark_scan import SparkScan
 from starscan.security.audit import AuditLog
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
@@ -202,10 +203,11 @@ class ScanService:
         if params.mem_limit and params.mem_limit > 0:
             limit = min(limit, params.mem_limit)
         queue = ResultQueue(limit, self.budget)
-        scan = SparkScan(self.spark, plan, plan_tablets, tablet_ids, queue, ctx.context_id, self.push_listener(),
+        source = PlannedRead(self.spark, plan, plan_tablets, tablet_ids, storage, ordered)
+        scan = SparkScan(self.spark, source, queue, ctx.context_id, self.push_listener(),
                          tasks_per_scanner=1 if ordered else self.settings.scan_tasks_per_scanner,
                          yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
-                         engine=self.settings.scan_engine, storage=storage, ordered=ordered)
+                         engine=self.settings.scan_engine)
         scan.on_engine = lambda engine, ctx=ctx: self._engine_chosen(ctx, engine)
         scan.batch_rows = params.batch_size
         ctx.queue, ctx.scan = queue, scan

@@ -20,8 +20,9 @@ import shutil
 import time
 import uuid
 
-from starscan.provider.push_listener import PushListener
+from starscan.provider.push.listener import PushListener
 from starscan.provider.result_queue import EOS, ResultQueue
+from starscan.provider.scan_sources import FrameRead
 from starscan.provider.spark_scan import SparkScan
 from starscan.storage.hadoop_paths import literal
 
@@ -72,7 +73,7 @@ def warm_up(spark, warehouse, rows: int, listener: PushListener) -> float:
 def _drain(spark, df, listener: PushListener) -> int:
     """Scan the DataFrame the way a scanner does and drop what arrives; returns the rows."""
     queue = ResultQueue(64 << 20)
-    scan = SparkScan.of_dataframe(spark, df, queue, "starscan-warmup", listener, "warm-up")
+    scan = SparkScan(spark, FrameRead(df, "warm-up"), queue, "starscan-warmup", listener, yield_after_s=None)
     scan.start()
     rows = 0
     while True:

@@ -24,8 +24,8 @@ import pyarrow.dataset  # noqa: F401  (row-group statistics: the arrow engine lo
 
 import starscan.arrow.read  # noqa: F401  (pyarrow.parquet: the arrow engine's reads)
 import starscan.arrow.wire  # noqa: F401
-import starscan.provider.push_task  # noqa: F401
-import starscan.provider.push_wire  # noqa: F401
+import starscan.provider.push.task  # noqa: F401
+import starscan.provider.push.wire  # noqa: F401
 
 if __name__ == "__main__":
     # Everything imported above is moved out of the collector's reach before the forks: a

@@ -3,7 +3,7 @@ row groups, with pyarrow, into batches of Spark's own Arrow types (what
 ``DataFrame.toArrowBatchRdd`` would give for the same rows), filtered exactly as the plan's
 predicate filters in Spark SQL.
 
-Runs in Spark's Python workers (provider/push_task.py hands the batches on) and in the
+Runs in Spark's Python workers (provider/push/task.py hands the batches on) and in the
 client (starscan.client.direct); the read instructions come from starscan.arrow.scan. Each file is
 checked against the plan first (size and modification time), so a file rewritten under
 the scan fails it with "version ... is gone" instead of giving other rows.

@@ -99,7 +99,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         conf["spark.scheduler.allocation.file"] = str(fair_pools_file(settings.state_path))
     except OSError:  # a read-only warehouse: pools are created on demand (with a warning each)
         pass
-    # Scan tasks run starscan's own code in Spark's Python workers (provider/push_task.py):
+    # Scan tasks run starscan's own code in Spark's Python workers (provider/push/task.py):
     # they must use this interpreter, whose environment has starscan and pyarrow.
     conf["spark.pyspark.python"] = sys.executable
     conf["spark.pyspark.driver.python"] = sys.executable

@@ -280,7 +280,7 @@ def test_forged_and_replayed_push_connections_during_a_scan_add_nothing(server, 
     a word; the scan still delivers exactly its rows."""
     import socket
 
-    from starscan.provider.push_wire import HELLO, MAGIC
+    from starscan.provider.push.wire import HELLO, MAGIC
 
     engine_setting("arrow")
     fresh_table(server, "pushed", padded_files(4, 20_000))

@@ -314,7 +314,7 @@ def test_load_and_warm_up_take_paths_literally(spark, tmp_path):
     assert result["rows"] == 2
     snap = wh.snapshot("db", "t")
     assert [f.name for f in SchemaResolver(spark).schema(snap).fields] == ["id", "name"]
-    from starscan.provider.push_listener import PushListener
+    from starscan.provider.push.listener import PushListener
 
     listener = PushListener()
     try:

@@ -376,7 +376,8 @@ def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_s
         a_reads.clear()
         c_cid = c.open_ok(db, table, plan, tablets[:1], batch_size=500)
         c_ctx = server.contexts.get(c_cid)
-        wait_until(lambda: c_ctx.scan._sink is not None and c_ctx.scan._sink.jobs_waiting > 0, interval_s=0.01,
+        wait_until(lambda: c_ctx.scan._sink is not None and c_ctx.scan.scheduler.waiting_jobs(c_ctx.scan._sink) > 0,
+                   interval_s=0.01,
                    what="C's job to wait for a slot")
         a_reads.set()
         wait_until(lambda: c_ctx.queue.rows_in > 0, timeout_s=120, interval_s=0.01, what="C's first rows")

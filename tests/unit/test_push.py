@@ -1,5 +1,5 @@
-"""The push connection between scan tasks and the BE (provider/push_wire.py,
-provider/push_listener.py) over real sockets, without Spark: tasks are played by
+"""The push connection between scan tasks and the BE (provider/push/wire.py,
+provider/push/listener.py) over real sockets, without Spark: tasks are played by
 TaskSender in threads, as Spark's Python workers run it.
 
 What must hold: only a scan's token opens a connection; a split read again (a retried or
@@ -20,8 +20,9 @@ import pyarrow as pa
 import pytest
 from socket_helpers import closed_without_a_word
 
-from starscan.provider.push_listener import PushListener, PushSink
-from starscan.provider.push_wire import (
+from starscan.provider.push.listener import PushListener
+from starscan.provider.push.sink import PushSink
+from starscan.provider.push.wire import (
     ANY_SPLIT,
     GO,
     HELLO,
@@ -261,7 +262,7 @@ def test_tasks_on_the_bes_machine_come_through_the_unix_socket_others_through_tc
 def test_without_a_unix_socket_tasks_push_over_tcp(tmp_path, monkeypatch):
     """A path too long for a socket address (a long TMPDIR): the listener says so, keeps no
     folder, and tasks push over TCP as on another machine."""
-    from starscan.provider import push_listener
+    from starscan.provider.push import listener as push_listener
 
     deep = tmp_path / ("d" * 120)
     deep.mkdir()
@@ -281,7 +282,7 @@ def test_without_a_unix_socket_tasks_push_over_tcp(tmp_path, monkeypatch):
 def test_a_killed_servers_socket_folder_is_removed_by_the_next_listener(tmp_path, monkeypatch):
     """A server killed before it could remove its folder: the next listener removes folders
     whose socket refuses connections or is gone, and keeps a live listener's."""
-    from starscan.provider import push_listener
+    from starscan.provider.push import listener as push_listener
 
     monkeypatch.setattr(push_listener.tempfile, "tempdir", str(tmp_path))
     live = PushListener("127.0.0.1", 0, local=True)
@@ -414,16 +415,17 @@ def test_a_task_hands_its_slot_over_at_a_splits_end_while_another_scans_task_wai
     A's task, asking for its next split after its turn, is told to stop, and its slot goes
     round; within its turn it is served. A first ask is always served; once B's task has
     come, A's next asks are served again."""
+    turns = listener.scheduler
     a, b = sink_for(listener, splits=4), sink_for(listener, splits=1)
     rows = lambda n: [batch(n * 10, 1)]  # noqa: E731
     assert claim_and_send(listener, a, rows) == 0
-    b.job_submitted()
-    assert listener.another_scan_waits(a) and not listener.another_scan_waits(b)
+    assert turns.turn(b, True)  # B's driver starts a job: its task waits for a slot
+    assert turns.hands_over(a) and not turns.hands_over(b)
     assert claim_and_send(listener, a, rows, ask=KEEP_SPLIT) == 1  # its turn is not over
     assert claim_and_send(listener, a, rows, ask=NEXT_SPLIT) is None  # handed over
     assert claim_and_send(listener, a, rows) == 2  # a new task of A (its driver started it again)
     assert claim_and_send(listener, b, rows) == 0  # B's task came: nothing waits any more
-    assert not listener.another_scan_waits(a)
+    assert not turns.hands_over(a)
     assert claim_and_send(listener, a, rows, ask=NEXT_SPLIT) == 3
     assert a.all_ended() and b.all_ended()
 
@@ -431,51 +433,65 @@ def test_a_task_hands_its_slot_over_at_a_splits_end_while_another_scans_task_wai
 def test_a_job_that_finished_without_asking_leaves_no_waiting_count(listener):
     """A job whose task failed before it asked no longer waits: once its driver says how many
     jobs are unfinished, the other scans' tasks keep their slots again."""
+    turns = listener.scheduler
     a, b = sink_for(listener, splits=2), sink_for(listener, splits=1)
     rows = lambda n: [batch(n * 10, 1)]  # noqa: E731
     assert claim_and_send(listener, a, rows) == 0
-    b.job_submitted()
-    b.jobs_running(1)  # still unfinished: it still waits
-    assert b.jobs_waiting == 1
-    b.jobs_running(0)  # finished without its task asking
+    assert turns.turn(b, True)
+    turns.jobs_unfinished(b, 1)  # still unfinished: it still waits
+    assert turns.waiting_jobs(b) == 1
+    turns.jobs_unfinished(b, 0)  # finished without its task asking
+    assert turns.waiting_jobs(b) == 0
     assert claim_and_send(listener, a, rows, ask=NEXT_SPLIT) == 1
 
 
-def test_a_job_that_cannot_start_holds_the_other_scans_back_for_a_while_only(listener):
+def test_a_job_that_cannot_start_holds_the_other_scans_back_for_a_while_only():
     """A job that has waited WAIT_COUNTS_S for a slot (a cluster without free executors)
     no longer makes the other scans hand their slots over or hold their jobs back."""
-    from starscan.provider.push_listener import WAIT_COUNTS_S
+    from starscan.provider.push.scheduler import WAIT_COUNTS_S, SlotScheduler
 
-    a, b = sink_for(listener, splits=2), sink_for(listener, splits=1)
-    b.job_submitted()
-    assert listener.another_scan_waits(a)
-    assert not listener.may_submit(a)
-    b._waiting_since -= WAIT_COUNTS_S  # as if it had waited that long
-    assert not listener.another_scan_waits(a)
-    assert listener.may_submit(a)
-    assert claim_and_send(listener, a, lambda n: [batch(n * 10, 1)], ask=NEXT_SPLIT) == 0
+    now = [100.0]
+    turns = SlotScheduler(clock=lambda: now[0])
+    a, b = Scan(), Scan()
+    turns.add(a), turns.add(b)
+    assert turns.turn(b, True)
+    assert turns.hands_over(a)
+    assert not turns.turn(a, True)
+    now[0] += WAIT_COUNTS_S  # b's job has waited that long
+    assert not turns.hands_over(a)
+    assert turns.turn(a, True)
 
 
-def test_scans_start_their_jobs_in_turns_first_come_first(listener):
+class Scan:
+    """A scan as the scheduler sees it."""
+
+    stopped = False
+
+
+def test_scans_start_their_jobs_in_turns_first_come_first():
     """While a scan's job waits for a Spark slot, no other scan queues one (Spark would pick
     between them by pool name); the scans that asked meanwhile go next in the order they
     asked, and a scan in line leaves it when it wants no job any more."""
-    a, b, c, d = (sink_for(listener, splits=2) for _ in range(4))
-    assert listener.may_submit(a)
-    a.job_submitted()                      # a's job waits for a slot
-    assert not listener.may_submit(c)      # c asks first, then b: both in line
-    assert not listener.may_submit(b)
-    assert not listener.may_submit(a)      # a second job of a: not while others are in line
-    a.job_started()                        # a's task came
-    assert not listener.may_submit(b)      # c is first in line
-    assert listener.may_submit(c)
-    c.job_submitted()
-    assert not listener.may_submit(b)      # c's job waits
-    c.job_started()
-    assert not listener.may_submit(d)      # b and a (its second job) came before d
-    listener.withdraw(b)                   # b wants no job now
-    assert not listener.may_submit(d)      # a is first in line now
-    assert listener.may_submit(a)
-    a.job_submitted()
-    a.stop()                               # a stopped scan's waiting job holds no one back
-    assert listener.may_submit(d)
+    from starscan.provider.push.scheduler import SlotScheduler
+
+    turns = SlotScheduler()
+    a, b, c, d = (Scan() for _ in range(4))
+    for scan in (a, b, c, d):
+        turns.add(scan)
+    assert turns.turn(a, True)             # a's job waits for a slot
+    assert not turns.turn(c, True)         # c asks first, then b: both in line
+    assert not turns.turn(b, True)
+    assert not turns.turn(a, True)         # a second job of a: not while others are in line
+    turns.task_asked(a)                    # a's task came
+    assert not turns.turn(b, True)         # c is first in line
+    assert turns.turn(c, True)             # c's job waits
+    assert not turns.turn(b, True)
+    turns.task_asked(c)
+    assert not turns.turn(d, True)         # b and a (its second job) came before d
+    assert not turns.turn(b, False)        # b wants no job now: it leaves the line
+    assert not turns.turn(d, True)         # a is first in line now
+    assert turns.turn(a, True)
+    a.stopped = True                       # a stopped scan's waiting job holds no one back
+    assert turns.turn(d, True)
+    turns.remove(a)
+    assert turns.waiting_jobs(a) == 0

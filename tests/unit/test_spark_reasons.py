@@ -3,7 +3,7 @@ the first line of Spark's wrapper ("An exception was thrown from the Python work
 
 from __future__ import annotations
 
-from starscan.provider.spark_scan import _python_error
+from starscan.provider.spark_failures import python_error
 
 # The text of a pyspark PythonException for a task that raised ``ConnectionError`` from an
 # ``OSError`` (captured from pyspark 4.3 with a real local SparkSession).
@@ -24,12 +24,12 @@ CHAINED = (
 
 
 def test_the_last_traceback_gives_the_exception_that_failed_the_task():
-    assert _python_error(CHAINED) == "ConnectionError: outer message here"
+    assert python_error(CHAINED) == "ConnectionError: outer message here"
 
 
 def test_a_text_without_a_traceback_gives_none():
-    assert _python_error("org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)") is None
-    assert _python_error("") is None
+    assert python_error("org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)") is None
+    assert python_error("") is None
 
 
 def test_a_java_exceptions_text_has_the_first_traceback_after_its_class_name():
@@ -37,5 +37,5 @@ def test_a_java_exceptions_text_has_the_first_traceback_after_its_class_name():
     text = ("org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
             '  File "/venv/pyspark/worker.py", line 4327, in invoke_udf\n'
             "    run_process()\n"
-            "starscan.provider.push_wire.PushUnreachable: this Spark task cannot reach the BE\n")
-    assert _python_error(text) == "starscan.provider.push_wire.PushUnreachable: this Spark task cannot reach the BE"
+            "starscan.provider.push.wire.PushUnreachable: this Spark task cannot reach the BE\n")
+    assert python_error(text) == "starscan.provider.push.wire.PushUnreachable: this Spark task cannot reach the BE"

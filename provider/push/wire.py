@@ -7,7 +7,7 @@ split (partition) it reads and its attempt. The BE answers one byte: ``G`` (go o
 ``S`` (nothing to send: the scan ended, or this split was delivered already). A task of the
 ``arrow`` engine names no split (``ANY_SPLIT``): the BE picks the next split nobody reads
 and answers ``G`` and its number (4 bytes), or ``S`` when none is left; the task reads that
-split, and asks again on a new connection when the split is done (provider/push_task.py),
+split, and asks again on a new connection when the split is done (provider/push/task.py),
 then naming ``KEEP_SPLIT`` during its first ``SLOT_TURN_S`` on its Spark slot and
 ``NEXT_SPLIT`` after: the BE answers ``S`` to ``NEXT_SPLIT`` while another scan's job waits
 for a Spark slot, so the task ends and its slot goes round, as it did at each split's end
@@ -184,3 +184,20 @@ class TaskSender:
             self.sock.close()
         except OSError:
             pass
+
+
+def send_quietly(sock: socket.socket, data: bytes) -> None:
+    """Send ``data`` if the peer is still there (a stop or yield to a task that has gone)."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass
+
+
+def drain(sock: socket.socket) -> None:
+    """Read and drop what the peer still sends until it closes."""
+    try:
+        while sock.recv(1 << 16):
+            pass
+    except OSError:
+        pass

@@ -1,5 +1,5 @@
 """What a Spark task of a scan runs, in Spark's Python worker: read its split's batches,
-turn them into the wire types and push them to the scanner's BE (provider/push_wire.py).
+turn them into the wire types and push them to the scanner's BE (provider/push/wire.py).
 
 The function is built on the driver and shipped inside the task (cloudpickle): it carries
 the BE's push address, the scan's token and the column types, nothing else. Everything it
@@ -59,7 +59,7 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
         import time
 
         from starscan.arrow.read import read_split
-        from starscan.provider.push_wire import ANY_SPLIT, KEEP_SPLIT, NEXT_SPLIT, SLOT_TURN_S
+        from starscan.provider.push.wire import ANY_SPLIT, KEEP_SPLIT, NEXT_SPLIT, SLOT_TURN_S
 
         started = time.monotonic()
         ask = ANY_SPLIT
@@ -82,7 +82,7 @@ def push_split(target: PushTarget, batches_of, split: int) -> bool:
 
     from starscan.arrow.read import SplitReadError
     from starscan.arrow.wire import BatchConverter
-    from starscan.provider.push_wire import PushStopped, TaskSender
+    from starscan.provider.push.wire import PushStopped, TaskSender
 
     task = TaskContext.get()
     assert task is not None, "push_split runs inside a Spark task"
