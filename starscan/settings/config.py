@@ -8,7 +8,9 @@ named. StarRocks names and defaults are kept where they exist.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,16 @@ ENV_PREFIX = "STARSCAN_"
 # Marks a field that takes effect on a running server (POST /api/update_config); every other
 # key needs a restart. starscan.settings.runtime reads the marks.
 RUNTIME: dict[str, Any] = {"runtime": True}
+
+
+def user_state_dir(location: str) -> Path:
+    """starscan's own files for a warehouse in object storage, in this user's state directory
+    (``$XDG_STATE_HOME``, else ``~/.local/state``): one folder per warehouse, named after its
+    location, so that a plan secret or users file is never written into the working
+    directory (where ``git add -A`` would commit it) and two warehouses never share one."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", location.split("://", 1)[-1]).strip("._")[:100] or "warehouse"
+    return base / "starscan" / f"{name}-{hashlib.sha256(location.encode('utf-8')).hexdigest()[:8]}"
 
 
 class Settings(BaseSettings):
@@ -65,7 +77,7 @@ class Settings(BaseSettings):
 
     # ---- warehouse, tables, plans ----
     warehouse: str = Field("starscan-warehouse", description="where the tables are: a local folder or a URI (s3://bucket/prefix, gs://bucket/prefix, hdfs://host/path), in Spark's layout <db>.db/<table>")
-    state_dir: Path | None = Field(None, description="folder for starscan's own files (plan secret, users, audit log): default <warehouse>/_starscan for a local warehouse, ./starscan-state for one in object storage")
+    state_dir: Path | None = Field(None, description="folder for starscan's own files (plan secret, users, audit log): default <warehouse>/_starscan for a local warehouse; for one in object storage a folder of this user's state directory ($XDG_STATE_HOME/starscan/<bucket and prefix>, ~/.local/state by default), never the working directory; nodes of one deployment must share it or set plan_secret and users_file (docs/scaling.md)")
     hive_metastore: str = Field("", description="a Hive metastore for Spark's catalog: embedded (Derby under state_dir) or thrift://host:9083; empty: none")
     hive_databases: list[str] = Field(default_factory=list, description="databases served from the Hive metastore (its tables' locations, partitions and columns), comma-separated")
     iceberg_catalog: dict[str, str] = Field(default_factory=dict, description="pyiceberg catalog properties, k=v; k2=v2 (name=lake; type=sql; uri=sqlite:////data/catalog.db; warehouse=file:///data/ice, or type=rest; uri=...; name defaults to default): its namespaces are served as databases beside the warehouse's folders")
@@ -210,7 +222,9 @@ class Settings(BaseSettings):
     def state_path(self) -> Path:
         if self.state_dir is not None:
             return self.state_dir
-        return self.warehouse_path / "_starscan" if self.warehouse_is_local else Path("starscan-state")
+        if self.warehouse_is_local:
+            return self.warehouse_path / "_starscan"
+        return user_state_dir(self.warehouse_location)
 
     @property
     def storage_options(self) -> StorageOptions:

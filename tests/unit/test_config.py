@@ -336,3 +336,19 @@ def test_settings_are_immutable_and_a_change_is_a_new_validated_object():
     live.bound(be_port=4321)  # what the server found at start is kept through later changes
     live.apply({"max_scanners": "8"})
     assert (live.current.be_port, live.current.max_scanners) == (4321, 8)
+
+
+def test_an_object_store_warehouses_state_is_in_the_users_state_directory(clean, monkeypatch, tmp_path):
+    """Never the working directory (a `git add -A` there would commit the plan secret), one
+    folder per warehouse; an explicit state_dir wins."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    a = load_settings(warehouse="s3://bucket/lake/prod").state_path
+    b = load_settings(warehouse="s3://bucket/lake/test").state_path
+    assert a.is_absolute() and a.parent == tmp_path / "state" / "starscan"
+    assert a.name.startswith("bucket_lake_prod-") and a != b
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_settings(warehouse="s3://bucket/lake/prod").state_path.parent == tmp_path / "home" / ".local" / "state" / "starscan"
+    assert load_settings(warehouse="s3://bucket/x", state_dir=tmp_path / "shared").state_path == tmp_path / "shared"
+    assert load_settings(warehouse=tmp_path / "wh").state_path == tmp_path / "wh" / "_starscan"
