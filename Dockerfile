@@ -18,7 +18,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/starscan && useradd --system --create-home --uid 10001 starscan
 COPY --from=build /wheels /wheels
-RUN /opt/starscan/bin/pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+RUN /opt/starscan/bin/pip install --no-cache-dir "$(ls /wheels/starscan-*.whl)[server]" && rm -rf /wheels
 # Configuration by environment: any key as STARSCAN_<KEY> (README "Configuration"),
 # e.g. STARSCAN_ADVERTISE_HOST, STARSCAN_SPARK_CONF="spark.driver.memory=4g", STARSCAN_HTTP_TLS=true.
 ENV PATH=/opt/starscan/bin:$PATH \

@@ -60,7 +60,7 @@ cmd="${1:-}"; shift || true
 case "$cmd" in
   serve)
     check_python; check_java; venv
-    python -m pip install -q -e .
+    python -m pip install -q -e '.[server]'
     exec starscan serve "$@"
     ;;
   test)

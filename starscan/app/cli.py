@@ -12,7 +12,11 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import typer
+try:
+    import typer
+except ModuleNotFoundError as missing:  # `pip install starscan` alone: the reading side, no server
+    raise SystemExit(f"the starscan command needs the server's packages ({missing.name} is not installed): "
+                     "pip install 'starscan[server]'") from None
 
 from starscan import __version__
 from starscan.core.errors import (

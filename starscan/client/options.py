@@ -26,7 +26,7 @@ NAMES = {
 @dataclass(frozen=True)
 class ReadOptions:
     request_retries: int = 3                  # a BE call repeated on a new connection; a scanner moved to the next routing
-    request_connect_timeout_ms: int = 30_000  # connecting to the FE
+    request_connect_timeout_ms: int = 30_000  # connecting to the FE or a BE
     request_read_timeout_ms: int = 30_000     # waiting for an FE or BE answer
     request_query_timeout_s: int = 3600       # the scan's time limit on the BE
     request_tablet_size: int = 2**31 - 1      # tablets read by one scanner at most

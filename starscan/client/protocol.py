@@ -125,9 +125,10 @@ class _Connection:
     """One BE connection that is re-opened when it fails; calls are repeated as they were."""
 
     def __init__(self, host: str, port: int, timeout_s: float, retries: int, stats: ScanStats,
-                 ssl_context: ssl.SSLContext | None = None):
+                 ssl_context: ssl.SSLContext | None = None, connect_timeout_s: float | None = None):
         self.host, self.port, self.timeout_s, self.retries, self.stats = host, port, timeout_s, retries, stats
         self.ssl_context = ssl_context
+        self.connect_timeout_s = connect_timeout_s
         self.client: TClient | None = None
 
     def call(self, method: str, params: Any, retries: int | None = None) -> Any:
@@ -135,7 +136,8 @@ class _Connection:
         for attempt in range(attempts):
             try:
                 if self.client is None:
-                    self.client = thrift_client(self.host, self.port, self.timeout_s, self.ssl_context)
+                    self.client = thrift_client(self.host, self.port, self.timeout_s, self.ssl_context,
+                                                self.connect_timeout_s)
                 return getattr(self.client, method)(params)
             except transport_errors():
                 self.close()
@@ -169,27 +171,40 @@ def _thrift_parts() -> tuple[Any, Any, Any]:
             # building a call's arguments may hold; after it, no other import of thriftpy2 runs.
             thrift_defs.wire  # noqa: B018
             from thriftpy2.protocol.binary import TBinaryProtocolFactory  # not the package's name: the Cython one
-            from thriftpy2.rpc import make_client
+            from thriftpy2.thrift import TClient
+            from thriftpy2.transport import TSocket, TSSLSocket
             from thriftpy2.transport import TTransportException  # noqa: F401  (transport_errors)
 
             from starscan.client.transport import ArrowReadTransportFactory
+
+            def make_client(service: Any, host: str, port: int, timeout_ms: int, connect_timeout_ms: int,
+                            ssl_context: ssl.SSLContext | None) -> Any:
+                """thriftpy2's ``make_client``, with a time limit of its own for connecting."""
+                if ssl_context is not None:
+                    sock = TSSLSocket(host, port, socket_timeout=timeout_ms, connect_timeout=connect_timeout_ms,
+                                      ssl_context=ssl_context)
+                else:
+                    sock = TSocket(host, port, socket_timeout=timeout_ms, connect_timeout=connect_timeout_ms)
+                transport = ArrowReadTransportFactory().get_transport(sock)
+                protocol = TBinaryProtocolFactory().get_protocol(transport)
+                transport.open()
+                return TClient(service, protocol)
 
             _thrift = (make_client, TBinaryProtocolFactory, ArrowReadTransportFactory)
     return _thrift
 
 
-def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ssl.SSLContext | None = None) -> TClient:
+def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ssl.SSLContext | None = None,
+                  connect_timeout_s: float | None = None) -> TClient:
     """A thriftpy2 client of the BE; ``ssl_context`` for a BE with `be_tls` on. A ``get_next``
     reply's ``rows`` of 64 KiB or more are a ``pyarrow.Buffer`` (bytes-like: ``len``, ``==``,
     slices, ``bytes()``, ``pa.ipc.open_stream``; not ``hash`` or ``+``), smaller ones ``bytes``."""
-    make_client, TBinaryProtocolFactory, ArrowReadTransportFactory = _thrift_parts()
+    make_client, _, _ = _thrift_parts()
+    # The pure-Python protocol over a transport that receives a reply's rows into Arrow's
+    # pool (starscan/client/transport.py); thriftpy2's parts are untyped.
     return cast("TClient", make_client(
-        thrift_defs.wire.TStarrocksExternalService, host, port,
-        # The pure-Python protocol over a transport that receives a reply's rows into Arrow's
-        # pool (starscan/client/transport.py); thriftpy2's factories are untyped.
-        proto_factory=TBinaryProtocolFactory(), trans_factory=ArrowReadTransportFactory(),
-        timeout=int(timeout_s * 1000), ssl_context=ssl_context,
-    ))
+        thrift_defs.wire.TStarrocksExternalService, host, port, int(timeout_s * 1000),
+        int((connect_timeout_s if connect_timeout_s is not None else timeout_s) * 1000), ssl_context))
 
 
 class StarscanClient:
@@ -202,15 +217,20 @@ class StarscanClient:
 
     def __init__(self, fe: str, user: str = "root", password: str = "", timeout_s: float = 60.0,
                  retries: int = 3, be_host_mapping: dict[str, str] | None = None,
-                 ssl_context: ssl.SSLContext | None = None, token: str | None = None, failovers: int = 3):
+                 ssl_context: ssl.SSLContext | None = None, token: str | None = None, failovers: int = 3,
+                 connect_timeout_s: float | None = None):
         """``ssl_context``: TLS for both ports (an ``https://`` FE and a `be_tls` BE);
-        ``token``: a bearer token for the FE instead of the password."""
+        ``token``: a bearer token for the FE instead of the password. ``timeout_s``: the
+        longest wait for an answer; ``connect_timeout_s`` for a connection to the FE or a BE
+        (default: ``timeout_s``)."""
         self.fe = fe if fe.startswith("http") else f"{'https' if ssl_context else 'http'}://{fe}"
         self.user = user
         self.password = password
         self.ssl_context = ssl_context
         self.token = token
         self.timeout_s = timeout_s
+        self.connect_timeout_s = timeout_s if connect_timeout_s is None else connect_timeout_s
+        self._http_timeout = httpx.Timeout(timeout_s, connect=self.connect_timeout_s)
         self.retries = retries
         self.failovers = failovers
         self.be_host_mapping = dict(be_host_mapping or {})
@@ -246,7 +266,7 @@ class StarscanClient:
             f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_query_plan",
             content=json.dumps(request),
             headers={"Authorization": self._auth(), "Content-Type": "application/json; charset=UTF-8"},
-            timeout=self.timeout_s,
+            timeout=self._http_timeout,
             verify=self._verify,
         )
         if r.status_code != 200:
@@ -260,7 +280,7 @@ class StarscanClient:
         """The table's columns as `_schema` describes them (name, StarRocks type, precision
         and scale of decimals), in table order."""
         r = httpx.get(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_schema",
-                      headers={"Authorization": self._auth()}, timeout=self.timeout_s,
+                      headers={"Authorization": self._auth()}, timeout=self._http_timeout,
                       verify=self._verify)
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text)
@@ -273,7 +293,7 @@ class StarscanClient:
         r = httpx.post(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/"
                        f"{quote(consumer, safe='')}/commit", content=json.dumps({"version": version}),
                        headers={"Authorization": self._auth(), "Content-Type": "application/json"},
-                       timeout=self.timeout_s, verify=self._verify)
+                       timeout=self._http_timeout, verify=self._verify)
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text)
         answer: dict[str, Any] = r.json()
@@ -282,7 +302,7 @@ class StarscanClient:
     def position(self, db: str, table: str, consumer: str) -> int | None:
         """The consumer's committed version (None: nothing committed yet)."""
         r = httpx.get(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/{quote(consumer, safe='')}",
-                      headers={"Authorization": self._auth()}, timeout=self.timeout_s,
+                      headers={"Authorization": self._auth()}, timeout=self._http_timeout,
                       verify=self._verify)
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text)
@@ -389,7 +409,7 @@ class StarscanClient:
         """One scanner on one BE, without its first ``skip`` rows; _BackendLost when the BE is.
         ``ordered`` gets whether the BE acknowledged ``ORDERED_PROPERTY``."""
         host, port = self.be_host_mapping.get(endpoint, endpoint).split(":")
-        conn = _Connection(host, int(port), self.timeout_s, self.retries, stats, self.ssl_context)
+        conn = _Connection(host, int(port), self.timeout_s, self.retries, stats, self.ssl_context, self.connect_timeout_s)
         properties = {EOS_ROWS_PROPERTY: "true"}
         if self.failovers > 0:
             properties[ORDERED_PROPERTY] = "true"

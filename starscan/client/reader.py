@@ -102,7 +102,8 @@ class Connection:
         self.native_types = native_types
         self.client = StarscanClient(fe, user, password, timeout_s=options.request_read_timeout_ms / 1000,
                                      retries=options.request_retries, be_host_mapping=be_host_mapping,
-                                     ssl_context=ssl_context, token=token, failovers=options.request_retries)
+                                     ssl_context=ssl_context, token=token, failovers=options.request_retries,
+                                     connect_timeout_s=options.request_connect_timeout_ms / 1000)
         self._loads: dict[str, int] = {}
         self._lock = threading.Lock()
         self.failovers = 0  # scanners moved to another routing after their BE was lost

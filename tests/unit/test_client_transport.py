@@ -136,3 +136,36 @@ def test_a_long_status_message_is_text_not_a_buffer():
     (_, first), (_, second) = _read_replies(_serve_in_pieces(data, 3), 2)
     assert first.status.error_msgs == [long_message]
     assert isinstance(second.rows, pa.Buffer)
+
+
+@pytest.fixture
+def unanswered_port():
+    """A port whose connections are never accepted: its listen queue is full, so a further
+    connect waits for the peer, as with a host that does not answer (Linux drops the SYN)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    fillers = []
+    for _ in range(8):  # fill the queue (its length is backlog + 1 and a little slack)
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(server.getsockname())
+        fillers.append(s)
+    yield server.getsockname()[1]
+    for s in fillers:
+        s.close()
+    server.close()
+
+
+def test_request_connect_timeout_is_the_limit_for_connecting_to_a_be_and_the_fe(unanswered_port):
+    """``starrocks.request.connect.timeout.ms``: connecting gives up after it, however long
+    the read timeout (here 600 s, which the test's own time limit would end first)."""
+    import httpx
+
+    from starscan.client.protocol import StarscanClient, thrift_client
+
+    with pytest.raises(TTransportException):
+        thrift_client("127.0.0.1", unanswered_port, timeout_s=600, connect_timeout_s=0.2)
+    client = StarscanClient(f"http://127.0.0.1:{unanswered_port}", timeout_s=600, connect_timeout_s=0.2)
+    with pytest.raises(httpx.ConnectTimeout):
+        client.schema("db", "t")

@@ -1,0 +1,123 @@
+"""The reading side installs alone: the wheel's own dependencies (no extra) are the client's
+(pyarrow, numpy, thriftpy2, httpx), and a fresh virtual environment holding only those and
+the wheel reads from a running server, with no pyspark and no server package importable.
+
+The dependencies come from this test run's environment (the machine may have no network):
+each distribution the wheel requires without an extra, and what those require in turn, is
+linked into a folder the fresh environment reads through a .pth file.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # builds a wheel and a virtual environment
+
+ROOT = Path(__file__).resolve().parents[2]
+SKIP_DIRS = {".venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis", "starscan-warehouse",
+             "spark-warehouse", "metastore_db", ".git", "docs", "bench", "tests"}
+
+
+def _requirements(text_lines: list[str]) -> list[str]:
+    """Distribution names of requirements that apply here without any extra."""
+    from packaging.requirements import Requirement
+
+    names = []
+    for line in text_lines:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        names.append(req.name)
+    return names
+
+
+def _closure(names: list[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            todo.extend(_requirements(md.requires(name) or []))
+        except md.PackageNotFoundError:
+            pass  # an optional dependency this environment does not have
+    return seen
+
+
+@pytest.fixture(scope="module")
+def client_venv(tmp_path_factory):
+    work = tmp_path_factory.mktemp("client-wheel")
+    src = work / "src"
+    shutil.copytree(ROOT, src, ignore=lambda d, names: [n for n in names if n in SKIP_DIRS or n.endswith(".egg-info")])
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "wheels"), str(src)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (work / "wheels").glob("starscan-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        meta = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    base = _requirements(requires)
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    installed = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                               capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    deps = work / "deps"
+    deps.mkdir()
+    for name in sorted(_closure(base)):
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        tops = {Path(str(f)).parts[0] for f in dist.files or ()} - {"..", "bin"}
+        for top in tops:
+            target = Path(str(dist.locate_file(top)))
+            if target.exists() and not (deps / top).exists():
+                (deps / top).symlink_to(target)
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "client-deps.pth").write_text(str(deps) + "\n")
+    return py, base
+
+
+def test_the_wheel_needs_only_the_readers_packages(client_venv):
+    _, base = client_venv
+    assert sorted(base) == ["httpx", "numpy", "pyarrow", "thriftpy2"]
+
+
+def test_a_fresh_environment_without_spark_reads_from_a_running_server(client_venv, server, fe_url):
+    py, _ = client_venv
+    script = f"""
+import importlib.util, json
+from starscan.client import connect
+absent = [m for m in ("pyspark", "py4j", "fastapi", "uvicorn", "sqlglot", "pydantic")
+          if importlib.util.find_spec(m) is not None]
+conn = connect({fe_url!r}, "root", "")
+table = conn.read_arrow("db1.t1", ["k1", "v1", "d", "dt", "m"])
+print(json.dumps({{"absent": absent, "rows": sorted(table.to_pylist(), key=lambda r: r["k1"])}}, default=str))
+"""
+    out = subprocess.run([str(py), "-c", script], capture_output=True, text=True, timeout=300, cwd=py.parent)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["absent"] == []
+    assert [r["k1"] for r in doc["rows"]] == [1, 2, 3]
+    assert doc["rows"][0]["v1"] == "a" and doc["rows"][0]["d"] == "2024-01-02"
+
+
+def test_the_command_line_says_what_to_install(client_venv):
+    py, _ = client_venv
+    out = subprocess.run([str(py.parent / "starscan"), "serve"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert "pip install 'starscan[server]'" in out.stderr
