@@ -27,6 +27,10 @@ from pathlib import Path
 
 import psutil
 
+# The tests' support package (moto's S3 server, the fault proxy, waits): the benchmarks
+# import it from tests/support/, the tests never import the benchmarks.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 RESULTS_PATH = BENCH_DIR / "RESULTS.md"

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import common
-import moto_s3
 import scan_throughput as st
+from support import s3 as moto_s3  # after common: it puts tests/ on the path
 
 HEADER = ["case", "source", "rows", "wall s (min / median)", "M rows/s (best / median)", "MB/s (best / median)",
           "first batch s", "server Python peak GB", "JVM peak GB"]

@@ -6,7 +6,7 @@ scenarios chosen at random:
 
 - ``clean``: a plain read through ``StarscanClient``;
 - ``drops``: a read through a TCP proxy that cuts ``--drop-probability`` of the BE's writes
-  (``bench/faults.py``; the client reconnects and repeats its offset);
+  (``tests/support/proxies.py``; the client reconnects and repeats its offset);
 - ``slow``: a read that pauses between batches with a small ``mem_limit`` (production pauses);
 - ``abandon``: open, read a few batches, walk away without ``close_scanner`` (the reaper's job).
 
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import common
 import psutil
-from faults import FaultProxy
+from support.proxies import FaultProxy  # after common: it puts tests/ on the path
 
 MAX_MINUTES = 120.0
 QUERIES = [  # (db, table, columns, where); batch sizes are drawn from BATCH_SIZES

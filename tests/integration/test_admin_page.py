@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from extra_servers import own_warehouse, running_server
-from ops_helpers import NOT_FOUND, Reader, plan_for
+from support.readers import NOT_FOUND, Reader, plan_for
+from support.servers import own_warehouse, running_server
 
 from starscan.client import StarscanClient
 from starscan.security.users import UserStore

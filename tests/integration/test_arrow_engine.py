@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import engine_counts
-from ops_helpers import Reader, plan_for
-from socket_helpers import closed_without_a_word
+from support.readers import Reader, plan_for
+from support.sockets import closed_without_a_word
 
 from starscan.client import PlanError
 from starscan.core.thrift_defs import wire
@@ -76,7 +76,7 @@ def ran_on(server, before: dict) -> str:
     return grown[0]
 
 
-def test_auto_picks_arrow_where_exact_and_sql_elsewhere(server, client, engine_setting):
+def test_auto_picks_arrow_where_exact_and_sql_elsewhere(server, client, spark, engine_setting):
     engine_setting("auto")
     for sql, engine in [
         ("select l_orderkey, l_shipdate from demo.lineitem where l_quantity > 10 and l_shipmode in ('AIR', 'RAIL')", "arrow"),
@@ -88,9 +88,11 @@ def test_auto_picks_arrow_where_exact_and_sql_elsewhere(server, client, engine_s
         ("select c_array from demo.all_types", "sql"),                                         # nested
     ]:
         before = engine_counts(server)
-        got = client.read("demo", sql.split(" from ")[1].split()[0].split(".")[1], sql)
+        table = sql.split(" from ")[1].split()[0].split(".")[1]
+        got = client.read("demo", table, sql)
         assert ran_on(server, before) == engine, sql
-        assert got.num_rows >= 0
+        path = server.warehouse.table_path("demo", table)
+        assert got.num_rows == spark.sql(sql.replace(f"demo.{table}", f"parquet.`{path}`")).count(), sql
 
 
 def test_forced_arrow_refuses_a_plan_it_cannot_read_exactly(server, client, be_addr, engine_setting):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from ops_helpers import NOT_FOUND, Reader, plan_for
+from support.readers import NOT_FOUND, Reader, plan_for
 
 from starscan import __version__
 

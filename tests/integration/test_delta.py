@@ -90,7 +90,7 @@ def test_an_old_plan_reads_its_version_and_a_new_plan_the_new_one(server, client
     """Delta keeps an overwritten version's files until they are vacuumed: a plan made before
     an overwrite, read while the overwrite commits, reads exactly its own version (the plan
     pins the files)."""
-    from ops_helpers import Reader, plan_for
+    from support.readers import Reader, plan_for
 
     before = _expected(events)
     version = DeltaTable(str(events)).version()
@@ -144,7 +144,7 @@ def test_deletion_vectors_are_refused_by_name(server, client):
 
 
 def test_a_vacuumed_version_is_gone(server, client, be_addr):
-    from ops_helpers import Reader, plan_for
+    from support.readers import Reader, plan_for
 
     location = _table(server, "vacuumed")
     write_deltalake(str(location), _rows(0, 50))
@@ -163,7 +163,7 @@ def test_a_vacuumed_version_is_gone(server, client, be_addr):
 
 def _since(fe_url: str, table: str, since, consumer: str | None = None):
     import httpx
-    from extra_servers import basic
+    from support.servers import basic
 
     body = {"sql": f"select id from lake.{table}", "since_version": since}
     if consumer is not None:
@@ -214,7 +214,7 @@ def test_incremental_reads_of_a_delta_table_are_its_logs_appends(server, client,
     assert r.status_code == 200 and r.json()["since_version"] == 5 and r.json()["version"] == 6
     assert client.commit("lake", "appends", "d1", 6)["version"] == 6
     import httpx
-    from extra_servers import basic
+    from support.servers import basic
     back = httpx.post(f"{fe_url}/api/lake/appends/_consumers/d1/commit", content=json.dumps({"version": 5}),
                       headers={"Authorization": basic("root", "")}, timeout=60)
     assert back.status_code == 409 and "never moves back" in back.json()["exception"]

@@ -13,21 +13,17 @@ audit line lists the files a direct plan disclosed.
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import pyarrow as pa
 import pytest
-from extra_servers import basic, running_server
+from support.s3 import moto_bucket, upload_folder
+from support.servers import basic, running_server
 
 from starscan.client import DirectReadError, PermissionDenied, SnapshotGoneError, connect
 from starscan.security.users import UserStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from moto_s3 import moto_bucket, upload_folder  # noqa: E402 - bench/ is not a package
 
 BUCKET = "direct"
 READER, PLAIN = "direct_reader", "plain_reader"
@@ -58,7 +54,7 @@ def local_server(server):
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    """moto's S3 server (bench/moto_s3.py) with a bucket."""
+    """moto's S3 server (tests/support/s3.py) with a bucket."""
     with moto_bucket(tmp_path_factory.mktemp("moto-direct") / "moto.log", BUCKET, reader=True) as store:
         yield store
 

@@ -15,7 +15,7 @@ import threading
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_reliability import start_serve
+from support.servers import start_serve
 
 from starscan.client import StarscanClient, thrift_client
 from starscan.core.thrift_defs import wire

@@ -15,7 +15,7 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from ops_helpers import follow_process
+from support.readers import follow_process
 
 VERSIONS = 60
 ROWS_PER_VERSION = 25

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from extra_servers import basic, plan, running_server
+from support.servers import basic, plan, running_server
 
 ROWS = 1200
 
@@ -158,7 +158,7 @@ def test_the_mysql_port_and_schema_see_iceberg_tables_as_folder_tables(ice_serve
 def test_a_plan_reads_its_snapshot_while_a_writer_commits(ice_server, catalog):
     """Iceberg never rewrites a data file: a plan pins its snapshot's files, and a commit made
     while the plan is read changes nothing in what it returns."""
-    from ops_helpers import Reader
+    from support.readers import Reader
 
     from starscan.client import StarscanClient
 
@@ -255,7 +255,7 @@ def test_a_killed_consumer_follows_an_iceberg_table_exactly_once(ice_server, cat
     from collections import Counter
 
     import pyarrow.parquet as pq
-    from ops_helpers import follow_process
+    from support.readers import follow_process
 
     versions, per_version = 50, 20
     table = catalog.create_table("ice.follow", schema=_rows(0, 5).schema)

@@ -12,7 +12,7 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from extra_servers import basic
+from support.servers import basic
 
 
 def _write(location, name: str, ids: range, **partition) -> None:
@@ -153,7 +153,7 @@ def test_consumer_routes_need_the_tables_select_grant(server, client, fe_url, ev
 
 
 def test_consumers_and_their_lag_are_on_the_admin_page_and_in_metrics(server, client, fe_url, events):
-    from ops_helpers import scrape, value
+    from support.readers import scrape, value
 
     sql = "select id from inc.events"
     first = client.plan("inc", "events", sql, consumer="lagging")

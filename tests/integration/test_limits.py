@@ -13,7 +13,8 @@ import uuid
 import httpx
 import psutil
 import pytest
-from extra_servers import basic, plan, running_server, wait_until
+from support.servers import basic, plan, running_server
+from support.waits import wait_until
 
 from starscan.client import thrift_client
 from starscan.core.thrift_defs import wire

@@ -9,7 +9,7 @@ import json
 import logging
 
 import pytest
-from ops_helpers import Reader, plan_for
+from support.readers import Reader, plan_for
 
 from starscan.core.logs import HumanFormatter, JsonFormatter, setup_logging
 
@@ -109,7 +109,7 @@ def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path)
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from test_reliability import start_serve
+    from support.servers import start_serve
 
     from starscan.client import StarscanClient
     from starscan.core.thrift_defs import wire

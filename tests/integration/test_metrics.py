@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 import httpx
-from extra_servers import basic, plan, wait_until
-from ops_helpers import NOT_FOUND, Reader, plan_for, scrape, value
+from support.readers import NOT_FOUND, Reader, plan_for, scrape, value
+from support.servers import basic, plan
+from support.waits import wait_until
 
 SQL_T1 = "select k1, v1 from db1.t1"
 

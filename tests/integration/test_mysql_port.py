@@ -110,7 +110,7 @@ def test_root_with_empty_password_connects_and_version_is_starrocks_like(port):
 
 
 def test_password_login_and_wrong_password(port, alice, fe_url):
-    from ops_helpers import scrape, value
+    from support.readers import scrape, value
 
     user, pw = alice
     with connect(port, user, pw) as conn:

@@ -11,24 +11,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 import time
 from decimal import Decimal
 from pathlib import Path
 
 import httpx
 import pytest
-from extra_servers import basic, plan, running_server
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from moto_s3 import moto_bucket, upload_folder  # noqa: E402 - bench/ is not a package
+from support.s3 import moto_bucket, upload_folder
+from support.servers import basic, plan, running_server
 
 BUCKET = "lake"
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    """moto's S3 server (bench/moto_s3.py) with a bucket."""
+    """moto's S3 server (tests/support/s3.py) with a bucket."""
     with moto_bucket(tmp_path_factory.mktemp("moto") / "moto.log", BUCKET, reader=False) as store:
         yield store
 
@@ -116,7 +113,7 @@ def test_the_catalog_lists_s3_tables_and_prunes_partitions(s3_server):
 
 
 def test_a_file_rewritten_under_a_plan_is_version_gone(s3_server, s3, spark):
-    from ops_helpers import Reader, plan_for
+    from support.readers import Reader, plan_for
 
     from starscan.client import StarscanClient
 

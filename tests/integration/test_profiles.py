@@ -7,8 +7,9 @@ import json
 
 import httpx
 import pytest
-from extra_servers import own_warehouse, running_server, wait_until
-from ops_helpers import Reader, plan_for
+from support.readers import Reader, plan_for
+from support.servers import own_warehouse, running_server
+from support.waits import wait_until
 
 from starscan.client import StarscanClient
 from starscan.security.users import UserStore

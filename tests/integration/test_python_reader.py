@@ -11,7 +11,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from test_scan_values import instant_to_zone, same, spark_to_starrocks
+from support.values import instant_to_zone, same, spark_to_starrocks
 
 from starscan.client import (
     AuthenticationError,
@@ -127,7 +127,7 @@ def test_results_go_straight_into_duckdb_and_pandas(conn):
 def test_a_reader_dropped_after_one_batch_closes_its_scanners(fe_url, server):
     import gc
 
-    from extra_servers import wait_until
+    from support.waits import wait_until
 
     def open_scanners() -> int:
         return sum(1 for ctx in server.contexts.snapshot() if ctx.info.table == "db1.sales")
@@ -145,7 +145,7 @@ def test_the_be_acknowledges_an_ordered_scan_and_only_that(client, be_addr):
     """The ordered property's acknowledgement (protocol_extensions.ORDERED_ACK) is what lets
     a client resume by skipping rows; StarRocks' readers never send the property and get
     StarRocks' own OK status."""
-    from ops_helpers import Reader, plan_for
+    from support.readers import Reader, plan_for
 
     from starscan.core.protocol_extensions import ORDERED_ACK, ORDERED_PROPERTY
 

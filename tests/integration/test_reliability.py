@@ -1,5 +1,5 @@
 """Reliability under faults and load (issue 5), each fault injected for real: a TCP proxy that
-drops connections (bench/faults.py), killed client processes, files deleted under a running
+drops connections (tests/support/proxies.py), killed client processes, files deleted under a running
 Spark job, tasks that throw, server restarts, slow and concurrent readers, SIGTERM.
 
 Most tests run on ``rel_server``: a second StarscanServer on the session's SparkSession and
@@ -29,15 +29,15 @@ from pathlib import Path
 import psutil
 import pyarrow as pa
 import pytest
-from test_scan_lifecycle import Conn, arrow_rows, job_states, one_batch, plan_for, spark_rows, wait_until
+from support.proxies import FaultProxy
+from support.readers import Reader, arrow_rows, job_states, one_batch, plan_for, spark_rows
+from support.servers import start_serve
+from support.waits import wait_until
 from thriftpy2.transport import TTransportException
 
 from starscan.client import ScanError, ScanIntegrityError, ScanStats, StarscanClient
 from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
 from starscan.core.thrift_defs import wire
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from faults import FaultProxy  # noqa: E402
 
 OK = wire.TStatusCode.OK
 NOT_FOUND = wire.TStatusCode.NOT_FOUND
@@ -128,7 +128,7 @@ def test_1_lost_replies_are_answered_again_and_every_row_arrives_once(rel_server
     sql = f"select {', '.join(cols)} from `demo`.`lineitem`"
     plan, tablets = plan_for(rel_client, "demo", "lineitem", sql)
     proxy = FaultProxy(rel_be)
-    conn = Conn(("127.0.0.1", proxy.port))
+    conn = Reader(("127.0.0.1", proxy.port))
     try:
         cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=1000,
                            properties={EOS_ROWS_PROPERTY: "true"})
@@ -145,7 +145,7 @@ def test_1_lost_replies_are_answered_again_and_every_row_arrives_once(rel_server
                 # The server sent its reply and moved on; the reader got nothing.
                 wait_until(lambda: ctx.offset > offset, what="the server to account the lost batch")
                 sent = ctx.prev_rows
-                conn = Conn(("127.0.0.1", proxy.port))
+                conn = Reader(("127.0.0.1", proxy.port))
                 res = conn.next(cid, offset)  # the reader reconnects and repeats its offset
                 assert res.status.status_code == OK and not res.eos
                 assert res.rows == bytes(sent), "the repeated offset must get the identical batch"
@@ -163,7 +163,7 @@ def test_1_lost_replies_are_answered_again_and_every_row_arrives_once(rel_server
         with pytest.raises(TRANSPORT_ERRORS):
             conn.next(cid, offset)
         conn.close()
-        conn = Conn(("127.0.0.1", proxy.port))
+        conn = Reader(("127.0.0.1", proxy.port))
         end = conn.next(cid, offset)
         assert end.status.status_code == OK and end.eos and not end.rows
         assert end.status.error_msgs == [f"{EOS_ROWS_PREFIX}{offset}"]
@@ -214,7 +214,7 @@ def test_2_two_hundred_abandoned_scanners_are_all_reclaimed(rel_server, rel_clie
     lock = threading.Lock()
 
     def opener(worker: int):
-        conn = Conn(rel_be)
+        conn = Reader(rel_be)
         try:
             for i in range(25):
                 k = worker * 25 + i
@@ -246,7 +246,7 @@ def test_2_two_hundred_abandoned_scanners_are_all_reclaimed(rel_server, rel_clie
 
     assert_no_scan_left(spark, rel_server, cids, "200 abandoned scanners")
     wait_until(lambda: len(scan_threads()) <= threads_before, timeout_s=120, what="the producer threads to end")
-    conn = Conn(rel_be)
+    conn = Reader(rel_be)
     try:
         for cid in cids[::20]:
             res = conn.next(cid, 0)
@@ -331,7 +331,7 @@ def test_4_files_deleted_under_a_running_scan_give_an_error_never_eos(rel_server
     write_scratch(spark, rel_server, name, lineitem_df(spark, rel_server), files=16)
     total = spark.read.parquet(str(rel_server.warehouse.table_path("rel", name))).count()
     plan, tablets = plan_for(rel_client, "rel", name, f"select * from `rel`.`{name}`")
-    conn = Conn(rel_be)
+    conn = Reader(rel_be)
     try:
         # A queue of one Spark batch: Spark has computed at most two of its partitions.
         cid = conn.open_ok("rel", name, plan, tablets, batch_size=100, mem_limit=ONE_BATCH_ALL_COLUMNS)
@@ -365,7 +365,7 @@ def test_4_a_task_that_throws_gives_an_error_never_eos(rel_server, rel_client, r
     row_key = "(l_orderkey * 8 + l_linenumber)"
     sql = f"select l_orderkey, l_comment from `rel`.`{name}` where ({row_key} div ({row_key} - {key})) >= 0"
     plan, tablets = plan_for(rel_client, "rel", name, sql)
-    conn = Conn(rel_be)
+    conn = Reader(rel_be)
     try:
         cid = conn.open_ok("rel", name, plan, tablets, batch_size=1000)
         rows, st = drain_until_error(conn, cid)
@@ -399,7 +399,7 @@ def test_5_plans_survive_a_restart_and_old_contexts_say_reopen(server, spark, ba
     try:
         c1 = StarscanClient(f"127.0.0.1:{first.http_port}")
         plan, tablets = plan_for(c1, "demo", "lineitem", sql)
-        conn = Conn(("127.0.0.1", first.be_port))
+        conn = Reader(("127.0.0.1", first.be_port))
         cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=100, mem_limit=MIB)
         assert conn.next(cid, 0).status.status_code == OK
         ctx = first.contexts.get(cid)
@@ -415,7 +415,7 @@ def test_5_plans_survive_a_restart_and_old_contexts_say_reopen(server, spark, ba
 
     second = StarscanServer(settings, spark).start()
     try:
-        conn = Conn(("127.0.0.1", second.be_port))
+        conn = Reader(("127.0.0.1", second.be_port))
         try:
             res = conn.next(cid, 100)
             assert res.status.status_code == NOT_FOUND and not res.eos
@@ -425,7 +425,7 @@ def test_5_plans_survive_a_restart_and_old_contexts_say_reopen(server, spark, ba
             stranger = "0badc0de-0000-4000-8000-00000000feed"
             assert conn.next(stranger, 0).status.error_msgs == [f"context_id: {stranger} not found"]
             new_cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=100)  # the old plan
-            batches, _ = conn.drain(new_cid)
+            batches, _ = conn.drain_batches(new_cid)
             conn.close_scanner(new_cid)
         finally:
             conn.close()
@@ -440,7 +440,7 @@ def test_5_plans_survive_a_restart_and_old_contexts_say_reopen(server, spark, ba
 def test_6_a_slow_reader_pauses_production_within_the_queue_bound(rel_server, rel_client, rel_be, spark):
     cols = ["l_orderkey", "l_linenumber", "l_comment", "l_shipinstruct"]
     plan, tablets = plan_for(rel_client, "demo", "lineitem", f"select {', '.join(cols)} from `demo`.`lineitem`")
-    conn = Conn(rel_be)
+    conn = Reader(rel_be)
     batches, offset, paused, cid = [], 0, 0, None
     try:
         cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=1000, mem_limit=MIB)
@@ -503,7 +503,7 @@ def test_7_append_and_overwrite_under_a_running_scan(rel_server, rel_client, rel
         """Plan, open, read one batch, ``write``, read on. (rows or None, error or None, planned rows)."""
         plan, tablets = plan_for(rel_client, "rel", name, sql)
         planned = snapshot_rows(spark, rel_server, "rel", name, cols)
-        conn = Conn(rel_be)
+        conn = Reader(rel_be)
         try:
             cid = conn.open_ok("rel", name, plan, tablets, batch_size=500, mem_limit=ONE_BATCH_THREE_COLUMNS)
             res = conn.next(cid, 0)
@@ -555,7 +555,7 @@ def test_8_close_races_get_next_from_another_connection(rel_server, rel_client, 
     else:
         sql = "select l_orderkey, l_linenumber from `demo`.`lineitem`"
     plan, tablets = plan_for(rel_client, "demo", "lineitem", sql)
-    reader, closer = Conn(rel_be, timeout_s=120), Conn(rel_be, timeout_s=120)
+    reader, closer = Reader(rel_be, timeout_s=120), Reader(rel_be, timeout_s=120)
     cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=300, mem_limit=MIB)
     ctx = rel_server.contexts.get(cid)
     replies: list = []
@@ -701,11 +701,11 @@ def test_9_fifty_concurrent_readers(rel_server, rel_client, spark):
 # ---- end-of-scan integrity -----------------------------------------------------------------
 def test_eos_row_count_is_opt_in_and_verified_by_the_client(rel_server, rel_client, rel_be, monkeypatch):
     plan, tablets = plan_for(rel_client, "db1", "sales", "select id from `db1`.`sales`")
-    conn = Conn(rel_be)
+    conn = Reader(rel_be)
     try:
         for props, expected in [(None, None), ({EOS_ROWS_PROPERTY: "true"}, [f"{EOS_ROWS_PREFIX}400"])]:
             cid = conn.open_ok("db1", "sales", plan, tablets, batch_size=1000, properties=props)
-            _, end = conn.drain(cid)
+            _, end = conn.drain_batches(cid)
             res = conn.next(cid, end)
             assert end == 400 and res.status.status_code == OK and res.eos
             assert res.status.error_msgs == expected  # StarRocks' own eos reply unless asked
@@ -725,7 +725,7 @@ def test_eos_row_count_is_opt_in_and_verified_by_the_client(rel_server, rel_clie
 def test_the_server_never_answers_eos_when_rows_went_missing(rel_server, rel_client, rel_be):
     """If the queue accounted rows it never handed out, the end is an error, not eos."""
     plan, tablets = plan_for(rel_client, "db1", "t1", "select k1 from `db1`.`t1`")
-    conn = Conn(rel_be)
+    conn = Reader(rel_be)
     try:
         cid = conn.open_ok("db1", "t1", plan, tablets, batch_size=10)
         ctx = rel_server.contexts.get(cid)
@@ -740,12 +740,6 @@ def test_the_server_never_answers_eos_when_rows_went_missing(rel_server, rel_cli
 
 
 # ---- 10. SIGTERM ---------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def port_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -754,39 +748,6 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-def start_serve(tmp_path, demo_scale: str = "0.002", spark_master: str | None = "local[1]", warmup_rows: str = "0"):
-    """`starscan serve` as a user runs it (own process, own JVM; by default a small demo, one
-    task slot, no warm-up; ``spark_master=None``: starscan's default), waited for until
-    /api/health answers. Returns (process, http_port, be_port, log file)."""
-    import httpx
-
-    http_port, be_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS=warmup_rows, STARSCAN_QUERY_PORT=str(free_port()))
-    log = (tmp_path / "serve.log").open("w")
-    master = ["--spark-master", spark_master] if spark_master else []
-    proc = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "starscan"), "serve", "--http-port", str(http_port), "--be-port", str(be_port),
-         "--warehouse", str(tmp_path / "wh"), "--demo-scale", demo_scale, *master, "--bind-host", "127.0.0.1"],
-        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def ready():
-        assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-        try:
-            return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(ready, timeout_s=300, interval_s=0.5, what="starscan serve to start")
-    except BaseException:
-        proc.kill()
-        proc.wait(30)
-        log.close()
-        raise
-    return proc, http_port, be_port, log
 
 
 @pytest.mark.slow
@@ -799,7 +760,7 @@ def test_10_sigterm_stops_serve_cleanly(tmp_path):
         sql = "select * from `demo`.`lineitem`"
         # In flight: a scanner opened and left mid-scan, and a reader reading slowly.
         plan, tablets = plan_for(client, "demo", "lineitem", sql)
-        held = Conn(("127.0.0.1", be_port))
+        held = Reader(("127.0.0.1", be_port))
         cid = held.open_ok("demo", "lineitem", plan, tablets, batch_size=100, mem_limit=MIB)
         assert held.next(cid, 0).status.status_code == OK
         outcome: dict = {}
@@ -871,7 +832,7 @@ def test_11_a_dead_jvm_fails_health_and_scans_clearly(tmp_path):
         resp = httpx.get(health, timeout=10)
         assert resp.status_code == 503
         assert resp.json()["status"] == "FAILED" and "restart starscan" in resp.json()["msg"]
-        conn = Conn(("127.0.0.1", be_port))
+        conn = Reader(("127.0.0.1", be_port))
         try:
             res = conn.open("demo", "lineitem", plan, tablets, batch_size=1024)
             assert res.status.status_code == wire.TStatusCode.SERVICE_UNAVAILABLE

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from ops_helpers import Reader, plan_for
+from support.readers import Reader, plan_for
 
 from starscan.core.thrift_defs import wire
 

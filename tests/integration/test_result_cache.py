@@ -10,8 +10,8 @@ from collections import Counter
 import httpx
 import pyarrow as pa
 import pytest
-from extra_servers import basic, plan, running_server
-from ops_helpers import OK, Reader, scrape, value
+from support.readers import OK, Reader, scrape, value
+from support.servers import basic, plan, running_server
 
 from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
 from starscan.core.thrift_defs import wire

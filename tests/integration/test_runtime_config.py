@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from extra_servers import own_warehouse, running_server
-from ops_helpers import OK, Reader, plan_for
 from pydantic import SecretStr
+from support.readers import OK, Reader, plan_for
+from support.servers import own_warehouse, running_server
 
 from starscan.client import StarscanClient
 from starscan.core.thrift_defs import wire

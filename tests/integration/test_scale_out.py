@@ -17,20 +17,13 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from extra_servers import basic, wait_until
+from support.servers import basic
+from support.waits import free_port, wait_until
 
 pytestmark = pytest.mark.slow  # starts `starscan serve` processes of its own
 
 FILES, ROWS_PER_FILE = 6, 40_000
 SECRET = "scale-out-test-secret-0123456789abcdef"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Node:
@@ -80,9 +73,9 @@ def cluster(tmp_path_factory):
         ids = pa.array(range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE), pa.int64())
         pq.write_table(pa.table({"id": ids, "v": pa.compute.cast(ids, pa.string())}), table / f"part-{i}.parquet",
                        row_group_size=10_000)
-    be_ports = [_free_port(), _free_port()]
-    be_http = [_free_port(), _free_port()]
-    fe_http, fe_query = _free_port(), _free_port()
+    be_ports = [free_port(), free_port()]
+    be_http = [free_port(), free_port()]
+    fe_http, fe_query = free_port(), free_port()
     bes = [Node(root, f"be{i}", "--role", "be", "--be-port", str(be_ports[i]), "--be-http-port", str(be_http[i]),
                 "--spark-master", "local[2]") for i in range(2)]
     endpoints = ",".join(f"127.0.0.1:{p}" for p in be_ports)

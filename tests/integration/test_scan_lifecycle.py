@@ -7,25 +7,22 @@ NOT happen, and are counted in reaper ticks rather than seconds.
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import os
 import socket
 import threading
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.readers import Reader, arrow_rows, job_states, one_batch, plan_for, spark_rows
+from support.waits import wait_until
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TMessageType
 from thriftpy2.transport import TMemoryBuffer
 
-from starscan.client import thrift_client
 from starscan.core.errors import StarscanError
 from starscan.core.thrift_defs import wire
 from starscan.provider.result_queue import ResultQueue
@@ -43,116 +40,6 @@ pytestmark = pytest.mark.usefixtures("engine")
 
 
 # ---- helpers ------------------------------------------------------------------------------
-def wait_until(predicate, timeout_s: float = 60.0, interval_s: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
-
-
-def plan_for(client, db: str, table: str, sql: str) -> tuple[str, list[int]]:
-    body = client.plan(db, table, sql)
-    return body["opaqued_query_plan"], [int(t) for t in body["partitions"]]
-
-
-class Conn:
-    """One reader connection (strictly sequential calls, as the Java clients do)."""
-
-    def __init__(self, be_addr, timeout_s: float = 120.0):
-        self.client = thrift_client(*be_addr, timeout_s=timeout_s)
-
-    def open(self, db, table, plan, tablets, batch_size, **kw):
-        return self.client.open_scanner(wire.TScanOpenParams(
-            cluster="default_cluster", database=db, table=table, tablet_ids=list(tablets),
-            opaqued_query_plan=plan, batch_size=batch_size, user="root", passwd="", **kw))
-
-    def open_ok(self, *args, **kw) -> str:
-        opened = self.open(*args, **kw)
-        assert opened.status.status_code == OK, opened.status
-        return opened.context_id
-
-    def next(self, cid: str, offset: int):
-        return self.client.get_next(wire.TScanNextBatchParams(context_id=cid, offset=offset))
-
-    def close_scanner(self, cid: str):
-        return self.client.close_scanner(wire.TScanCloseParams(context_id=cid))
-
-    def drain(self, cid: str, offset: int = 0) -> tuple[list[pa.RecordBatch], int]:
-        """get_next until eos; returns the batches and the final offset."""
-        batches = []
-        while True:
-            res = self.next(cid, offset)
-            assert res.status.status_code == OK, res.status
-            if res.eos:
-                assert not res.rows
-                return batches, offset
-            batch = one_batch(res.rows)
-            batches.append(batch)
-            offset += batch.num_rows
-
-    def close(self):
-        self.client.close()
-
-
-def one_batch(rows: bytes) -> pa.RecordBatch:
-    batches = list(pa.ipc.open_stream(rows))
-    assert len(batches) == 1 and batches[0].num_rows > 0
-    return batches[0]
-
-
-def canon(value, zone: str = "UTC"):
-    """A hashable value in the StarRocks encoding (Spark dates/timestamps become text)."""
-    if value is None:
-        return None
-    if isinstance(value, dt.datetime):  # TIMESTAMP from Spark: a naive local datetime
-        value = value.astimezone(ZoneInfo(zone)).replace(tzinfo=None)
-        return value.isoformat(sep=" ")
-    if isinstance(value, dt.date):
-        return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
-    if isinstance(value, float):
-        return ("float", "nan" if math.isnan(value) else repr(value))
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, canon(v, zone)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(canon(v, zone) for v in value)
-    return value
-
-
-def arrow_rows(batches) -> Counter:
-    out: Counter = Counter()
-    for b in batches:
-        for row in b.to_pylist():
-            out[tuple(canon(v) for v in row.values())] += 1
-    return out
-
-
-def spark_rows(spark, server, db, table, tablets, columns, where=None) -> Counter:
-    """What Spark reads from exactly the files of ``tablets``, filtered by ``where``."""
-    snap = server.warehouse.snapshot(db, table)
-    paths = [str(Path(snap.location) / f.path) for t in tablets for f in snap.by_id[t].files]
-    df = spark.read.option("basePath", str(snap.location)).parquet(*paths)
-    if where:
-        df = df.where(where)
-    # A timestamp_ntz would arrive naive too, but these tests select none.
-    return Counter(tuple(canon(v, server.settings.time_zone) for v in r) for r in df.select(*columns).collect())
-
-
-def job_states(spark, group: str) -> dict[int, str]:
-    tracker = spark.sparkContext.statusTracker()
-    out = {}
-    for job_id in tracker.getJobIdsForGroup(group):
-        info = tracker.getJobInfo(job_id)
-        if info is not None:
-            out[job_id] = str(info.status)
-    return out
-
-
 def lineitem_count(spark, server) -> int:
     return spark.read.parquet(str(server.warehouse.table_path("demo", "lineitem"))).count()
 
@@ -186,7 +73,7 @@ def stoppable_sql(engine, slow_tail_sql, no_yield):
 def open_with_running_job(client, be_addr, spark, server, sql):
     """Open, read one batch, and return while a Spark job of the scan is RUNNING."""
     plan, tablets = plan_for(client, "demo", "lineitem", sql)
-    conn = Conn(be_addr)
+    conn = Reader(be_addr)
     cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=100, mem_limit=SMALL_MEM_LIMIT)
     ctx = server.contexts.get(cid)
     first = conn.next(cid, 0)
@@ -276,14 +163,14 @@ def test_sixteen_concurrent_scanners_each_get_exactly_their_rows(client, be_addr
 
     def run(i):
         db, table, cols, where, use, _, batch_size, plan, sql = prepared[i]
-        conn = Conn(be_addr)
+        conn = Reader(be_addr)
         try:
             opened = conn.open(db, table, plan, use, batch_size)
             context_ids[i] = opened.context_id
             barrier.wait(timeout=120)  # every scanner is open before any reads
             assert opened.status.status_code == OK, opened.status
             assert [c.name for c in opened.selected_columns] == cols
-            batches, offset = conn.drain(opened.context_id)
+            batches, offset = conn.drain_batches(opened.context_id)
             assert all(b.num_rows <= batch_size for b in batches)
             assert all(b.schema.names == cols for b in batches)
             assert offset == sum(b.num_rows for b in batches)
@@ -347,7 +234,7 @@ def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_s
     db, table = turns_table
     plan, tablets = plan_for(client, db, table, f"select * from `{db}`.`{table}`")
     assert len(tablets) == TURN_FILES
-    a, c = Conn(be_addr), Conn(be_addr)
+    a, c = Reader(be_addr), Reader(be_addr)
     a_cid = a.open_ok(db, table, plan, tablets, batch_size=500, mem_limit=MIB)
     a_ctx = server.contexts.get(a_cid)
     stop_reading = threading.Event()
@@ -385,7 +272,7 @@ def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_s
         # A's task handed its slot over at a split's end: a split of A was left that no
         # task had taken (before, C's task started only when A's had none left to take).
         assert sink.unclaimed(), f"C got its first rows only when every split of A had been taken: {sink.splits}"
-        batches, _ = c.drain(c_cid)
+        batches, _ = c.drain_batches(c_cid)
         assert sum(b.num_rows for b in batches) == TURN_ROWS
     finally:
         stop_reading.set()
@@ -442,7 +329,7 @@ def test_reaper_skips_a_context_inside_get_next(client, be_addr, server, monkeyp
 
     monkeypatch.setattr(server.reaper, "tick", counting_tick)
     plan, tablets = plan_for(client, "db1", "t1", "select k1 from `db1`.`t1`")
-    conn = Conn(be_addr)
+    conn = Reader(be_addr)
     try:
         cid = conn.open_ok("db1", "t1", plan, tablets, batch_size=10)
         ctx = server.contexts.get(cid)
@@ -458,7 +345,7 @@ def test_reaper_skips_a_context_inside_get_next(client, be_addr, server, monkeyp
         reply = {}
 
         def call():
-            c = Conn(be_addr)
+            c = Reader(be_addr)
             try:
                 reply["res"] = c.next(cid, 0)
             finally:
@@ -489,7 +376,7 @@ def test_reaper_skips_a_context_inside_get_next(client, be_addr, server, monkeyp
 def test_repeated_offset_replays_the_same_batch_then_the_scan_continues(client, be_addr, spark, server):
     plan, tablets = plan_for(client, "demo", "lineitem",
                              "select l_orderkey, l_linenumber, l_comment from `demo`.`lineitem`")
-    conn = Conn(be_addr)
+    conn = Reader(be_addr)
     try:
         cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=1000)
         first = conn.next(cid, 0)
@@ -511,7 +398,7 @@ def test_repeated_offset_replays_the_same_batch_then_the_scan_continues(client, 
             f"context_id={cid}, send_offset=0, context_offset={offset + b1.num_rows}"]
         assert conn.next(cid, offset).rows == second.rows   # the previous offset still replays
         offset += b1.num_rows
-        rest, end = conn.drain(cid, offset)
+        rest, end = conn.drain_batches(cid, offset)
         again_end = conn.next(cid, end)
         assert again_end.status.status_code == OK and again_end.eos   # eos again at the end
         conn.close_scanner(cid)
@@ -535,7 +422,7 @@ def raw_get_next_request(cid: str, offset: int, seqid: int = 1) -> bytes:
 
 def test_lost_reply_is_answered_again_on_a_new_connection(client, be_addr, spark, server):
     plan, tablets = plan_for(client, "demo", "lineitem", "select l_orderkey, l_linenumber from `demo`.`lineitem`")
-    conn = Conn(be_addr)
+    conn = Reader(be_addr)
     cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=2500)
     ctx = server.contexts.get(cid)
     conn.close()  # the opening connection is gone too
@@ -554,14 +441,14 @@ def test_lost_reply_is_answered_again_on_a_new_connection(client, be_addr, spark
     wait_until(lambda: ctx.offset > 0, what="the server to account the lost batch")
     lost_rows = ctx.prev_rows
 
-    conn = Conn(be_addr)
+    conn = Reader(be_addr)
     try:
         retry = conn.next(cid, 0)
         assert retry.status.status_code == OK and not retry.eos
         assert retry.rows == bytes(lost_rows)  # the same reply again (kept as its parts: wire_arrow.IpcStream)
         first = one_batch(retry.rows)
         assert first.num_rows == ctx.offset == 2500
-        rest, end = conn.drain(cid, first.num_rows)
+        rest, end = conn.drain_batches(cid, first.num_rows)
         conn.close_scanner(cid)
     finally:
         conn.close()
@@ -572,7 +459,7 @@ def test_lost_reply_is_answered_again_on_a_new_connection(client, be_addr, spark
 # ---- (f) query_timeout ---------------------------------------------------------------------
 def test_query_timeout_fails_the_scan_with_timeout_never_eos(client, be_addr, server):
     plan, tablets = plan_for(client, "demo", "lineitem", "select * from `demo`.`lineitem`")
-    conn = Conn(be_addr)
+    conn = Reader(be_addr)
     try:
         cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=100, query_timeout=1,
                            mem_limit=SMALL_MEM_LIMIT)
@@ -603,7 +490,7 @@ def test_open_fails_clearly_when_a_planned_file_was_deleted(client, be_addr, spa
     os.remove(Path(snap.location) / victim.files[0].path)
     survivor = [t for t in tablets if t != victim.tablet_id]
 
-    conn = Conn(be_addr)
+    conn = Reader(be_addr)
     try:
         opened = conn.open("scratch", name, plan, tablets, batch_size=100)
         assert opened.status.status_code == NOT_FOUND
@@ -618,11 +505,11 @@ def test_open_fails_clearly_when_a_planned_file_was_deleted(client, be_addr, spa
 
         # The untouched tablet of the same plan still reads, and so does a fresh plan.
         cid = conn.open_ok("scratch", name, plan, survivor, batch_size=100)
-        batches, _ = conn.drain(cid)
+        batches, _ = conn.drain_batches(cid)
         conn.close_scanner(cid)
         fresh_plan, fresh_tablets = plan_for(client, "scratch", name, f"select id from `scratch`.`{name}`")
         cid = conn.open_ok("scratch", name, fresh_plan, fresh_tablets, batch_size=100)
-        fresh, _ = conn.drain(cid)
+        fresh, _ = conn.drain_batches(cid)
         conn.close_scanner(cid)
     finally:
         conn.close()
@@ -644,7 +531,7 @@ def test_queue_bytes_stay_within_the_limit_with_a_slow_reader(client, be_addr, s
 
     monkeypatch.setattr(ResultQueue, "put", recording_put)
     plan, tablets = plan_for(client, "demo", "lineitem", "select * from `demo`.`lineitem`")
-    conn = Conn(be_addr)
+    conn = Reader(be_addr)
     try:
         cid = conn.open_ok("demo", "lineitem", plan, tablets, batch_size=4096, mem_limit=SMALL_MEM_LIMIT)
         ctx = server.contexts.get(cid)

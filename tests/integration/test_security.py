@@ -12,7 +12,8 @@ import uuid
 import httpx
 import jwt
 import pytest
-from extra_servers import basic, own_warehouse, plan, running_server, wait_until
+from support.servers import basic, own_warehouse, plan, running_server
+from support.waits import wait_until
 
 from starscan.client import StarscanClient, thrift_client
 from starscan.core.thrift_defs import wire

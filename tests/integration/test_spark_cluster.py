@@ -13,17 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from extra_servers import basic, running_server, wait_until
+from support.servers import basic, running_server
+from support.waits import free_port, wait_until
 
 pytestmark = pytest.mark.slow  # starts a Spark master, a worker and `starscan serve`
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spark_class(root: Path, name: str, *args: str) -> subprocess.Popen:
@@ -46,8 +39,8 @@ def cluster_node(tmp_path_factory, spark, base_settings):
     root = tmp_path_factory.mktemp("cluster")
     warehouse = root / "wh"
     create_demo(spark, Warehouse(warehouse, 0), 0.002, 256 << 10)  # written by local Spark
-    master_port, master_ui, worker_ui = _free_port(), _free_port(), _free_port()
-    http_port, be_port, query_port = _free_port(), _free_port(), _free_port()
+    master_port, master_ui, worker_ui = free_port(), free_port(), free_port()
+    http_port, be_port, query_port = free_port(), free_port(), free_port()
     master = _spark_class(root, "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                           "--port", str(master_port), "--webui-port", str(master_ui))
     worker = _spark_class(root, "worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
@@ -121,7 +114,7 @@ def test_closing_a_scanner_frees_the_clusters_executor(cluster_node):
     """A scanner whose tasks on the executor are blocked (its reader reads one batch, its
     queue is full) is closed: its Spark jobs end on the cluster (the scanner's job group),
     so the executor's two cores serve the next scans, which read every row."""
-    from ops_helpers import Reader, plan_for
+    from support.readers import Reader, plan_for
 
     from starscan.client import StarscanClient
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import engine_counts
-from extra_servers import running_server
-from ops_helpers import OK, Reader, plan_for
+from support.readers import OK, Reader, plan_for
+from support.servers import running_server
 
 from starscan.plans import codec as plan_codec
 

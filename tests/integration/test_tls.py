@@ -10,7 +10,7 @@ import ssl
 import httpx
 import pytest
 import trustme
-from extra_servers import basic, running_server
+from support.servers import basic, running_server
 
 from starscan.app.server import StarscanServer
 from starscan.client import StarscanClient, thrift_client

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -20,8 +19,8 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 import pytest
-from extra_servers import wait_until
-from ops_helpers import NOT_FOUND, Reader, plan_for, scrape, value
+from support.readers import NOT_FOUND, Reader, plan_for, scrape, value
+from support.waits import free_port, wait_until
 
 from starscan.client import StarscanClient
 
@@ -30,12 +29,6 @@ pytestmark = pytest.mark.slow  # starts its own `starscan serve` (not the quick 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP_DIRS = {".venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis", "starscan-warehouse",
              "spark-warehouse", "metastore_db", ".git", "docs"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

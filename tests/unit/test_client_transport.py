@@ -10,7 +10,7 @@ import threading
 
 import pyarrow as pa
 import pytest
-from socket_helpers import sent_bytes
+from support.sockets import sent_bytes
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.protocol.binary import TBinaryProtocol
 from thriftpy2.thrift import TMessageType

@@ -14,11 +14,11 @@ import socket
 import stat
 import struct
 import threading
-import time
 
 import pyarrow as pa
 import pytest
-from socket_helpers import closed_without_a_word
+from support.sockets import closed_without_a_word
+from support.waits import wait_until
 
 from starscan.provider.push.listener import PushListener
 from starscan.provider.push.sink import PushSink
@@ -70,13 +70,6 @@ def sink_for(listener, splits=1, max_bytes=1 << 20, yield_after_s=None) -> PushS
     return sink
 
 
-def wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def drain(queue: ResultQueue) -> list[int]:
     out = []
     while True:
@@ -112,7 +105,7 @@ def test_a_retried_split_neither_loses_nor_repeats_a_row(listener):
     start (Parquet splits re-read the same rows in the same order): only the rest passes."""
     sink = sink_for(listener)
     send_split(listener, sink, 0, [batch(0, 4), batch(4, 4)], attempt=0, end=False)
-    wait_for(lambda: sink.splits[0].delivered == 8)
+    wait_until(lambda: sink.splits[0].delivered == 8, timeout_s=10, interval_s=0.01)
     assert not sink.splits[0].ended
     send_split(listener, sink, 0, [batch(0, 4), batch(4, 4), batch(8, 3), batch(11, 6)], attempt=1)
     assert sink.splits[0].ended and sink.splits[0].delivered == 17
@@ -186,13 +179,13 @@ def test_an_idle_reader_makes_the_task_yield_and_the_split_resumes(listener):
     t.join(20)
     assert not t.is_alive()
     state = sink.splits[0]
-    wait_for(lambda: state.yielded)
+    wait_until(lambda: state.yielded, timeout_s=10, interval_s=0.01)
     assert state.yielded and not state.ended
     got: list[int] = []
     reader = threading.Thread(target=lambda: got.extend(drain(sink.queue)), daemon=True)
     reader.start()  # the reader reads again: the split is resumed and read to its end
     send_split(listener, sink, 0, [batch(i * 2, 2) for i in range(10)], attempt=1)
-    wait_for(lambda: state.ended)
+    wait_until(lambda: state.ended, timeout_s=10, interval_s=0.01)
     sink.queue.finish()
     reader.join(20)
     assert got == list(range(20))
@@ -357,7 +350,7 @@ def test_a_split_left_by_a_failed_task_goes_to_the_next_task_without_its_deliver
     rows = {0: [batch(0, 4), batch(4, 4), batch(8, 4)], 1: [batch(100, 3)]}
     assert claim_and_send(listener, sink, lambda n: rows[n][:2], end=False) == 0  # died after 8 rows
     # Left without an end: what the driver reports if no task is left to read it again.
-    wait_for(lambda: sink.lost() == [0])
+    wait_until(lambda: sink.lost() == [0], timeout_s=10, interval_s=0.01)
     assert sink.splits[0].delivered == 8 and sink.unclaimed()
     assert claim_and_send(listener, sink, lambda n: rows[n], attempt=1) == 0
     assert claim_and_send(listener, sink, lambda n: rows[n], attempt=1) == 1
@@ -372,7 +365,7 @@ def test_a_yielded_split_is_the_first_one_given_again(listener):
         claim_and_send(listener, sink, lambda n: [batch(i * 2, 2) for i in range(10)])
     except PushStopped:
         pass
-    wait_for(lambda: sink.splits[0].yielded)
+    wait_until(lambda: sink.splits[0].yielded, timeout_s=10, interval_s=0.01)
     assert sink.yields == 1 and sink.lost() == [] and sink.unclaimed()
     got: list[int] = []
     reader = threading.Thread(target=lambda: got.extend(drain(sink.queue)), daemon=True)
@@ -406,7 +399,7 @@ def test_a_yield_that_comes_after_the_last_batch_reaches_the_task_through_its_en
             sender.end()
     finally:
         sender.close()
-    wait_for(lambda: sink.splits[0].yielded)
+    wait_until(lambda: sink.splits[0].yielded, timeout_s=10, interval_s=0.01)
     assert not sink.splits[0].ended and sink.unclaimed()
 
 

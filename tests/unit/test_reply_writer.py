@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from socket_helpers import sent_bytes
+from support.sockets import sent_bytes
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.thrift import TProcessor
 from thriftpy2.transport import TCyBufferedTransport, TSocket

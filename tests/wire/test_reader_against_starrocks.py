@@ -22,13 +22,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pyarrow as pa
 import pytest
-from test_wire_official import gen  # noqa: F401 - the generated code and the official library
+from support.thrift_gen import official_thrift_client
 
 from starscan.client import AuthenticationError, NetworkError, QueryError, connect
 
 DATE, DATETIME, LARGEINT, BIGINT, VARCHAR = 9, 10, 14, 6, 15
 TABLETS = {10001: range(0, 700), 10002: range(700, 1500), 10003: range(1500, 2000)}
 COLUMNS = [("id", BIGINT), ("name", VARCHAR), ("day", DATE), ("at", DATETIME), ("big", LARGEINT)]
+
+
+@pytest.fixture(scope="module")
+def gen(tmp_path_factory):
+    """The official Apache Thrift library and the code its compiler generates from our IDL."""
+    return official_thrift_client(tmp_path_factory.mktemp("thrift_gen_py"))
 
 
 def _rows(ids: range) -> pa.Table:

@@ -10,12 +10,7 @@ Plans come from the FE over HTTP with httpx.
 from __future__ import annotations
 
 import base64
-import importlib
-import os
 import re
-import shutil
-import subprocess
-import sys
 import threading
 import time
 from decimal import Decimal
@@ -24,6 +19,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+from support.thrift_gen import official_thrift_client
 
 IDL = Path(__file__).resolve().parents[2] / "idl" / "StarrocksExternalService.thrift"
 AUTH = "Basic " + base64.b64encode(b"root:").decode()  # cm9vdDo=
@@ -37,47 +33,10 @@ OK, NOT_FOUND, INVALID_ARGUMENT = 0, 31, 33
 T_INT, T_VARCHAR, T_DATE, T_DATETIME, T_DECIMAL64 = 5, 15, 9, 10, 22
 
 
-def _unavailable(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI is set: the independent-client wire tests must run)", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def gen(tmp_path_factory):
     """The generated `starscan_wire` package plus the official library's pieces."""
-    compiler = shutil.which("thrift")
-    if compiler is None:
-        _unavailable("Apache Thrift compiler `thrift` not on PATH (apt-get install thrift-compiler)")
-    try:
-        from thrift.protocol import TBinaryProtocol
-        from thrift.transport import TSocket, TTransport
-    except ImportError:
-        _unavailable("the official Apache Thrift Python library (`pip install thrift`) is not installed")
-    out = tmp_path_factory.mktemp("thrift_gen_py")
-    proc = subprocess.run([compiler, "--gen", "py", "-out", str(out), str(IDL)], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, f"thrift --gen py failed:\n{proc.stdout}\n{proc.stderr}"
-    assert (out / "starscan_wire" / "TStarrocksExternalService.py").is_file()
-    for name in [m for m in sys.modules if m == "starscan_wire" or m.startswith("starscan_wire.")]:
-        del sys.modules[name]
-    sys.path.insert(0, str(out))
-    try:
-        service = importlib.import_module("starscan_wire.TStarrocksExternalService")
-        ttypes = importlib.import_module("starscan_wire.ttypes")
-    finally:
-        sys.path.remove(str(out))
-    # Really the compiler's output, not something importable from elsewhere.
-    assert Path(service.__file__).resolve().is_relative_to(out.resolve())
-    assert "thriftpy2" not in repr(service.Client.__mro__)
-
-    class Gen:
-        pass
-
-    g = Gen()
-    g.service, g.ttypes = service, ttypes
-    g.TSocket, g.TTransport, g.TBinaryProtocol = TSocket, TTransport, TBinaryProtocol
-    return g
+    return official_thrift_client(tmp_path_factory.mktemp("thrift_gen_py"))
 
 
 # ---- the client -------------------------------------------------------------------------

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
+import os
+import subprocess
 from pathlib import Path
 
 import httpx
 
 from starscan.tables.catalog import Warehouse
+from support.waits import free_port, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
@@ -54,12 +58,34 @@ def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
-def wait_until(predicate, timeout_s: float = 60.0, interval_s: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
+def start_serve(tmp_path, demo_scale: str = "0.002", spark_master: str | None = "local[1]", warmup_rows: str = "0"):
+    """`starscan serve` as a user runs it (own process, own JVM; by default a small demo, one
+    task slot, no warm-up; ``spark_master=None``: starscan's default), waited for until
+    /api/health answers. Returns (process, http_port, be_port, log file)."""
+    import httpx
+
+    http_port, be_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS=warmup_rows, STARSCAN_QUERY_PORT=str(free_port()))
+    log = (tmp_path / "serve.log").open("w")
+    master = ["--spark-master", spark_master] if spark_master else []
+    proc = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "starscan"), "serve", "--http-port", str(http_port), "--be-port", str(be_port),
+         "--warehouse", str(tmp_path / "wh"), "--demo-scale", demo_scale, *master, "--bind-host", "127.0.0.1"],
+        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def ready():
+        assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+        try:
+            return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(ready, timeout_s=300, interval_s=0.5, what="starscan serve to start")
+    except BaseException:
+        proc.kill()
+        proc.wait(30)
+        log.close()
+        raise
+    return proc, http_port, be_port, log

@@ -15,11 +15,7 @@ import sys
 import time
 from typing import IO
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.waits import free_port
 
 
 def start_moto(log: IO[bytes] | int = subprocess.DEVNULL, timeout_s: float = 60.0
@@ -34,7 +30,7 @@ def start_moto_with_reader(log: IO[bytes] | int = subprocess.DEVNULL, timeout_s:
     """As ``start_moto``, and the keys of a second IAM user, ``reader``, who may only get
     objects and list buckets (a client reading files with keys of its own), as
     ``StorageOptions`` fields."""
-    port = _free_port()
+    port = free_port()
     # The IAM calls below are made before authentication is on (3 per user).
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(6 if reader else 3), "AWS_ACCESS_KEY_ID": "setup",
            "AWS_SECRET_ACCESS_KEY": "setup"}

@@ -1,7 +1,15 @@
-"""Helpers of the operations tests (metrics, profiles, admin page, CLI, runtime config):
-a sequential BE reader on a real Thrift connection and a /metrics scrape."""
+"""Readers of the BE and what they read: plans (``plan_for``), a sequential BE reader on a
+real Thrift connection as the Java readers make their calls (``Reader``), rows as
+comparable values (``arrow_rows``, ``spark_rows``), Spark's job states and a /metrics
+scrape."""
 
 from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import Counter
+from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import httpx
 import pyarrow as pa
@@ -51,6 +59,19 @@ class Reader:
             if res.eos:
                 return offset
             offset += pa.ipc.open_stream(res.rows).read_all().num_rows
+
+    def drain_batches(self, cid: str, offset: int = 0) -> tuple[list[pa.RecordBatch], int]:
+        """get_next until eos; returns the batches (one per reply) and the final offset."""
+        batches = []
+        while True:
+            res = self.next(cid, offset)
+            assert res.status.status_code == OK, res.status
+            if res.eos:
+                assert not res.rows
+                return batches, offset
+            batch = one_batch(res.rows)
+            batches.append(batch)
+            offset += batch.num_rows
 
     def read_tablets(self, db, table, plan, tablets, after_first_batch=None, batch_size=64) -> list[dict]:
         """Every row of the plan, a scanner per tablet read to eos; ``after_first_batch()`` runs
@@ -106,3 +127,58 @@ def follow_process(fe: str, out, *extra: str, table: str = "inc.stream", consume
     return subprocess.Popen([sys.executable, "-m", "starscan", "follow", table, "--consumer", consumer,
                              "--into", str(out), "--fe", fe, "--poll-s", "0.05", *extra],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def one_batch(rows: bytes) -> pa.RecordBatch:
+    batches = list(pa.ipc.open_stream(rows))
+    assert len(batches) == 1 and batches[0].num_rows > 0
+    return batches[0]
+
+
+def canon(value, zone: str = "UTC"):
+    """A hashable value in the StarRocks encoding (Spark dates/timestamps become text)."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):  # TIMESTAMP from Spark: a naive local datetime
+        value = value.astimezone(ZoneInfo(zone)).replace(tzinfo=None)
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    if isinstance(value, float):
+        return ("float", "nan" if math.isnan(value) else repr(value))
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, canon(v, zone)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(canon(v, zone) for v in value)
+    return value
+
+
+def arrow_rows(batches) -> Counter:
+    out: Counter = Counter()
+    for b in batches:
+        for row in b.to_pylist():
+            out[tuple(canon(v) for v in row.values())] += 1
+    return out
+
+
+def spark_rows(spark, server, db, table, tablets, columns, where=None) -> Counter:
+    """What Spark reads from exactly the files of ``tablets``, filtered by ``where``."""
+    snap = server.warehouse.snapshot(db, table)
+    paths = [str(Path(snap.location) / f.path) for t in tablets for f in snap.by_id[t].files]
+    df = spark.read.option("basePath", str(snap.location)).parquet(*paths)
+    if where:
+        df = df.where(where)
+    # A timestamp_ntz would arrive naive too, but these tests select none.
+    return Counter(tuple(canon(v, server.settings.time_zone) for v in r) for r in df.select(*columns).collect())
+
+
+def job_states(spark, group: str) -> dict[int, str]:
+    tracker = spark.sparkContext.statusTracker()
+    out = {}
+    for job_id in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job_id)
+        if info is not None:
+            out[job_id] = str(info.status)
+    return out
