@@ -26,10 +26,7 @@ makes the exit status 1.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import decimal
 import gc
-import math
 import os
 import random
 import re
@@ -43,6 +40,7 @@ from pathlib import Path
 import common
 import psutil
 from support.proxies import FaultProxy  # after common: it puts tests/ on the path
+from support.readers import arrow_rows, canon
 
 MAX_MINUTES = 120.0
 QUERIES = [  # (db, table, columns, where); batch sizes are drawn from BATCH_SIZES
@@ -69,33 +67,6 @@ if o.status.status_code == 0:
 print(o.context_id, flush=True)
 sys.stdin.read()
 """
-
-
-def canon(value, zone: str = "UTC"):
-    """A hashable value in the StarRocks encoding (Spark's dates and timestamps become text)."""
-    if value is None:
-        return None
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.astimezone()
-        from zoneinfo import ZoneInfo
-
-        return value.astimezone(ZoneInfo(zone)).replace(tzinfo=None).isoformat(sep=" ")
-    if isinstance(value, dt.date):
-        return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
-    if isinstance(value, float):
-        return ("float", "nan" if math.isnan(value) else repr(value))
-    if isinstance(value, decimal.Decimal):
-        return value
-    return value
-
-
-def arrow_rows(batches) -> Counter:
-    out: Counter = Counter()
-    for b in batches:
-        for row in b.to_pylist():
-            out[tuple(canon(v) for v in row.values())] += 1
-    return out
 
 
 def sql_of(db, table, cols, where) -> str:

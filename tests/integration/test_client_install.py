@@ -12,19 +12,15 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import re
-import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from support.wheels import build_wheel, venv_with
 
 pytestmark = pytest.mark.slow  # builds a wheel and a virtual environment
 
-ROOT = Path(__file__).resolve().parents[2]
-SKIP_DIRS = {".venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis", "starscan-warehouse",
-             "spark-warehouse", "metastore_db", ".git", "docs", "bench", "tests"}
 
 
 def _requirements(text_lines: list[str]) -> list[str]:
@@ -58,22 +54,12 @@ def _closure(names: list[str]) -> set[str]:
 @pytest.fixture(scope="module")
 def client_venv(tmp_path_factory):
     work = tmp_path_factory.mktemp("client-wheel")
-    src = work / "src"
-    shutil.copytree(ROOT, src, ignore=lambda d, names: [n for n in names if n in SKIP_DIRS or n.endswith(".egg-info")])
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "wheels"), str(src)],
-                           capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (work / "wheels").glob("starscan-*.whl")
+    wheel = build_wheel(work)
     with zipfile.ZipFile(wheel) as archive:
         meta = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     base = _requirements(requires)
-    venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    py = venv / "bin" / "python"
-    installed = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                               capture_output=True, text=True, timeout=300)
-    assert installed.returncode == 0, installed.stderr
+    py, site = venv_with(work, wheel)
     deps = work / "deps"
     deps.mkdir()
     for name in sorted(_closure(base)):
@@ -86,9 +72,7 @@ def client_venv(tmp_path_factory):
             target = Path(str(dist.locate_file(top)))
             if target.exists() and not (deps / top).exists():
                 (deps / top).symlink_to(target)
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (Path(site) / "client-deps.pth").write_text(str(deps) + "\n")
+    (site / "client-deps.pth").write_text(str(deps) + "\n")
     return py, base
 
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import sysconfig
 import time
 from pathlib import Path
@@ -21,36 +19,21 @@ import pyarrow.parquet as pq
 import pytest
 from support.readers import NOT_FOUND, Reader, plan_for, scrape, value
 from support.waits import free_port, wait_until
+from support.wheels import build_wheel, venv_with
 
 from starscan.client import StarscanClient
 
 pytestmark = pytest.mark.slow  # starts its own `starscan serve` (not the quick tier)
 
-ROOT = Path(__file__).resolve().parents[2]
-SKIP_DIRS = {".venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis", "starscan-warehouse",
-             "spark-warehouse", "metastore_db", ".git", "docs"}
 
 
 @pytest.fixture(scope="module")
 def fresh_venv(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
-    src = work / "src"
-    shutil.copytree(ROOT, src, ignore=lambda d, names: [n for n in names if n in SKIP_DIRS or n.endswith(".egg-info")])
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "wheels"), str(src)],
-                           capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr
-    wheels = list((work / "wheels").glob("starscan-*.whl"))
-    assert len(wheels) == 1, wheels
-    venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    py = venv / "bin" / "python"
+    py, site = venv_with(work, build_wheel(work))
+    venv = py.parents[1]
     # The package from the wheel; its dependencies (pyspark is 300+ MB) from this test run's
     # environment through a .pth file, so nothing but the wheel comes from the source tree.
-    installed = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheels[0])],
-                               capture_output=True, text=True, timeout=300)
-    assert installed.returncode == 0, installed.stderr
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
     Path(site, "deps-from-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     where = subprocess.run([str(py), "-c", "import starscan, starscan.planner.admin, starscan.idl; print(starscan.__file__)"],
                            capture_output=True, text=True, cwd=work, timeout=120)
