@@ -7,13 +7,14 @@
 - ``percentile`` / ``summarize``: latency statistics.
 - ``PeakRSS``: peak resident memory of this process and its children (the Spark JVM, client
   worker processes), sampled every 50 ms by a thread with psutil.
-- ``append_results(title, conditions, table_markdown)``: appends a dated section to
-  ``bench/RESULTS.md`` (created with a short header when missing).
+- ``report(...)`` / ``write_record(...)``: one JSON record per run in ``bench/results/``, from
+  which ``bench/results_page.py`` generates ``bench/RESULTS.md``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import os
 import platform
@@ -33,16 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
-RESULTS_PATH = BENCH_DIR / "RESULTS.md"
 
 PACKAGES = ("pyspark", "pyarrow", "thriftpy2", "sqlglot", "fastapi", "uvicorn", "httpx", "psutil")
 
-RESULTS_HEADER = """# starscan benchmark results
-
-Appended by the scripts in this folder (`bench/plan_latency.py`, `bench/scan_throughput.py`;
-see `bench/README.md`). Each section is one run: its date, versions, machine and conditions,
-then its table. MB = 10^6 bytes. Numbers from different machines or loads are not comparable.
-"""
 
 
 # ---- environment -------------------------------------------------------------------------
@@ -306,22 +300,25 @@ def cpu_seconds(procs) -> float:
 
 # ---- results -----------------------------------------------------------------------------
 
-def append_results(title: str, conditions: dict, table_markdown: str, path: str | Path | None = None,
-                   env: dict[str, str] | None = None) -> Path:
-    """Append a dated section (title, versions/machine, conditions, table) to bench/RESULTS.md."""
-    path = Path(path) if path is not None else RESULTS_PATH
+def write_record(title: str, conditions: dict, table_markdown: str, env: dict[str, str] | None = None,
+                 benchmark: str | None = None, folder: Path | None = None) -> Path:
+    """One run as data: ``bench/results/<UTC time>-<benchmark>.json`` with the commit,
+    versions and machine, conditions and the table; then bench/RESULTS.md is generated again
+    from every record (bench/results_page.py)."""
+    import results_page
+
     env = env or environment()
-    stamp = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    parts = [f"\n## {title} ({stamp})\n", "**Versions and machine**\n", format_environment(env), "",
-             "**Conditions**\n"]
-    parts += [f"- {k}: {v}" for k, v in conditions.items()]
-    parts += ["", table_markdown.rstrip(), ""]
-    text = "\n".join(parts)
-    new = not path.exists()
-    with open(path, "a", encoding="utf-8") as fh:
-        if new:
-            fh.write(RESULTS_HEADER)
-        fh.write(text)
+    now = _dt.datetime.now(_dt.timezone.utc)
+    benchmark = benchmark or Path(sys.argv[0]).stem
+    record = {"benchmark": benchmark, "title": title, "time": now.strftime("%Y-%m-%d %H:%M UTC"),
+              "commit": env.get("git commit", "unknown"), "environment": env,
+              "conditions": {k: str(v) for k, v in conditions.items()}, "table": table_markdown}
+    folder = folder or results_page.RESULTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{now.strftime('%Y%m%dT%H%M%SZ')}-{benchmark}.json"
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if folder == results_page.RESULTS_DIR:
+        results_page.write_page()
     return path
 
 
@@ -341,8 +338,9 @@ def log(msg: str) -> None:
 
 
 def report(title: str, conditions: dict, table_md: str, env: dict, append: bool) -> None:
-    """Print a run's section and, unless told not to, append it to RESULTS.md."""
+    """Print a run's section and, unless told not to, record it (bench/results/) and
+    generate bench/RESULTS.md again."""
     conditions["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print_section(title, conditions, table_md, env)
     if append:
-        log(f"appended to {append_results(title, conditions, table_md, env=env)}")
+        log(f"recorded in {write_record(title, conditions, table_md, env=env)}")
