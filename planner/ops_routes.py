@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from starscan.core import logs
-from starscan.core.errors import ConfigChangeRefused, NotAuthorized, NotFound, StarscanError, Unauthorized
+from starscan.core.errors import ConfigChangeRefused, NotAuthorized, NotFound, PrivilegeMissing, StarscanError, Unauthorized
 from starscan.planner.admin import render_page
 
 log = logging.getLogger("starscan.ops")
@@ -87,7 +87,7 @@ def install_routes(app: FastAPI, ops) -> None:
     async def admin_of(request: Request) -> str:
         user = await user_of(request)
         if not await run_in_threadpool(users.is_admin, user):
-            raise NotAuthorized(f"user {user!r} needs the admin grant for this page (starscan user grant {user} admin)")
+            raise PrivilegeMissing(f"user {user!r} needs the admin grant for this page (starscan user grant {user} admin)")
         return user
 
     def scanners() -> list[dict]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from starscan.core.errors import NotAuthorized, TooManyRequests, TooManyTasks
+from starscan.core.errors import CredentialsRejected, PrivilegeMissing, TooManyRequests, TooManyTasks
 from starscan.security.ratelimit import LoginGuard
 from starscan.security.users import UserStore
 from starscan.settings.config import Settings
@@ -33,12 +33,12 @@ class Admission:
 
     def check_identity(self, plan, sent_user: str | None, sent_passwd: str | None, client: str) -> None:
         if sent_user and sent_user != plan.user:
-            raise NotAuthorized(f"user {sent_user!r} may not use a plan issued to {plan.user!r}")
+            raise CredentialsRejected(f"user {sent_user!r} may not use a plan issued to {plan.user!r}")
         if self.users is None:
             return
         user = plan.user
         if not self.users.exists(user):
-            raise NotAuthorized(f"user {user!r} of this plan no longer exists")
+            raise CredentialsRejected(f"user {user!r} of this plan no longer exists")
         if sent_passwd is not None:
             users = self.users
 
@@ -50,11 +50,11 @@ class Admission:
             try:
                 ok = self.guard.attempt(user, client, verify)
             except TooManyRequests as exc:
-                raise NotAuthorized(exc.message) from None
+                raise CredentialsRejected(exc.message) from None
             if not ok:
-                raise NotAuthorized(f"Access denied for {user}@{client}: passwd does not match the users file")
+                raise CredentialsRejected(f"Access denied for {user}@{client}: passwd does not match the users file")
         if not self.users.can_select(user, plan.database, plan.table):
-            raise NotAuthorized(
+            raise PrivilegeMissing(
                 f"Access denied; user {user!r} no longer has the SELECT privilege on {plan.database}.{plan.table} "
                 "(it was revoked after the plan was issued)")
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from starscan.core.errors import NotFound
+from starscan.core.errors import ContextNotFound
 
 if TYPE_CHECKING:
     from starscan.provider.result_cache import CachedResult, CacheFill
@@ -57,6 +57,7 @@ class ScanContext:
     open_error: Exception | None = None
     eos: bool = False
     report_rows: bool = False         # the client asked for the row count at eos
+    report_kinds: bool = False        # the client asked for error kinds in statuses (protocol_extensions)
     rows_sent: int = 0
     bytes_sent: int = 0
     in_use: int = 0
@@ -140,7 +141,7 @@ class ScanContextManager:
             if epoch is not None and epoch != self.epoch:
                 message += ("; it was opened before the server restarted and its scan is gone: "
                             "open a new scanner with the same plan (a new one if it expired) and read again from offset 0")
-            raise NotFound(message)
+            raise ContextNotFound(message)
         return ctx
 
     @contextmanager

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, ORDERED_ACK, ORDERED_PROPERTY
+from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, ERROR_KIND_PROPERTY, ORDERED_ACK, ORDERED_PROPERTY
 from starscan.core.thrift_defs import wire
 from starscan.provider import status
 from starscan.provider.peer import current_peer
@@ -26,13 +26,14 @@ class ExternalServiceHandler:
 
     def open_scanner(self, params):
         params = params if params is not None else wire.TScanOpenParams()
+        kinds = str((params.properties or {}).get(ERROR_KIND_PROPERTY, "")).lower() == "true"
         try:
             result = self.service.open(params, client=current_peer())
         except Exception as exc:  # pragma: no cover - service.open already catches
             log.exception("open_scanner")
-            return wire.TScanOpenResult(status=status.from_error(exc), context_id="", selected_columns=[])
+            return wire.TScanOpenResult(status=status.from_error(exc, kinds), context_id="", selected_columns=[])
         columns = [wire.TScanColumnDesc(name=n, type=t) for n, t in result.columns]
-        st = status.ok() if result.error is None else status.from_error(result.error)
+        st = status.ok() if result.error is None else status.from_error(result.error, kinds)
         if result.error is None and str((params.properties or {}).get(ORDERED_PROPERTY, "")).lower() == "true":
             st.error_msgs = [ORDERED_ACK]  # the rows come in a fixed order (protocol_extensions)
         return wire.TScanOpenResult(status=st, context_id=result.context_id, selected_columns=columns)
@@ -44,7 +45,7 @@ class ExternalServiceHandler:
         except Exception as exc:
             if not hasattr(exc, "status_code"):
                 log.exception("get_next")
-            return wire.TScanBatchResult(status=status.from_error(exc))
+            return wire.TScanBatchResult(status=status.from_error(exc, self.service.reports_error_kinds(params.context_id)))
         st = status.ok()
         if result.rows_total is not None:  # opt-in row count at eos (service.EOS_ROWS_PROPERTY)
             st.error_msgs = [f"{EOS_ROWS_PREFIX}{result.rows_total}"]

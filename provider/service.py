@@ -17,7 +17,7 @@ from starscan.core.errors import (
     StarscanError,
 )
 from starscan.core.logs import scan_fields
-from starscan.core.protocol_extensions import EOS_ROWS_PROPERTY, ORDERED_PROPERTY
+from starscan.core.protocol_extensions import EOS_ROWS_PROPERTY, ERROR_KIND_PROPERTY, ORDERED_PROPERTY
 from starscan.plans import codec as plan_codec
 from starscan.plans.tablet_lists import TabletLists, planned_tablets
 from starscan.provider.admission import Admission
@@ -116,6 +116,7 @@ class ScanService:
         if not (params.keep_alive_min and params.keep_alive_min > 0) and self.settings.keep_alive_s:
             ctx.keep_alive_s = self.settings.keep_alive_s
         ctx.client = client
+        ctx.report_kinds = str((params.properties or {}).get(ERROR_KIND_PROPERTY, "")).lower() == "true"
         try:
             columns = self._open(ctx, params)
         except Exception as exc:  # a failed open stays registered until GC, as in StarRocks
@@ -223,6 +224,13 @@ class ScanService:
         return columns
 
     # ---- get_next ----
+    def reports_error_kinds(self, context_id: str | None) -> bool:
+        """Whether the reader of this scanner asked for error kinds (False for one not here)."""
+        try:
+            return self.contexts.get(context_id).report_kinds
+        except StarscanError:
+            return False
+
     def next(self, context_id: str | None, offset: int | None) -> NextResult:
         _check_text(context_id, "context_id")
         with self.contexts.using(context_id) as ctx, ctx.lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from starscan.core.errors import StarscanError
+from starscan.core.protocol_extensions import ERROR_KIND_PREFIX
 from starscan.core.thrift_defs import wire
 
 # Codes the StarRocks Java SDK knows (docs/protocol.md 3); anything else would crash it.
@@ -13,13 +14,15 @@ def ok():
     return wire.TStatus(status_code=wire.TStatusCode.OK)
 
 
-def from_error(err: BaseException):
+def from_error(err: BaseException, with_kind: bool = False):
+    """The status of a failure; ``with_kind`` (the reader asked for it): the error's kind as
+    a second ``error_msgs`` entry (starscan.core.protocol_extensions)."""
     if isinstance(err, StarscanError):
         code = getattr(wire.TStatusCode, err.status_code, wire.TStatusCode.INTERNAL_ERROR)
-        message = err.message
+        message, kind = err.message, err.kind
     else:
         code = wire.TStatusCode.INTERNAL_ERROR
-        message = f"internal error: {type(err).__name__}: {err}"
+        message, kind = f"internal error: {type(err).__name__}: {err}", "InternalError"
     if code not in SDK_CODES:
         code = wire.TStatusCode.INTERNAL_ERROR
-    return wire.TStatus(status_code=code, error_msgs=[message])
+    return wire.TStatus(status_code=code, error_msgs=[message, ERROR_KIND_PREFIX + kind] if with_kind else [message])

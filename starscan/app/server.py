@@ -12,7 +12,7 @@ import uvicorn
 
 from starscan.app.operations import Operations
 from starscan.core import logs
-from starscan.core.errors import ScanCancelled, StarscanError
+from starscan.core.errors import ServerShuttingDown, StarscanError
 from starscan.gc.reaper import ScanContextReaper
 from starscan.planner.app import create_app
 from starscan.planner.auth import Authenticator
@@ -250,7 +250,7 @@ class StarscanServer:
         if self.workers is not None:
             self.workers.stop()
         # Readers inside get_next get this status now; their next call gets NOT_FOUND.
-        self.contexts.close_all(ScanCancelled("the server is shutting down: open a new scanner when it is back"))
+        self.contexts.close_all(ServerShuttingDown("the server is shutting down: open a new scanner when it is back"))
         self.service.stop()
         self.ops.stop()
         self.audit.close()

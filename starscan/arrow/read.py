@@ -54,6 +54,10 @@ class SplitReadError(Exception):
     differently): the message names the table and the file."""
 
 
+class PlannedFileGone(SplitReadError):
+    """A planned file was removed or rewritten since the plan: its table version is gone."""
+
+
 @dataclass(frozen=True)
 class FilePart:
     path: str                     # absolute
@@ -159,10 +163,10 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     storage = read.storage
     identity = storage.file_identity(part.path)
     if identity is None:
-        raise SplitReadError(f"table {read.table} version {read.version} is gone: file {part.relative} was removed "
+        raise PlannedFileGone(f"table {read.table} version {read.version} is gone: file {part.relative} was removed "
                              "during the scan; ask the FE for a new plan")
     if identity != (part.size, part.mtime_ns):
-        raise SplitReadError(f"table {read.table} version {read.version} is gone: file {part.relative} was rewritten "
+        raise PlannedFileGone(f"table {read.table} version {read.version} is gone: file {part.relative} was rewritten "
                              "during the scan; ask the FE for a new plan")
     try:
         source = storage.open(part.path)

@@ -8,32 +8,28 @@ Python, without Spark or a server's modules: pyarrow, thriftpy2 and httpx only.
   consumers; starscan.client.protocol);
 - direct reads: tablets read from their files by the client itself, with the server's own
   read rules (``direct="auto"``; starscan.client.direct);
-- one exception class per kind of failure (starscan.client.errors).
+- one exception tree, ``ReadError``, with a class per kind of failure (starscan.client.errors).
 """
 
 from starscan.client.errors import (
     AuthenticationError,
     DirectReadError,
+    FailoverMismatch,
     NetworkError,
     PermissionDenied,
+    PlanError,
     QueryError,
     ReadError,
+    ScanError,
+    ScanIntegrityError,
     SnapshotGoneError,
 )
 from starscan.client.options import ReadOptions
-from starscan.client.protocol import (
-    Followed,
-    PlanError,
-    ScanError,
-    ScanIntegrityError,
-    ScanStats,
-    StarscanClient,
-    thrift_client,
-)
+from starscan.client.protocol import Followed, ScanStats, StarscanClient, thrift_client
 from starscan.client.reader import Connection, connect
 
 __all__ = [
-    "AuthenticationError", "Connection", "DirectReadError", "Followed", "NetworkError", "PermissionDenied", "PlanError", "QueryError",
+    "AuthenticationError", "Connection", "DirectReadError", "FailoverMismatch", "Followed", "NetworkError", "PermissionDenied", "PlanError", "QueryError",
     "ReadError", "ReadOptions", "ScanError", "ScanIntegrityError", "ScanStats", "SnapshotGoneError", "StarscanClient",
     "connect", "thrift_client",
 ]

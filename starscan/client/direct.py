@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from starscan.arrow.direct import DirectFile, DirectRead, file_part
 from starscan.arrow.filter import NotArrowable
-from starscan.arrow.read import ArrowRead, ArrowSplit, SplitReadError, check_calendar, read_split
+from starscan.arrow.read import ArrowRead, ArrowSplit, PlannedFileGone, SplitReadError, check_calendar, read_split
 from starscan.arrow.wire import BatchConverter
 from starscan.client.errors import ReadError, SnapshotGoneError
 from starscan.core.errors import StarscanError
@@ -117,7 +117,7 @@ class DirectReader:
         try:
             yield from batches  # a failure from here on is the read's (rows were handed out)
         except SplitReadError as exc:
-            raise (SnapshotGoneError if "is gone" in str(exc) else ReadError)(str(exc)) from None
+            raise (SnapshotGoneError if isinstance(exc, PlannedFileGone) else ReadError)(str(exc)) from None
 
     def _open(self, tablet_id: int, info: dict[str, Any]) -> tuple[Iterator[pa.RecordBatch], pa.RecordBatch | None]:
         """The tablet's batches (converted) after the first, and the first (None: no rows)."""

@@ -1,6 +1,11 @@
-"""One exception class per kind of failure of a read, each with the server's own message:
-what a caller does next depends on the kind (fix the password, ask for a grant, fix the
-query, plan again, or try again later), never on parsing the text."""
+"""One exception tree for every failure of a read, each with the server's own message: what
+a caller does next depends on the class (fix the password, ask for a grant, fix the query,
+plan again, or try again later), never on parsing the text. ``except ReadError`` catches
+them all.
+
+A starscan server names each error's kind (starscan.core.protocol_extensions: an HTTP
+header, an opt-in Thrift status entry) and the classes follow the kind; from a StarRocks
+server, which names none, they follow the HTTP status or Thrift status code."""
 
 from __future__ import annotations
 
@@ -8,16 +13,19 @@ import json
 from typing import Any
 
 from starscan.core import thrift_defs
+from starscan.core.protocol_extensions import ERROR_KIND_PREFIX
 
 
 class ReadError(Exception):
     """A read failed. ``message`` is the server's (or the connection's) own words; ``status``
-    the HTTP status or the Thrift status code's name."""
+    the HTTP status or the Thrift status code's name; ``kind`` the server's name of the
+    error's kind (None from a server that names none)."""
 
-    def __init__(self, message: str, status: str | int | None = None):
+    def __init__(self, message: str, status: str | int | None = None, kind: str | None = None):
         super().__init__(message)
         self.message = message
         self.status = status
+        self.kind = kind
 
 
 class NetworkError(ReadError):
@@ -49,46 +57,117 @@ class DirectReadError(ReadError):
     ``direct="auto"`` such a tablet is read through the BE instead."""
 
 
-def from_http(status: int, body: str) -> ReadError:
-    """The error of a refused FE call (``_query_plan``, ``_schema``)."""
+class ScanIntegrityError(ReadError):
+    """The server's end-of-scan row count differs from the rows this client received."""
+
+    def __init__(self, context_id: str, received: int, reported: int, message: str | None = None):
+        super().__init__(message or (
+            f"scan {context_id} ended with {received} rows received but the server produced {reported}: "
+            f"{abs(reported - received)} rows {'missing' if reported > received else 'too many'}; "
+            "the result is incomplete, read it again"))
+        self.context_id, self.received, self.reported = context_id, received, reported
+
+
+class FailoverMismatch(ScanIntegrityError):
+    """After a failover, the new BE's scan ended with fewer rows than were already handed out
+    from the lost one: the two do not hold the same rows, and the result cannot be finished."""
+
+    def __init__(self, context_id: str, handed: int, produced: int):
+        super().__init__(context_id, handed, produced,
+                         f"scan {context_id} on the next routing produced {produced} rows, fewer than the "
+                         f"{handed} already handed out from the lost BE: they disagree; read again")
+
+
+class ScanError(ReadError):
+    """A BE call answered with a status other than OK (``StarscanClient``'s own calls; the
+    reader raises the classified error, ``from_scan_error``). ``messages`` are the status's
+    messages without the kind entry."""
+
+    def __init__(self, call: str, status: Any):
+        self.call = call
+        self.status_code = status.status_code
+        messages = list(status.error_msgs or [])
+        kind = next((m[len(ERROR_KIND_PREFIX):] for m in messages if m.startswith(ERROR_KIND_PREFIX)), None)
+        self.messages = [m for m in messages if not m.startswith(ERROR_KIND_PREFIX)]
+        name = thrift_defs.wire.TStatusCode._VALUES_TO_NAMES.get(status.status_code, str(status.status_code))
+        super().__init__(f"{call}: {name}: {'; '.join(self.messages)}", name, kind)
+
+
+class PlanError(ReadError):
+    """An FE call answered with an HTTP error (``StarscanClient``'s own calls; the reader
+    raises the classified error, ``from_http``)."""
+
+    def __init__(self, http_status: int, body: str, kind: str | None = None):
+        self.http_status = http_status
+        self.body = body
+        super().__init__(f"_query_plan answered HTTP {http_status}: {body}", http_status, kind)
+
+
+#: Kinds a starscan server names (starscan.core.errors' class names), by what a caller does next.
+_BY_KIND: dict[str, type[ReadError]] = {
+    **dict.fromkeys(("Unauthorized", "CredentialsRejected"), AuthenticationError),
+    **dict.fromkeys(("SelectPrivilegeMissing", "PrivilegeMissing", "NotAuthorized", "StorageDenied"), PermissionDenied),
+    **dict.fromkeys(("SnapshotGone", "PlanExpired", "TableRewritten", "VersionUnknown"), SnapshotGoneError),
+    **dict.fromkeys(("ContextNotFound", "ServerShuttingDown", "SparkUnavailable", "NoLiveBackend", "StorageUnavailable",
+                     "TooManyRequests", "TooManyTasks", "ScanTimeout", "ScanCancelled"), NetworkError),
+}
+
+#: Lost scanners: the BE no longer holds it, or cannot scan now; it may go on on another routing.
+LOST_KINDS = frozenset({"ContextNotFound", "ServerShuttingDown", "SparkUnavailable"})
+
+
+def from_http(status: int, body: str, kind: str | None = None) -> ReadError:
+    """The error of a refused FE call (``_query_plan``, ``_schema``): by the kind the server
+    named, else by the HTTP status."""
     try:
         doc = json.loads(body)
         message = str(doc.get("exception") or doc.get("msg") or doc.get("message") or body)
     except (ValueError, AttributeError):
         message = body
-    lowered = message.lower()
-    if status in (401, 403):
-        if "privilege" in lowered or "grant" in lowered or status == 403:
-            return PermissionDenied(message, status)
-        return AuthenticationError(message, status)
-    if status in (409, 410):
-        return SnapshotGoneError(message, status)
-    if status in (429, 502, 503, 504):
-        return NetworkError(message, status)
-    if status == 404 and "version" in lowered:
-        return SnapshotGoneError(message, status)
-    return QueryError(message, status)
+    cls = _BY_KIND.get(kind or "")
+    if cls is None:
+        if status == 401:
+            cls = AuthenticationError
+        elif status == 403:
+            cls = PermissionDenied
+        elif status in (409, 410):
+            cls = SnapshotGoneError
+        elif status in (429, 502, 503, 504):
+            cls = NetworkError
+        else:
+            cls = QueryError
+    return cls(message, status, kind)
 
 
-def from_scan_error(exc: Any) -> ReadError:
-    """``from_status`` for a ``protocol.ScanError``."""
-    return from_status(exc.call, exc.status_code, exc.messages)
+def from_scan_error(exc: ScanError) -> ReadError:
+    """The classified error of a ``ScanError``."""
+    return from_status(exc.call, exc.status_code, exc.messages, exc.kind)
 
 
-def from_status(call: str, code: int, error_msgs: list[str] | None) -> ReadError:
-    """The error of a BE call that answered with a status other than OK."""
+def from_status(call: str, code: int, error_msgs: list[str] | None, kind: str | None = None) -> ReadError:
+    """The error of a BE call that answered with a status other than OK: by the kind the
+    server named, else by the status code (a NOT_FOUND at get_next: the BE lost the scanner)."""
     codes = thrift_defs.wire.TStatusCode
     name = codes._VALUES_TO_NAMES.get(code, str(code))
-    message = f"{call}: " + "; ".join(error_msgs or [name])
-    lowered = message.lower()
-    if code == codes.NOT_AUTHORIZED:
-        if "privilege" in lowered or "grant" in lowered:
-            return PermissionDenied(message, name)
-        return AuthenticationError(message, name)
-    if "is gone" in lowered or "expired" in lowered:
-        return SnapshotGoneError(message, name)
-    if code == codes.NOT_FOUND and "context" in lowered:
-        return NetworkError(message, name)  # the BE lost the scanner (a restart, the reaper)
-    if code in (codes.SERVICE_UNAVAILABLE, codes.TIMEOUT, codes.CANCELLED, codes.TOO_MANY_TASKS):
-        return NetworkError(message, name)
-    return QueryError(message, name)
+    message = f"{call}: " + "; ".join([m for m in error_msgs or [] if not m.startswith(ERROR_KIND_PREFIX)] or [name])
+    cls = _BY_KIND.get(kind or "")
+    if cls is None:
+        if code == codes.NOT_AUTHORIZED:
+            cls = AuthenticationError
+        elif code in (codes.SERVICE_UNAVAILABLE, codes.TIMEOUT, codes.CANCELLED, codes.TOO_MANY_TASKS) or (
+                kind is None and code == codes.NOT_FOUND and call == "get_next"):
+            cls = NetworkError
+        else:
+            cls = QueryError
+    return cls(message, name, kind)
+
+
+def is_lost(call: str, status: Any) -> bool:
+    """A status that says the BE lost the scanner rather than that the scan is wrong: the
+    scanner is not there (closed by a restart, or never known to a BE that answers no kind)
+    or the BE cannot scan now (shutting down, no Spark)."""
+    codes = thrift_defs.wire.TStatusCode
+    kind = next((m[len(ERROR_KIND_PREFIX):] for m in status.error_msgs or [] if m.startswith(ERROR_KIND_PREFIX)), None)
+    if kind is not None:
+        return kind in LOST_KINDS
+    return status.status_code == codes.SERVICE_UNAVAILABLE or (status.status_code == codes.NOT_FOUND and call == "get_next")

@@ -19,21 +19,20 @@ from urllib.parse import quote
 import httpx
 import pyarrow as pa
 
+from starscan.client.errors import FailoverMismatch, PlanError, ScanError, ScanIntegrityError, is_lost
 from starscan.core import thrift_defs
-from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY, ORDERED_ACK, ORDERED_PROPERTY
+from starscan.core.protocol_extensions import (
+    EOS_ROWS_PREFIX,
+    EOS_ROWS_PROPERTY,
+    ERROR_KIND_HEADER,
+    ERROR_KIND_PROPERTY,
+    ORDERED_ACK,
+    ORDERED_PROPERTY,
+)
 from starscan.core.thrift_defs import transport_errors
 
 if TYPE_CHECKING:
     from thriftpy2.thrift import TClient
-
-
-class ScanError(Exception):
-    def __init__(self, call: str, status: Any):
-        self.call = call
-        self.status_code = status.status_code
-        self.messages = list(status.error_msgs or [])
-        name = thrift_defs.wire.TStatusCode._VALUES_TO_NAMES.get(status.status_code, str(status.status_code))
-        super().__init__(f"{call}: {name}: {'; '.join(self.messages)}")
 
 
 class _BackendLost(Exception):
@@ -50,36 +49,6 @@ FAILOVER_PAUSE_S = 0.2
 FAILOVER_PAUSE_MAX_S = 5.0
 
 
-def _is_lost(status: Any) -> bool:
-    """A status that says the BE lost the scanner rather than that the scan is wrong: the
-    context is unknown (the BE restarted), or the BE is shutting down or has no Spark."""
-    code = status.status_code
-    text = " ".join(status.error_msgs or [])
-    return (code == thrift_defs.wire.TStatusCode.NOT_FOUND and "context" in text.lower()) or \
-        code == thrift_defs.wire.TStatusCode.SERVICE_UNAVAILABLE or "shutting down" in text
-
-
-class ScanIntegrityError(Exception):
-    """The server's end-of-scan row count differs from the rows this client received."""
-
-    def __init__(self, context_id: str, received: int, reported: int):
-        self.context_id, self.received, self.reported = context_id, received, reported
-        super().__init__(
-            f"scan {context_id} ended with {received} rows received but the server produced {reported}: "
-            f"{abs(reported - received)} rows {'missing' if reported > received else 'too many'}; "
-            "the result is incomplete, read it again")
-
-
-class FailoverMismatch(ScanIntegrityError):
-    """After a failover, the new BE's scan ended with fewer rows than were already handed out
-    from the lost one: the two do not hold the same rows, and the result cannot be finished."""
-
-    def __init__(self, context_id: str, handed: int, produced: int):
-        Exception.__init__(self, f"scan {context_id} on the next routing produced {produced} rows, fewer than the "
-                                 f"{handed} already handed out from the lost BE: they disagree; read again")
-        self.context_id, self.received, self.reported = context_id, handed, produced
-
-
 @dataclass(frozen=True)
 class Followed:
     """One step of ``StarscanClient.follow``: the rows appended after ``since`` (None: the
@@ -88,13 +57,6 @@ class Followed:
     since: int | None
     version: int
     rows: pa.Table
-
-
-class PlanError(Exception):
-    def __init__(self, http_status: int, body: str):
-        self.http_status = http_status
-        self.body = body
-        super().__init__(f"_query_plan answered HTTP {http_status}: {body}")
 
 
 @dataclass
@@ -172,21 +134,28 @@ def _thrift_parts() -> tuple[Any, Any, Any]:
             thrift_defs.wire  # noqa: B018
             from thriftpy2.protocol.binary import TBinaryProtocolFactory  # not the package's name: the Cython one
             from thriftpy2.thrift import TClient
-            from thriftpy2.transport import TSocket, TSSLSocket
-            from thriftpy2.transport import TTransportException  # noqa: F401  (transport_errors)
+            from thriftpy2.transport import (
+                TSocket,
+                TSSLSocket,
+                TTransportException,  # noqa: F401  (transport_errors)
+            )
 
             from starscan.client.transport import ArrowReadTransportFactory
 
             def make_client(service: Any, host: str, port: int, timeout_ms: int, connect_timeout_ms: int,
                             ssl_context: ssl.SSLContext | None) -> Any:
-                """thriftpy2's ``make_client``, with a time limit of its own for connecting."""
+                """thriftpy2's ``make_client``, with a time limit of its own for connecting
+                (thriftpy2's parts are untyped)."""
+                ssl_socket: Any = TSSLSocket
+                plain_socket: Any = TSocket
+                protocols: Any = TBinaryProtocolFactory
                 if ssl_context is not None:
-                    sock = TSSLSocket(host, port, socket_timeout=timeout_ms, connect_timeout=connect_timeout_ms,
+                    sock = ssl_socket(host, port, socket_timeout=timeout_ms, connect_timeout=connect_timeout_ms,
                                       ssl_context=ssl_context)
                 else:
-                    sock = TSocket(host, port, socket_timeout=timeout_ms, connect_timeout=connect_timeout_ms)
+                    sock = plain_socket(host, port, socket_timeout=timeout_ms, connect_timeout=connect_timeout_ms)
                 transport = ArrowReadTransportFactory().get_transport(sock)
-                protocol = TBinaryProtocolFactory().get_protocol(transport)
+                protocol = protocols().get_protocol(transport)
                 transport.open()
                 return TClient(service, protocol)
 
@@ -270,10 +239,10 @@ class StarscanClient:
             verify=self._verify,
         )
         if r.status_code != 200:
-            raise PlanError(r.status_code, r.text)
+            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
         body: dict[str, Any] = r.json()
         if body.get("status") != 200:
-            raise PlanError(r.status_code, r.text)
+            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
         return body
 
     def schema(self, db: str, table: str) -> list[dict[str, Any]]:
@@ -283,7 +252,7 @@ class StarscanClient:
                       headers={"Authorization": self._auth()}, timeout=self._http_timeout,
                       verify=self._verify)
         if r.status_code != 200:
-            raise PlanError(r.status_code, r.text)
+            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
         properties: list[dict[str, Any]] = r.json().get("properties", [])
         return properties
 
@@ -295,7 +264,7 @@ class StarscanClient:
                        headers={"Authorization": self._auth(), "Content-Type": "application/json"},
                        timeout=self._http_timeout, verify=self._verify)
         if r.status_code != 200:
-            raise PlanError(r.status_code, r.text)
+            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
         answer: dict[str, Any] = r.json()
         return answer
 
@@ -305,7 +274,7 @@ class StarscanClient:
                       headers={"Authorization": self._auth()}, timeout=self._http_timeout,
                       verify=self._verify)
         if r.status_code != 200:
-            raise PlanError(r.status_code, r.text)
+            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
         version = r.json().get("version")
         return None if version is None else int(version)
 
@@ -410,7 +379,7 @@ class StarscanClient:
         ``ordered`` gets whether the BE acknowledged ``ORDERED_PROPERTY``."""
         host, port = self.be_host_mapping.get(endpoint, endpoint).split(":")
         conn = _Connection(host, int(port), self.timeout_s, self.retries, stats, self.ssl_context, self.connect_timeout_s)
-        properties = {EOS_ROWS_PROPERTY: "true"}
+        properties = {EOS_ROWS_PROPERTY: "true", ERROR_KIND_PROPERTY: "true"}
         if self.failovers > 0:
             properties[ORDERED_PROPERTY] = "true"
         try:
@@ -426,7 +395,7 @@ class StarscanClient:
                 raise _BackendLost(exc) from None
             if opened.status.status_code != thrift_defs.wire.TStatusCode.OK:
                 error = ScanError("open_scanner", opened.status)
-                raise _BackendLost(error) if _is_lost(opened.status) else error
+                raise _BackendLost(error) if is_lost("open_scanner", opened.status) else error
             stats.scanners += 1
             stats.columns = [(c.name, c.type) for c in opened.selected_columns]
             acknowledged = ORDERED_ACK in (opened.status.error_msgs or [])
@@ -449,7 +418,7 @@ class StarscanClient:
                         raise _BackendLost(exc) from None
                     if res.status.status_code != thrift_defs.wire.TStatusCode.OK:
                         error = ScanError("get_next", res.status)
-                        raise _BackendLost(error) if _is_lost(res.status) else error
+                        raise _BackendLost(error) if is_lost("get_next", res.status) else error
                     if res.eos:
                         _verify_eos(res.status, opened.context_id, offset, stats)
                         if offset < skip:  # this BE's scan has fewer rows than were handed out before

@@ -38,13 +38,15 @@ from starscan.client.errors import (
     DirectReadError,
     NetworkError,
     PermissionDenied,
+    PlanError,
     QueryError,
     ReadError,
+    ScanError,
     from_http,
     from_scan_error,
 )
 from starscan.client.options import ReadOptions
-from starscan.client.protocol import PlanError, ScanError, ScanStats, StarscanClient
+from starscan.client.protocol import ScanStats, StarscanClient
 from starscan.core.thrift_defs import transport_errors
 
 if TYPE_CHECKING:  # the direct reader loads starscan.storage.stores: only when a read uses it
@@ -214,7 +216,7 @@ class Connection:
         try:
             return call()
         except PlanError as exc:
-            raise from_http(exc.http_status, exc.body) from None
+            raise from_http(exc.http_status, exc.body, exc.kind) from None
         except httpx.HTTPError as exc:
             raise NetworkError(f"cannot reach the FE at {self.client.fe}: {exc}") from None
 

@@ -19,6 +19,13 @@ class StarscanError(Exception):
         super().__init__(message)
         self.message = message
 
+    @property
+    def kind(self) -> str:
+        """The error's kind as the wire names it to clients that ask (the class's name): an
+        HTTP header and an opt-in Thrift status entry (starscan.core.protocol_extensions),
+        so a client tells kinds apart without reading the words of a message."""
+        return type(self).__name__
+
 
 # ---- configuration / startup ------------------------------------------------------
 class ConfigError(StarscanError):
@@ -42,6 +49,11 @@ class Unauthorized(StarscanError):
 
     http_status = 401
     status_code = "NOT_AUTHORIZED"
+
+
+class SelectPrivilegeMissing(Unauthorized):
+    """The user may not read the table (no SELECT grant): 401 in the auth shape, as
+    StarRocks' FE answers."""
 
 
 class DatabaseNotFound(StarscanError):
@@ -94,6 +106,10 @@ class PlanInvalid(StarscanError):
     status_code = "INVALID_ARGUMENT"
 
 
+class PlanExpired(PlanInvalid):
+    """The plan's time ran out (``plan_ttl_s``): ask the FE for a new one."""
+
+
 # ---- BE / scanning -----------------------------------------------------------------
 class InvalidArgument(StarscanError):
     http_status = 400
@@ -113,6 +129,11 @@ class UnknownUser(NotFound):
         self.user = user
 
 
+class ContextNotFound(NotFound):
+    """No scanner of that context id on this BE: closed, reaped, or opened before the BE
+    restarted (its scan is gone with it)."""
+
+
 class InvalidInput(StarscanError):
     """A command's input cannot be used as given (a name, a format, a grant, a source
     that is not there); nothing was changed."""
@@ -126,6 +147,16 @@ class NotAuthorized(StarscanError):
     status_code = "NOT_AUTHORIZED"
 
 
+class CredentialsRejected(NotAuthorized):
+    """The BE refuses the plan's user: another user's plan, a user no longer in the users
+    file, a wrong password, a lockout."""
+
+
+class PrivilegeMissing(NotAuthorized):
+    """A grant the call needs is missing: DIRECT_READ for a direct plan, admin for the
+    operations pages, SELECT revoked after the plan was issued."""
+
+
 class TooManyTasks(StarscanError):
     http_status = 429
     status_code = "TOO_MANY_TASKS"
@@ -133,6 +164,10 @@ class TooManyTasks(StarscanError):
 
 class ScanCancelled(StarscanError):
     status_code = "CANCELLED"
+
+
+class ServerShuttingDown(ScanCancelled):
+    """The server stops: open the scanner again when it is back (or on another BE)."""
 
 
 class ScanTimeout(StarscanError):

@@ -15,9 +15,20 @@ rows it already has. It costs the scanner its parallel tasks. The BE says it hon
 property: the open reply's OK status carries ``ORDERED_ACK`` in ``error_msgs``. A server that
 does not (StarRocks ignores ``properties``) gives no order a client may rely on, so a client
 must not resume by skipping rows there.
+
+Error kinds (``StarscanError.kind``): an HTTP error answer names its kind in the
+``X-Starscan-Error`` header; a client that sends ``ERROR_KIND_PROPERTY`` = ``"true"`` in
+open_scanner's ``properties`` gets, in every error status of that scanner (open_scanner,
+and get_next while the BE holds the scanner), one more ``error_msgs`` entry
+``starscan:error=<Kind>`` after the message. StarRocks' readers send neither and see
+StarRocks' own shapes.
 """
 
 EOS_ROWS_PROPERTY = "starscan.eos_row_count"
 EOS_ROWS_PREFIX = "starscan:rows="
 ORDERED_PROPERTY = "starscan.ordered"
 ORDERED_ACK = "starscan:ordered"
+
+ERROR_KIND_HEADER = "X-Starscan-Error"
+ERROR_KIND_PROPERTY = "starscan.error_kind"
+ERROR_KIND_PREFIX = "starscan:error="

@@ -22,7 +22,7 @@ from typing import Any, Protocol, cast
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.transport import TCyMemoryBuffer
 
-from starscan.core.errors import PlanInvalid
+from starscan.core.errors import PlanExpired, PlanInvalid
 from starscan.core.thrift_defs import plan as plan_idl
 from starscan.storage.files import write_private
 
@@ -170,7 +170,7 @@ def decode(text: str, signer: Signer, now_ms: int | None = None) -> Any:
         raise PlanInvalid("query plan body is not a starscan plan") from None
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     if plan.expires_at_ms is not None and now_ms > plan.expires_at_ms:
-        raise PlanInvalid(
+        raise PlanExpired(
             f"query plan {plan.query_id} expired at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(plan.expires_at_ms / 1000))} UTC; "
             "ask the FE for a new plan"
         )

@@ -329,3 +329,31 @@ def test_a_list_of_zero_width_elements_is_refused_at_once(be_addr, still_serving
         except ConnectionResetError:
             pass
     assert data == b""
+
+
+def test_a_scanner_whose_reader_asks_gets_error_kinds_and_others_do_not(be_addr):
+    """``starscan.error_kind`` in open_scanner's properties: every error status of that
+    scanner carries ``starscan:error=<Kind>`` after the message (the failed open, and
+    get_next repeating it); without it, and for a context the BE does not hold, the status is
+    StarRocks' own."""
+    client = thrift_client(*be_addr, timeout_s=60)
+    try:
+        def open_bad(properties):
+            return client.open_scanner(wire.TScanOpenParams(
+                cluster="default_cluster", database="db1", table="t1", tablet_ids=[1], batch_size=16,
+                opaqued_query_plan="@@@", user="root", passwd="", properties=properties))
+
+        asked = open_bad({"starscan.error_kind": "true"})
+        assert asked.status.status_code == wire.TStatusCode.INVALID_ARGUMENT
+        assert len(asked.status.error_msgs) == 2 and asked.status.error_msgs[1] == "starscan:error=PlanInvalid"
+        again = client.get_next(wire.TScanNextBatchParams(context_id=asked.context_id, offset=0))
+        assert again.status.error_msgs == asked.status.error_msgs
+        plain = open_bad(None)
+        assert plain.status.error_msgs == asked.status.error_msgs[:1]
+        unknown = client.get_next(wire.TScanNextBatchParams(context_id="no-such-context", offset=0))
+        assert unknown.status.status_code == wire.TStatusCode.NOT_FOUND
+        assert unknown.status.error_msgs == ["context_id: no-such-context not found"]
+        for cid in (asked.context_id, plain.context_id):
+            client.close_scanner(wire.TScanCloseParams(context_id=cid))
+    finally:
+        client.close()

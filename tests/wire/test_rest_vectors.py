@@ -534,3 +534,13 @@ def test_docs(http):
     # OpenAPI requires unique operation ids (generated clients and the docs page rely on them).
     op_ids = [op["operationId"] for item in paths.values() for op in item.values() if isinstance(op, dict) and "operationId" in op]
     assert len(op_ids) == len(set(op_ids)), op_ids
+
+
+def test_an_error_names_its_kind_in_a_header_and_the_body_stays_starrocks(http):
+    """X-Starscan-Error carries the error's kind (what starscan's client classifies by);
+    the body is StarRocks' own, unchanged."""
+    missing = plan_sql(http, "db1", "x", "select k1 from db1.x")
+    assert missing.headers["X-Starscan-Error"] == "TableNotFound"
+    assert_error(missing, 404, "Table [x] does not exists")
+    refused = http.post("/api/db1/t1/_query_plan", json={"sql": "select k1 from db1.t1"})  # no credentials
+    assert refused.status_code == 401 and refused.headers["X-Starscan-Error"] == "Unauthorized"

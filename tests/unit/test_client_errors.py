@@ -1,0 +1,90 @@
+"""The client's one error tree (starscan.client.errors): every failure a read raises is a
+ReadError, classified by the kind a starscan server names (an HTTP header, an opt-in Thrift
+status entry) or, from a server that names none, by the status code; never by the words of
+a message."""
+
+from __future__ import annotations
+
+import pytest
+
+from starscan.client import (
+    AuthenticationError,
+    FailoverMismatch,
+    NetworkError,
+    PermissionDenied,
+    PlanError,
+    QueryError,
+    ReadError,
+    ScanError,
+    ScanIntegrityError,
+    SnapshotGoneError,
+)
+from starscan.client.errors import from_http, from_scan_error, from_status, is_lost
+from starscan.core import errors as server_errors
+from starscan.core.protocol_extensions import ERROR_KIND_PREFIX
+from starscan.core.thrift_defs import wire
+
+CODES = wire.TStatusCode
+
+
+def test_every_failure_a_read_raises_is_a_read_error():
+    for cls in (ScanIntegrityError, FailoverMismatch, ScanError, PlanError, NetworkError, AuthenticationError,
+                PermissionDenied, QueryError, SnapshotGoneError):
+        assert issubclass(cls, ReadError), cls
+    with pytest.raises(ReadError):
+        raise FailoverMismatch("ctx", 10, 5)
+    with pytest.raises(ReadError):
+        raise ScanError("get_next", wire.TStatus(status_code=CODES.NOT_FOUND, error_msgs=["x"]))
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    (server_errors.Unauthorized("Access denied for u@h"), AuthenticationError),
+    (server_errors.SelectPrivilegeMissing("Access denied; you need ..."), PermissionDenied),
+    (server_errors.CredentialsRejected("passwd does not match"), AuthenticationError),
+    (server_errors.PrivilegeMissing("needs the DIRECT_READ privilege"), PermissionDenied),
+    (server_errors.SnapshotGone("table t version 1 is gone"), SnapshotGoneError),
+    (server_errors.PlanExpired("query plan q expired"), SnapshotGoneError),
+    (server_errors.TableRewritten("rewritten"), SnapshotGoneError),
+    (server_errors.VersionUnknown("never observed"), SnapshotGoneError),
+    (server_errors.ContextNotFound("context_id: x not found"), NetworkError),
+    (server_errors.NoLiveBackend("no BE"), NetworkError),
+    (server_errors.TooManyRequests("slow down"), NetworkError),
+    (server_errors.TableNotFound("db.t"), QueryError),
+    (server_errors.SqlInvalid("unknown column"), QueryError),
+    (server_errors.NotFound("tablet_id: 3 not found"), QueryError),
+])
+def test_a_starscan_servers_kind_decides_the_class_on_both_wires(error, expected):
+    """The same kind gives the same class over HTTP and Thrift, whatever the message says
+    (the messages here would mislead a classifier that read words)."""
+    assert type(from_http(error.http_status, '{"exception": "privilege grant is gone expired"}', error.kind)) is expected
+    code = getattr(CODES, error.status_code)
+    status = wire.TStatus(status_code=code, error_msgs=["privilege grant context is gone", ERROR_KIND_PREFIX + error.kind])
+    got = from_scan_error(ScanError("open_scanner", status))
+    assert type(got) is expected
+    assert got.kind == error.kind and got.message == "open_scanner: privilege grant context is gone"
+
+
+def test_without_a_kind_the_status_code_decides():
+    """A StarRocks server names no kind."""
+    assert type(from_http(401, '{"msg": "x"}')) is AuthenticationError
+    assert type(from_http(403, '{"exception": "x"}')) is PermissionDenied
+    assert type(from_http(410, '{"exception": "x"}')) is SnapshotGoneError
+    assert type(from_http(503, '{"exception": "x"}')) is NetworkError
+    assert type(from_http(404, '{"exception": "the version is unknown"}')) is QueryError  # words decide nothing
+    assert type(from_status("open_scanner", CODES.NOT_AUTHORIZED, ["privilege"])) is AuthenticationError
+    assert type(from_status("get_next", CODES.NOT_FOUND, ["whatever"])) is NetworkError  # the scanner is gone
+    assert type(from_status("open_scanner", CODES.NOT_FOUND, ["context"])) is QueryError
+    assert type(from_status("get_next", CODES.TIMEOUT, [])) is NetworkError
+
+
+def test_a_lost_scanner_is_told_by_its_kind_or_code():
+    def status(code, *msgs):
+        return wire.TStatus(status_code=code, error_msgs=list(msgs))
+
+    assert is_lost("get_next", status(CODES.NOT_FOUND, "x", ERROR_KIND_PREFIX + "ContextNotFound"))
+    assert not is_lost("get_next", status(CODES.NOT_FOUND, "offset", ERROR_KIND_PREFIX + "NotFound"))
+    assert is_lost("get_next", status(CODES.CANCELLED, "x", ERROR_KIND_PREFIX + "ServerShuttingDown"))
+    assert not is_lost("get_next", status(CODES.CANCELLED, "x", ERROR_KIND_PREFIX + "ScanCancelled"))
+    assert is_lost("get_next", status(CODES.NOT_FOUND, "context_id: x not found"))  # a BE that names no kind
+    assert is_lost("open_scanner", status(CODES.SERVICE_UNAVAILABLE, "no Spark"))
+    assert not is_lost("open_scanner", status(CODES.NOT_FOUND, "tablet_id: 3 not found"))
