@@ -39,6 +39,11 @@ app.add_typer(secret_app, name="secret")
 
 ConfOpt = typer.Option(None, "--conf", help="starscan.conf file (key = value)")
 WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse: a local folder or a URI (s3://bucket/prefix)")
+# One set of options for every command that talks to a running server.
+FeOpt = typer.Option("127.0.0.1:8030", "--fe", help="FE address: host:port or http(s)://host:port")
+UserOpt = typer.Option("root", "--user", "-u", help="user (admin for scanners and config)")
+PasswordOpt = typer.Option("", "--password", "-p", help="password ('-': read it from stdin)")
+CaOpt = typer.Option(None, "--cacert", help="CA bundle to verify an https FE (and a TLS BE) with")
 
 
 # Exit codes (docs/operations.md "CLI"): 0 done; 1 the server answered with an error (not found, bad
@@ -295,35 +300,76 @@ def scan(
     table: str = typer.Argument(..., help="db.table"),
     columns: str = typer.Option("*", "--columns", help="comma-separated columns"),
     where: str | None = typer.Option(None, "--where", help="WHERE predicate"),
-    fe: str = typer.Option("127.0.0.1:8030", "--fe", help="FE host:port"),
-    user: str = typer.Option("root", "--user"),
-    password: str = typer.Option("", "--password"),
+    fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt,
     batch_size: int = typer.Option(4096, "--batch-size"),
 ) -> None:
     """Read a table through a running server like a StarRocks connector; print rows, bytes, MB/s."""
-    import httpx
+    from starscan.client import ScanStats
 
-    from starscan.client import PlanError, ScanError, ScanStats, StarscanClient
-
-    db, _, name = table.partition(".")
-    if not name:
-        _fail("table must be db.table")
-    cols = ", ".join(f"`{c.strip()}`" if c.strip() != "*" else "*" for c in columns.split(","))
-    sql = f"select {cols} from `{db}`.`{name}`" + (f" where {where}" if where else "")
+    db, name, sql = _select(table, columns, where)
+    client = _client(fe, user, password, cacert)
     stats = ScanStats()
     started = time.perf_counter()
-    try:
-        for _ in StarscanClient(fe, user, password).batches(db, name, sql, batch_size, stats=stats):
+    with _read_errors(client.fe):
+        for _ in client.batches(db, name, sql, batch_size, stats=stats):
             pass
-    except (PlanError, ScanError) as exc:
-        _fail(str(exc), 1)
-    except (OSError, httpx.HTTPError) as exc:
-        _fail(f"cannot reach starscan at {fe}: {exc}", 5)
     seconds = time.perf_counter() - started
     mb = stats.bytes / 1e6
     first = f"{stats.first_batch_s:.3f} s" if stats.first_batch_s is not None else "-"
     typer.echo(f"rows={stats.rows:,} batches={stats.batches} arrow_bytes={stats.bytes:,} scanners={stats.scanners} "
                f"seconds={seconds:.3f} throughput={mb / seconds if seconds else 0:.1f} MB/s first_batch={first}")
+
+
+def _select(table: str, columns: str, where: str | None) -> tuple[str, str, str]:
+    """(db, table, the SELECT of ``columns`` and ``where``) for a `db.table` argument, with
+    names quoted as the client quotes them (a backtick in a name is doubled)."""
+    from starscan.client.reader import select_sql
+
+    db, _, name = table.partition(".")
+    if not db or not name:
+        _fail("table must be db.table", EXIT_USAGE)
+    names = [c.strip() for c in columns.split(",") if c.strip()]
+    return db, name, select_sql(db, name, None if names in ([], ["*"]) else names, where)
+
+
+def _password(password: str) -> str:
+    return sys.stdin.readline().rstrip("\n") if password == "-" else password
+
+
+def _client(fe: str, user: str, password: str, cacert: Path | None):
+    """The bundled client with the command's connection options."""
+    import ssl
+
+    from starscan.client import StarscanClient
+
+    context = ssl.create_default_context(cafile=str(cacert)) if cacert else None
+    return StarscanClient(fe, user, _password(password), ssl_context=context)
+
+
+@contextmanager
+def _read_errors(fe: str):
+    """The client's failures end the command with the documented exit codes: 6 refused
+    credentials or grants, 5 a server that cannot be reached (or is unavailable), 1 any other
+    error the server answered with."""
+    import httpx
+
+    from starscan.client import AuthenticationError, NetworkError, PermissionDenied, PlanError, ReadError, ScanError
+    from starscan.client.errors import from_http, from_scan_error
+
+    try:
+        yield
+    except ReadError as exc:
+        if isinstance(exc, PlanError):
+            exc = from_http(exc.http_status, exc.body, exc.kind)
+        elif isinstance(exc, ScanError):
+            exc = from_scan_error(exc)
+        if isinstance(exc, (AuthenticationError, PermissionDenied)):
+            _fail(f"refused: {exc.message}", EXIT_AUTH)
+        if isinstance(exc, NetworkError):
+            _fail(exc.message, EXIT_UNREACHABLE)
+        _fail(exc.message, EXIT_SERVER_ERROR)
+    except (OSError, httpx.HTTPError) as exc:
+        _fail(f"cannot reach starscan at {fe}: {exc}", EXIT_UNREACHABLE)
 
 
 def _users(conf: Path | None, warehouse: str | None):
@@ -417,10 +463,6 @@ config_app = typer.Typer(help="Show (`config` / `config show`) or change (`confi
                               "configuration (admin).", invoke_without_command=True)
 app.add_typer(config_app, name="config")
 
-FeOpt = typer.Option("127.0.0.1:8030", "--fe", help="FE address: host:port or http(s)://host:port")
-UserOpt = typer.Option("root", "--user", "-u", help="user (admin for scanners and config)")
-PasswordOpt = typer.Option("", "--password", "-p", help="password ('-': read it from stdin)")
-CaOpt = typer.Option(None, "--cacert", help="CA bundle to verify an https FE with")
 
 
 def _fe_url(fe: str) -> str:
@@ -431,10 +473,8 @@ def _http(method: str, fe: str, path: str, user: str, password: str, cacert: Pat
     """One request to the FE; failures become the documented exit codes."""
     import httpx
 
-    if password == "-":
-        password = sys.stdin.readline().rstrip("\n")
     try:
-        resp = httpx.request(method, _fe_url(fe) + path, auth=(user, password), timeout=30,
+        resp = httpx.request(method, _fe_url(fe) + path, auth=(user, _password(password)), timeout=30,
                              verify=str(cacert) if cacert else True, **kwargs)
     except httpx.HTTPError as exc:
         _fail(f"cannot reach starscan at {_fe_url(fe)}: {exc}", EXIT_UNREACHABLE)
@@ -466,12 +506,8 @@ def plan(
     """Ask the FE for a scan plan (_query_plan) and print its JSON answer: the opaque plan and the tablets with their routings."""
     import json
 
-    db, _, name = table.partition(".")
-    if not name:
-        _fail("table must be db.table", EXIT_USAGE)
-    if sql is None:
-        cols = ", ".join(f"`{c.strip()}`" if c.strip() != "*" else "*" for c in columns.split(","))
-        sql = f"select {cols} from `{db}`.`{name}`" + (f" where {where}" if where else "")
+    db, name, selected = _select(table, columns, where)
+    sql = sql if sql is not None else selected
     resp = _http("POST", fe, f"/api/{db}/{name}/_query_plan", user, password, cacert, content=json.dumps({"sql": sql}))
     typer.echo(resp.text)
 
@@ -483,9 +519,7 @@ def follow(
     into: Path = typer.Option(..., "--into", help="folder for one Parquet file per step, named <since>-<version>"),
     columns: str = typer.Option("*", "--columns", help="comma-separated columns"),
     where: str | None = typer.Option(None, "--where", help="WHERE predicate"),
-    fe: str = typer.Option("127.0.0.1:8030", "--fe", help="FE host:port"),
-    user: str = typer.Option("root", "--user"),
-    password: str = typer.Option("", "--password"),
+    fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt,
     poll_s: float = typer.Option(5.0, "--poll-s", help="seconds between polls while nothing is new"),
     stop_when_idle: bool = typer.Option(False, "--stop-when-idle", help="exit at the first poll with nothing new"),
 ) -> None:
@@ -497,19 +531,12 @@ def follow(
     committed first, so no row is written twice or lost."""
     import os
 
-    import httpx
     import pyarrow.parquet as pq
 
-    from starscan.client import PlanError, ScanError, StarscanClient
-
-    db, _, name = table.partition(".")
-    if not name:
-        _fail("table must be db.table")
-    cols = ", ".join(f"`{c.strip()}`" if c.strip() != "*" else "*" for c in columns.split(","))
-    sql = f"select {cols} from `{db}`.`{name}`" + (f" where {where}" if where else "")
+    db, name, sql = _select(table, columns, where)
     into.mkdir(parents=True, exist_ok=True)
-    client = StarscanClient(fe, user, password)
-    try:
+    client = _client(fe, user, password, cacert)
+    with _read_errors(client.fe):
         # Recover: steps written before a crash and not yet committed.
         written = {p.stem.split("-")[0]: p.stem.split("-")[1] for p in into.glob("*-*.parquet")}
         position = client.position(db, name, consumer)
@@ -529,10 +556,6 @@ def follow(
             finally:
                 os.close(dir_fd)
             typer.echo(f"{target.name}: {step.rows.num_rows:,} rows")
-    except (PlanError, ScanError) as exc:
-        _fail(str(exc), 1)
-    except (ConnectionError, httpx.HTTPError) as exc:
-        _fail(f"cannot reach starscan at {fe}: {exc}", 5)
 
 
 @scanners_app.command("list")

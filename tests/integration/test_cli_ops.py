@@ -68,6 +68,27 @@ def test_exit_codes_for_auth_and_unreachable(server, fe):
     assert cli("scan", "db1.t1", "--fe", "127.0.0.1:1").returncode == 5
 
 
+@pytest.mark.parametrize("command", [["scan", "db1.t1"], ["follow", "db1.t1", "--consumer", "c", "--into", "out"],
+                                     ["plan", "db1.t1"]])
+def test_every_command_that_reads_takes_the_same_options_and_exit_codes(server, fe, tmp_path, command):
+    """scan, follow and plan take --fe/--user/--password (`-`: from stdin) like the admin
+    commands, and exit as documented: 6 for refused credentials, 1 for an unknown table."""
+    refused = cli(*command, "--fe", fe, "-u", "root", "-p", "wrong")
+    assert refused.returncode == 6, refused.stderr
+    refused_stdin = cli(*command, "--fe", fe, "--password", "-", stdin="wrong\n")
+    assert refused_stdin.returncode == 6, refused_stdin.stderr
+    missing = cli(command[0], "db1.nope", *command[2:], "--fe", fe)
+    assert missing.returncode == 1 and "does not exists" in missing.stderr
+
+
+def test_names_are_quoted_as_the_client_quotes_them():
+    """A backtick in a column name is doubled (the SELECTs the commands build are the client's)."""
+    from starscan.app.cli import _select
+
+    assert _select("db.t", "a`b, c", "c > 1") == ("db", "t", "select `a``b`, `c` from `db`.`t` where c > 1")
+    assert _select("db.t", "*", None)[2] == "select * from `db`.`t`"
+
+
 def test_config_show_and_set(server, fe):
     shown = cli("config", "--fe", fe)
     assert shown.returncode == 0, shown.stderr
