@@ -310,6 +310,7 @@ def floats(spark, server) -> TableInfo:
         "x": pa.array(values, pa.float64()),
         "f": pa.array(values, pa.float32()),
         "k": pa.array([i % 5 for i in range(len(values))], pa.int64()),
+        "s": pa.array([f"v{i % 7}" if i % 11 else None for i in range(len(values))], pa.string()),
     }), location / "part-0.parquet", row_group_size=8)
     server.warehouse.invalidate("props", "floats")
     return TableInfo(spark, server, "props", "floats", None, pushdown=False)
