@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import getpass
-import logging
 import os
-import signal
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,7 +46,7 @@ CaOpt = typer.Option(None, "--cacert", help="CA bundle to verify an https FE (an
 # Exit codes (docs/operations.md "CLI"): 0 done; 1 the server answered with an error (not found, bad
 # value, refused change); 2 bad usage or configuration; 3 Java/Spark cannot start; 4 a port
 # cannot be bound; 5 the server cannot be reached; 6 authentication or permission refused.
-EXIT_SERVER_ERROR, EXIT_USAGE, EXIT_JAVA, EXIT_UNREACHABLE, EXIT_AUTH = 1, 2, 3, 5, 6
+EXIT_SERVER_ERROR, EXIT_USAGE, EXIT_JAVA, EXIT_PORT, EXIT_UNREACHABLE, EXIT_AUTH = 1, 2, 3, 4, 5, 6
 
 
 def exit_code(exc: StarscanError) -> int:
@@ -107,78 +104,23 @@ def version() -> None:
 
 
 LogFormatOpt = typer.Option(None, "--log-format", help="human (default) or json: one JSON object per log line")
-FE_SPARK_MASTER = "local[2]"
 ROLES = ("all", "fe", "be")
 
 
 def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
+    """A node until SIGTERM/SIGINT (starscan.app.node); its failures as the documented exit codes."""
+    from starscan.app.node import CannotListen, run_node
+
     settings = _settings(conf, log_format=log_format, **overrides)
     _logging(settings.log_format, settings.log_level)
-    log = logging.getLogger("starscan")
-    if fe and not be:
-        # An FE runs no scans: its Spark only infers schemas, answers the MySQL port's
-        # SELECTs and writes the demo. A small local one, whatever spark_master says.
-        settings = settings.model_copy(update={"spark_master": FE_SPARK_MASTER})
-    spark = _spark(settings)
-    from starscan.app.server import StarscanServer
-    from starscan.core.logs import quiet_spark
-
-    quiet_spark(spark)
     try:
-        server = StarscanServer(settings, spark, fe=fe, be=be)
-    except StarscanError as exc:  # a store that cannot be opened (gs:// without its credentials, ...)
+        run_node(settings, fe=fe, be=be)
+    except JavaMissingError as exc:
+        _fail(exc.message, EXIT_JAVA)
+    except StarscanError as exc:
         _fail(exc.message, exit_code(exc))
-    if not server.warehouse.storage.is_local:
-        try:
-            found = server.warehouse.databases()
-        except StarscanError as exc:  # serve anyway: plans say what is wrong until it is fixed
-            log.warning("the warehouse %s cannot be read now: %s", server.warehouse.location, exc.message)
-        else:
-            log.info("warehouse %s: %d database(s)", server.warehouse.location, len(found))
-    elif fe and settings.demo_scale > 0 and not any(server.warehouse.tables(db) for db in server.warehouse.databases()):
-        from starscan.app.demo import create_demo
-
-        started = time.monotonic()
-        created = create_demo(spark, server.warehouse, settings.demo_scale, settings.tablet_target_bytes)
-        log.info("created demo tables %s in %.1f s", ", ".join(created), time.monotonic() - started)
-    try:
-        server.start()
-    except OSError as exc:
-        _fail(f"cannot listen: {exc}", 4)
-    parts = []
-    if fe:
-        parts.append(f"FE http{'s' if settings.http_tls else ''}://{settings.bind_host}:{server.http_port}  "
-                     f"MySQL {settings.bind_host}:{server.query_port}")
-    if be:
-        parts.append(f"BE {settings.bind_host}:{server.be_port}")
-    log.info("starscan %s ready: %s  warehouse %s", __version__, "  ".join(parts), server.warehouse.location)
-    stop = {"now": False}
-
-    def _on_signal(signum, frame):
-        if stop["now"]:  # a second SIGTERM/SIGINT: no more waiting
-            log.warning("second signal: exiting now")
-            os._exit(1)
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    while not stop["now"]:
-        time.sleep(0.2)
-    grace = settings.shutdown_grace_s
-    log.info("stopping: cancelling in-flight scans (at most %g s)", grace)
-    # Bounded: if Spark or a connection hangs the stop, exit anyway (the JVM child follows,
-    # as it exits when its stdin, our pipe, closes).
-    def give_up() -> None:
-        log.error("stop took over %g s: exiting", grace)
-        os._exit(1)
-
-    watchdog = threading.Timer(grace, give_up)
-    watchdog.daemon = True
-    watchdog.start()
-    server.stop()
-    spark.stop()
-    watchdog.cancel()
-    log.info("stopped")
+    except CannotListen as exc:
+        _fail(str(exc), EXIT_PORT)
 
 
 @app.command()
@@ -529,7 +471,6 @@ def follow(
     the first read), then the position is committed. After a crash, a file whose range starts
     at the committed position is the step that was written but not committed: its version is
     committed first, so no row is written twice or lost."""
-    import os
 
     import pyarrow.parquet as pq
 

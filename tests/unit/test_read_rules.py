@@ -191,3 +191,20 @@ def test_a_reader_without_spark_finds_files_it_cannot_rebase_before_reading(tmp_
     check_calendar(read, utc)
     rows = pa.Table.from_batches(list(read_split(read, ArrowSplit((utc,))))).to_pylist()
     assert rows == [{"id": 1, "ts": dt.datetime(999, 12, 27, 12, tzinfo=dt.timezone.utc)}]
+
+
+def test_int96_timestamp_conversion_sends_timestamp_scans_to_spark_sql():
+    """spark.sql.parquet.int96TimestampConversion moves INT96 values of files not written by
+    parquet-mr into the session's zone: the arrow engine does not do that, so it refuses the
+    plan and auto runs it on Spark SQL; dates alone are still its own."""
+    from starscan.arrow.filter import NotArrowable
+    from starscan.arrow.scan import Fields, plan_read
+    from starscan.core.sql_types import parse_schema
+
+    fields = Fields(parse_schema({"type": "struct", "fields": [
+        {"name": "d", "type": "date", "nullable": True, "metadata": {}},
+        {"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}}]}))
+    rules = CalendarRules.of_settings({"spark.sql.parquet.int96TimestampConversion": "true"})
+    with pytest.raises(NotArrowable, match="int96TimestampConversion"):
+        plan_read("db.t", 1, fields, [("ts", "ts")], None, "UTC", "parquet", set(), calendar=rules)
+    assert plan_read("db.t", 1, fields, [("d", "d")], None, "UTC", "parquet", set(), calendar=rules).dates == ("d",)
