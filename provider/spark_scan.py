@@ -138,6 +138,11 @@ class SparkScan:
             self.cancel(ScanTimeout(f"the scan exceeded query_timeout of {seconds} s and was cancelled"))
 
     @property
+    def sink(self) -> PushSink | None:
+        """What the scan's tasks push into, once the scan has started (None before)."""
+        return self._sink
+
+    @property
     def rows_produced(self) -> int:
         sink = self._sink
         return sum(s.delivered for s in sink.splits) if sink is not None else 0

@@ -93,6 +93,11 @@ class PushSink:
                     return number
             return None
 
+    def connections(self) -> int:
+        """Tasks connected and reading a split now."""
+        with self._cond:
+            return len(self._conns)
+
     def unclaimed(self) -> bool:
         """Whether a split is left that no task reads (a new task would get one)."""
         with self._cond:

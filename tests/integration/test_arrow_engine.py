@@ -294,12 +294,12 @@ def test_forged_and_replayed_push_connections_during_a_scan_add_nothing(server, 
         spent = server.contexts.get(ended).scan
         assert read_to_end(reader, ended)[1].status_code == OK
         assert spent.done.wait(30)
-        spent_token = spent._sink.token
+        spent_token = spent.sink.token
         cid = reader.open_ok("arrowdb", "pushed", plan, tablets, batch_size=100, mem_limit=1 << 16)
         first = reader.next(cid, 0)
         assert first.status.status_code == OK and not first.eos
         ids = pa.ipc.open_stream(first.rows).read_all().column("id").to_pylist()
-        live = server.contexts.get(cid).scan._sink.token
+        live = server.contexts.get(cid).scan.sink.token
         assert live != spent_token
         for hello in (HELLO.pack(MAGIC, b"\x00" * 32, 0, 0),
                       HELLO.pack(MAGIC, live[:-1] + bytes([live[-1] ^ 1]), 0, 0),

@@ -25,7 +25,6 @@ from thriftpy2.transport import TMemoryBuffer
 
 from starscan.core.errors import StarscanError
 from starscan.core.thrift_defs import wire
-from starscan.provider.result_queue import ResultQueue
 
 OK = wire.TStatusCode.OK
 NOT_FOUND = wire.TStatusCode.NOT_FOUND
@@ -93,7 +92,7 @@ def assert_scan_stopped(spark, server, cid, ctx, running):
     wait_until(ctx.scan.done.is_set, what="the producer thread to end")
     states = job_states(spark, cid)
     assert set(running) <= set(states)
-    sink = ctx.scan._sink
+    sink = ctx.scan.sink
     assert sink is not None and sink.stopped
     assert sink.yields == 0, "a task gave its slot back by itself: the stop was not tested"
     assert not all(split.ended for split in sink.splits), "the scan was read to its end instead of being stopped"
@@ -255,15 +254,15 @@ def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_s
     reader = threading.Thread(target=read_a, daemon=True)
     reader.start()
     try:
-        sink = wait_until(lambda: a_ctx.scan._sink, what="A's scan to start")
-        wait_until(lambda: len(sink._conns) == 2, what="A's two tasks to hold both slots")
+        sink = wait_until(lambda: a_ctx.scan.sink, what="A's scan to start")
+        wait_until(lambda: sink.connections() == 2, what="A's two tasks to hold both slots")
         # A's reader pauses until C's job waits for a slot (C's open and its Spark job take a
         # moment; a split of A ending before then would rightly go to A's next split). The
         # tasks do not yield meanwhile (no_yield): only a split's end can free a slot.
         a_reads.clear()
         c_cid = c.open_ok(db, table, plan, tablets[:1], batch_size=500)
         c_ctx = server.contexts.get(c_cid)
-        wait_until(lambda: c_ctx.scan._sink is not None and c_ctx.scan.scheduler.waiting_jobs(c_ctx.scan._sink) > 0,
+        wait_until(lambda: c_ctx.scan.sink is not None and c_ctx.scan.scheduler.waiting_jobs(c_ctx.scan.sink) > 0,
                    interval_s=0.01,
                    what="C's job to wait for a slot")
         a_reads.set()
@@ -521,15 +520,7 @@ def test_open_fails_clearly_when_a_planned_file_was_deleted(client, be_addr, spa
 
 
 # ---- (h) the queue's memory bound ----------------------------------------------------------
-def test_queue_bytes_stay_within_the_limit_with_a_slow_reader(client, be_addr, spark, server, monkeypatch):
-    put_sizes: dict[int, list[int]] = {}
-    real_put = ResultQueue.put
-
-    def recording_put(self, batch, nbytes, **kwargs):
-        put_sizes.setdefault(id(self), []).append(nbytes)
-        return real_put(self, batch, nbytes, **kwargs)
-
-    monkeypatch.setattr(ResultQueue, "put", recording_put)
+def test_queue_bytes_stay_within_the_limit_with_a_slow_reader(client, be_addr, spark, server):
     plan, tablets = plan_for(client, "demo", "lineitem", "select * from `demo`.`lineitem`")
     conn = Reader(be_addr)
     try:
@@ -539,7 +530,7 @@ def test_queue_bytes_stay_within_the_limit_with_a_slow_reader(client, be_addr, s
         assert queue.max_bytes == SMALL_MEM_LIMIT
 
         def biggest() -> int:
-            return max(put_sizes.get(id(queue), [0]))
+            return queue.largest_batch
 
         def full_or_done() -> bool:
             # A put waits only while bytes + its size > limit: wait until the producer is
@@ -561,8 +552,7 @@ def test_queue_bytes_stay_within_the_limit_with_a_slow_reader(client, be_addr, s
         conn.close_scanner(cid)
     finally:
         conn.close()
-    sizes = put_sizes[id(queue)]
     assert rows == lineitem_count(spark, server) == queue.rows_in
     assert fills >= 2, "the reader never found the queue full"
-    assert queue.peak_bytes <= SMALL_MEM_LIMIT + max(sizes)
-    assert queue.peak_bytes > SMALL_MEM_LIMIT - max(sizes)  # it did fill up to the limit
+    assert queue.peak_bytes <= SMALL_MEM_LIMIT + queue.largest_batch
+    assert queue.peak_bytes > SMALL_MEM_LIMIT - queue.largest_batch  # it did fill up to the limit
