@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-import os
 import sys
 import time
 from contextlib import contextmanager
@@ -471,32 +470,13 @@ def follow(
     the first read), then the position is committed. After a crash, a file whose range starts
     at the committed position is the step that was written but not committed: its version is
     committed first, so no row is written twice or lost."""
-
-    import pyarrow.parquet as pq
+    from starscan.client.export import follow_into
 
     db, name, sql = _select(table, columns, where)
-    into.mkdir(parents=True, exist_ok=True)
     client = _client(fe, user, password, cacert)
     with _read_errors(client.fe):
-        # Recover: steps written before a crash and not yet committed.
-        written = {p.stem.split("-")[0]: p.stem.split("-")[1] for p in into.glob("*-*.parquet")}
-        position = client.position(db, name, consumer)
-        while (key := "start" if position is None else str(position)) in written:
-            position = int(written[key])
-            client.commit(db, name, consumer, position)
-        for step in client.follow(db, name, sql, consumer, poll_s=poll_s, stop_when_idle=stop_when_idle):
-            target = into / f"{'start' if step.since is None else step.since}-{step.version}.parquet"
-            tmp = into / f".{target.name}.tmp"
-            pq.write_table(step.rows, tmp)
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-            dir_fd = os.open(into, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)  # the rename is durable before the position moves
-            finally:
-                os.close(dir_fd)
-            typer.echo(f"{target.name}: {step.rows.num_rows:,} rows")
+        for target, rows in follow_into(client, db, name, sql, consumer, into, poll_s, stop_when_idle):
+            typer.echo(f"{target.name}: {rows:,} rows")
 
 
 @scanners_app.command("list")
