@@ -1,5 +1,5 @@
 """Reading from a StarRocks-protocol server (starscan, or a StarRocks FE and its BEs) in
-Python, without Spark or a server's modules: pyarrow, thriftpy2 and httpx only.
+Python, without Spark or a server's modules: pyarrow, numpy, thriftpy2 and httpx only (`pip install starscan`).
 
 - ``connect(fe, user, password, **options)`` -> ``Connection``: ``read_arrow`` (a
   ``pyarrow.Table``) and ``read_batches`` (a ``pyarrow.RecordBatchReader`` that streams with
