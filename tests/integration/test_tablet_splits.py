@@ -72,18 +72,9 @@ def _scan(be_addr, plan: str, tablets: list[int], table: str, columns: list[str]
     reader = Reader(be_addr)
     try:
         cid = reader.open_ok(DB, table, plan, tablets, batch_size=4096)
-        out: Counter = Counter()
-        offset = 0
-        while True:
-            res = reader.next(cid, offset)
-            assert res.status.status_code == OK, res.status
-            if res.eos:
-                break
-            got = pa.ipc.open_stream(res.rows).read_all()
-            offset += got.num_rows
-            out.update(zip(*[got.column(c).to_pylist() for c in columns]))
+        batches, _ = reader.drain_batches(cid)
         reader.close_scanner(cid)
-        return out
+        return Counter(row for b in batches for row in zip(*[b.column(c).to_pylist() for c in columns]))
     finally:
         reader.close()
 
