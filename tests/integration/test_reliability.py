@@ -859,8 +859,9 @@ def test_soak_smoke(server, spark, base_settings):
     read checked against Spark, faults injected, nothing left behind."""
     import argparse
 
-    import soak as soak_bench
+    from support.bench import bench_module
 
+    soak_bench = bench_module("soak")
     from starscan.app.server import StarscanServer
 
     srv = StarscanServer(_settings_for(base_settings, scan_context_gc_interval_s=0.5, keep_alive_s=3.0,
