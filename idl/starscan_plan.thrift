@@ -32,6 +32,7 @@ struct TPlanFile {
   1: required string path          // relative to the table directory, '/'-separated
   2: required i64 size
   3: required i64 mtime_ns
+  4: optional string deletes       // the file's row-level deletes (JSON: a Delta deletion vector's place), if any
 }
 
 // Whole files, or (first_row_group set) a run of row_groups row groups of its one file that

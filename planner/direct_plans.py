@@ -5,9 +5,9 @@ A tablet is direct only when its rows can be read exactly from its files alone, 
 kernel rules the BE's ``arrow`` engine follows (starscan.arrow.scan): Parquet files, a
 predicate with an exact pyarrow translation, scalar output columns, partition values whose
 reading is certain. Everything else answers ``"direct": false`` with the reason, and the
-reader uses the BE for it. starscan has no column grants, masks or row filters today; a
-table with row-level deletes (Iceberg delete files, Delta deletion vectors) is refused
-before any plan is made.
+reader uses the BE for it. starscan has no column grants, masks or row filters today. A
+tablet whose files have row-level deletes (Delta deletion vectors) is not direct: the BE
+reads it and leaves the deleted rows out.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
 def _file(snap: TableSnapshot, read: Any, f: Any, tablet: Any, fields: Fields) -> DirectFile:
     """A planned file as a direct plan names it; its partition values are read as the BE's
     arrow engine reads them (starscan.arrow.scan.file_part), NotArrowable when uncertain."""
+    if getattr(f, "deletes", None):
+        raise NotArrowable(f"file {f.path} has rows deleted by a Delta deletion vector, which the BE applies")
     row_groups = None if tablet.first_row_group is None else (tablet.first_row_group, tablet.row_groups or 0)
     part = file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, snap.partitions_in_folders)
     return DirectFile(storage_path(snap, f.path), f.size, f.mtime_ns, row_groups, dict(part.partition))

@@ -12,6 +12,8 @@ the splits one after another from the BE (provider/push/task.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from starscan.arrow.read import ArrowRead, ArrowSplit, FilePart
 from starscan.arrow.rebase import CalendarRules
 from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
@@ -54,7 +56,8 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
         row_groups = None if tablet.first_row_group is None else tuple(
             range(tablet.first_row_group, tablet.first_row_group + (tablet.row_groups or 0)))
         for f in tablet.files:
-            parts.append(file_part(read, fields, plan.table_location, f.path, f.size, f.mtime_ns, row_groups, folders))
+            parts.append(file_part(read, fields, plan.table_location, f.path, f.size, f.mtime_ns, row_groups, folders,
+                                   f.deletes))
     return read, _splits(parts, split_size(sum(p.size for p in parts), tasks), storage)
 
 
@@ -83,4 +86,4 @@ def _splits(parts: list[FilePart], split_bytes: int, storage: Storage = LOCAL) -
 
 
 def _with_row_groups(part: FilePart, row_groups: list[int]) -> FilePart:
-    return FilePart(part.path, part.relative, part.size, part.mtime_ns, tuple(row_groups), part.partition)
+    return replace(part, row_groups=tuple(row_groups))

@@ -213,7 +213,7 @@ def cache_key(plan, plan_tablets: list, tablet_ids: list[int], batch_size: int, 
     ``ordered``: rows in a fixed order (protocol_extensions.ORDERED_PROPERTY); an unordered
     scan's replies, in the order its tasks happened to finish, never answer an ordered one."""
     by_id = {t.tablet_id: t for t in plan_tablets}
-    files = tuple((tid, tuple((f.path, f.size, f.mtime_ns) for f in by_id[tid].files),
+    files = tuple((tid, tuple((f.path, f.size, f.mtime_ns, f.deletes) for f in by_id[tid].files),
                    by_id[tid].first_row_group, by_id[tid].row_groups) for tid in tablet_ids)
     columns = tuple((c.name, c.source, c.spark_type, c.primitive_type, c.nullable, c.is_slot_ref) for c in plan.columns)
     predicate = None

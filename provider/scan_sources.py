@@ -18,6 +18,7 @@ from starscan.core.errors import InvalidArgument, ScanFailed, SnapshotGone, Star
 from starscan.expr import unflatten
 from starscan.provider.arrow_engine import plan_arrow
 from starscan.spark.columns import column_ref, to_column
+from starscan.spark.reader_frames import reader_frame
 from starscan.spark.session import filters_floats, read_parquet_files, scan_session
 from starscan.spark.types import is_supported, sql_type
 from starscan.storage.stores import LOCAL, Storage
@@ -136,6 +137,8 @@ class PlannedRead:
         frames = []
         folders = plan.partition_columns is None  # else the partition values are in the files
         spark = scan_session(self.spark, ordered=self.ordered, exact_floats=filters_floats(predicate, self._table_schema))
+        if any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files):
+            return self._through_reader(spark, predicate)
         if whole:
             frames.append(read_parquet_files(spark, self._table_schema, storage.spark_path(location), whole,
                                              folders, plan.file_format or "parquet"))
@@ -149,8 +152,40 @@ class PlannedRead:
             df = df.unionByName(more)
         return df
 
+    def _through_reader(self, spark: Any, predicate: Any) -> Any:
+        """The planned tablets' rows read by the kernel's file reader (starscan.arrow.read) in
+        Spark tasks (``mapInArrow`` over the splits), for what Spark's own file readers cannot
+        read exactly: files with row-level deletes. Every column the scan uses, in Spark's
+        types; Spark SQL then evaluates the predicate as for any DataFrame."""
+        used = {field.name for _, field in self._out_cols}
+        if predicate is not None:
+            used |= {self._resolve(name) for name in predicate.columns()}
+        names = sorted(used, key=lambda n: [f.name for f in self._table_schema.fields].index(n))
+        time_zone = spark.conf.get("spark.sql.session.timeZone")
+        try:
+            read, splits = plan_arrow(_columns_only(self.plan, names), self._plan_tablets, self._tablet_ids, time_zone,
+                                      max(1, spark.sparkContext.defaultParallelism), self.storage,
+                                      CalendarRules.of_session(spark))
+        except NotArrowable as why:
+            raise InvalidArgument(f"table {self.description} has rows deleted by deletion vectors, which only starscan's "
+                                  f"file reader applies, and it cannot read this scan: {why}") from None
+        return reader_frame(spark, read, splits, T.StructType([self._by_lower[n.lower()] for n in names]))
+
     def table_location(self) -> str:
         return str(self.storage.spark_path(self.plan.table_location))
+
+
+def _columns_only(plan: Any, names: list[str]) -> Any:
+    """``plan`` reading the table columns ``names`` as they are, with no predicate."""
+    from copy import copy
+
+    from starscan.core.thrift_defs import plan as plan_idl
+
+    out = copy(plan)
+    out.columns = [plan_idl.TPlanColumn(name=n, source=n, spark_type="", primitive_type=0, nullable=True,
+                                        is_slot_ref=True) for n in names]
+    out.predicate = None
+    return out
 
 
 class FrameRead:

@@ -19,11 +19,17 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from sqlglot import exp
 
+from starscan.arrow.filter import NotArrowable
+from starscan.arrow.read import ArrowSplit
+from starscan.arrow.rebase import CalendarRules
+from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
 from starscan.core.errors import SqlInvalid
+from starscan.core.sql_types import parse_schema
 from starscan.planner import sql as sqlmod
 from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.mysql.errors import no_database, no_such_table, not_supported, select_denied, unknown_database
 from starscan.spark.columns import column_ref, to_column
+from starscan.spark.reader_frames import reader_frame
 from starscan.spark.session import filters_floats, read_parquet_files, scan_session
 
 
@@ -89,10 +95,13 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
         return field.name
 
     storage = snap.storage
-    paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
     session = scan_session(spark, exact_floats=filters_floats(prepared.parsed.predicate, schema))
-    df = read_parquet_files(session, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders,
-                            snap.file_format)
+    if any(f.deletes for f in snap.files):
+        df = _through_reader(session, snap, schema)
+    else:
+        paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
+        df = read_parquet_files(session, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders,
+                                snap.file_format)
     if prepared.parsed.predicate is not None:
         df = df.filter(to_column(prepared.parsed.predicate, resolve))
     cols, names = [], []
@@ -155,3 +164,24 @@ def _value(v, dtype: T.DataType):
     if isinstance(v, (bool, int, float, str, bytes, dt.date)):
         return v
     return json.dumps(v, default=str)
+
+
+def _through_reader(spark, snap, schema: T.StructType):
+    """The table's rows read by the kernel's file reader (starscan.spark.reader_frames), one
+    Spark task per file: its files have rows deleted without being rewritten (Delta
+    deletion vectors), which Spark's Parquet reader would return."""
+    fields = Fields(parse_schema(json.dumps(schema.jsonValue())))
+    names = [f.name for f in schema.fields]
+    first = snap.files[0].path if snap.files else None
+    folders = snap.partitions_in_folders
+    try:
+        read = plan_read(snap.qualified_name, snap.version, fields, [(n, n) for n in names], None,
+                         spark.conf.get("spark.sql.session.timeZone"), snap.file_format,
+                         partition_names(first, fields) if folders else set(), snap.storage,
+                         CalendarRules.of_session(spark))
+        splits = [ArrowSplit((file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, folders,
+                                        f.deletes),)) for f in snap.files]
+    except NotArrowable as why:
+        raise SqlInvalid(f"table {snap.qualified_name} has rows deleted by deletion vectors, which only starscan's "
+                         f"file reader applies, and it cannot read this table: {why}") from None
+    return reader_frame(spark, read, splits, schema)

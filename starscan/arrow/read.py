@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, kept_mask
 from starscan.arrow.rebase import (
     CORRECTED,
     LEGACY,
@@ -66,6 +67,9 @@ class FilePart:
     mtime_ns: int
     row_groups: tuple[int, ...] | None        # None: the whole file
     partition: tuple[tuple[str, object], ...] = ()  # canonical column -> typed value
+    # The file's row-level deletes (starscan.arrow.deletes: JSON, a vector file's path made
+    # absolute), or None.
+    deletes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,11 @@ class _OpenPart:
     # Columns whose values Spark's calendar rule changes or checks in this file:
     # (canonical name, "date" | "timestamp" | "int96", mode, zone).
     rebase: tuple[tuple[str, str, str, str], ...] = ()
+    # The positions (from 0, across row groups) of the file's deleted rows, sorted; None
+    # when it has no deletes. With them, row groups are decoded one by one (a batch's rows
+    # then have known positions) and the deleted rows dropped before anything else.
+    deleted: Any = None
+    row_group_starts: tuple[int, ...] = ()
 
 
 def _open_part(read: ArrowRead, part: FilePart) -> _OpenPart | None:
@@ -195,6 +204,15 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
         raise SplitReadError(f"table {read.table}: the plan reads row groups {row_groups[0]}-{row_groups[-1]} of file "
                              f"{part.relative}, which has {parquet.num_row_groups}: the plan does not match the file")
     rebase = _calendar_of(read, parquet, present)
+    deleted: Any = None
+    starts: tuple[int, ...] = ()
+    if part.deletes is not None:
+        deleted = _deleted_rows(read, part)
+        if len(deleted) and int(deleted[-1]) >= parquet.metadata.num_rows:
+            raise SplitReadError(f"table {read.table}: file {part.relative} has {parquet.metadata.num_rows} rows but "
+                                 f"its deletes name row {int(deleted[-1])}")
+        counts = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+        starts = tuple(int(x) for x in _running_starts(counts))
     if read.pushdown is not None and exact_names and not rebase and row_groups:
         try:  # row-group statistics: skip the groups no row of which can match
             fs, fs_path = storage.arrow_path(part.path)
@@ -211,7 +229,42 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     if (exact_names and not rebase and len(present) == len(read.needed) == len(set(columns)) and not read.partition_columns
             and read.filter is None and all(src in position and not char_len for _, src, char_len in read.output)):
         output_order = tuple(position[src] for _, src, _ in read.output)
-    return _OpenPart(part, source, parquet.metadata, columns, present, row_groups, output_order, rebase)
+    return _OpenPart(part, source, parquet.metadata, columns, present, row_groups, output_order, rebase, deleted, starts)
+
+
+def _running_starts(counts: list[int]) -> list[int]:
+    out, total = [], 0
+    for n in counts:
+        out.append(total)
+        total += n
+    return out
+
+
+def _deleted_rows(read: ArrowRead, part: FilePart) -> Any:
+    """The file's deleted row positions (starscan.arrow.deletes), read from the store."""
+    assert part.deletes is not None
+    try:
+        vector = DeletionVector.from_json(part.deletes)
+
+        def read_range(offset: int, length: int) -> bytes:
+            assert vector.path is not None
+            source = read.storage.open(vector.path)
+            handle = pa.OSFile(source) if isinstance(source, str) else source
+            try:
+                return bytes(handle.read_at(length, offset))
+            finally:
+                handle.close()
+
+        return vector.positions(read_range)
+    except DeletesUnreadable as exc:
+        raise SplitReadError(f"table {read.table}: file {part.relative}: its deletion vector cannot be read: "
+                             f"{exc}") from None
+    except FileNotFoundError:
+        raise PlannedFileGone(f"table {read.table} version {read.version} is gone: the deletion vector of file "
+                              f"{part.relative} was removed; ask the FE for a new plan") from None
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SplitReadError(f"table {read.table}: file {part.relative}: its deletion vector cannot be read: "
+                             f"{_first_line(exc, part)}") from None
 
 
 def check_calendar(read: ArrowRead, part: FilePart) -> None:
@@ -265,8 +318,11 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         # batch (the dataset scanner decodes far ahead first: 0.1 s before the first batch
         # of a 500k-row group, against 7 ms).
         parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
-        batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=opened.columns,
-                                       use_threads=False)
+        if opened.deleted is not None:
+            batches = _without_deleted(parquet, opened, row_groups, batch_rows)
+        else:
+            batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=opened.columns,
+                                           use_threads=False)
         for raw in batches:
             order = opened.output_order
             if order is not None and raw.schema.names == opened.columns:
@@ -280,6 +336,19 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {_first_line(exc, part)}") from None
+
+
+def _without_deleted(parquet: pq.ParquetFile, opened: _OpenPart, row_groups: list[int],
+                     batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The row groups' batches with the file's deleted rows left out: each row group read on
+    its own, so that a batch's first row has a known position in the file."""
+    for rg in row_groups:
+        position = opened.row_group_starts[rg]
+        for raw in parquet.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=opened.columns,
+                                        use_threads=False):
+            mask = kept_mask(opened.deleted, position, raw.num_rows)
+            position += raw.num_rows
+            yield raw if mask is None else raw.filter(pa.array(mask))
 
 
 #: Batches each decoding thread may hold ahead of the caller (memory: threads x this x a batch).

@@ -15,10 +15,13 @@ read into starscan.core.sql_types), so the client needs no Spark.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from starscan.arrow.deletes import DeletionVector
 from starscan.arrow.filter import NotArrowable, to_arrow_filter
 from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
@@ -93,9 +96,10 @@ def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[
 
 
 def file_part(read: ArrowRead, fields: Fields, location: str, path: str, size: int, mtime_ns: int,
-              row_groups: tuple[int, ...] | None, folders: bool) -> FilePart:
-    """One planned file as the reader reads it: its place, identity, row groups and (for a
-    table partitioned in folders) the typed values of the partition columns ``read`` uses."""
+              row_groups: tuple[int, ...] | None, folders: bool, deletes: str | None = None) -> FilePart:
+    """One planned file as the reader reads it: its place, identity, row groups, its row-level
+    deletes (the plan's JSON) and (for a table partitioned in folders) the typed values of the
+    partition columns ``read`` uses."""
     values = []
     wanted = {name for name, _ in read.partition_columns}
     for col, raw in partition_of(path) if folders else ():
@@ -106,7 +110,25 @@ def file_part(read: ArrowRead, fields: Fields, location: str, path: str, size: i
             values.append((canonical, exact_partition_value(raw, fields(col).type)))
         except ValueError as exc:
             raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
-    return FilePart(read.storage.join(location, path), path, size, mtime_ns, row_groups, tuple(values))
+    return FilePart(read.storage.join(location, path), path, size, mtime_ns, row_groups, tuple(values),
+                    place_deletes(deletes, read.storage, location))
+
+
+def place_deletes(deletes: str | None, storage: Storage, location: str) -> str | None:
+    """The plan's deletes of a file with a vector file's path made a location of ``storage``
+    (relative paths are under the table folder, ``file://`` URIs are local paths)."""
+    if deletes is None:
+        return None
+    vector = DeletionVector.from_json(deletes)
+    if vector.path is None:
+        return deletes
+    if vector.path.startswith("file://"):
+        placed = unquote(vector.path[len("file://"):])
+    elif vector.absolute:
+        placed = vector.path
+    else:
+        placed = storage.join(location, vector.path)
+    return replace(vector, path=placed).to_json()
 
 
 def partition_names(first_file_path: str | None, fields: Fields) -> set[str]:

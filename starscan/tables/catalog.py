@@ -65,6 +65,8 @@ class DataFile:
     # Spark decodes it, the value exactly as the folder spells it (None: Hive's NULL folder).
     # How a value reads depends on the column's type: see starscan.storage.hadoop_paths.
     partition: tuple[tuple[str, str | None], ...] = ()
+    # The file's row-level deletes as the plan carries them (starscan.arrow.deletes), or None.
+    deletes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -479,7 +481,7 @@ class Warehouse:
         schema_json = None
         if storage.is_dir(storage.join(location, DELTA_LOG)):
             delta = read_delta(f"{db}.{table}", location, storage, list(storage.walk_files(location)))
-            files = [DataFile(path, size, mtime, partition) for path, size, mtime, partition in delta.files]
+            files = [DataFile(path, size, mtime, partition, deletes) for path, size, mtime, partition, deletes in delta.files]
             part_cols = list(delta.partition_columns)
             version, schema_json = delta.version, delta.schema_json
             if not 0 <= version < 1 << 31:

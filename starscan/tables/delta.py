@@ -6,8 +6,9 @@ version, read with ``deltalake`` (delta-rs). The version is Delta's own version 
 schema is Delta's (which is Spark's schema JSON). Each add action is matched with the file
 the store lists (size and modification time are then the store's, which is what scans check).
 
-What cannot be read exactly is refused with an error that names it: deletion vectors in use
-(rows deleted without rewriting their file), column mapping (physical column names that differ
+Deletion vectors (rows deleted without rewriting their file) go into the plan with each file
+(starscan.arrow.deletes), and every reader leaves those rows out. What cannot be read exactly
+is refused with an error that names it: column mapping (physical column names that differ
 from the schema's), reader features this module does not know, files outside the table
 folder, and partition values that the folder names do not spell.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from starscan.arrow.deletes import DeletesUnreadable, DeletionVector
 from starscan.core.errors import StarscanError, TableRewritten, TableUnreadable, VersionUnknown
 from starscan.storage.hadoop_paths import partition_of, unescape_path_name
 
@@ -39,7 +41,8 @@ class DeltaFiles:
     version: int
     schema_json: str                       # Spark's StructType JSON, columns in Delta's order
     partition_columns: tuple[str, ...]
-    files: tuple[tuple[str, int, int, tuple[tuple[str, str | None], ...]], ...]  # path, size, mtime_ns, partition
+    # path, size, mtime_ns, partition, row-level deletes (starscan.arrow.deletes JSON) or None
+    files: tuple[tuple[str, int, int, tuple[tuple[str, str | None], ...], str | None], ...]
 
 
 def read_delta(table: str, location: str, storage: Storage, listed: list[Entry]) -> DeltaFiles:
@@ -63,8 +66,10 @@ def read_delta(table: str, location: str, storage: Storage, listed: list[Entry])
     except Exception as exc:  # noqa: BLE001 - delta-rs raises its own kinds: the reader gets the words
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TableUnreadable(f"table {table}: its Delta log cannot be read: {first[:300]}") from None
+    vectors: dict[str, DeletionVector] = {}
     if "deletionVectors" in (protocol.reader_features or ()):
-        _refuse_deletion_vectors(table, version, delta)
+        vectors = _deletion_vectors(table, location, storage, version,
+                                    {unquote(a["path"]) for a in actions})
     unknown = set(protocol.reader_features or ()) - _HARMLESS_READER_FEATURES
     if unknown:
         raise TableUnreadable(f"table {table} uses Delta reader features starscan does not read: {', '.join(sorted(unknown))}")
@@ -91,8 +96,9 @@ def read_delta(table: str, location: str, storage: Storage, listed: list[Entry])
                                   "table folder")
         values = action.get("partition") or {}
         partition = _partition_of_folders(table, path, partition_columns, values)
-        files.append((path, entry.size, entry.mtime_ns, partition))
-    files.sort()
+        vector = vectors.get(path)
+        files.append((path, entry.size, entry.mtime_ns, partition, vector.to_json() if vector else None))
+    files.sort(key=lambda f: f[0])
     return DeltaFiles(version, schema_json, partition_columns, tuple(files))
 
 
@@ -146,23 +152,82 @@ class DeltaChanges:
             raise TableUnreadable(f"table {self.table}: commit {version} of its Delta log is not JSON lines") from None
 
 
-def _refuse_deletion_vectors(table: str, version: int, delta: Any) -> None:
-    """Rows deleted by a deletion vector are still in their file: serving the file whole
-    would return them. A table whose current files have none is read as usual."""
-    import pyarrow as pa
+def _deletion_vectors(table: str, location: str, storage: Storage, version: int,
+                      paths: set[str]) -> dict[str, DeletionVector]:
+    """The deletion vector of each current data file that has one, from the log: delta-rs
+    gives the files of the version but not their vectors' descriptors, so the log is
+    replayed for them, newest commit first, down to the last checkpoint (a file's newest add
+    action is the one that counts), then the checkpoint's add actions for the rest."""
+    found: dict[str, DeletionVector | None] = {}
+    checkpoint = _last_checkpoint(storage, location)
+    floor = checkpoint[0] if checkpoint is not None and checkpoint[0] <= version else -1
+    for v in range(version, floor, -1):
+        raw = storage.read_bytes(storage.join(location, DELTA_LOG, f"{v:020d}.json"))
+        if raw is None:
+            raise TableUnreadable(f"table {table}: commit {v} is not in its Delta log and no checkpoint covers it, so "
+                                  "its deletion vectors are not known")
+        for line in raw.decode("utf-8").splitlines():
+            if '"add"' not in line:
+                continue
+            add = json.loads(line).get("add")
+            if not add:
+                continue
+            path = unquote(add["path"])
+            if path in paths and path not in found:
+                found[path] = _vector(table, path, add.get("deletionVector"))
+        if len(found) == len(paths):
+            break
+    missing = paths - set(found)
+    if missing and checkpoint is not None and checkpoint[0] <= version:
+        for add in _checkpoint_adds(table, location, storage, checkpoint):
+            path = unquote(add["path"])
+            if path in missing and path not in found:
+                found[path] = _vector(table, path, add.get("deletionVector"))
+    return {path: vector for path, vector in found.items() if vector is not None}
 
+
+def _vector(table: str, path: str, descriptor: dict[str, Any] | None) -> DeletionVector | None:
+    if not descriptor:
+        return None
     try:
-        marked = pa.table(delta.deletion_vectors())
-    except Exception as exc:  # noqa: BLE001 - delta-rs' own error kinds
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TableUnreadable(f"table {table} version {version}: its Delta deletion vectors cannot be read "
-                              f"({first[:200]}), so which rows are deleted is not known") from None
-    if marked.num_rows:
-        files = [str(p).rsplit("/", 1)[-1] for p in marked.column("filepath").to_pylist()[:3]]
-        raise TableUnreadable(f"table {table} version {version}: {marked.num_rows} data file(s) ({', '.join(files)}"
-                              f"{', ...' if marked.num_rows > 3 else ''}) have rows deleted by a Delta deletion vector, "
-                              "which starscan does not apply; rewrite them (REORG TABLE ... APPLY (PURGE)) to serve "
-                              "the table")
+        vector = DeletionVector.from_log(descriptor)
+    except DeletesUnreadable as exc:
+        raise TableUnreadable(f"table {table}: the deletion vector of data file {path} cannot be read: {exc}") from None
+    return vector if vector.cardinality else None
+
+
+def _last_checkpoint(storage: Storage, location: str) -> tuple[int, int | None] | None:
+    """(version, parts) of the table's last checkpoint, from ``_last_checkpoint``; None without one."""
+    raw = storage.read_bytes(storage.join(location, DELTA_LOG, "_last_checkpoint"))
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        return int(doc["version"]), (int(doc["parts"]) if doc.get("parts") else None)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _checkpoint_adds(table: str, location: str, storage: Storage,
+                     checkpoint: tuple[int, int | None]) -> list[dict[str, Any]]:
+    """The add actions of a classic checkpoint (one file, or ``parts`` files)."""
+    import pyarrow.parquet as pq
+
+    version, parts = checkpoint
+    if parts is None:
+        names = [f"{version:020d}.checkpoint.parquet"]
+    else:
+        names = [f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
+    adds: list[dict[str, Any]] = []
+    for name in names:
+        path = storage.join(location, DELTA_LOG, name)
+        if storage.file_identity(path) is None:
+            raise TableUnreadable(f"table {table}: its Delta checkpoint {name} is not there (a V2 checkpoint?), so its "
+                                  "deletion vectors are not known")
+        source = storage.open(path)
+        rows = pq.read_table(source, columns=["add"]).column("add").to_pylist()
+        adds.extend(a for a in rows if a)
+    return adds
 
 
 def _partition_of_folders(table: str, path: str, columns: tuple[str, ...],

@@ -60,6 +60,8 @@ class DataFileLike(Protocol):
     def mtime_ns(self) -> int: ...
     @property
     def partition(self) -> tuple[tuple[str, str | None], ...]: ...
+    @property
+    def deletes(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,8 @@ _Item = TypeVar("_Item")
 
 
 def file_identity(f: DataFileLike) -> str:
-    return f"{f.path}|{f.size}|{f.mtime_ns}"
+    deletes = getattr(f, "deletes", None)  # other deleted rows: another tablet
+    return f"{f.path}|{f.size}|{f.mtime_ns}" + (f"|{deletes}" if deletes else "")
 
 
 def tablet_id(table: str, files: tuple[DataFileLike, ...], run: _Run | None = None) -> int:

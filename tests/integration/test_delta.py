@@ -118,31 +118,6 @@ def test_an_old_plan_reads_its_version_and_a_new_plan_the_new_one(server, client
                   .to_pylist()) == before
 
 
-def test_deletion_vectors_are_refused_by_name(server, client):
-    """A commit whose add action carries a deletion vector (rows deleted without rewriting
-    the file): serving the file whole would return deleted rows."""
-    location = _table(server, "with_dv")
-    write_deltalake(str(location), _rows(0, 10))
-    added = DeltaTable(str(location)).get_add_actions(flatten=False)
-    path = pa.table(added).to_pylist()[0]["path"]
-    size = (location / path).stat().st_size
-    commit = [
-        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
-                      "writerFeatures": ["deletionVectors"]}},
-        {"remove": {"path": path, "deletionTimestamp": 1, "dataChange": True}},
-        {"add": {"path": path, "size": size, "partitionValues": {}, "modificationTime": 1, "dataChange": True,
-                 "deletionVector": {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L",
-                                    "sizeInBytes": 40, "cardinality": 6}}},
-        {"commitInfo": {"timestamp": 2, "operation": "DELETE"}},
-    ]
-    (location / "_delta_log" / "00000000000000000001.json").write_text("\n".join(json.dumps(a) for a in commit) + "\n")
-    with pytest.raises(Exception) as refused:
-        client.plan("lake", "with_dv", "select id from lake.with_dv")
-    message = str(refused.value)
-    assert "deletion vector" in message and "lake.with_dv" in message, message
-    assert client.read("lake", "events", "select id from lake.events").num_rows > 0  # still serving
-
-
 def test_a_vacuumed_version_is_gone(server, client, be_addr):
     from support.readers import Reader, plan_for
 

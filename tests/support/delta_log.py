@@ -1,0 +1,73 @@
+"""Delta log entries no writer here makes, written from the Delta protocol's text: deletion
+vectors (delta-rs reads them but does not write them). The tests check every table made
+this way with delta-rs' own reader before serving it."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import uuid
+import zlib
+from pathlib import Path
+
+from pyroaring import BitMap64
+
+from starscan.arrow.deletes import PORTABLE_MAGIC, z85_encode
+
+
+def vector_bytes(positions: list[int]) -> bytes:
+    """A deletion vector's data: the portable magic number and the 64-bit roaring bitmap."""
+    return struct.pack("<I", PORTABLE_MAGIC) + BitMap64(positions).serialize()
+
+
+def stored_vector(table: Path, positions: list[int], kind: str = "u", prefix: str = "",
+                  elsewhere: Path | None = None) -> dict:
+    """A deletion vector written to a file of its own (``u``: in the table folder, under
+    ``prefix``; ``p``: at ``elsewhere``, named by its absolute URI), behind another vector
+    in the same file so that its offset is not the file's first."""
+    u = uuid.uuid4()
+    name = f"deletion_vector_{u}.bin"
+    folder = (table / prefix) if kind == "u" else elsewhere
+    assert folder is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    first, data = vector_bytes([0]), vector_bytes(positions)
+    body = b"\x01"
+    body += struct.pack(">i", len(first)) + first + struct.pack(">I", zlib.crc32(first))
+    offset = len(body)
+    body += struct.pack(">i", len(data)) + data + struct.pack(">I", zlib.crc32(data))
+    (folder / name).write_bytes(body)
+    where = prefix + z85_encode(u.bytes) if kind == "u" else (folder / name).as_uri()
+    return {"storageType": kind, "pathOrInlineDv": where, "offset": offset, "sizeInBytes": len(data),
+            "cardinality": len(set(positions))}
+
+
+def inline_vector(positions: list[int]) -> dict:
+    data = vector_bytes(positions)
+    return {"storageType": "i", "pathOrInlineDv": z85_encode(data), "sizeInBytes": len(data),
+            "cardinality": len(set(positions))}
+
+
+def commit_deletion_vectors(table: Path, vectors: dict[str, dict], rows: dict[str, int],
+                            replaced: dict[str, dict] | None = None) -> int:
+    """A DELETE commit: each file of ``vectors`` removed and added again with its vector
+    (``rows``: each file's row count, which readers need with a vector). A file already
+    carrying a vector names it in ``replaced``: the log knows a file by its path and its
+    vector, so the remove action must name the vector it removes. Returns the version."""
+    log = table / "_delta_log"
+    version = max(int(p.name[:20]) for p in log.glob("*.json")) + 1
+    now = int(time.time() * 1000)
+    actions: list[dict] = [{"commitInfo": {"timestamp": now, "operation": "DELETE"}}]
+    for path, vector in vectors.items():
+        size = (table / path).stat().st_size
+        mtime = int((table / path).stat().st_mtime * 1000)
+        remove = {"path": path, "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
+                  "partitionValues": {}, "size": size}
+        if replaced and path in replaced:
+            remove["deletionVector"] = replaced[path]
+        actions.append({"remove": remove})
+        actions.append({"add": {"path": path, "partitionValues": {}, "size": size, "modificationTime": mtime,
+                                "dataChange": True, "stats": json.dumps({"numRecords": rows[path]}),
+                                "deletionVector": vector}})
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    return version
