@@ -76,6 +76,9 @@ struct TScanPlan {
   17: optional list<string> partition_columns
   // The data files' format when it is not Parquet ("orc": Hive metastore tables).
   18: optional string file_format
+  // The files' own names of the table's columns where a table format names them apart from
+  // its schema (Delta column mapping): JSON {column: name in the files}. Absent: the same.
+  19: optional string file_columns
 }
 
 // What actually goes on the wire (base64 of its binary serialization).

@@ -51,7 +51,7 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
         read = plan_read(snap.qualified_name, snap.version, fields,
                          [(c.name, c.source if c.is_slot_ref else None) for c in columns], predicate, time_zone,
                          None if snap.file_format == "parquet" else snap.file_format, partition_columns, snap.storage,
-                         calendar)
+                         calendar, dict(snap.file_columns))
     except NotArrowable as why:
         reason = f"not readable from the files alone: {why}"
         return DirectPlan(None, {t.tablet_id: {"direct": False, "reason": reason} for t in tablets}, [])
@@ -67,7 +67,7 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
         disclosed.extend(f.storage_path for f in files)
     section = DirectRead(snap.qualified_name, snap.version, json.loads(schema_json),
                          tuple((c.name, c.source) for c in columns), predicate, time_zone,
-                         tuple(sorted(partition_columns)), calendar).to_json()
+                         tuple(sorted(partition_columns)), calendar, snap.file_columns).to_json()
     return DirectPlan(section, out, disclosed)
 
 

@@ -277,6 +277,7 @@ class QueryPlanner:
             sql=body.sql[:AUDIT_SQL_CHARS],
             partition_columns=None if snap.partitions_in_folders else [],
             file_format=None if snap.file_format == "parquet" else snap.file_format,
+            file_columns=json.dumps(dict(snap.file_columns)) if snap.file_columns else None,
         )
         audit["query_id"] = plan.query_id
         return plan, plan_codec.encode(plan, self.signer)

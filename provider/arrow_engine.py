@@ -12,6 +12,7 @@ the splits one after another from the BE (provider/push/task.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from starscan.arrow.read import ArrowRead, ArrowSplit, FilePart
@@ -48,7 +49,8 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
         f"{plan.database}.{plan.table}", plan.version, fields,
         [(c.name, c.source if c.is_slot_ref else None) for c in plan.columns],
         unflatten(plan.predicate) if plan.predicate is not None else None,
-        time_zone, plan.file_format, partition_names(first, fields) if folders else set(), storage, calendar)
+        time_zone, plan.file_format, partition_names(first, fields) if folders else set(), storage, calendar,
+        json.loads(plan.file_columns) if plan.file_columns else None)
     by_id = {t.tablet_id: t for t in plan_tablets}
     parts = []
     for tid in tablet_ids:

@@ -137,7 +137,7 @@ class PlannedRead:
         frames = []
         folders = plan.partition_columns is None  # else the partition values are in the files
         spark = scan_session(self.spark, ordered=self.ordered, exact_floats=filters_floats(predicate, self._table_schema))
-        if any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files):
+        if plan.file_columns or any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files):
             return self._through_reader(spark, predicate)
         if whole:
             frames.append(read_parquet_files(spark, self._table_schema, storage.spark_path(location), whole,
@@ -155,8 +155,8 @@ class PlannedRead:
     def _through_reader(self, spark: Any, predicate: Any) -> Any:
         """The planned tablets' rows read by the kernel's file reader (starscan.arrow.read) in
         Spark tasks (``mapInArrow`` over the splits), for what Spark's own file readers cannot
-        read exactly: files with row-level deletes. Every column the scan uses, in Spark's
-        types; Spark SQL then evaluates the predicate as for any DataFrame."""
+        read exactly: files with row-level deletes, or whose columns the files name apart
+        from the schema (Delta column mapping). Every column the scan uses, in Spark's types; Spark SQL then evaluates the predicate as for any DataFrame."""
         used = {field.name for _, field in self._out_cols}
         if predicate is not None:
             used |= {self._resolve(name) for name in predicate.columns()}
@@ -167,8 +167,9 @@ class PlannedRead:
                                       max(1, spark.sparkContext.defaultParallelism), self.storage,
                                       CalendarRules.of_session(spark))
         except NotArrowable as why:
-            raise InvalidArgument(f"table {self.description} has rows deleted by deletion vectors, which only starscan's "
-                                  f"file reader applies, and it cannot read this scan: {why}") from None
+            raise InvalidArgument(f"table {self.description} has rows deleted by deletion vectors or columns its files "
+                                  f"name apart (column mapping), which only starscan's file reader reads, and it "
+                                  f"cannot read this scan: {why}") from None
         return reader_frame(spark, read, splits, T.StructType([self._by_lower[n.lower()] for n in names]))
 
     def table_location(self) -> str:

@@ -96,7 +96,7 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
 
     storage = snap.storage
     session = scan_session(spark, exact_floats=filters_floats(prepared.parsed.predicate, schema))
-    if any(f.deletes for f in snap.files):
+    if snap.file_columns or any(f.deletes for f in snap.files):
         df = _through_reader(session, snap, schema)
     else:
         paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
@@ -169,7 +169,8 @@ def _value(v, dtype: T.DataType):
 def _through_reader(spark, snap, schema: T.StructType):
     """The table's rows read by the kernel's file reader (starscan.spark.reader_frames), one
     Spark task per file: its files have rows deleted without being rewritten (Delta
-    deletion vectors), which Spark's Parquet reader would return."""
+    deletion vectors), which Spark's Parquet reader would return, or name their columns
+    apart from the schema (Delta column mapping)."""
     fields = Fields(parse_schema(json.dumps(schema.jsonValue())))
     names = [f.name for f in schema.fields]
     first = snap.files[0].path if snap.files else None
@@ -178,10 +179,10 @@ def _through_reader(spark, snap, schema: T.StructType):
         read = plan_read(snap.qualified_name, snap.version, fields, [(n, n) for n in names], None,
                          spark.conf.get("spark.sql.session.timeZone"), snap.file_format,
                          partition_names(first, fields) if folders else set(), snap.storage,
-                         CalendarRules.of_session(spark))
+                         CalendarRules.of_session(spark), dict(snap.file_columns))
         splits = [ArrowSplit((file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, folders,
                                         f.deletes),)) for f in snap.files]
     except NotArrowable as why:
-        raise SqlInvalid(f"table {snap.qualified_name} has rows deleted by deletion vectors, which only starscan's "
-                         f"file reader applies, and it cannot read this table: {why}") from None
+        raise SqlInvalid(f"table {snap.qualified_name} has deleted rows or mapped columns, which only starscan's "
+                         f"file reader reads, and it cannot read this table: {why}") from None
     return reader_frame(spark, read, splits, schema)

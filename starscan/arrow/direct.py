@@ -73,13 +73,15 @@ class DirectRead:
     time_zone: str
     partition_columns: tuple[str, ...]   # lower-case names whose values are in the folders
     calendar: CalendarRules = CalendarRules()  # how files of older writers are read (starscan.arrow.rebase)
+    file_columns: tuple[tuple[str, str], ...] = ()  # column -> its name in the files (Delta column mapping)
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "format": FORMAT, "schema": self.schema,
                 "columns": [list(c) for c in self.columns],
                 "predicate": to_json(self.predicate) if self.predicate is not None else None,
                 "timeZone": self.time_zone, "partitionColumns": list(self.partition_columns),
-                "calendar": self.calendar.to_json()}
+                "calendar": self.calendar.to_json(),
+                **({"fileColumns": dict(self.file_columns)} if self.file_columns else {})}
 
     @classmethod
     def from_json(cls, doc: Any) -> DirectRead:
@@ -89,7 +91,8 @@ class DirectRead:
                        tuple((str(name), str(source)) for name, source in doc["columns"]),
                        from_json(predicate) if predicate is not None else None, str(doc["timeZone"]),
                        tuple(str(c).lower() for c in doc.get("partitionColumns") or ()),
-                       CalendarRules.from_json(doc.get("calendar")))
+                       CalendarRules.from_json(doc.get("calendar")),
+                       tuple((str(k), str(v)) for k, v in (doc.get("fileColumns") or {}).items()))
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PlanInvalid("the plan's \"direct\" section is malformed") from None
 
@@ -98,7 +101,7 @@ class DirectRead:
         reads with the same), or NotArrowable when they cannot be read exactly."""
         fields = Fields(parse_schema(self.schema))
         return plan_read(self.table, self.version, fields, list(self.columns), self.predicate, self.time_zone,
-                         FORMAT, set(self.partition_columns), storage, self.calendar)
+                         FORMAT, set(self.partition_columns), storage, self.calendar, dict(self.file_columns))
 
 
 def file_part(read: ArrowRead, f: DirectFile, location: str) -> FilePart:

@@ -112,6 +112,12 @@ class ArrowRead:
     calendar: CalendarRules = CalendarRules()
     storage: Storage = LOCAL      # where the files are (a local folder or an object store)
     output_columns: tuple[tuple[str, SqlType, bool], ...] = ()  # what the wire conversion needs
+    # Column -> its name in the files, where the table format names them apart from the
+    # schema (Delta column mapping); a column not here has its own name in the files.
+    file_names: tuple[tuple[str, str], ...] = ()
+
+    def file_name(self, name: str) -> str:
+        return dict(self.file_names).get(name, name)
 
 
 def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS, threads: int = 1,
@@ -192,7 +198,7 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     columns, present = [], {}
     exact_names = True
     for name, expected in read.needed:
-        found = by_lower.get(name.lower())
+        found = by_lower.get(read.file_name(name).lower())
         if found is None:
             exact_names = False  # no statistics of it either: the predicate sees NULLs
             continue  # Spark reads a column a file lacks as NULL
@@ -279,7 +285,8 @@ def check_calendar(read: ArrowRead, part: FilePart) -> None:
     except (OSError, ValueError, pa.ArrowException, StarscanError) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {exc}") from None
     by_lower = {f.name.lower(): f for f in parquet.schema_arrow}
-    present = {name: by_lower[name.lower()] for name, _ in read.needed if name.lower() in by_lower}
+    present = {name: by_lower[read.file_name(name).lower()] for name, _ in read.needed
+               if read.file_name(name).lower() in by_lower}
     for _name, kind, mode, zone in _calendar_of(read, parquet, present):
         if kind != "date" and mode == LEGACY and not is_utc(zone):
             raise SplitReadError(f"table {read.table}: file {part.relative} holds timestamps of Spark's legacy calendar "

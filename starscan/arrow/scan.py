@@ -53,12 +53,14 @@ class Fields:
 
 def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[str, str | None]],
               predicate: Expr | None, time_zone: str, file_format: str | None, partition_columns: set[str],
-              storage: Storage = LOCAL, calendar: CalendarRules = CalendarRules()) -> ArrowRead:
+              storage: Storage = LOCAL, calendar: CalendarRules = CalendarRules(),
+              file_columns_map: dict[str, str] | None = None) -> ArrowRead:
     """The read instructions for ``columns`` ((output name, source column; None for an
     expression)) of ``table`` filtered by ``predicate``, or NotArrowable. ``partition_columns``:
     the lower-case names whose values are in the files' folders (empty when the values are
     inside the files). ``calendar``: the session's rules for dates and timestamps of files
-    from older writers (starscan.arrow.rebase)."""
+    from older writers (starscan.arrow.rebase). ``file_columns_map``: each column's name in
+    the files where the table format names them apart (Delta column mapping)."""
     arrow_filter = to_arrow_filter(predicate, fields) if predicate is not None else None
     output, out_fields = [], []
     for name, source in columns:
@@ -81,6 +83,7 @@ def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[
 
     pushdown = _file_conjuncts(predicate, fields, partition_columns) if predicate is not None else None
     dates = tuple(n for n in file_columns if fields(n).type.kind in ("date", "timestamp"))
+    renamed = {k: v for k, v in (file_columns_map or {}).items() if k != v}
     if calendar.int96_conversion and any(fields(n).type.kind == "timestamp" for n in file_columns):
         raise NotArrowable("spark.sql.parquet.int96TimestampConversion is on (INT96 timestamps of files not written "
                            "by parquet-mr are moved to the session's zone)")
@@ -92,6 +95,7 @@ def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[
         output_schema=pa.schema([pa.field(name, f.type.spark_arrow_type(time_zone), f.nullable) for name, f in out_fields]),
         filter=arrow_filter, pushdown=pushdown, dates=dates, calendar=calendar, storage=storage,
         output_columns=tuple((name, f.type, f.nullable) for name, f in out_fields),
+        file_names=tuple((n, renamed[n]) for n in file_columns if n in renamed),
     )
 
 

@@ -85,6 +85,9 @@ class TableSnapshot:
     partitions_in_folders: bool = True  # False: partition values are inside the files (Iceberg)
     file_format: str = "parquet"  # or "orc" (Hive metastore tables: read by Spark SQL)
     kind: str = "folder"  # or "delta", or a catalog's kind ("iceberg", "hive"): where its changes are known
+    # Column -> its name in the files, where the table format names them apart (Delta column
+    # mapping); empty: the files use the schema's names.
+    file_columns: tuple[tuple[str, str], ...] = ()
 
     @property
     def qualified_name(self) -> str:
@@ -479,11 +482,12 @@ class Warehouse:
         storage = self.storage
         version: int | None = None
         schema_json = None
+        file_columns: tuple[tuple[str, str], ...] = ()
         if storage.is_dir(storage.join(location, DELTA_LOG)):
             delta = read_delta(f"{db}.{table}", location, storage, list(storage.walk_files(location)))
             files = [DataFile(path, size, mtime, partition, deletes) for path, size, mtime, partition, deletes in delta.files]
             part_cols = list(delta.partition_columns)
-            version, schema_json = delta.version, delta.schema_json
+            version, schema_json, file_columns = delta.version, delta.schema_json, delta.file_columns
             if not 0 <= version < 1 << 31:
                 raise TableUnreadable(f"table {db}.{table}: Delta version {version} does not fit a plan's version")
         else:
@@ -497,4 +501,4 @@ class Warehouse:
             self.history.observe(f"{db}.{table}", location, version, [(f.path, f.size, f.mtime_ns) for f in files])
         by_id = {t.tablet_id: t for t in tablets}
         return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json,
-                             kind="folder" if schema_json is None else "delta")
+                             kind="folder" if schema_json is None else "delta", file_columns=file_columns)

@@ -8,8 +8,7 @@ the store lists (size and modification time are then the store's, which is what 
 
 Deletion vectors (rows deleted without rewriting their file) go into the plan with each file
 (starscan.arrow.deletes), and every reader leaves those rows out. What cannot be read exactly
-is refused with an error that names it: column mapping (physical column names that differ
-from the schema's), reader features this module does not know, files outside the table
+is refused with an error that names it: column mapping on a partitioned table, reader features this module does not know, files outside the table
 folder, and partition values that the folder names do not spell.
 """
 
@@ -43,6 +42,7 @@ class DeltaFiles:
     partition_columns: tuple[str, ...]
     # path, size, mtime_ns, partition, row-level deletes (starscan.arrow.deletes JSON) or None
     files: tuple[tuple[str, int, int, tuple[tuple[str, str | None], ...], str | None], ...]
+    file_columns: tuple[tuple[str, str], ...] = ()  # column -> its name in the files (column mapping)
 
 
 def read_delta(table: str, location: str, storage: Storage, listed: list[Entry]) -> DeltaFiles:
@@ -74,11 +74,9 @@ def read_delta(table: str, location: str, storage: Storage, listed: list[Entry])
     if unknown:
         raise TableUnreadable(f"table {table} uses Delta reader features starscan does not read: {', '.join(sorted(unknown))}")
     mode = (metadata.configuration or {}).get("delta.columnMapping.mode", "none")
-    if mode != "none":
-        raise TableUnreadable(f"table {table} uses Delta column mapping (mode {mode}): its files name columns "
-                              "differently from its schema, which starscan does not read")
     fields = {f["name"]: f for f in json.loads(schema_json)["fields"]}
     partition_columns = tuple(metadata.partition_columns)
+    file_columns = _file_columns(table, mode, fields, partition_columns)
     for col in partition_columns:
         kind = fields.get(col, {}).get("type")
         if kind not in _PARTITION_TYPES:
@@ -99,7 +97,30 @@ def read_delta(table: str, location: str, storage: Storage, listed: list[Entry])
         vector = vectors.get(path)
         files.append((path, entry.size, entry.mtime_ns, partition, vector.to_json() if vector else None))
     files.sort(key=lambda f: f[0])
-    return DeltaFiles(version, schema_json, partition_columns, tuple(files))
+    return DeltaFiles(version, schema_json, partition_columns, tuple(files), file_columns)
+
+
+def _file_columns(table: str, mode: str, fields: dict[str, Any],
+                  partition_columns: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Column mapping (``name`` or ``id``): each column's physical name, which its data files
+    use (a rename changes only the schema's name; a dropped column's name may come back with
+    new data). Writers put the physical name and the field id in the files in both modes;
+    columns are read by the physical name."""
+    if mode == "none":
+        return ()
+    if mode not in ("name", "id"):
+        raise TableUnreadable(f"table {table} uses Delta column mapping mode {mode!r}, which the Delta protocol "
+                              "does not define")
+    if partition_columns:
+        raise TableUnreadable(f"table {table} is partitioned and uses Delta column mapping (mode {mode}): its files "
+                              "are not in partition folders, which starscan reads partition values from")
+    out = []
+    for name, f in fields.items():
+        physical = (f.get("metadata") or {}).get("delta.columnMapping.physicalName")
+        if not physical:
+            raise TableUnreadable(f"table {table} uses Delta column mapping but column {name} has no physical name")
+        out.append((name, str(physical)))
+    return tuple(out)
 
 
 class DeltaChanges:
