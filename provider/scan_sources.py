@@ -137,8 +137,16 @@ class PlannedRead:
         frames = []
         folders = plan.partition_columns is None  # else the partition values are in the files
         spark = scan_session(self.spark, ordered=self.ordered, exact_floats=filters_floats(predicate, self._table_schema))
-        if plan.file_columns or any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files):
-            return self._through_reader(spark, predicate)
+        needs_reader = bool(plan.file_columns) or any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files)
+        if needs_reader or not storage.is_local:
+            try:
+                return self._through_reader(spark, predicate)
+            except NotArrowable as why:
+                if needs_reader:
+                    raise InvalidArgument(f"table {self.description} has rows deleted by deletion vectors or columns "
+                                          "its files name apart (column mapping), which only starscan's file reader "
+                                          f"reads, and it cannot read this scan: {why}") from None
+                # Spark's own reader, which needs Hadoop's connector for the store (docs/storage.md).
         if whole:
             frames.append(read_parquet_files(spark, self._table_schema, storage.spark_path(location), whole,
                                              folders, plan.file_format or "parquet"))
@@ -155,21 +163,18 @@ class PlannedRead:
     def _through_reader(self, spark: Any, predicate: Any) -> Any:
         """The planned tablets' rows read by the kernel's file reader (starscan.arrow.read) in
         Spark tasks (``mapInArrow`` over the splits), for what Spark's own file readers cannot
-        read exactly: files with row-level deletes, or whose columns the files name apart
-        from the schema (Delta column mapping). Every column the scan uses, in Spark's types; Spark SQL then evaluates the predicate as for any DataFrame."""
+        read exactly (files with row-level deletes, or whose columns the files name apart
+        from the schema: Delta column mapping) or cannot open (an object store, for which
+        Spark has no Hadoop connector out of the box). Every column the scan uses, in Spark's
+        types; NotArrowable when the reader cannot read them (nested columns, ORC files); Spark SQL then evaluates the predicate as for any DataFrame."""
         used = {field.name for _, field in self._out_cols}
         if predicate is not None:
             used |= {self._resolve(name) for name in predicate.columns()}
         names = sorted(used, key=lambda n: [f.name for f in self._table_schema.fields].index(n))
         time_zone = spark.conf.get("spark.sql.session.timeZone")
-        try:
-            read, splits = plan_arrow(_columns_only(self.plan, names), self._plan_tablets, self._tablet_ids, time_zone,
-                                      max(1, spark.sparkContext.defaultParallelism), self.storage,
-                                      CalendarRules.of_session(spark))
-        except NotArrowable as why:
-            raise InvalidArgument(f"table {self.description} has rows deleted by deletion vectors or columns its files "
-                                  f"name apart (column mapping), which only starscan's file reader reads, and it "
-                                  f"cannot read this scan: {why}") from None
+        read, splits = plan_arrow(_columns_only(self.plan, names), self._plan_tablets, self._tablet_ids, time_zone,
+                                  max(1, spark.sparkContext.defaultParallelism), self.storage,
+                                  CalendarRules.of_session(spark))
         return reader_frame(spark, read, splits, T.StructType([self._by_lower[n.lower()] for n in names]))
 
     def table_location(self) -> str:

@@ -13,6 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from support.readers import engine_counts
 
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 for _key in [k for k in os.environ if k.startswith("STARSCAN_")]:
@@ -134,16 +135,6 @@ def client(fe_url):
     from starscan.client import StarscanClient
 
     return StarscanClient(fe_url, "root", "")
-
-
-def engine_counts(server) -> dict[str, float]:
-    """Scans started on each engine so far (the server's starscan_scans_by_engine counter)."""
-    out = {}
-    for metric in server.ops.metrics.scans_by_engine.collect():
-        for sample in metric.samples:
-            if sample.name.endswith("_total"):
-                out[sample.labels["engine"]] = sample.value
-    return out
 
 
 @pytest.fixture

@@ -96,9 +96,16 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
 
     storage = snap.storage
     session = scan_session(spark, exact_floats=filters_floats(prepared.parsed.predicate, schema))
-    if snap.file_columns or any(f.deletes for f in snap.files):
-        df = _through_reader(session, snap, schema)
-    else:
+    needs_reader = bool(snap.file_columns) or any(f.deletes for f in snap.files)
+    df = None
+    if needs_reader or not storage.is_local:
+        try:
+            df = _through_reader(session, snap, schema)
+        except NotArrowable as why:
+            if needs_reader:
+                raise SqlInvalid(f"table {snap.qualified_name} has deleted rows or mapped columns, which only "
+                                 f"starscan's file reader reads, and it cannot read this table: {why}") from None
+    if df is None:  # Spark's own readers (on an object store: with Hadoop's connector)
         paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
         df = read_parquet_files(session, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders,
                                 snap.file_format)
@@ -170,19 +177,16 @@ def _through_reader(spark, snap, schema: T.StructType):
     """The table's rows read by the kernel's file reader (starscan.spark.reader_frames), one
     Spark task per file: its files have rows deleted without being rewritten (Delta
     deletion vectors), which Spark's Parquet reader would return, or name their columns
-    apart from the schema (Delta column mapping)."""
+    apart from the schema (Delta column mapping), or are in an object store Spark has no
+    connector for. NotArrowable when the reader cannot read the table (nested columns, ORC)."""
     fields = Fields(parse_schema(json.dumps(schema.jsonValue())))
     names = [f.name for f in schema.fields]
     first = snap.files[0].path if snap.files else None
     folders = snap.partitions_in_folders
-    try:
-        read = plan_read(snap.qualified_name, snap.version, fields, [(n, n) for n in names], None,
-                         spark.conf.get("spark.sql.session.timeZone"), snap.file_format,
-                         partition_names(first, fields) if folders else set(), snap.storage,
-                         CalendarRules.of_session(spark), dict(snap.file_columns))
-        splits = [ArrowSplit((file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, folders,
-                                        f.deletes),)) for f in snap.files]
-    except NotArrowable as why:
-        raise SqlInvalid(f"table {snap.qualified_name} has deleted rows or mapped columns, which only starscan's "
-                         f"file reader reads, and it cannot read this table: {why}") from None
+    read = plan_read(snap.qualified_name, snap.version, fields, [(n, n) for n in names], None,
+                     spark.conf.get("spark.sql.session.timeZone"), snap.file_format,
+                     partition_names(first, fields) if folders else set(), snap.storage,
+                     CalendarRules.of_session(spark), dict(snap.file_columns))
+    splits = [ArrowSplit((file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, folders,
+                                    f.deletes),)) for f in snap.files]
     return reader_frame(spark, read, splits, schema)

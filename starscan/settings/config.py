@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     hive_databases: list[str] = Field(default_factory=list, description="databases served from the Hive metastore (its tables' locations, partitions and columns), comma-separated")
     iceberg_catalog: dict[str, str] = Field(default_factory=dict, description="pyiceberg catalog properties, k=v; k2=v2 (name=lake; type=sql; uri=sqlite:////data/catalog.db; warehouse=file:///data/ice, or type=rest; uri=...; name defaults to default): its namespaces are served as databases beside the warehouse's folders")
     iceberg_namespaces: list[str] = Field(default_factory=list, description="the Iceberg namespaces served, comma-separated (default: all of the catalog's)")
-    s3_endpoint: str | None = Field(None, description="S3 endpoint URL for S3-compatible stores (http://host:9000); unset: AWS itself")
+    s3_endpoint: str | None = Field(None, description="S3 endpoint URL for S3-compatible stores (http://host:9000); unset: AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL (as the AWS SDKs read them), else AWS itself")
     s3_region: str | None = Field(None, description="S3 region (unset: AWS_REGION / AWS_DEFAULT_REGION, else found from the bucket)")
     s3_access_key_id: SecretStr | None = Field(None, description="S3 access key id (unset: the AWS environment, profile or instance credentials; never logged or shown)")
     s3_secret_access_key: SecretStr | None = Field(None, description="S3 secret access key (never logged or shown)")

@@ -66,6 +66,13 @@ class StorageOptions:
     session_token: str | None = field(default=None, repr=False)
     path_style: bool | None = None       # None: path-style when an endpoint is set
 
+    def __post_init__(self) -> None:
+        # As the AWS SDKs and CLI do: the S3 service's own variable, then the general one.
+        if not self.endpoint:
+            from_env = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            if from_env:
+                object.__setattr__(self, "endpoint", from_env)
+
     @property
     def path_style_requests(self) -> bool:
         """Path-style requests (bucket in the path): as set, else when an endpoint is set."""

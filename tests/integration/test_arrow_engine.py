@@ -10,7 +10,7 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import engine_counts
+from support.readers import engine_counts
 from support.readers import Reader, plan_for
 from support.sockets import closed_without_a_word
 

@@ -81,6 +81,10 @@ def _wire(value):
     " where amount > 100 and city in ('lima', 'paris')",
     " where note is null or day between '2024-01-05' and '2024-01-09'",
     " where note like 'note 1%' and id >= 200",
+    # the sql engine's (Spark SQL over starscan's reader: this Spark has no S3 filesystem)
+    " where score > 700.25 or score < 3",
+    " where upper(city) = 'OSLO' and id % 7 = 3",
+    " where cast(day as timestamp) >= timestamp'2024-02-05 00:00:00'",
 ])
 def test_scans_of_a_table_in_s3_equal_spark(s3_server, spark, where):
     sql = "select id, city, amount, day, note, score from sales.orders" + where
@@ -141,15 +145,19 @@ def test_a_file_rewritten_under_a_plan_is_version_gone(s3_server, s3, spark):
     assert _read(s3_server, "select id from sales.orders where city = 'lima'").num_rows == 1000
 
 
-def test_a_plan_the_arrow_engine_cannot_read_says_what_spark_lacks(s3_server):
-    from starscan.client import StarscanClient
+def test_plans_the_arrow_engine_cannot_read_run_on_spark_sql_without_a_hadoop_s3_connector(s3_server, spark):
+    """Spark here has no S3 filesystem (Hadoop's S3A connector is not installed): the sql
+    engine's scans read the bucket through starscan's reader (pyarrow's S3 client) and
+    Spark SQL evaluates the rest."""
+    from support.readers import engine_counts
 
-    with pytest.raises(Exception) as failed:
-        StarscanClient(_fe(s3_server), "root", "").read(
-            "sales", "orders", "select id from sales.orders where upper(city) = 'OSLO'")
-    message = str(failed.value)
-    assert "needs the sql engine" in message and "s3a://" in message, message
-    assert _read(s3_server, "select id from sales.orders").num_rows == len(ROWS)  # still serving
+    with pytest.raises(Exception, match="ClassNotFoundException"):
+        spark._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
+    before = engine_counts(s3_server).get("sql", 0)
+    sql = "select id from sales.orders where upper(city) = 'OSLO' and score * 2 > 100"
+    got = sorted(_read(s3_server, sql).column("id").to_pylist())
+    assert got == sorted(r[0] for r in spark.sql(sql.replace("sales.orders", "orders_local")).collect())
+    assert engine_counts(s3_server).get("sql", 0) == before + 1
 
 
 def test_load_into_s3_and_read_it_back(s3_server, spark, tmp_path):
@@ -246,3 +254,15 @@ def test_a_delta_table_in_s3_serves_its_current_version(s3_server, s3):
     got = _read(s3_server, "select id, k from sales.deltas where k < 2", "sales", "deltas")
     assert sorted((r["id"], r["k"]) for r in got.to_pylist()) == [(i, i % 4) for i in range(10) if i % 4 < 2]
     assert s3_server.warehouse.snapshot("sales", "deltas").version == 1
+
+
+def test_the_endpoint_comes_from_the_aws_sdk_variable_when_s3_endpoint_is_unset(spark, s3, orders, base_settings,
+                                                                                 tmp_path, monkeypatch):
+    """AWS_ENDPOINT_URL (the AWS SDKs' and CLI's variable) instead of s3_endpoint: the same store."""
+    creds = dict(s3["creds"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", creds.pop("s3_endpoint"))
+    settings = base_settings.model_copy(update={"warehouse": f"s3://{BUCKET}/wh", "state_dir": tmp_path / "state",
+                                                **creds, "s3_endpoint": None})
+    settings = type(settings).model_validate(settings.model_dump())
+    with running_server(spark, settings) as srv:
+        assert _read(srv, "select id from sales.orders where id < 100").num_rows == 100

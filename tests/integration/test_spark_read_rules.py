@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pymysql
 import pytest
-from conftest import engine_counts
+from support.readers import engine_counts
 
 from starscan.client import ReadError, connect
 

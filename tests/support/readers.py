@@ -182,3 +182,13 @@ def job_states(spark, group: str) -> dict[int, str]:
         if info is not None:
             out[job_id] = str(info.status)
     return out
+
+
+def engine_counts(server) -> dict[str, float]:
+    """Scans started on each engine so far (the server's starscan_scans_by_engine counter)."""
+    out = {}
+    for metric in server.ops.metrics.scans_by_engine.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                out[sample.labels["engine"]] = sample.value
+    return out

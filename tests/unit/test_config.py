@@ -352,3 +352,16 @@ def test_an_object_store_warehouses_state_is_in_the_users_state_directory(clean,
     assert load_settings(warehouse="s3://bucket/lake/prod").state_path.parent == tmp_path / "home" / ".local" / "state" / "starscan"
     assert load_settings(warehouse="s3://bucket/x", state_dir=tmp_path / "shared").state_path == tmp_path / "shared"
     assert load_settings(warehouse=tmp_path / "wh").state_path == tmp_path / "wh" / "_starscan"
+
+
+def test_the_s3_endpoint_defaults_from_the_aws_sdk_variables(monkeypatch):
+    from starscan.storage.stores import StorageOptions
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio.internal:9000")
+    assert StorageOptions().endpoint == "http://minio.internal:9000"
+    assert StorageOptions().path_style_requests  # an endpoint, so path-style as for s3_endpoint
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3only.internal:9000")
+    assert StorageOptions().endpoint == "http://s3only.internal:9000"
+    assert StorageOptions(endpoint="http://set.internal:1").endpoint == "http://set.internal:1"
+    assert Settings(s3_endpoint=None).storage_options.endpoint == "http://s3only.internal:9000"
