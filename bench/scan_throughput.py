@@ -64,6 +64,16 @@ def ensure_lineitem(spark, warehouse, scale: float, tablet_target_bytes: int) ->
 
 # ---- the client side ---------------------------------------------------------------------
 
+def table_of(sql: str) -> tuple[str, str]:
+    """(database, table) of a benchmark's ``select ... from db.table ...``."""
+    import re
+
+    found = re.search(r"\bfrom\s+`?(\w+)`?\.`?(\w+)`?", sql, re.IGNORECASE)
+    if found is None:
+        raise ValueError(f"no db.table in {sql!r}")
+    return found.group(1), found.group(2)
+
+
 def run_scanners(fe: str, sql: str, concurrency: int, batch_size: int) -> dict:
     """``concurrency`` threads, each reading the whole query through the protocol; batches are
     counted and dropped."""
@@ -79,7 +89,7 @@ def run_scanners(fe: str, sql: str, concurrency: int, batch_size: int) -> dict:
         t0 = time.perf_counter()
         error = None
         try:
-            for _batch in client.batches(DB, TABLE, sql, batch_size, stats=stats):
+            for _batch in client.batches(*table_of(sql), sql, batch_size, stats=stats):
                 pass
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             error = repr(exc)

@@ -73,7 +73,7 @@ class DirectRead:
     time_zone: str
     partition_columns: tuple[str, ...]   # lower-case names whose values are in the folders
     calendar: CalendarRules = CalendarRules()  # how files of older writers are read (starscan.arrow.rebase)
-    file_columns: tuple[tuple[str, str], ...] = ()  # column -> its name in the files (Delta column mapping)
+    file_columns: tuple[tuple[str, str | int], ...] = ()  # column -> its name in the files (Delta column mapping)
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "format": FORMAT, "schema": self.schema,
@@ -92,7 +92,8 @@ class DirectRead:
                        from_json(predicate) if predicate is not None else None, str(doc["timeZone"]),
                        tuple(str(c).lower() for c in doc.get("partitionColumns") or ()),
                        CalendarRules.from_json(doc.get("calendar")),
-                       tuple((str(k), str(v)) for k, v in (doc.get("fileColumns") or {}).items()))
+                       tuple((str(k), v if isinstance(v, int) else str(v))
+                             for k, v in (doc.get("fileColumns") or {}).items()))
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PlanInvalid("the plan's \"direct\" section is malformed") from None
 

@@ -114,9 +114,10 @@ class ArrowRead:
     output_columns: tuple[tuple[str, SqlType, bool], ...] = ()  # what the wire conversion needs
     # Column -> its name in the files, where the table format names them apart from the
     # schema (Delta column mapping); a column not here has its own name in the files.
-    file_names: tuple[tuple[str, str], ...] = ()
+    file_names: tuple[tuple[str, str | int], ...] = ()
 
-    def file_name(self, name: str) -> str:
+    def file_name(self, name: str) -> str | int:
+        """The column's name in the files, or its field id (an int) where ids resolve columns."""
         return dict(self.file_names).get(name, name)
 
 
@@ -192,13 +193,11 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet file: "
                              f"{_first_line(exc, part)}") from None
-    by_lower: dict[str, pa.Field] = {}
-    for f in physical:
-        by_lower.setdefault(f.name.lower(), f)
+    lookup = _file_fields(physical)
     columns, present = [], {}
     exact_names = True
     for name, expected in read.needed:
-        found = by_lower.get(read.file_name(name).lower())
+        found = lookup(read.file_name(name))
         if found is None:
             exact_names = False  # no statistics of it either: the predicate sees NULLs
             continue  # Spark reads a column a file lacks as NULL
@@ -236,6 +235,23 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
             and read.filter is None and all(src in position and not char_len for _, src, char_len in read.output)):
         output_order = tuple(position[src] for _, src, _ in read.output)
     return _OpenPart(part, source, parquet.metadata, columns, present, row_groups, output_order, rebase, deleted, starts)
+
+
+def _file_fields(schema: pa.Schema) -> Callable[[str | int], pa.Field | None]:
+    """A file's top-level field by name (case-insensitively, the first of names differing
+    only in case, as Spark reads Parquet) or by Parquet field id (an int)."""
+    by_lower: dict[str, pa.Field] = {}
+    by_id: dict[int, pa.Field] = {}
+    for f in schema:
+        by_lower.setdefault(f.name.lower(), f)
+        raw = (f.metadata or {}).get(b"PARQUET:field_id")
+        if raw is not None and raw.strip().lstrip(b"-").isdigit():
+            by_id.setdefault(int(raw), f)
+
+    def lookup(key: str | int) -> pa.Field | None:
+        return by_id.get(key) if isinstance(key, int) else by_lower.get(key.lower())
+
+    return lookup
 
 
 def _running_starts(counts: list[int]) -> list[int]:
@@ -284,9 +300,8 @@ def check_calendar(read: ArrowRead, part: FilePart) -> None:
         parquet = pq.ParquetFile(read.storage.open(part.path))
     except (OSError, ValueError, pa.ArrowException, StarscanError) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {exc}") from None
-    by_lower = {f.name.lower(): f for f in parquet.schema_arrow}
-    present = {name: by_lower[read.file_name(name).lower()] for name, _ in read.needed
-               if read.file_name(name).lower() in by_lower}
+    lookup = _file_fields(parquet.schema_arrow)
+    present = {name: found for name, _ in read.needed if (found := lookup(read.file_name(name))) is not None}
     for _name, kind, mode, zone in _calendar_of(read, parquet, present):
         if kind != "date" and mode == LEGACY and not is_utc(zone):
             raise SplitReadError(f"table {read.table}: file {part.relative} holds timestamps of Spark's legacy calendar "
@@ -485,6 +500,9 @@ def _as_type(read: ArrowRead, part: FilePart, name: str, array: pa.Array, expect
             and actual.bit_width < expected.bit_width)
         or (pa.types.is_uint64(actual) and pa.types.is_decimal(expected) and expected.precision - expected.scale >= 20)
         or (pa.types.is_float32(actual) and pa.types.is_float64(expected))
+        # Iceberg's decimal promotion: more precision, the same scale
+        or (pa.types.is_decimal(actual) and pa.types.is_decimal(expected) and actual.scale == expected.scale
+            and actual.precision <= expected.precision)
         or (pa.types.is_large_string(actual) and pa.types.is_string(expected))
         or (pa.types.is_large_binary(actual) and pa.types.is_binary(expected))
         or (pa.types.is_dictionary(actual) and actual.value_type == expected)

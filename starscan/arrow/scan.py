@@ -54,13 +54,14 @@ class Fields:
 def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[str, str | None]],
               predicate: Expr | None, time_zone: str, file_format: str | None, partition_columns: set[str],
               storage: Storage = LOCAL, calendar: CalendarRules = CalendarRules(),
-              file_columns_map: dict[str, str] | None = None) -> ArrowRead:
+              file_columns_map: dict[str, str | int] | None = None) -> ArrowRead:
     """The read instructions for ``columns`` ((output name, source column; None for an
     expression)) of ``table`` filtered by ``predicate``, or NotArrowable. ``partition_columns``:
     the lower-case names whose values are in the files' folders (empty when the values are
     inside the files). ``calendar``: the session's rules for dates and timestamps of files
     from older writers (starscan.arrow.rebase). ``file_columns_map``: each column's name in
-    the files where the table format names them apart (Delta column mapping)."""
+    the files (Delta column mapping) or its field id (an int: Iceberg) where the table
+    format resolves columns apart from the schema's names."""
     arrow_filter = to_arrow_filter(predicate, fields) if predicate is not None else None
     output, out_fields = [], []
     for name, source in columns:

@@ -85,9 +85,10 @@ class TableSnapshot:
     partitions_in_folders: bool = True  # False: partition values are inside the files (Iceberg)
     file_format: str = "parquet"  # or "orc" (Hive metastore tables: read by Spark SQL)
     kind: str = "folder"  # or "delta", or a catalog's kind ("iceberg", "hive"): where its changes are known
-    # Column -> its name in the files, where the table format names them apart (Delta column
-    # mapping); empty: the files use the schema's names.
-    file_columns: tuple[tuple[str, str], ...] = ()
+    # Column -> its name in the files (Delta column mapping) or its field id (Iceberg, after a
+    # rename or a column dropped and added again), where the table format resolves columns
+    # apart from their names; empty: the files use the schema's names.
+    file_columns: tuple[tuple[str, str | int], ...] = ()
 
     @property
     def qualified_name(self) -> str:
@@ -469,7 +470,7 @@ class Warehouse:
         snap = TableSnapshot(db, table, found.location, found.version, tuple(tablets), found.partition_columns,
                              {t.tablet_id: t for t in tablets}, storage, found.schema_json,
                              partitions_in_folders=found.partitions_in_folders, file_format=found.file_format,
-                             kind=found.kind)
+                             kind=found.kind, file_columns=found.file_columns)
         with self._lock:
             self._catalog_snapshots[(db, table)] = (found, snap)
         return snap
@@ -482,7 +483,7 @@ class Warehouse:
         storage = self.storage
         version: int | None = None
         schema_json = None
-        file_columns: tuple[tuple[str, str], ...] = ()
+        file_columns: tuple[tuple[str, str | int], ...] = ()
         if storage.is_dir(storage.join(location, DELTA_LOG)):
             delta = read_delta(f"{db}.{table}", location, storage, list(storage.walk_files(location)))
             files = [DataFile(path, size, mtime, partition, deletes) for path, size, mtime, partition, deletes in delta.files]

@@ -27,6 +27,7 @@ class CatalogTable:
     file_format: str = "parquet"           # or "orc" (Hive metastore tables)
     kind: str = "catalog"                  # "iceberg", "hive": names the table's format in messages
     versions_from_files: bool = False      # the version is a hash of the file set: starscan.tables.versions tracks it
+    file_columns: tuple[tuple[str, str | int], ...] = ()  # column -> field id (Iceberg), where names do not resolve
 
 
 _T = TypeVar("_T")

@@ -42,7 +42,7 @@ class DeltaFiles:
     partition_columns: tuple[str, ...]
     # path, size, mtime_ns, partition, row-level deletes (starscan.arrow.deletes JSON) or None
     files: tuple[tuple[str, int, int, tuple[tuple[str, str | None], ...], str | None], ...]
-    file_columns: tuple[tuple[str, str], ...] = ()  # column -> its name in the files (column mapping)
+    file_columns: tuple[tuple[str, str | int], ...] = ()  # column -> its name in the files (column mapping)
 
 
 def read_delta(table: str, location: str, storage: Storage, listed: list[Entry]) -> DeltaFiles:

@@ -6,10 +6,11 @@ the store's listing of the table location, whose sizes and modification times th
 then check. The plan's version is the snapshot id folded into 31 bits. The schema is
 Iceberg's, mapped to Spark's types as Spark's Iceberg connector maps them.
 
-Both engines read a data file's columns by name, so what would make a name point at other
-data is refused by name: a column renamed, or a name that was dropped and added again, in
-the table's schema history; row-level deletes (position or equality delete files); types
-with no Spark counterpart here (time, uuid, fixed); data files outside the table location.
+Columns are read by name while every name has kept one field id; after a rename, or a name
+dropped and added again, every reader resolves them by the field ids in the data files (the
+plan carries them), as Iceberg does. Refused by name: row-level deletes (position or
+equality delete files); types with no Spark counterpart here (time, uuid, fixed); data
+files outside the table location.
 Partition values are inside Iceberg's data files, so tablets carry no partition folders and
 the arrow engine's row-group statistics do the skipping.
 """
@@ -130,7 +131,7 @@ class IcebergTables:
                                   f"{_first_line(exc)}") from None
 
     def _files(self, name: str, loaded: Any) -> CatalogTable:
-        _check_schema_history(name, loaded)
+        file_columns = _field_ids_needed(loaded)
         spark_schema = to_spark_schema(name, loaded.schema())
         location = loaded.location().rstrip("/")
         storage = open_storage(location, self.options)
@@ -163,7 +164,7 @@ class IcebergTables:
                 files.append((rel, entry.size, entry.mtime_ns, ()))
         version = snapshot_version(snapshot.snapshot_id if snapshot is not None else None)
         return CatalogTable(location, storage, version, spark_schema.json(), tuple(sorted(files)),
-                            partitions_in_folders=False, kind="iceberg")
+                            partitions_in_folders=False, kind="iceberg", file_columns=file_columns)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         return asking("the Iceberg catalog", fn)
@@ -263,21 +264,21 @@ def _relative(path: str, location: str) -> str | None:
     return path[len(location) + 1:] if path.startswith(location + "/") else None
 
 
-def _check_schema_history(name: str, loaded: Any) -> None:
+def _field_ids_needed(loaded: Any) -> tuple[tuple[str, str | int], ...]:
+    """Each top-level column's field id, when names no longer say which data is which: a
+    column renamed, or a name dropped and added again (a new field id), in the table's
+    schema history. Iceberg resolves columns by field id (the Parquet files carry them);
+    while every name has kept one id, reading by name is the same (and lets Spark's own
+    reader read the files)."""
     names_of: dict[int, set[str]] = {}
     ids_of: dict[str, set[int]] = {}
     for schema in loaded.schemas().values():
         for field in schema.fields:
             names_of.setdefault(field.field_id, set()).add(field.name)
             ids_of.setdefault(field.name.lower(), set()).add(field.field_id)
-    for field_id, names in names_of.items():
-        if len(names) > 1:
-            raise TableUnreadable(f"table {name}: column {field_id} was renamed ({', '.join(sorted(names))}); starscan "
-                                  "reads columns by name and would miss the older files' values")
-    for column, ids in ids_of.items():
-        if len(ids) > 1:
-            raise TableUnreadable(f"table {name}: column {column} was dropped and added again; starscan reads columns "
-                                  "by name and would read the dropped column's values")
+    if all(len(n) == 1 for n in names_of.values()) and all(len(i) == 1 for i in ids_of.values()):
+        return ()
+    return tuple((f.name, int(f.field_id)) for f in loaded.schema().fields)
 
 
 def to_spark_schema(name: str, schema: Any) -> T.StructType:
