@@ -6,7 +6,8 @@ kernel rules the BE's ``arrow`` engine follows (starscan.arrow.scan): Parquet fi
 predicate with an exact pyarrow translation, scalar output columns, partition values whose
 reading is certain. Everything else answers ``"direct": false`` with the reason, and the
 reader uses the BE for it. starscan has no column grants, masks or row filters today. A
-tablet whose files have row-level deletes (Delta deletion vectors) is not direct: the BE
+tablet whose files have row-level deletes (Delta deletion vectors, Iceberg position
+deletes) is not direct: the BE
 reads it and leaves the deleted rows out.
 """
 
@@ -75,7 +76,8 @@ def _file(snap: TableSnapshot, read: Any, f: Any, tablet: Any, fields: Fields) -
     """A planned file as a direct plan names it; its partition values are read as the BE's
     arrow engine reads them (starscan.arrow.scan.file_part), NotArrowable when uncertain."""
     if getattr(f, "deletes", None):
-        raise NotArrowable(f"file {f.path} has rows deleted by a Delta deletion vector, which the BE applies")
+        raise NotArrowable(f"file {f.path} has rows deleted by row-level deletes (a Delta deletion vector or Iceberg "
+                           "position delete files), which the BE applies")
     row_groups = None if tablet.first_row_group is None else (tablet.first_row_group, tablet.row_groups or 0)
     part = file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, snap.partitions_in_folders)
     return DirectFile(storage_path(snap, f.path), f.size, f.mtime_ns, row_groups, dict(part.partition))

@@ -2,8 +2,12 @@
 every path that reads files (the arrow engine's tasks, the sql engine's reader tasks, the
 client's direct reads) with this one code.
 
-Today one kind: a Delta **deletion vector** (Delta protocol, "Deletion Vectors"). Its
-descriptor in the log names where the vector is:
+Two kinds. Iceberg **position delete files** (Iceberg spec, "Position Delete Files"):
+Parquet files of ``file_path`` (field id 2147483546) and ``pos`` (2147483545) rows, each
+deleting row ``pos`` of the data file at ``file_path`` (the location as the table's manifests
+spell it); one delete file may hold the positions of many data files. And a Delta
+**deletion vector** (Delta protocol, "Deletion Vectors"), whose descriptor in the log names
+where the vector is:
 
 * ``u``: a file ``[<prefix>/]deletion_vector_<uuid>.bin`` in the table folder; the
   descriptor holds the prefix and the UUID's 16 bytes in Z85 (20 characters);
@@ -157,6 +161,40 @@ def _uuid_text(raw: bytes) -> str:
         raise DeletesUnreadable("a deletion vector path's UUID is not 16 bytes")
     h = raw.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+@dataclass(frozen=True)
+class PositionDeletes:
+    """The Iceberg position delete files that apply to one data file (the planner asked the
+    table's manifests which), placed as the planner found them (relative to the table
+    location, or absolute), and the data file's location as the delete files spell it."""
+
+    files: tuple[str, ...]
+    data_file: str
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": "iceberg_positions", "files": list(self.files), "data_file": self.data_file},
+                          separators=(",", ":"), sort_keys=True)
+
+    def positions(self, read_table: Any) -> np.ndarray:
+        """The deleted row positions, sorted (uint64). ``read_table(path, data_file)`` gives
+        the ``pos`` column of a delete file's rows for ``data_file`` (the reader's store)."""
+        found = [np.asarray(read_table(path, self.data_file), dtype=np.int64) for path in self.files]
+        merged = np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
+        if len(merged) and merged[0] < 0:
+            raise DeletesUnreadable(f"position delete file of {self.data_file} names a negative position")
+        return merged.astype(np.uint64)
+
+
+RowDeletes = DeletionVector | PositionDeletes
+
+
+def row_deletes(text: str) -> RowDeletes:
+    """A file's deletes from the plan's JSON."""
+    doc = json.loads(text)
+    if doc.get("kind") == "iceberg_positions":
+        return PositionDeletes(tuple(str(p) for p in doc["files"]), str(doc["data_file"]))
+    return DeletionVector.from_json(text)
 
 
 def kept_mask(deleted: np.ndarray, first_row: int, rows: int) -> np.ndarray | None:

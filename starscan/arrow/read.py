@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, kept_mask
+from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, kept_mask, row_deletes
 from starscan.arrow.rebase import (
     CORRECTED,
     LEGACY,
@@ -265,27 +265,37 @@ def _running_starts(counts: list[int]) -> list[int]:
 def _deleted_rows(read: ArrowRead, part: FilePart) -> Any:
     """The file's deleted row positions (starscan.arrow.deletes), read from the store."""
     assert part.deletes is not None
+    storage = read.storage
     try:
-        vector = DeletionVector.from_json(part.deletes)
+        deletes = row_deletes(part.deletes)
+        if isinstance(deletes, DeletionVector):
+            vector = deletes
 
-        def read_range(offset: int, length: int) -> bytes:
-            assert vector.path is not None
-            source = read.storage.open(vector.path)
-            handle = pa.OSFile(source) if isinstance(source, str) else source
-            try:
-                return bytes(handle.read_at(length, offset))
-            finally:
-                handle.close()
+            def read_range(offset: int, length: int) -> bytes:
+                assert vector.path is not None
+                source = storage.open(vector.path)
+                handle = pa.OSFile(source) if isinstance(source, str) else source
+                try:
+                    return bytes(handle.read_at(length, offset))
+                finally:
+                    handle.close()
 
-        return vector.positions(read_range)
+            return vector.positions(read_range)
+
+        def read_positions(path: str, data_file: str) -> Any:
+            table = pq.read_table(storage.open(path), columns=["file_path", "pos"],
+                                  filters=[("file_path", "=", data_file)])
+            return table.column("pos").to_numpy()
+
+        return deletes.positions(read_positions)
     except DeletesUnreadable as exc:
-        raise SplitReadError(f"table {read.table}: file {part.relative}: its deletion vector cannot be read: "
+        raise SplitReadError(f"table {read.table}: file {part.relative}: its row deletes cannot be read: "
                              f"{exc}") from None
     except FileNotFoundError:
-        raise PlannedFileGone(f"table {read.table} version {read.version} is gone: the deletion vector of file "
+        raise PlannedFileGone(f"table {read.table} version {read.version} is gone: a delete file of file "
                               f"{part.relative} was removed; ask the FE for a new plan") from None
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise SplitReadError(f"table {read.table}: file {part.relative}: its deletion vector cannot be read: "
+    except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
+        raise SplitReadError(f"table {read.table}: file {part.relative}: its row deletes cannot be read: "
                              f"{_first_line(exc, part)}") from None
 
 

@@ -21,7 +21,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from starscan.arrow.deletes import DeletionVector
+from starscan.arrow.deletes import PositionDeletes, row_deletes
 from starscan.arrow.filter import NotArrowable, to_arrow_filter
 from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
@@ -124,16 +124,20 @@ def place_deletes(deletes: str | None, storage: Storage, location: str) -> str |
     (relative paths are under the table folder, ``file://`` URIs are local paths)."""
     if deletes is None:
         return None
-    vector = DeletionVector.from_json(deletes)
-    if vector.path is None:
+
+    def place(path: str) -> str:
+        if path.startswith("file://"):
+            return unquote(path[len("file://"):])
+        if "://" in path or path.startswith("/"):
+            return path
+        return storage.join(location, path)
+
+    found = row_deletes(deletes)
+    if isinstance(found, PositionDeletes):
+        return replace(found, files=tuple(place(p) for p in found.files)).to_json()
+    if found.path is None:
         return deletes
-    if vector.path.startswith("file://"):
-        placed = unquote(vector.path[len("file://"):])
-    elif vector.absolute:
-        placed = vector.path
-    else:
-        placed = storage.join(location, vector.path)
-    return replace(vector, path=placed).to_json()
+    return replace(found, path=place(found.path)).to_json()
 
 
 def partition_names(first_file_path: str | None, fields: Fields) -> set[str]:

@@ -463,7 +463,7 @@ class Warehouse:
         if cached is not None and cached[0] is found:
             return cached[1]
         storage = found.storage
-        files = [DataFile(path, size, mtime, partition) for path, size, mtime, partition in found.files]
+        files = [DataFile(path, size, mtime, partition, deletes) for path, size, mtime, partition, deletes in found.files]
         tablets = self._tablets(f"{db}.{table}", found.location, storage, files)
         if found.versions_from_files:  # its changes are known from the file sets observed, as a folder's
             self.history.observe(f"{db}.{table}", found.location, found.version, [f[:3] for f in found.files])

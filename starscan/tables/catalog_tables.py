@@ -21,7 +21,8 @@ class CatalogTable:
     version: int                   # 31 bits, as plans carry it
     schema_json: str               # Spark's StructType JSON
     # path relative to the location, size, mtime_ns, and the partition as its folders spell it
-    files: tuple[tuple[str, int, int, tuple[tuple[str, str | None], ...]], ...]
+    # and the file's row-level deletes (starscan.arrow.deletes JSON) or None
+    files: tuple[tuple[str, int, int, tuple[tuple[str, str | None], ...], str | None], ...]
     partition_columns: tuple[str, ...] = ()
     partitions_in_folders: bool = True   # False: the values are inside the files (Iceberg)
     file_format: str = "parquet"           # or "orc" (Hive metastore tables)

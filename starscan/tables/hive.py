@@ -115,7 +115,7 @@ class HiveTables:
         if storage.is_local:
             location = local_path(location)
         partition_columns = tuple(str(c) for c in _java_list(meta.partitionColumnNames()))
-        files: list[tuple[str, int, int, tuple[tuple[str, str | None], ...]]] = []
+        files: list[tuple[str, int, int, tuple[tuple[str, str | None], ...], str | None]] = []
         if partition_columns:
             partitions = self._call(lambda: _java_list(catalog.listPartitions(ident, jvm.scala.Option.empty())))
             for partition in partitions:
@@ -127,13 +127,13 @@ class HiveTables:
                 folder, values = _folder_of(name, where, location, partition_columns, spec)
                 for entry in storage.walk_files(storage.join(location, folder)):
                     if "/" not in entry.name and not is_hidden(entry.name):
-                        files.append((f"{folder}/{entry.name}", entry.size, entry.mtime_ns, values))
+                        files.append((f"{folder}/{entry.name}", entry.size, entry.mtime_ns, values, None))
         else:
             for entry in storage.walk_files(location):
                 if "/" not in entry.name and not is_hidden(entry.name):
-                    files.append((entry.name, entry.size, entry.mtime_ns, ()))
+                    files.append((entry.name, entry.size, entry.mtime_ns, (), None))
         files.sort()
-        version = hash_int("\n".join(f"{p}|{s}|{m}" for p, s, m, _ in files), 31)
+        version = hash_int("\n".join(f"{p}|{s}|{m}" for p, s, m, _, _ in files), 31)
         schema = json.loads(str(meta.schema().json()))
         return CatalogTable(location, storage, version, json.dumps(schema), tuple(files), partition_columns,
                             file_format=file_format, kind="hive", versions_from_files=True)

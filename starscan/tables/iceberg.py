@@ -8,8 +8,9 @@ Iceberg's, mapped to Spark's types as Spark's Iceberg connector maps them.
 
 Columns are read by name while every name has kept one field id; after a rename, or a name
 dropped and added again, every reader resolves them by the field ids in the data files (the
-plan carries them), as Iceberg does. Refused by name: row-level deletes (position or
-equality delete files); types with no Spark counterpart here (time, uuid, fixed); data
+plan carries them), as Iceberg does. Position delete files go into the plan beside the
+data files they apply to (starscan.arrow.deletes), and every reader leaves those rows out.
+Refused by name: equality delete files; types with no Spark counterpart here (time, uuid, fixed); data
 files outside the table location.
 Partition values are inside Iceberg's data files, so tablets carry no partition folders and
 the arrow engine's row-group statistics do the skipping.
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
+from starscan.arrow.deletes import PositionDeletes
 from starscan.core.errors import DatabaseNotFound, StarscanError, TableNotFound, TableRewritten, TableUnreadable, VersionUnknown
 from starscan.storage.stores import StorageOptions, local_path, open_storage
 from starscan.tables.catalog_tables import CatalogTable, asking
@@ -138,7 +140,7 @@ class IcebergTables:
         if storage.is_local:
             location = local_path(location)
         snapshot = loaded.current_snapshot()
-        files: list[tuple[str, int, int, tuple[tuple[str, str | None], ...]]] = []
+        files: list[tuple[str, int, int, tuple[tuple[str, str | None], ...], str | None]] = []
         if snapshot is not None:
             listed = {e.name: e for e in storage.walk_files(location)}
             try:
@@ -148,10 +150,7 @@ class IcebergTables:
             except Exception as exc:  # noqa: BLE001 - manifests that cannot be read
                 raise TableUnreadable(f"table {name}: its Iceberg manifests cannot be read: {_first_line(exc)}") from None
             for task in tasks:
-                if task.delete_files:
-                    raise TableUnreadable(f"table {name} has row-level deletes (Iceberg delete files) on "
-                                          f"{_relative(task.file.file_path, location)}, which starscan does not apply; "
-                                          "compact the table (rewrite_data_files) to serve it")
+                deletes = _position_deletes(name, task, location)
                 if str(task.file.file_format).upper().rsplit(".", 1)[-1] != "PARQUET":
                     raise TableUnreadable(f"table {name}: data file {task.file.file_path} is not Parquet")
                 rel = _relative(task.file.file_path, location)
@@ -161,13 +160,33 @@ class IcebergTables:
                 entry = listed.get(rel)
                 if entry is None:
                     raise TableUnreadable(f"table {name}: data file {rel} of its current snapshot is missing")
-                files.append((rel, entry.size, entry.mtime_ns, ()))
+                files.append((rel, entry.size, entry.mtime_ns, (), deletes))
         version = snapshot_version(snapshot.snapshot_id if snapshot is not None else None)
-        return CatalogTable(location, storage, version, spark_schema.json(), tuple(sorted(files)),
+        return CatalogTable(location, storage, version, spark_schema.json(), tuple(sorted(files, key=lambda f: f[0])),
                             partitions_in_folders=False, kind="iceberg", file_columns=file_columns)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         return asking("the Iceberg catalog", fn)
+
+def _position_deletes(name: str, task: Any, location: str) -> str | None:
+    """The plan's deletes of a scan task's data file (starscan.arrow.deletes): its position
+    delete files, which pyiceberg's planning found to apply to it (by partition and
+    sequence number, as the spec says). Equality deletes are refused by name."""
+    from pyiceberg.manifest import DataFileContent
+
+    if not task.delete_files:
+        return None
+    paths = []
+    for delete in sorted(task.delete_files, key=lambda d: d.file_path):
+        if delete.content == DataFileContent.EQUALITY_DELETES:
+            raise TableUnreadable(f"table {name} has equality deletes ({delete.file_path}) on data file "
+                                  f"{_relative(task.file.file_path, location) or task.file.file_path}, which "
+                                  "starscan does not apply yet; compact the table (rewrite_data_files) to serve it")
+        if str(delete.file_format).upper().rsplit(".", 1)[-1] != "PARQUET":
+            raise TableUnreadable(f"table {name}: position delete file {delete.file_path} is not Parquet")
+        paths.append(_relative(delete.file_path, location) or delete.file_path)
+    return PositionDeletes(tuple(paths), task.file.file_path).to_json()
+
 
 def snapshot_version(snapshot_id: int | None) -> int:
     """A snapshot's version as plans carry it (31 bits); 0 for a table with no snapshot."""

@@ -186,6 +186,63 @@ def test_direct_reads_resolve_iceberg_field_ids_too(ice_server, evolved):
         (1098, "oslo", 1647.0), (1099, "rome", 1648.5)]
 
 
+@pytest.fixture(scope="module")
+def position_deleted(catalog):
+    """ice.posdel: three appends in row groups of 100 rows, then two DELETE snapshots of
+    position delete files (the second with positions in two data files, one of them a
+    position the first already deleted)."""
+    from support.iceberg_deletes import write_position_deletes
+
+    table = catalog.create_table("ice.posdel", schema=_rows(0, 5).schema,
+                                 properties={"write.parquet.row-group-limit": "100"})
+    for first in (0, 1000, 2000):
+        table.append(_rows(first, 400))
+    table = catalog.load_table("ice.posdel")
+    by_first = {}
+    for task in table.scan().plan_files():
+        first_id = pa.parquet.read_table(task.file.file_path.removeprefix("file://"), columns=["id"])["id"][0].as_py()
+        by_first[first_id] = task.file.file_path
+    write_position_deletes(table, {by_first[0]: [0, 99, 100, 250, 399]})
+    write_position_deletes(catalog.load_table("ice.posdel"),
+                           {by_first[0]: [250, 251], by_first[2000]: list(range(150, 260))})
+    return catalog.load_table("ice.posdel")
+
+
+@pytest.mark.parametrize("scan_engine", ["sql", "auto"])
+@pytest.mark.parametrize("where", ["", " where id between 90 and 260 or id >= 2140", " where upper(city) = 'OSLO'"])
+def test_position_deletes_leave_their_rows_out(ice_server, spark, position_deleted, scan_engine, where):
+    ice_server.ops.update_config({"scan_engine": scan_engine})
+    try:
+        ice_server.warehouse.invalidate("ice", "posdel")
+        sql = "select id, city, score from ice.posdel" + where
+        got = _read(ice_server, sql, table="posdel")
+        oracle = position_deleted.scan(selected_fields=("id", "city", "score")).to_arrow()  # applies the deletes
+        assert oracle.num_rows == 1200 - 6 - 110
+        spark.createDataFrame(oracle.to_pylist(), "id long, city string, score double") \
+            .createOrReplaceTempView("ice_posdel_oracle")
+        want = spark.sql(sql.replace("ice.posdel", "ice_posdel_oracle")).collect()
+        assert sorted((tuple(_wire(v) for v in r.values()) for r in got.to_pylist()), key=str) == \
+            sorted((tuple(_wire(v) for v in row) for row in want), key=str)
+    finally:
+        ice_server.ops.update_config({"scan_engine": "auto"})
+
+
+def test_a_position_delete_snapshot_ends_incremental_reads_with_409(ice_server, catalog):
+    from support.iceberg_deletes import write_position_deletes
+
+    table = catalog.create_table("ice.posdel_since", schema=_rows(0, 5).schema)
+    table.append(_rows(0, 20))
+    ice_server.warehouse.invalidate("ice", "posdel_since")
+    start = ice_server.warehouse.snapshot("ice", "posdel_since").version
+    path = next(iter(catalog.load_table("ice.posdel_since").scan().plan_files())).file.file_path
+    write_position_deletes(catalog.load_table("ice.posdel_since"), {path: [3]})
+    ice_server.warehouse.invalidate("ice", "posdel_since")
+    r = _since(ice_server, "posdel_since", start)
+    assert r.status_code == 409 and "delete" in r.json()["exception"], r.text
+    assert sorted(_read(ice_server, "select id from ice.posdel_since", table="posdel_since")
+                  .column("id").to_pylist()) == [i for i in range(20) if i != 3]
+
+
 def _relative(path: str, location: str) -> str:
     path = path.removeprefix("file://")
     return path[len(location) + 1:]
