@@ -19,7 +19,7 @@ from starscan.expr import unflatten
 from starscan.provider.arrow_engine import plan_arrow
 from starscan.spark.columns import column_ref, to_column
 from starscan.spark.reader_frames import reader_frame
-from starscan.spark.session import filters_floats, read_parquet_files, scan_session
+from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session
 from starscan.spark.types import is_supported, sql_type
 from starscan.storage.stores import LOCAL, Storage
 from starscan.tables.tablets import FOOTERS, row_range_problem
@@ -134,6 +134,10 @@ class PlannedRead:
                     raise ScanFailed(f"table {self.description}: file {f.path} does not hold the planned "
                                      f"tablet {tid}: {problem}")
                 cuts.append((storage.spark_path(path), t.first_row or 0, t.rows or 0))
+        if plan.file_format == "metastore":  # Spark's own reader for the table (starscan.tables.hive)
+            return read_metastore_files(scan_session(self.spark, ordered=self.ordered), plan.database, plan.table,
+                                        [storage.join(location, f.path) for tid in self._tablet_ids
+                                         for f in by_id[tid].files])
         frames = []
         folders = plan.partition_columns is None  # else the partition values are in the files
         spark = scan_session(self.spark, ordered=self.ordered, exact_floats=filters_floats(predicate, self._table_schema))

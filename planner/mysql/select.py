@@ -30,7 +30,7 @@ from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.mysql.errors import no_database, no_such_table, not_supported, select_denied, unknown_database
 from starscan.spark.columns import column_ref, to_column
 from starscan.spark.reader_frames import reader_frame
-from starscan.spark.session import filters_floats, read_parquet_files, scan_session
+from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,8 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
             if needs_reader:
                 raise SqlInvalid(f"table {snap.qualified_name} has deleted rows or mapped columns, which only "
                                  f"starscan's file reader reads, and it cannot read this table: {why}") from None
+    if df is None and snap.file_format == "metastore":  # Spark's reader for the table (starscan.tables.hive)
+        df = read_metastore_files(session, snap.db, snap.name, [storage.join(snap.location, f.path) for f in snap.files])
     if df is None:  # Spark's own readers (on an object store: with Hadoop's connector)
         paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
         df = read_parquet_files(session, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders,

@@ -71,6 +71,8 @@ def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[
         _check_type(f)
         output.append((name, f.name, f.declared_char_length))
         out_fields.append((name, f))
+    if file_format == "metastore":
+        raise NotArrowable("the table's files are read by Spark's own reader for the table (its SerDe or data source)")
     if file_format not in (None, "parquet"):
         raise NotArrowable(f"the table's files are {file_format}, which Spark SQL reads")
     used = {src for _, src, _ in output} | {fields(n).name for n in (predicate.columns() if predicate else set())}

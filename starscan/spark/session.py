@@ -177,6 +177,31 @@ def read_parquet_files(spark: SparkSession, schema: StructType, base: str, paths
     return reader.option("basePath", base).load([literal(p) for p in paths])
 
 
+def read_metastore_files(spark: SparkSession, db: str, table: str, locations: list[str]) -> DataFrame:
+    """The rows of exactly these files of a metastore table, read by Spark's own reader for
+    the table (its Hive SerDe or data source, with the table's properties: delimiter, null
+    format, escape, header), partition values from the metastore. Spark reads the table and
+    keeps the rows of the planned files (``input_file_name``), so a file added since the plan
+    is not read; partition filters still prune. ``locations``: the files as the store names
+    them (a local path, s3://bucket/key)."""
+    from urllib.parse import urlsplit
+
+    from pyspark.sql import functions as F
+
+    def quoted(name: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    wanted = sorted({urlsplit(p).path if "://" in p else p for p in locations})
+    # input_file_name is a URI (file:/tmp/x, s3a://bucket/key; %-encoded by some readers):
+    # its path, as it is and decoded.
+    path = F.regexp_replace(F.input_file_name(), "^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?", "")
+    name = f"{quoted(db)}.{quoted(table)}"
+    spark.catalog.refreshTable(name)  # Spark keeps a table's file listing: the plan's files may be newer
+    return (spark.table(name)
+            .where(path.isin(wanted) | F.expr("url_decode(regexp_replace(input_file_name(), "
+                                               "'^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?', ''))").isin(wanted)))
+
+
 _SESSIONS: dict[tuple[int, bool, bool], SparkSession] = {}
 _SESSIONS_LOCK = threading.Lock()
 

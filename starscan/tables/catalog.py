@@ -83,7 +83,7 @@ class TableSnapshot:
     storage: Storage = field(default_factory=lambda: LOCAL, compare=False, repr=False)  # where the files are
     schema_json: str | None = None  # the table format's own schema (Delta), else read from the files
     partitions_in_folders: bool = True  # False: partition values are inside the files (Iceberg)
-    file_format: str = "parquet"  # or "orc" (Hive metastore tables: read by Spark SQL)
+    file_format: str = "parquet"  # or "orc", or "metastore" (Hive metastore tables: read by Spark SQL)
     kind: str = "folder"  # or "delta", or a catalog's kind ("iceberg", "hive"): where its changes are known
     # Column -> its name in the files (Delta column mapping) or its field id (Iceberg, after a
     # rename or a column dropped and added again), where the table format resolves columns

@@ -8,8 +8,12 @@ partitions the metastore lists (each partition's own location), so a partition a
 ``ALTER TABLE ... ADD PARTITION`` is served and an unregistered folder is not, as in Spark.
 Each partition must be a Hive-style folder under the table's location whose name spells
 its values (both engines read partition values from folder names); anything else is refused
-by name, as are formats other than Parquet and ORC, and views. ORC tables are read by the sql
-engine (the plan names their format).
+by name, as are views. ORC tables are read by the sql engine (the plan names their format).
+Tables in any other format Spark reads (text with a ``ROW FORMAT``, CSV, JSON, Avro, ...) are
+read by the sql engine through Spark's own reader for the table, with the table's SerDe or
+data source properties (delimiter, null format, escape, header): the plan's format is
+``metastore``. A format whose reader this Spark lacks (a SerDe class or a data source module
+not on its classpath) is refused by name.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from starscan.tables.tablets import hash_int
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: The file format of a metastore table that Spark's own reader for the table (its Hive SerDe or
+#: data source, with the table's properties) reads: text, CSV, JSON, Avro and the rest.
+METASTORE = "metastore"
 _SERDES = {"org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe": "parquet",
            "org.apache.hadoop.hive.ql.io.orc.OrcSerde": "orc"}
 
@@ -108,8 +115,8 @@ class HiveTables:
         serde = str(meta.storage().serde().get()) if meta.storage().serde().isDefined() else ""
         file_format = provider if provider in ("parquet", "orc") else _SERDES.get(serde) if provider == "hive" else None
         if file_format is None:
-            raise TableUnreadable(f"table {name} is stored as {provider if provider != 'hive' else serde or 'hive'}; "
-                                  "starscan reads Parquet and ORC tables")
+            _check_reader(name, jvm, self.spark, provider, serde)
+            file_format = METASTORE
         location = unquote(str(meta.location().toString())).rstrip("/")  # a URI: its text is %-encoded
         storage = open_storage(location, self.options)
         if storage.is_local:
@@ -155,6 +162,27 @@ def _folder_of(name: str, where: str, location: str, columns: tuple[str, ...],
     if len(folder.split("/")) != len(columns) or spelled != wanted:
         raise TableUnreadable(f"table {name}: partition folder {folder} does not spell the partition {spec}")
     return folder, tuple((col, raw) for col, (_, raw) in zip(columns, values))
+
+
+def _check_reader(name: str, jvm: Any, spark: SparkSession, provider: str, serde: str) -> None:
+    """TableUnreadable when this Spark has no reader for the table's format: its Hive SerDe
+    class, or its data source (Avro's is a module Spark does not bundle)."""
+    if provider == "hive":
+        if not serde:
+            raise TableUnreadable(f"table {name} is a Hive table with no SerDe; starscan cannot read it")
+        try:
+            jvm.java.lang.Class.forName(serde, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
+        except Exception:  # noqa: BLE001 - py4j wraps ClassNotFoundException
+            raise TableUnreadable(f"table {name} is stored with the Hive SerDe {serde}, which this server's Spark does "
+                                  "not have: add the jar that holds it to Spark (spark.jars) to serve the table") from None
+        return
+    try:
+        jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+            provider, spark._jsparkSession.sessionState().conf())
+    except Exception:  # noqa: BLE001 - py4j wraps AnalysisException
+        raise TableUnreadable(f"table {name} is a {provider} table, and this server's Spark has no {provider} data "
+                              f"source: add its module to Spark (spark.jars.packages or spark.jars) to serve the "
+                              "table") from None
 
 
 def _java_list(seq: Any) -> list[Any]:
