@@ -117,6 +117,12 @@ class ResultQueue:
             self._rows_cv.notify()
             return True
 
+    @property
+    def producers_waiting(self) -> int:
+        """Producers blocked in ``put`` for want of room: the bound holding them back."""
+        with self._room:
+            return self._puts_waiting
+
     def finish(self) -> None:
         with self._room:
             self._finished = True

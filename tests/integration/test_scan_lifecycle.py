@@ -96,7 +96,9 @@ def assert_scan_stopped(spark, server, cid, ctx, running):
     assert sink is not None and sink.stopped
     assert sink.yields == 0, "a task gave its slot back by itself: the stop was not tested"
     assert not all(split.ended for split in sink.splits), "the scan was read to its end instead of being stopped"
-    time.sleep(0.5)
+    # Spark records a job through its listener bus: once the bus is drained, every job the
+    # ended producer submitted is in the tracker.
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
     assert job_states(spark, cid) == states, "a job of the stopped scan started after the stop"
     assert cid not in {c.context_id for c in server.contexts.snapshot()}
     assert ctx.queue.bytes == 0 and ctx.queue.depth == 0

@@ -25,3 +25,25 @@ def test_every_record_names_its_commit_versions_machine_and_conditions():
         assert {"benchmark", "title", "time", "commit", "environment", "conditions", "table"} <= set(doc), path.name
         assert doc["environment"].get("python") and doc["environment"].get("nproc"), path.name
         assert path.name.endswith(f"-{doc['benchmark']}.json") or f"-{doc['benchmark']}-" in path.name
+
+
+def test_every_benchmark_history_shows_its_headline_figure_for_the_latest_run():
+    from tests.support.bench import bench_module
+
+    page = bench_module("results_page")
+    latest: dict[str, dict] = {}
+    for run in page.records():
+        latest[run["benchmark"]] = run
+    assert set(latest) <= set(page.HEADLINES), "a benchmark without a headline in bench/results_page.py"
+    for name, run in latest.items():
+        assert page.headline(run) != "–", f"{name}: the latest run's table has no headline figure"
+
+
+def test_a_headline_is_read_from_the_named_row_and_column():
+    from tests.support.bench import bench_module
+
+    page = bench_module("results_page")
+    table = "| engine | rows | ratio |\n|---|---|---|\n| sql | 5 | 0.8 |\n| arrow (auto) | 5 | 0.9 |\n"
+    run = {"benchmark": "deletes", "table": table.replace("ratio", "vectors / compacted (median rows/s)")}
+    assert page.headline(run) == "arrow vectors/compacted: 0.9"
+    assert page.headline({"benchmark": "deletes", "table": "no table"}) == "–"
