@@ -13,10 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 from support.readers import NOT_FOUND, Reader, plan_for
-from support.servers import own_warehouse, running_server
+from support.servers import add_users, own_warehouse, running_server
 
 from starscan.client import StarscanClient
-from starscan.security.users import UserStore
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -51,11 +50,8 @@ def browser():
 @pytest.fixture(scope="module")
 def admin_server(spark, base_settings, tmp_path_factory):
     warehouse = own_warehouse(spark, tmp_path_factory.mktemp("admin") / "warehouse")
-    users = UserStore(warehouse / "_starscan" / "users.json")
-    users.set_password("ops", "ops-pw", create=True)
-    users.grant("ops", "admin")          # the admin grant, no SELECT
-    users.set_password("bob", "bob-pw", create=True)
-    users.grant("bob", "db1.*")          # SELECT only
+    add_users(warehouse, {"ops": ("ops-pw", ("admin",)),     # the admin grant, no SELECT
+                          "bob": ("bob-pw", ("db1.*",))})    # SELECT only
     path = warehouse / "db1.db" / "events"
     spark.range(0, 60_000, numPartitions=2).selectExpr("id", "id % 7 as kind", "repeat('e', 20) as payload") \
         .write.mode("overwrite").parquet(str(path))

@@ -10,8 +10,7 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support.readers import engine_counts
-from support.readers import Reader, plan_for
+from support.readers import Reader, engine_counts, plan_for
 from support.sockets import closed_without_a_word
 
 from starscan.client import PlanError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+from support.sockets import read_until_closed
 
 
 def _spark_rows(spark, warehouse, db, table, columns="*", where=None):
@@ -112,12 +113,7 @@ def test_a_request_head_that_never_ends_is_refused_and_the_fe_keeps_serving(serv
                 sent += 65536
         except OSError:
             pass  # closed by the server while sending
-        reply = b""
-        try:
-            while chunk := sock.recv(65536):
-                reply += chunk
-        except OSError:
-            pass
+        reply = read_until_closed(sock)
     assert reply.startswith(b"HTTP/1.1 431 "), reply[:200]
     assert sent <= 4 * MAX_HEAD_BYTES
     assert client.plan("db1", "t1", "select k1 from db1.t1")["status"] == 200

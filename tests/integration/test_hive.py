@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from support.servers import basic, plan, running_server
+from support.servers import basic, running_server
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from support.servers import basic, plan, running_server
+from support.servers import basic, running_server
 
 ROWS = 1200
 

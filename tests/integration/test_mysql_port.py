@@ -10,10 +10,10 @@ import json
 import os
 import shutil
 import subprocess
-import uuid
 
 import pymysql
 import pytest
+from support.servers import new_user
 
 from starscan.spark.types import STRING_LENGTH, starrocks_type
 
@@ -29,11 +29,7 @@ def port(server) -> int:
 
 
 def _new_user(server, password: str, *grants: str) -> str:
-    name = f"m_{uuid.uuid4().hex[:10]}"
-    server.users.set_password(name, password, create=True)
-    for g in grants:
-        server.users.grant(name, g)
-    return name
+    return new_user(server, password, *grants, prefix="m")
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,10 @@ import json
 import httpx
 import pytest
 from support.readers import Reader, plan_for
-from support.servers import own_warehouse, running_server
+from support.servers import add_users, own_warehouse, running_server
 from support.waits import wait_until
 
 from starscan.client import StarscanClient
-from starscan.security.users import UserStore
 
 SQL = "select k1, v1, m from db1.t1"
 
@@ -20,9 +19,7 @@ SQL = "select k1, v1, m from db1.t1"
 @pytest.fixture(scope="module")
 def profiled(spark, base_settings, tmp_path_factory):
     warehouse = own_warehouse(spark, tmp_path_factory.mktemp("profiles") / "warehouse")
-    users = UserStore(warehouse / "_starscan" / "users.json")
-    users.set_password("alice", "alice-pw", create=True)
-    users.grant("alice", "db1.*")
+    add_users(warehouse, {"alice": ("alice-pw", ("db1.*",))})
     settings = base_settings.model_copy(update={"warehouse": warehouse, "enable_profile_for_external_plan": True,
                                                 "http_port": 0, "be_port": 0, "query_port": 0})
     with running_server(spark, settings) as srv:

@@ -7,11 +7,10 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from support.readers import OK, Reader, plan_for
-from support.servers import own_warehouse, running_server
+from support.servers import add_users, own_warehouse, running_server
 
 from starscan.client import StarscanClient
 from starscan.core.thrift_defs import wire
-from starscan.security.users import UserStore
 
 PLAN_SECRET = "plan-secret-for-varz-test-0123456789"
 JWT_KEY = "jwt-key-for-varz-test-abcdefghijklmnop"
@@ -21,9 +20,7 @@ S3_SECRET = "s3-secret-value-for-varz-test"
 @pytest.fixture(scope="module")
 def srv(spark, base_settings, tmp_path_factory):
     warehouse = own_warehouse(spark, tmp_path_factory.mktemp("runtime") / "warehouse")
-    users = UserStore(warehouse / "_starscan" / "users.json")
-    users.set_password("bob", "bob-pw", create=True)
-    users.grant("bob", "db1.*")
+    add_users(warehouse, {"bob": ("bob-pw", ("db1.*",))})
     settings = base_settings.model_copy(update={
         "warehouse": warehouse, "http_port": 0, "be_port": 0, "query_port": 0,
         "plan_secret": SecretStr(PLAN_SECRET), "jwt_key": SecretStr(JWT_KEY),

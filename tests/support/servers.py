@@ -43,6 +43,28 @@ def own_warehouse(spark, path: Path) -> Path:
     return path
 
 
+def add_users(warehouse: Path, users: dict[str, tuple[str, tuple[str, ...]]]) -> None:
+    """Users in a warehouse's user store before its server starts: name -> (password, grants)."""
+    from starscan.security.users import UserStore
+
+    store = UserStore(warehouse / "_starscan" / "users.json")
+    for name, (password, grants) in users.items():
+        store.set_password(name, password, create=True)
+        for grant in grants:
+            store.grant(name, grant)
+
+
+def new_user(server, password: str, *grants: str, prefix: str = "u") -> str:
+    """A user with a fresh name on a running server, with these grants."""
+    import uuid
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    server.users.set_password(name, password, create=True)
+    for grant in grants:
+        server.users.grant(name, grant)
+    return name
+
+
 def plan(fe_url: str, db: str, table: str, sql: str, auth: str, client: httpx.Client | None = None,
          **kwargs) -> httpx.Response:
     body = json.dumps({"sql": sql})

@@ -38,3 +38,14 @@ def closed_without_a_word(s: socket.socket) -> bool:
         return True
     finally:
         s.close()
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the peer sends until it closes (a reset ends it too)."""
+    data = bytearray()
+    try:
+        while chunk := sock.recv(65536):
+            data.extend(chunk)
+    except (ConnectionResetError, OSError):
+        pass
+    return bytes(data)

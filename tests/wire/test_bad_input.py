@@ -14,6 +14,7 @@ import time
 import httpx
 import pyarrow as pa
 import pytest
+from support.sockets import read_until_closed
 
 from starscan.client import thrift_client
 from starscan.core.thrift_defs import wire
@@ -209,12 +210,7 @@ def test_wrong_field_types(be_addr, still_serving, args):
     with socket.create_connection(be_addr, timeout=30) as sock:
         sock.sendall(_call(b"open_scanner", args))
         sock.shutdown(socket.SHUT_WR)
-        data = b""
-        try:
-            while chunk := sock.recv(65536):
-                data += chunk
-        except ConnectionResetError:
-            pass
+        data = read_until_closed(sock)
     if data:
         assert data.startswith(b"\x80\x01\x00") and b"open_scanner" in data[:24]
 
@@ -322,12 +318,7 @@ def test_a_list_of_zero_width_elements_is_refused_at_once(be_addr, still_serving
             + b"\x0f\x00\x63" + bytes([elem_type]) + _i32(2**31 - 1) + b"\x00\x00")
     with socket.create_connection(be_addr, timeout=60) as sock:
         sock.sendall(_call(b"get_next", args))
-        data = b""
-        try:
-            while chunk := sock.recv(65536):
-                data += chunk
-        except ConnectionResetError:
-            pass
+        data = read_until_closed(sock)
     assert data == b""
 
 

@@ -12,6 +12,7 @@ import uuid
 
 import httpx
 import pytest
+from support.servers import new_user
 
 ROOT_AUTH = "Basic cm9vdDo="  # base64("root:"), exactly as in docs/protocol.md section 7
 JSON_CT = "application/json; charset=UTF-8"
@@ -329,11 +330,7 @@ def test_sales_has_several_partitions(server):
 # Authentication and grants (2.1, step 5)
 # =====================================================================================
 def _new_user(server, password: str, *grants: str) -> str:
-    name = f"u_{uuid.uuid4().hex[:12]}"
-    server.users.set_password(name, password, create=True)
-    for g in grants:
-        server.users.grant(name, g)
-    return name
+    return new_user(server, password, *grants, prefix="u")
 
 
 def test_wrong_password(http):
