@@ -2,10 +2,13 @@
 every path that reads files (the arrow engine's tasks, the sql engine's reader tasks, the
 client's direct reads) with this one code.
 
-Two kinds. Iceberg **position delete files** (Iceberg spec, "Position Delete Files"):
-Parquet files of ``file_path`` (field id 2147483546) and ``pos`` (2147483545) rows, each
-deleting row ``pos`` of the data file at ``file_path`` (the location as the table's manifests
-spell it); one delete file may hold the positions of many data files. And a Delta
+Iceberg **position delete files** (Iceberg spec, "Position Delete Files"): Parquet files
+of ``file_path`` (field id 2147483546) and ``pos`` (2147483545) rows, each deleting row
+``pos`` of the data file at ``file_path`` (the location as the table's manifests spell it);
+one delete file may hold the positions of many data files. Iceberg **equality delete
+files** ("Equality Delete Files"): Parquet files of some of the table's columns (by field
+id); each row deletes the rows of the data files it applies to whose values in those
+columns equal its own. A Delta
 **deletion vector** (Delta protocol, "Deletion Vectors"), whose descriptor in the log names
 where the vector is:
 
@@ -23,7 +26,7 @@ pyroaring's ``BitMap64`` reads as it is. Positions count the file's rows from 0,
 row groups.
 
 The plan carries each file's deletes as a small JSON document (``TPlanFile.deletes``), not
-the positions: a vector is read where the file is read, once per file part.
+the positions: a vector or delete file is read where the data file is read.
 """
 
 from __future__ import annotations
@@ -164,21 +167,42 @@ def _uuid_text(raw: bytes) -> str:
 
 
 @dataclass(frozen=True)
-class PositionDeletes:
-    """The Iceberg position delete files that apply to one data file (the planner asked the
-    table's manifests which), placed as the planner found them (relative to the table
-    location, or absolute), and the data file's location as the delete files spell it."""
+class EqualityDeletes:
+    """An Iceberg equality delete file that applies to a data file: a row of the data file is
+    deleted when its values in the columns ``field_ids`` equal those of any row of the delete
+    file, NULL equal to NULL (as Iceberg's Java reader compares them)."""
+
+    file: str
+    field_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class IcebergDeletes:
+    """The Iceberg delete files that apply to one data file (the planner asked the table's
+    manifests which, by partition and sequence number), placed as the planner found them
+    (relative to the table location, or absolute): position delete files, and the data file's
+    location as they spell it; equality delete files, in sequence-number order."""
 
     files: tuple[str, ...]
     data_file: str
+    equality: tuple[EqualityDeletes, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps({"kind": "iceberg_positions", "files": list(self.files), "data_file": self.data_file},
-                          separators=(",", ":"), sort_keys=True)
+        doc: dict[str, Any] = {"kind": "iceberg", "files": list(self.files), "data_file": self.data_file}
+        if self.equality:
+            doc["equality"] = [{"file": e.file, "ids": list(e.field_ids)} for e in self.equality]
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> IcebergDeletes:
+        return cls(tuple(str(p) for p in doc.get("files") or ()), str(doc["data_file"]),
+                   tuple(EqualityDeletes(str(e["file"]), tuple(int(i) for i in e["ids"]))
+                         for e in doc.get("equality") or ()))
 
     def positions(self, read_table: Any) -> np.ndarray:
-        """The deleted row positions, sorted (uint64). ``read_table(path, data_file)`` gives
-        the ``pos`` column of a delete file's rows for ``data_file`` (the reader's store)."""
+        """The rows its position delete files delete, sorted (uint64).
+        ``read_table(path, data_file)`` gives the ``pos`` column of a delete file's rows for
+        ``data_file`` (the reader's store)."""
         found = [np.asarray(read_table(path, self.data_file), dtype=np.int64) for path in self.files]
         merged = np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
         if len(merged) and merged[0] < 0:
@@ -186,15 +210,94 @@ class PositionDeletes:
         return merged.astype(np.uint64)
 
 
-RowDeletes = DeletionVector | PositionDeletes
+RowDeletes = DeletionVector | IcebergDeletes
 
 
 def row_deletes(text: str) -> RowDeletes:
     """A file's deletes from the plan's JSON."""
     doc = json.loads(text)
-    if doc.get("kind") == "iceberg_positions":
-        return PositionDeletes(tuple(str(p) for p in doc["files"]), str(doc["data_file"]))
+    if doc.get("kind") in ("iceberg", "iceberg_positions"):
+        return IcebergDeletes.from_doc(doc)
     return DeletionVector.from_json(text)
+
+
+class EqualityKeys:
+    """The distinct rows of equality delete files with the same columns, and which rows of a
+    data file's batch equal one of them. Each column's values are numbered by
+    ``pyarrow.compute.index_in`` against that column's distinct deleted values (NULL matching
+    NULL), so a row is a tuple of small numbers; the tuples are packed into one int64 where
+    they fit (every realistic key), else compared as Python tuples."""
+
+    def __init__(self, deleted: list[Any]):
+        import pyarrow.compute as pc
+
+        self.types = [column.type for column in deleted]
+        self.values = [pc.unique(column) for column in deleted]
+        self.sizes = [len(v) for v in self.values]
+        codes = [np.asarray(pc.index_in(c, value_set=v, skip_nulls=False).to_numpy(zero_copy_only=False),
+                            dtype=np.int64) for c, v in zip(deleted, self.values)]
+        self.packed = _fits_int64(self.sizes)
+        if self.packed:
+            self.keys: Any = np.unique(_pack(codes, self.sizes)) if codes else np.empty(0, np.int64)
+        else:
+            self.keys = set(zip(*(c.tolist() for c in codes)))
+
+    @property
+    def nbytes(self) -> int:
+        size = sum(v.nbytes for v in self.values)
+        return int(size + (self.keys.nbytes if self.packed else 64 * len(self.keys)))
+
+    def deleted_mask(self, columns: list[Any]) -> np.ndarray:
+        """For a batch's values of the key columns (in order): True where the row is deleted."""
+        import pyarrow.compute as pc
+
+        rows = len(columns[0]) if columns else 0
+        codes, known = [], np.ones(rows, dtype=bool)
+        for column, values, wanted in zip(columns, self.values, self.types):
+            if column.type != wanted:  # the column was promoted (int to long) between the files
+                if _wider(column.type, wanted):
+                    values = values.cast(column.type)
+                else:
+                    column = column.cast(wanted)
+            found = pc.index_in(column, value_set=values, skip_nulls=False)
+            known &= ~np.asarray(found.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            codes.append(np.asarray(found.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64))
+        mask = np.zeros(rows, dtype=bool)
+        if not known.any():
+            return mask
+        if self.packed:
+            mask[known] = np.isin(_pack([c[known] for c in codes], self.sizes), self.keys)
+        else:
+            where = np.flatnonzero(known)
+            mask[where] = [key in self.keys for key in zip(*(c[where].tolist() for c in codes))]
+        return mask
+
+
+def _wider(a: Any, b: Any) -> bool:
+    """Whether type ``a`` holds every value of type ``b`` (Iceberg's promotions)."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return bool(a.bit_width >= b.bit_width)
+    if pa.types.is_floating(a) and pa.types.is_floating(b):
+        return bool(a.bit_width >= b.bit_width)
+    if pa.types.is_decimal(a) and pa.types.is_decimal(b):
+        return bool(a.precision >= b.precision)
+    return False
+
+
+def _fits_int64(sizes: list[int]) -> bool:
+    total = 1
+    for n in sizes:
+        total *= max(n, 1)
+    return total < 2**62
+
+
+def _pack(codes: list[np.ndarray], sizes: list[int]) -> np.ndarray:
+    out = np.zeros(len(codes[0]) if codes else 0, dtype=np.int64)
+    for c, n in zip(codes, sizes):
+        out = out * max(n, 1) + c
+    return out
 
 
 def kept_mask(deleted: np.ndarray, first_row: int, rows: int) -> np.ndarray | None:

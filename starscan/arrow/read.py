@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, kept_mask, row_deletes
+from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, EqualityKeys, IcebergDeletes, kept_mask, row_deletes
 from starscan.arrow.rebase import (
     CORRECTED,
     LEGACY,
@@ -165,6 +165,15 @@ class _OpenPart:
     # then have known positions) and the deleted rows dropped before anything else.
     deleted: Any = None
     row_group_starts: tuple[int, ...] = ()
+    # Iceberg equality deletes: each set of deleted keys with the file's names of its key
+    # columns (None: a column the file lacks, NULL in every row); the key columns not among
+    # ``columns`` are read too, after them, and dropped once the rows are matched.
+    equality: tuple[tuple[EqualityKeys, tuple[str | None, ...]], ...] = ()
+    key_columns: tuple[str, ...] = ()
+
+    @property
+    def has_deletes(self) -> bool:
+        return self.deleted is not None or bool(self.equality)
 
 
 def _open_part(read: ArrowRead, part: FilePart) -> _OpenPart | None:
@@ -211,8 +220,14 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     rebase = _calendar_of(read, parquet, present)
     deleted: Any = None
     starts: tuple[int, ...] = ()
+    equality: tuple[tuple[EqualityKeys, tuple[str | None, ...]], ...] = ()
+    key_columns: list[str] = []
     if part.deletes is not None:
-        deleted = _deleted_rows(read, part)
+        deleted, keys = _deleted_rows(read, part)
+        for found, ids in keys:
+            names = tuple(f.name if (f := lookup(i)) is not None else None for i in ids)
+            key_columns += [n for n in names if n is not None and n not in columns and n not in key_columns]
+            equality += ((found, names),)
         if len(deleted) and int(deleted[-1]) >= parquet.metadata.num_rows:
             raise SplitReadError(f"table {read.table}: file {part.relative} has {parquet.metadata.num_rows} rows but "
                                  f"its deletes name row {int(deleted[-1])}")
@@ -234,7 +249,9 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     if (exact_names and not rebase and len(present) == len(read.needed) == len(set(columns)) and not read.partition_columns
             and read.filter is None and all(src in position and not char_len for _, src, char_len in read.output)):
         output_order = tuple(position[src] for _, src, _ in read.output)
-    return _OpenPart(part, source, parquet.metadata, columns, present, row_groups, output_order, rebase, deleted, starts)
+    return _OpenPart(part, source, parquet.metadata, columns, present, row_groups, output_order, rebase,
+                     deleted if part.deletes is not None and len(deleted) else None, starts, equality,
+                     tuple(key_columns))
 
 
 def _file_fields(schema: pa.Schema) -> Callable[[str | int], pa.Field | None]:
@@ -262,8 +279,9 @@ def _running_starts(counts: list[int]) -> list[int]:
     return out
 
 
-def _deleted_rows(read: ArrowRead, part: FilePart) -> Any:
-    """The file's deleted row positions (starscan.arrow.deletes), read from the store."""
+def _deleted_rows(read: ArrowRead, part: FilePart) -> tuple[Any, list[tuple[EqualityKeys, tuple[int, ...]]]]:
+    """The file's deletes (starscan.arrow.deletes), read from the store: the positions of its
+    deleted rows (sorted), and its equality deletes as sets of keys with their field ids."""
     assert part.deletes is not None
     storage = read.storage
     try:
@@ -280,14 +298,14 @@ def _deleted_rows(read: ArrowRead, part: FilePart) -> Any:
                 finally:
                     handle.close()
 
-            return vector.positions(read_range)
+            return vector.positions(read_range), []
 
         def read_positions(path: str, data_file: str) -> Any:
             table = pq.read_table(storage.open(path), columns=["file_path", "pos"],
                                   filters=[("file_path", "=", data_file)])
             return table.column("pos").to_numpy()
 
-        return deletes.positions(read_positions)
+        return deletes.positions(read_positions), _equality_keys(read, deletes)
     except DeletesUnreadable as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative}: its row deletes cannot be read: "
                              f"{exc}") from None
@@ -297,6 +315,54 @@ def _deleted_rows(read: ArrowRead, part: FilePart) -> Any:
     except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative}: its row deletes cannot be read: "
                              f"{_first_line(exc, part)}") from None
+
+
+_KEYS_CACHE_BYTES = 256 << 20
+_keys_lock = threading.Lock()
+_keys_cache: Any = None
+
+
+def _equality_keys(read: ArrowRead, deletes: IcebergDeletes) -> list[tuple[EqualityKeys, tuple[int, ...]]]:
+    """The deleted keys of the data file's equality delete files, one set per list of field
+    ids. Many data files share the same delete files (a global delete of an unpartitioned
+    table applies to every older file), so a process keeps the sets it built, by the files'
+    locations and identities (delete files are never rewritten in place), within 256 MiB."""
+    global _keys_cache
+    by_ids: dict[tuple[int, ...], list[str]] = {}
+    for e in deletes.equality:
+        by_ids.setdefault(e.field_ids, []).append(e.file)
+    out = []
+    for ids, files in by_ids.items():
+        key = (ids, tuple((path, read.storage.file_identity(path)) for path in files))
+        if any(identity is None for _, identity in key[1]):
+            raise FileNotFoundError(files[0])
+        with _keys_lock:
+            if _keys_cache is None:
+                from cachetools import LRUCache
+
+                _keys_cache = LRUCache(maxsize=_KEYS_CACHE_BYTES, getsizeof=lambda k: max(k.nbytes, 1))
+            found = _keys_cache.get(key)
+        if found is None:
+            tables = [_equality_file(read, path, ids) for path in files]
+            merged = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+            found = EqualityKeys([merged.column(i).combine_chunks() for i in range(merged.num_columns)])
+            if found.nbytes <= _KEYS_CACHE_BYTES // 4:
+                with _keys_lock:
+                    _keys_cache[key] = found
+        out.append((found, ids))
+    return out
+
+
+def _equality_file(read: ArrowRead, path: str, ids: tuple[int, ...]) -> pa.Table:
+    """An equality delete file's key columns, found by field id, named by it."""
+    parquet = pq.ParquetFile(read.storage.open(path))
+    lookup = _file_fields(parquet.schema_arrow)
+    fields = [lookup(i) for i in ids]
+    missing = [i for i, f in zip(ids, fields) if f is None]
+    if missing:
+        raise DeletesUnreadable(f"equality delete file {path} has no column of field id {missing[0]}")
+    table = parquet.read(columns=[f.name for f in fields if f is not None])
+    return pa.table([table.column(f.name) for f in fields if f is not None], names=[str(i) for i in ids])
 
 
 def check_calendar(read: ArrowRead, part: FilePart) -> None:
@@ -350,7 +416,7 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         # batch (the dataset scanner decodes far ahead first: 0.1 s before the first batch
         # of a 500k-row group, against 7 ms).
         parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
-        if opened.deleted is not None:
+        if opened.has_deletes:
             batches = _without_deleted(parquet, opened, row_groups, batch_rows)
         else:
             batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=opened.columns,
@@ -373,13 +439,25 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
 def _without_deleted(parquet: pq.ParquetFile, opened: _OpenPart, row_groups: list[int],
                      batch_rows: int) -> Iterator[pa.RecordBatch]:
     """The row groups' batches with the file's deleted rows left out: each row group read on
-    its own, so that a batch's first row has a known position in the file."""
+    its own, so that a batch's first row has a known position in the file; the rows whose
+    keys an equality delete names are left out too."""
+    columns = opened.columns + list(opened.key_columns)
     for rg in row_groups:
         position = opened.row_group_starts[rg]
-        for raw in parquet.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=opened.columns,
+        for raw in parquet.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=columns,
                                         use_threads=False):
-            mask = kept_mask(opened.deleted, position, raw.num_rows)
-            position += raw.num_rows
+            n = raw.num_rows
+            mask = kept_mask(opened.deleted, position, n) if opened.deleted is not None else None
+            position += n
+            for keys, names in opened.equality:
+                key_values = [raw.column(columns.index(name)) if name is not None else pa.nulls(n, wanted)
+                              for name, wanted in zip(names, keys.types)]
+                deleted = keys.deleted_mask(key_values)
+                if deleted.any():
+                    mask = ~deleted if mask is None else (mask & ~deleted)
+            if opened.key_columns:
+                raw = pa.RecordBatch.from_arrays([raw.column(i) for i in range(len(opened.columns))],
+                                                 names=opened.columns)
             yield raw if mask is None else raw.filter(pa.array(mask))
 
 

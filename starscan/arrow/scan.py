@@ -21,7 +21,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from starscan.arrow.deletes import PositionDeletes, row_deletes
+from starscan.arrow.deletes import IcebergDeletes, row_deletes
 from starscan.arrow.filter import NotArrowable, to_arrow_filter
 from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
@@ -135,8 +135,9 @@ def place_deletes(deletes: str | None, storage: Storage, location: str) -> str |
         return storage.join(location, path)
 
     found = row_deletes(deletes)
-    if isinstance(found, PositionDeletes):
-        return replace(found, files=tuple(place(p) for p in found.files)).to_json()
+    if isinstance(found, IcebergDeletes):
+        return replace(found, files=tuple(place(p) for p in found.files),
+                       equality=tuple(replace(e, file=place(e.file)) for e in found.equality)).to_json()
     if found.path is None:
         return deletes
     return replace(found, path=place(found.path)).to_json()

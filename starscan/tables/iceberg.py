@@ -8,10 +8,10 @@ Iceberg's, mapped to Spark's types as Spark's Iceberg connector maps them.
 
 Columns are read by name while every name has kept one field id; after a rename, or a name
 dropped and added again, every reader resolves them by the field ids in the data files (the
-plan carries them), as Iceberg does. Position delete files go into the plan beside the
-data files they apply to (starscan.arrow.deletes), and every reader leaves those rows out.
-Refused by name: equality delete files; types with no Spark counterpart here (time, uuid, fixed); data
-files outside the table location.
+plan carries them), as Iceberg does. Position and equality delete files go into the plan
+beside the data files they apply to (starscan.arrow.deletes), and every reader leaves those
+rows out. Refused by name: types with no Spark counterpart here (time, uuid, fixed); data
+files outside the table location; delete files not in Parquet.
 Partition values are inside Iceberg's data files, so tablets carry no partition folders and
 the arrow engine's row-group statistics do the skipping.
 """
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
-from starscan.arrow.deletes import PositionDeletes
+from starscan.arrow.deletes import EqualityDeletes, IcebergDeletes
 from starscan.core.errors import DatabaseNotFound, StarscanError, TableNotFound, TableRewritten, TableUnreadable, VersionUnknown
 from starscan.storage.stores import StorageOptions, local_path, open_storage
 from starscan.tables.catalog_tables import CatalogTable, asking
@@ -144,13 +144,13 @@ class IcebergTables:
         if snapshot is not None:
             listed = {e.name: e for e in storage.walk_files(location)}
             try:
-                tasks = list(loaded.scan().plan_files())
+                tasks, equality = _plan_files(loaded, snapshot)
             except StarscanError:
                 raise
             except Exception as exc:  # noqa: BLE001 - manifests that cannot be read
                 raise TableUnreadable(f"table {name}: its Iceberg manifests cannot be read: {_first_line(exc)}") from None
-            for task in tasks:
-                deletes = _position_deletes(name, task, location)
+            for task, sequence_number in tasks:
+                deletes = _file_deletes(name, loaded, task, location, equality.applying_to(task.file, sequence_number))
                 if str(task.file.file_format).upper().rsplit(".", 1)[-1] != "PARQUET":
                     raise TableUnreadable(f"table {name}: data file {task.file.file_path} is not Parquet")
                 rel = _relative(task.file.file_path, location)
@@ -168,24 +168,103 @@ class IcebergTables:
     def _call(self, fn: Callable[[], Any]) -> Any:
         return asking("the Iceberg catalog", fn)
 
-def _position_deletes(name: str, task: Any, location: str) -> str | None:
-    """The plan's deletes of a scan task's data file (starscan.arrow.deletes): its position
-    delete files, which pyiceberg's planning found to apply to it (by partition and
-    sequence number, as the spec says). Equality deletes are refused by name."""
-    from pyiceberg.manifest import DataFileContent
+def _plan_files(loaded: Any, snapshot: Any) -> tuple[list[tuple[Any, int]], _EqualityIndex]:
+    """The snapshot's scan tasks (data files with the position delete files that apply to
+    them, as pyiceberg's planning matches them), each with its data sequence number, and the
+    equality delete files, which pyiceberg's planning refuses: they are set aside here and
+    matched to data files by ``_EqualityIndex``."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER, DataFileContent
+    from pyiceberg.table import ManifestGroupPlanner
 
-    if not task.delete_files:
+    equality = _EqualityIndex(loaded.metadata)
+    sequence_numbers: dict[str, int] = {}
+
+    def keep(entry: Any) -> bool:
+        content = entry.data_file.content
+        if content == DataFileContent.EQUALITY_DELETES:
+            equality.add(entry)
+            return False
+        if content == DataFileContent.DATA:
+            sequence_numbers[entry.data_file.file_path] = entry.sequence_number or INITIAL_SEQUENCE_NUMBER
+        return True
+
+    planner = ManifestGroupPlanner(table_metadata=loaded.metadata, io=loaded.io, row_filter=AlwaysTrue(),
+                                   case_sensitive=True, options={})
+    tasks = list(planner.plan_files(snapshot.manifests(loaded.io), manifest_entry_filter=keep))
+    return [(task, sequence_numbers[task.file.file_path]) for task in tasks], equality
+
+
+class _EqualityIndex:
+    """A snapshot's equality delete files and the data files each applies to. The Iceberg
+    spec ("Scan Planning"): an equality delete file applies to a data file whose data
+    sequence number is strictly lower than its own (so a row written in the same commit as
+    the delete, as an upsert writes its new row, stays), in the same partition of the same
+    spec, or in every partition when its own spec is unpartitioned."""
+
+    def __init__(self, metadata: Any):
+        self.specs = metadata.specs()
+        self.entries: list[tuple[int, Any]] = []
+
+    def add(self, entry: Any) -> None:
+        from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER
+
+        self.entries.append((entry.sequence_number or INITIAL_SEQUENCE_NUMBER, entry.data_file))
+
+    def applying_to(self, data_file: Any, sequence_number: int) -> list[Any]:
+        out = []
+        for delete_sequence, delete in sorted(self.entries, key=lambda e: (e[0], e[1].file_path)):
+            if delete_sequence <= sequence_number:
+                continue
+            spec = self.specs.get(delete.spec_id or 0)
+            global_delete = spec is None or spec.is_unpartitioned()
+            if global_delete or ((delete.spec_id or 0) == (data_file.spec_id or 0)
+                                 and delete.partition == data_file.partition):
+                out.append(delete)
+        return out
+
+
+def _file_deletes(name: str, loaded: Any, task: Any, location: str, equality: list[Any]) -> str | None:
+    """The plan's deletes of a scan task's data file (starscan.arrow.deletes): its position
+    delete files, which pyiceberg's planning found to apply to it (by partition and sequence
+    number, as the spec says), and the equality delete files that apply to it, in
+    sequence-number order."""
+    if not task.delete_files and not equality:
         return None
     paths = []
     for delete in sorted(task.delete_files, key=lambda d: d.file_path):
-        if delete.content == DataFileContent.EQUALITY_DELETES:
-            raise TableUnreadable(f"table {name} has equality deletes ({delete.file_path}) on data file "
-                                  f"{_relative(task.file.file_path, location) or task.file.file_path}, which "
-                                  "starscan does not apply yet; compact the table (rewrite_data_files) to serve it")
-        if str(delete.file_format).upper().rsplit(".", 1)[-1] != "PARQUET":
-            raise TableUnreadable(f"table {name}: position delete file {delete.file_path} is not Parquet")
+        _check_delete_format(name, delete)
         paths.append(_relative(delete.file_path, location) or delete.file_path)
-    return PositionDeletes(tuple(paths), task.file.file_path).to_json()
+    equal = []
+    for delete in equality:
+        _check_delete_format(name, delete)
+        ids = tuple(int(i) for i in (delete.equality_ids or ()))
+        if not ids:
+            raise TableUnreadable(f"table {name}: equality delete file {delete.file_path} names no equality columns")
+        for field_id in ids:
+            field = _field_anywhere(loaded, field_id)
+            if field is None or not field.field_type.is_primitive:
+                raise TableUnreadable(f"table {name}: equality delete file {delete.file_path} deletes by field id "
+                                      f"{field_id}, {'a nested field' if field is not None else 'not a known field'}, "
+                                      "which starscan does not compare; compact the table (rewrite_data_files)")
+        equal.append(EqualityDeletes(_relative(delete.file_path, location) or delete.file_path, ids))
+    return IcebergDeletes(tuple(paths), task.file.file_path, tuple(equal)).to_json()
+
+
+def _check_delete_format(name: str, delete: Any) -> None:
+    if str(delete.file_format).upper().rsplit(".", 1)[-1] != "PARQUET":
+        raise TableUnreadable(f"table {name}: delete file {delete.file_path} is not Parquet")
+
+
+def _field_anywhere(loaded: Any, field_id: int) -> Any:
+    """The field of this id in the current schema, or in an older one (a column dropped since
+    its deletes were written still keys them)."""
+    for schema in [loaded.schema(), *loaded.schemas().values()]:
+        try:
+            return schema.find_field(field_id)
+        except ValueError:
+            continue
+    return None
 
 
 def snapshot_version(snapshot_id: int | None) -> int:

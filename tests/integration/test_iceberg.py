@@ -227,6 +227,90 @@ def test_position_deletes_leave_their_rows_out(ice_server, spark, position_delet
         ice_server.ops.update_config({"scan_engine": "auto"})
 
 
+class _Commits:
+    """An Iceberg table's commits and, beside it, the rows the spec says it holds: an
+    equality delete removes the rows of earlier commits (a lower sequence number) whose
+    values in its columns equal a delete row's (NULL equal to NULL), within its partition
+    when it has one. pyiceberg cannot read equality deletes; this is the oracle."""
+
+    def __init__(self, catalog, name: str, partition_by: str | None = None):
+        from pyiceberg.transforms import IdentityTransform
+
+        self.catalog, self.name, self.partition_by = catalog, name, partition_by
+        self.rows: list[tuple[int, dict]] = []   # (commit, row)
+        self.commit = 0
+        table = catalog.create_table(name, schema=_rows(0, 5).schema, properties={"write.parquet.row-group-limit": "100"})
+        if partition_by:
+            with table.update_spec() as spec:
+                spec.add_field(partition_by, IdentityTransform(), partition_by)
+
+    def append(self, data: pa.Table) -> None:
+        self.catalog.load_table(self.name).append(data)
+        self.commit += 1
+        self.rows += [(self.commit, row) for row in data.to_pylist()]
+
+    def delete(self, keys: pa.Table, partition_value=None) -> None:
+        from pyiceberg.typedef import Record
+        from support.iceberg_deletes import write_equality_deletes
+
+        table = self.catalog.load_table(self.name)
+        write_equality_deletes(table, keys, Record(partition_value) if self.partition_by else None)
+        self.commit += 1
+        deleted = {tuple(row[c] for c in keys.column_names) for row in keys.to_pylist()}
+        self.rows = [(commit, row) for commit, row in self.rows
+                     if not (tuple(row[c] for c in keys.column_names) in deleted
+                             and (not self.partition_by or row[self.partition_by] == partition_value))]
+
+    def expected(self) -> list[dict]:
+        return [row for _, row in self.rows]
+
+
+@pytest.fixture(scope="module")
+def equality_deleted(catalog):
+    """ice.upserts, as a Flink upsert job leaves it: appends, equality deletes by id (one
+    naming an id no row has), rows written again after their delete (they stay), a delete by
+    two columns with a NULL in one; and ice.upserts_p, partitioned by city, with a delete in
+    one partition only."""
+    flat = _Commits(catalog, "ice.upserts")
+    flat.append(_rows(0, 400))
+    flat.append(_rows(1000, 400))
+    flat.delete(pa.table({"id": pa.array([5, 17, 1003, 1399, 99999], pa.int64())}))
+    again = _rows(5, 1).to_pylist() + _rows(17, 1).to_pylist()
+    flat.append(pa.Table.from_pylist([{**r, "city": "upserted"} for r in again], schema=_rows(0, 5).schema))
+    flat.delete(pa.table({"city": pa.array([None, "lima"]), "day": pa.array([dt.date(2024, 1, 2), dt.date(2024, 1, 5)])}))
+    flat.delete(pa.table({"id": pa.array([20, 21], pa.int64())}))
+    assert len(flat.expected()) < 800 - 5
+    parted = _Commits(catalog, "ice.upserts_p", partition_by="city")
+    parted.append(_rows(0, 300))
+    parted.delete(pa.table({"id": pa.array([i for i in range(0, 300, 2)], pa.int64())}), partition_value="oslo")
+    return {"upserts": flat, "upserts_p": parted}
+
+
+@pytest.mark.parametrize("scan_engine", ["sql", "auto"])
+@pytest.mark.parametrize("table", ["upserts", "upserts_p"])
+@pytest.mark.parametrize("where", ["", " where id between 3 and 30 or id >= 1390", " where city is null or upper(city) = 'LIMA'"])
+def test_equality_deletes_leave_the_rows_they_name_out(ice_server, spark, equality_deleted, scan_engine, table, where):
+    ice_server.ops.update_config({"scan_engine": scan_engine})
+    try:
+        ice_server.warehouse.invalidate("ice", table)
+        sql = f"select id, city, day, score from ice.{table}" + where
+        got = _read(ice_server, sql, table=table)
+        spark.createDataFrame(equality_deleted[table].expected(), "id long, city string, amount decimal(10,2), "
+                              "day date, score double").createOrReplaceTempView(f"ice_{table}_oracle")
+        want = spark.sql(sql.replace(f"ice.{table}", f"ice_{table}_oracle")).collect()
+        assert sorted((tuple(_wire(v) for v in r.values()) for r in got.to_pylist()), key=str) == \
+            sorted((tuple(_wire(v) for v in row) for row in want), key=str)
+    finally:
+        ice_server.ops.update_config({"scan_engine": "auto"})
+
+
+def test_equality_delete_keys_are_read_from_the_files_even_when_not_selected(ice_server, equality_deleted):
+    """The key columns of a delete (city, day) are read with the data even when the query
+    selects neither; its count is the oracle's."""
+    got = _read(ice_server, "select score from ice.upserts", table="upserts")
+    assert got.num_rows == len(equality_deleted["upserts"].expected())
+
+
 def test_a_position_delete_snapshot_ends_incremental_reads_with_409(ice_server, catalog):
     from support.iceberg_deletes import write_position_deletes
 

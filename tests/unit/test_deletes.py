@@ -1,4 +1,5 @@
-"""starscan.arrow.deletes: Delta deletion vectors read as the protocol lays them out."""
+"""starscan.arrow.deletes: Delta deletion vectors read as the protocol lays them out; Iceberg
+equality delete keys matched as the spec compares them."""
 
 from __future__ import annotations
 
@@ -6,10 +7,24 @@ import struct
 import zlib
 
 import numpy as np
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyroaring import BitMap64
 
-from starscan.arrow.deletes import PORTABLE_MAGIC, DeletesUnreadable, DeletionVector, kept_mask, z85_decode, z85_encode
+from starscan.arrow.deletes import (
+    PORTABLE_MAGIC,
+    DeletesUnreadable,
+    DeletionVector,
+    EqualityDeletes,
+    EqualityKeys,
+    IcebergDeletes,
+    kept_mask,
+    row_deletes,
+    z85_decode,
+    z85_encode,
+)
 
 
 def test_z85_is_the_zeromq_alphabet():
@@ -58,3 +73,28 @@ def test_kept_mask_covers_a_window_of_positions():
     deleted = np.array([0, 5, 9, 10, 100], dtype=np.uint64)
     assert kept_mask(deleted, 11, 50) is None
     assert kept_mask(deleted, 5, 6).tolist() == [False, True, True, True, False, False]
+
+
+def test_equality_keys_match_every_column_null_equal_to_null_and_promote_int_to_long():
+    keys = EqualityKeys([pa.array([1, 2, None, 4], pa.int64()), pa.array(["a", None, "c", "d"])])
+    ids = pa.array([1, 1, 2, 2, None, None, 4, 9], pa.int32())  # an int column promoted to long since
+    names = pa.array(["a", "b", None, "x", "c", None, "d", "a"])
+    assert keys.deleted_mask([ids, names]).tolist() == [True, False, True, False, True, False, True, False]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(-3, 3)), st.one_of(st.none(), st.sampled_from("xyz"))),
+                max_size=12),
+       st.lists(st.tuples(st.one_of(st.none(), st.integers(-3, 3)), st.one_of(st.none(), st.sampled_from("xyz"))),
+                max_size=30))
+def test_equality_keys_delete_exactly_the_rows_equal_to_a_deleted_row(deleted, rows):
+    keys = EqualityKeys([pa.array([d[0] for d in deleted], pa.int64()), pa.array([d[1] for d in deleted], pa.string())])
+    mask = keys.deleted_mask([pa.array([r[0] for r in rows], pa.int64()), pa.array([r[1] for r in rows], pa.string())])
+    assert mask.tolist() == [r in set(deleted) for r in rows]
+
+
+def test_iceberg_deletes_round_trip_through_the_plan():
+    deletes = IcebergDeletes(("data/pos.parquet",), "file:///t/data/a.parquet",
+                             (EqualityDeletes("data/eq-1.parquet", (1,)), EqualityDeletes("data/eq-2.parquet", (2, 4))))
+    assert row_deletes(deletes.to_json()) == deletes
+    assert row_deletes('{"kind":"iceberg_positions","files":["p"],"data_file":"d"}') == IcebergDeletes(("p",), "d")
