@@ -304,6 +304,17 @@ def test_equality_deletes_leave_the_rows_they_name_out(ice_server, spark, equali
         ice_server.ops.update_config({"scan_engine": "auto"})
 
 
+def test_the_mysql_port_leaves_equality_deleted_rows_out(ice_server, equality_deleted):
+    import pymysql
+
+    with pymysql.connect(host="127.0.0.1", port=ice_server.query_port, user="root", password="",
+                         connect_timeout=20, read_timeout=120) as conn, conn.cursor() as cur:
+        cur.execute("select id, city from ice.upserts where id < 40")
+        got = list(cur.fetchall())
+    want = sorted((r["id"], r["city"]) for r in equality_deleted["upserts"].expected() if r["id"] < 40)
+    assert sorted(got, key=str) == sorted(want, key=str) and len(got) < 40
+
+
 def test_equality_delete_keys_are_read_from_the_files_even_when_not_selected(ice_server, equality_deleted):
     """The key columns of a delete (city, day) are read with the data even when the query
     selects neither; its count is the oracle's."""
