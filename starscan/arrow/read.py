@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -572,6 +573,13 @@ def _as_type(read: ArrowRead, part: FilePart, name: str, array: pa.Array, expect
     actual = array.type
     if actual == expected:
         return array
+    if isinstance(actual, pa.BaseExtensionType):  # a Parquet UUID: arrow.uuid over 16 bytes
+        array, actual = array.storage, actual.storage_type
+    if pa.types.is_fixed_size_binary(actual):
+        if pa.types.is_string(expected) and actual.byte_width == 16:
+            return uuid_text(array)
+        if pa.types.is_binary(expected):
+            return array.cast(expected)
     if pa.types.is_timestamp(expected) and pa.types.is_timestamp(actual):
         if expected.tz is not None:
             # An instant: a zone-less physical timestamp (INT96) counts in UTC, as Spark reads it.
@@ -599,6 +607,28 @@ def _as_type(read: ArrowRead, part: FilePart, name: str, array: pa.Array, expect
         return array.cast(expected)
     raise SplitReadError(f"table {read.table}: column {name} of file {part.relative} is {actual}, "
                          f"but the table's schema says {expected}")
+
+
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+# Where the 32 hex digits go in a UUID's 36 characters (8-4-4-4-12, dashes between).
+_DIGIT_AT = np.array([i for i in range(36) if i not in (8, 13, 18, 23)])
+
+
+def uuid_text(array: pa.Array) -> pa.Array:
+    """16-byte values as UUID text (lower-case 8-4-4-4-12), as Java's UUID.toString and
+    Spark's Iceberg connector write them; nulls stay null."""
+    n = len(array)
+    if n == 0:
+        return pa.array([], pa.string())
+    data = np.frombuffer(array.buffers()[1], dtype=np.uint8)[array.offset * 16:(array.offset + n) * 16].reshape(n, 16)
+    digits = np.empty((n, 32), dtype=np.uint8)
+    digits[:, 0::2] = _HEX[data >> 4]
+    digits[:, 1::2] = _HEX[data & 15]
+    text = np.full((n, 36), ord("-"), dtype=np.uint8)
+    text[:, _DIGIT_AT] = digits
+    offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int32)
+    out = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text.tobytes())])
+    return pc.if_else(array.is_null(), pa.scalar(None, pa.string()), out) if array.null_count else out
 
 
 def _first_line(exc: BaseException, part: FilePart) -> str:

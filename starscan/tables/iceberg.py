@@ -10,7 +10,8 @@ Columns are read by name while every name has kept one field id; after a rename,
 dropped and added again, every reader resolves them by the field ids in the data files (the
 plan carries them), as Iceberg does. Position and equality delete files go into the plan
 beside the data files they apply to (starscan.arrow.deletes), and every reader leaves those
-rows out. Refused by name: types with no Spark counterpart here (time, uuid, fixed); data
+rows out. ``uuid`` columns are read as their text and ``fixed`` as binary, as Spark's Iceberg
+connector shows them. Refused by name: ``time`` columns (Spark has no type for them); data
 files outside the table location; delete files not in Parquet.
 Partition values are inside Iceberg's data files, so tablets carry no partition folders and
 the arrow engine's row-group statistics do the skipping.
@@ -365,7 +366,8 @@ def _relative(path: str, location: str) -> str | None:
 def _field_ids_needed(loaded: Any) -> tuple[tuple[str, str | int], ...]:
     """Each top-level column's field id, when names no longer say which data is which: a
     column renamed, or a name dropped and added again (a new field id), in the table's
-    schema history. Iceberg resolves columns by field id (the Parquet files carry them);
+    schema history; or when the table has a UUID column (the ids send the sql engine through
+    starscan's reader). Iceberg resolves columns by field id (the Parquet files carry them);
     while every name has kept one id, reading by name is the same (and lets Spark's own
     reader read the files)."""
     names_of: dict[int, set[str]] = {}
@@ -374,9 +376,19 @@ def _field_ids_needed(loaded: Any) -> tuple[tuple[str, str | int], ...]:
         for field in schema.fields:
             names_of.setdefault(field.field_id, set()).add(field.name)
             ids_of.setdefault(field.name.lower(), set()).add(field.field_id)
-    if all(len(n) == 1 for n in names_of.values()) and all(len(i) == 1 for i in ids_of.values()):
+    stable = all(len(n) == 1 for n in names_of.values()) and all(len(i) == 1 for i in ids_of.values())
+    if stable and not _has_uuid(loaded.schema()):
         return ()
     return tuple((f.name, int(f.field_id)) for f in loaded.schema().fields)
+
+
+def _has_uuid(schema: Any) -> bool:
+    """Whether a column is a UUID: Spark's Parquet reader reads its 16 bytes as binary, not as
+    the text the schema says; starscan's reader (which field ids send every engine to)
+    writes the text."""
+    from pyiceberg import types as I
+
+    return any(isinstance(f.field_type, I.UUIDType) for f in schema.fields)
 
 
 def to_spark_schema(name: str, schema: Any) -> T.StructType:
@@ -391,6 +403,9 @@ def to_spark_schema(name: str, schema: Any) -> T.StructType:
             I.FloatType: T.FloatType(), I.DoubleType: T.DoubleType(), I.DateType: T.DateType(),
             I.TimestampType: T.TimestampNTZType(), I.TimestamptzType: T.TimestampType(),
             I.StringType: T.StringType(), I.BinaryType: T.BinaryType(),
+            # As Spark's Iceberg connector shows them: a UUID as its 36-character text, a
+            # fixed-length byte array as binary.
+            I.UUIDType: T.StringType(), I.FixedType: T.BinaryType(),
         }
         for cls, spark in simple.items():
             if isinstance(t, cls):
@@ -404,7 +419,8 @@ def to_spark_schema(name: str, schema: Any) -> T.StructType:
             return T.ArrayType(convert(t.element_type, column), not t.element_required)
         if isinstance(t, I.MapType):
             return T.MapType(convert(t.key_type, column), convert(t.value_type, column), not t.value_required)
-        raise TableUnreadable(f"table {name}: column {column} has Iceberg type {t}, which starscan does not read")
+        reason = " (Spark's Iceberg connector has no type for it either)" if isinstance(t, I.TimeType) else ""
+        raise TableUnreadable(f"table {name}: column {column} has Iceberg type {t}, which starscan does not read{reason}")
 
     return T.StructType([T.StructField(f.name, convert(f.field_type, f.name), not f.required) for f in schema.fields])
 

@@ -322,6 +322,44 @@ def test_equality_delete_keys_are_read_from_the_files_even_when_not_selected(ice
     assert got.num_rows == len(equality_deleted["upserts"].expected())
 
 
+@pytest.fixture(scope="module")
+def uuid_table(catalog):
+    """ice.kinds: a uuid and a fixed(4) column, written by pyiceberg."""
+    import uuid
+
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import FixedType, LongType, NestedField, UUIDType
+
+    table = catalog.create_table("ice.kinds", schema=Schema(
+        NestedField(1, "id", LongType(), False), NestedField(2, "u", UUIDType(), False),
+        NestedField(3, "f", FixedType(4), False)))
+    ids = list(range(50))
+    uuids = [uuid.UUID(int=(i * 0x9E3779B97F4A7C15) % 2**128) if i % 7 else None for i in ids]
+    table.append(pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "u": pa.ExtensionArray.from_storage(pa.uuid(), pa.array([u.bytes if u else None for u in uuids], pa.binary(16))),
+        "f": pa.array([i.to_bytes(4, "big") if i % 5 else None for i in ids], pa.binary(4))},
+        schema=pa.schema([("id", pa.int64()), ("u", pa.uuid()), ("f", pa.binary(4))])))
+    return catalog.load_table("ice.kinds")
+
+
+@pytest.mark.parametrize("scan_engine", ["sql", "auto"])
+def test_uuid_columns_read_as_their_text_and_fixed_as_binary(ice_server, uuid_table, scan_engine):
+    """As Spark's Iceberg connector shows them: a UUID's 36 characters (Java's UUID.toString),
+    a fixed(4) value's bytes; a predicate on the text works on both engines."""
+    ice_server.ops.update_config({"scan_engine": scan_engine})
+    try:
+        oracle = {r["id"]: (str(r["u"]) if r["u"] is not None else None, r["f"])
+                  for r in uuid_table.scan().to_arrow().to_pylist()}
+        got = _read(ice_server, "select id, u, f from ice.kinds", table="kinds").to_pylist()
+        assert {r["id"]: (r["u"], r["f"]) for r in got} == oracle
+        one = oracle[3][0]
+        picked = _read(ice_server, f"select id from ice.kinds where u = '{one}' or u is null", table="kinds")
+        assert sorted(picked.column("id").to_pylist()) == sorted(i for i, (u, _) in oracle.items() if u in (one, None))
+    finally:
+        ice_server.ops.update_config({"scan_engine": "auto"})
+
+
 def test_a_position_delete_snapshot_ends_incremental_reads_with_409(ice_server, catalog):
     from support.iceberg_deletes import write_position_deletes
 
