@@ -146,7 +146,8 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
             if body is None:
                 async with planning:
                     body = await run_in_threadpool(planner.query_plan_json, db, table, wanted.sql, who, info,
-                                                   since, wanted.consumer, wanted.cursor, wanted.direct)
+                                                   since, wanted.consumer, wanted.cursor, wanted.direct,
+                                                   wanted.direct_row_deletes)
         except StarscanError as exc:
             _audit_plan(audit, user, client, db, table, info, started, exc.http_status, exc.message)
             raise

@@ -6,17 +6,19 @@ kernel rules the BE's ``arrow`` engine follows (starscan.arrow.scan): Parquet fi
 predicate with an exact pyarrow translation, scalar output columns, partition values whose
 reading is certain. Everything else answers ``"direct": false`` with the reason, and the
 reader uses the BE for it. starscan has no column grants, masks or row filters today. A
-tablet whose files have row-level deletes (Delta deletion vectors, Iceberg position
-deletes) is not direct: the BE
-reads it and leaves the deleted rows out.
+file's row-level deletes (Delta deletion vectors, Iceberg position and equality delete
+files) go into the plan beside it, their files as storage locations, when the reader says
+it applies them (``"direct_row_deletes": true``, which the bundled client sends); for a
+reader that does not say so such a tablet is not direct, and the BE leaves the rows out.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from starscan.arrow.deletes import IcebergDeletes, row_deletes
 from starscan.arrow.direct import FORMAT, DirectFile, DirectRead
 from starscan.arrow.filter import NotArrowable
 from starscan.arrow.rebase import CalendarRules
@@ -42,7 +44,8 @@ def storage_path(snap: TableSnapshot, relative: str) -> str:
 
 
 def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predicate: Expr | None,
-                tablets: list[Any], time_zone: str, calendar: CalendarRules = CalendarRules()) -> DirectPlan:
+                tablets: list[Any], time_zone: str, calendar: CalendarRules = CalendarRules(),
+                row_deletes: bool = False) -> DirectPlan:
     """The direct part of a plan of ``columns`` (the plan's TPlanColumns) of ``tablets``."""
     fields = Fields(parse_schema(schema_json))
     folders = snap.partitions_in_folders
@@ -60,24 +63,43 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
     disclosed: list[str] = []
     for t in tablets:
         try:
-            files = [_file(snap, read, f, t, fields) for f in t.files]
+            files = [_file(snap, read, f, t, fields, row_deletes) for f in t.files]
         except NotArrowable as why:
             out[t.tablet_id] = {"direct": False, "reason": f"not readable from the files alone: {why}"}
             continue
         out[t.tablet_id] = {"direct": True, "format": FORMAT, "files": [f.to_json() for f in files]}
         disclosed.extend(f.storage_path for f in files)
+        disclosed.extend(path for f in files for path in f.delete_files())
     section = DirectRead(snap.qualified_name, snap.version, json.loads(schema_json),
                          tuple((c.name, c.source) for c in columns), predicate, time_zone,
                          tuple(sorted(partition_columns)), calendar, snap.file_columns).to_json()
     return DirectPlan(section, out, disclosed)
 
 
-def _file(snap: TableSnapshot, read: Any, f: Any, tablet: Any, fields: Fields) -> DirectFile:
+def _file(snap: TableSnapshot, read: Any, f: Any, tablet: Any, fields: Fields, row_deletes: bool) -> DirectFile:
     """A planned file as a direct plan names it; its partition values are read as the BE's
     arrow engine reads them (starscan.arrow.scan.file_part), NotArrowable when uncertain."""
-    if getattr(f, "deletes", None):
+    deletes = getattr(f, "deletes", None)
+    if deletes and not row_deletes:
         raise NotArrowable(f"file {f.path} has rows deleted by row-level deletes (a Delta deletion vector or Iceberg "
-                           "position delete files), which the BE applies")
+                           "delete files), which this reader did not say it applies (direct_row_deletes)")
     row_groups = None if tablet.first_row_group is None else (tablet.first_row_group, tablet.row_groups or 0)
-    part = file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, snap.partitions_in_folders)
-    return DirectFile(storage_path(snap, f.path), f.size, f.mtime_ns, row_groups, dict(part.partition))
+    part = file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, snap.partitions_in_folders,
+                     deletes)
+    return DirectFile(storage_path(snap, f.path), f.size, f.mtime_ns, row_groups, dict(part.partition),
+                      _as_uris(part.deletes))
+
+
+def _as_uris(deletes: str | None) -> str | None:
+    """A file's placed deletes with local paths as file:// URIs, as storage paths are named."""
+    if deletes is None:
+        return None
+    found = row_deletes(deletes)
+
+    def uri(path: str) -> str:
+        return path if is_uri(path) else "file://" + path
+
+    if isinstance(found, IcebergDeletes):
+        return replace(found, files=tuple(uri(p) for p in found.files),
+                       equality=tuple(replace(e, file=uri(e.file)) for e in found.equality)).to_json()
+    return found.to_json() if found.path is None else replace(found, path=uri(found.path)).to_json()

@@ -105,6 +105,9 @@ class PlanRequest:
     consumer: str | None = None       # a named consumer: from its committed version (starscan.tables.consumers)
     cursor: bool = False              # "since_version" was sent (null: from the start): answer with "version"
     direct: bool = False              # a direct plan: name the storage of each tablet (starscan.arrow.direct)
+    # The reader applies row-level deletes itself (a client that predates them would not, and
+    # would return deleted rows): only then are tablets with deletes direct.
+    direct_row_deletes: bool = False
 
 
 def table_version(value: object, what: str = "version") -> int:
@@ -138,8 +141,11 @@ def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanReques
     direct = doc.get("direct", False)
     if not isinstance(direct, bool):
         raise BadRequest(f'"direct" must be true or false, not {direct!r}')
+    row_deletes = doc.get("direct_row_deletes", False)
+    if not isinstance(row_deletes, bool):
+        raise BadRequest(f'"direct_row_deletes" must be true or false, not {row_deletes!r}')
     return PlanRequest(sql, since, check_consumer_name(consumer) if consumer is not None else None,
-                       cursor="since_version" in doc, direct=direct)
+                       cursor="since_version" in doc, direct=direct, direct_row_deletes=row_deletes)
 
 
 class QueryPlanner:
@@ -171,7 +177,7 @@ class QueryPlanner:
 
     def query_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None,
                         since_version: int | None = None, consumer: str | None = None, cursor: bool = False,
-                        direct: bool = False) -> bytes:
+                        direct: bool = False, direct_row_deletes: bool = False) -> bytes:
         """The answer's bytes. ``audit``, when given, is filled with what the audit line needs.
         ``since_version``: plan only the files appended after that version (409 when the table
         was rewritten since, 404 when the version is unknown); the answer then also carries
@@ -222,7 +228,8 @@ class QueryPlanner:
             return _EMPTY_ANSWER + tail + b"}"
         partitions_json = body.partitions_json
         if direct:
-            partitions_json, section = self._direct(snap, plan, predicate, tablets, partitions_json, audit)
+            partitions_json, section = self._direct(snap, plan, predicate, tablets, partitions_json, audit,
+                                                    direct_row_deletes)
             tail += b',"direct":' + section
         return _answer(encoded, partitions_json, tail)
 
@@ -282,11 +289,12 @@ class QueryPlanner:
         audit["query_id"] = plan.query_id
         return plan, plan_codec.encode(plan, self.signer)
 
-    def _direct(self, snap, plan, predicate, tablets, partitions_json: bytes, audit: dict) -> tuple[bytes, bytes]:
+    def _direct(self, snap, plan, predicate, tablets, partitions_json: bytes, audit: dict,
+                row_deletes: bool = False) -> tuple[bytes, bytes]:
         """A direct plan's ``partitions`` (each tablet's storage beside its routings) and its
         top-level ``direct`` section; the files it names go to the audit line."""
         found = direct_plan(snap, plan.table_schema, plan.columns, predicate, list(tablets), self.settings.time_zone,
-                            CalendarRules.of_settings(self.settings.spark_conf))
+                            CalendarRules.of_settings(self.settings.spark_conf), row_deletes=row_deletes)
         partitions = json.loads(partitions_json)
         for tablet_id, extra in found.tablets.items():
             partitions[str(tablet_id)].update(extra)

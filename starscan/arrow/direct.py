@@ -19,16 +19,18 @@ Never a credential: a direct reader reaches the storage with its own.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from starscan.arrow.deletes import IcebergDeletes, row_deletes
 from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
 from starscan.arrow.scan import Fields, plan_read
 from starscan.core.errors import PlanInvalid
 from starscan.core.sql_types import parse_schema
 from starscan.expr import Expr, from_json, to_json
-from starscan.storage.stores import Storage
+from starscan.storage.stores import Storage, local_path
 
 FORMAT = "parquet"
 
@@ -40,9 +42,22 @@ class DirectFile:
     mtime_ns: int
     row_groups: tuple[int, int] | None = None        # [first, count] of a cut file; None: the whole file
     partition_values: dict[str, Any] = field(default_factory=dict)  # column -> int, str, 'YYYY-MM-DD' or None
+    # The file's row-level deletes (starscan.arrow.deletes JSON), their files as storage URIs.
+    deletes: str | None = None
+
+    def delete_files(self) -> list[str]:
+        """The storage URIs of the files its deletes are read from."""
+        if self.deletes is None:
+            return []
+        found = row_deletes(self.deletes)
+        if isinstance(found, IcebergDeletes):
+            return [*found.files, *(e.file for e in found.equality)]
+        return [found.path] if found.path is not None else []
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"storagePath": self.storage_path, "size": self.size, "modificationTimeNs": self.mtime_ns}
+        if self.deletes is not None:
+            out["rowDeletes"] = json.loads(self.deletes)
         if self.row_groups is not None:
             out["rowGroups"] = list(self.row_groups)
         if self.partition_values:
@@ -54,9 +69,11 @@ class DirectFile:
     def from_json(cls, doc: Any) -> DirectFile:
         try:
             row_groups = doc.get("rowGroups")
+            deletes = doc.get("rowDeletes")
             return cls(str(doc["storagePath"]), int(doc["size"]), int(doc["modificationTimeNs"]),
                        (int(row_groups[0]), int(row_groups[1])) if row_groups is not None else None,
-                       dict(doc.get("partitionValues") or {}))
+                       dict(doc.get("partitionValues") or {}),
+                       json.dumps(deletes, separators=(",", ":"), sort_keys=True) if deletes is not None else None)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             raise PlanInvalid(f"a direct plan's file is malformed: {str(doc)[:200]}") from None
 
@@ -115,4 +132,21 @@ def file_part(read: ArrowRead, f: DirectFile, location: str) -> FilePart:
             value = dt.date.fromisoformat(value)
         values.append((name, value))
     row_groups = None if f.row_groups is None else tuple(range(f.row_groups[0], f.row_groups[0] + f.row_groups[1]))
-    return FilePart(location, f.storage_path, f.size, f.mtime_ns, row_groups, tuple(values))
+    return FilePart(location, f.storage_path, f.size, f.mtime_ns, row_groups, tuple(values),
+                    _placed(f.deletes, location))
+
+
+def _placed(deletes: str | None, location: str) -> str | None:
+    """The deletes' file URIs as this reader's storage finds them: local paths for a local
+    file (``location`` is then a path), URIs otherwise."""
+    if deletes is None or "://" in location:
+        return deletes
+    found = row_deletes(deletes)
+
+    def local(path: str) -> str:
+        return local_path(path) if path.startswith("file://") else path
+
+    if isinstance(found, IcebergDeletes):
+        return replace(found, files=tuple(local(p) for p in found.files),
+                       equality=tuple(replace(e, file=local(e.file)) for e in found.equality)).to_json()
+    return deletes if found.path is None else replace(found, path=local(found.path)).to_json()

@@ -227,6 +227,7 @@ class StarscanClient:
         request: dict[str, Any] = {"sql": sql}
         if direct:
             request["direct"] = True
+            request["direct_row_deletes"] = True  # this client's reader leaves deleted rows out
         if since_version is not None or cursor:
             request["since_version"] = since_version
         if consumer is not None:

@@ -78,7 +78,12 @@ def test_rows_deleted_by_deletion_vectors_are_left_out(server, client, deleted, 
     assert sorted(tuple(r.values()) for r in got.to_pylist()) == _oracle(deleted, where)
 
 
-def test_direct_reads_send_files_with_deletes_to_the_be(server, fe_url, deleted):
+def test_direct_reads_apply_the_vectors_and_readers_that_do_not_say_so_get_the_be(server, fe_url, deleted):
+    """The bundled client says it applies row-level deletes: its direct plan names each
+    file's vector (a storage URI) and its own reader leaves the rows out. A reader that does
+    not say so (an older client) gets those tablets marked not direct, with the reason."""
+    import httpx
+
     from starscan.client import connect
 
     if not server.users.exists("dv_direct"):
@@ -87,10 +92,15 @@ def test_direct_reads_send_files_with_deletes_to_the_be(server, fe_url, deleted)
     server.users.grant("dv_direct", "direct_read:lake.*")
     conn = connect(fe_url, "dv_direct", "pw")
     plan = conn.plan("lake", "dv", "select id from lake.dv", direct=True)
-    reasons = {p.get("reason") for p in plan["partitions"].values()}
-    assert reasons and all(r and "deletion vector" in r for r in reasons), reasons
-    got = conn.read_arrow("lake.dv", ["id", "v", "x"], direct="auto")
+    files = [f for p in plan["partitions"].values() for f in p["files"]]
+    assert files and any(f.get("rowDeletes") for f in files)
+    got = conn.read_arrow("lake.dv", ["id", "v", "x"], direct=True)
+    assert conn.direct_tablets > 0 and not conn.fallbacks
     assert sorted(tuple(r.values()) for r in got.to_pylist()) == _oracle(deleted)
+    older = httpx.post(f"{fe_url}/api/lake/dv/_query_plan", json={"sql": "select id from lake.dv", "direct": True},
+                       auth=("dv_direct", "pw"), timeout=60).json()
+    reasons = {p.get("reason") for p in older["partitions"].values()}
+    assert reasons and all(r and "deletion vector" in r for r in reasons), reasons
 
 
 def test_a_broken_vector_fails_the_scan_by_name_and_the_server_serves_on(server, client, tmp_path):

@@ -315,6 +315,23 @@ def test_the_mysql_port_leaves_equality_deleted_rows_out(ice_server, equality_de
     assert sorted(got, key=str) == sorted(want, key=str) and len(got) < 40
 
 
+def test_direct_reads_apply_position_and_equality_deletes(ice_server, equality_deleted, position_deleted):
+    from starscan.client import connect
+
+    if not ice_server.users.exists("ice_direct"):
+        ice_server.users.set_password("ice_direct", "pw", create=True)
+    ice_server.users.grant("ice_direct", "ice.*")
+    ice_server.users.grant("ice_direct", "direct_read:ice.*")
+    conn = connect(f"http://127.0.0.1:{ice_server.http_port}", "ice_direct", "pw")
+    got = conn.read_arrow("ice.upserts", ["id", "city"], direct=True)
+    assert conn.direct_tablets > 0 and not conn.fallbacks
+    assert sorted(map(tuple, (r.values() for r in got.to_pylist())), key=str) == \
+        sorted(((r["id"], r["city"]) for r in equality_deleted["upserts"].expected()), key=str)
+    got = conn.read_arrow("ice.posdel", ["id"], direct=True)
+    want = position_deleted.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
+    assert sorted(got.column("id").to_pylist()) == sorted(want)
+
+
 def test_equality_delete_keys_are_read_from_the_files_even_when_not_selected(ice_server, equality_deleted):
     """The key columns of a delete (city, day) are read with the data even when the query
     selects neither; its count is the oracle's."""
