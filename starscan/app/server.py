@@ -113,6 +113,9 @@ class StarscanServer:
         self.query_port: int | None = None
         self.mysql: MysqlPort | None = None  # when the FE runs
         self.workers: PythonWorkerKeeper | None = None  # with the warm-up
+        self.warmed = threading.Event()  # the background warm-up is done (or skipped)
+        self._warmup_thread: threading.Thread | None = None
+        self._stopping = False
         self.tablet_lists = TabletLists(settings.tablet_lists_max_bytes)
         self.service = ScanService(self.live_settings, spark, self.signer, self.contexts,
                                    Admission(self.live_settings, self.users, self.login_guard), self.audit,
@@ -148,26 +151,6 @@ class StarscanServer:
 
     def start(self) -> StarscanServer:
         self.users.warn_if_default_root()
-        if self.be_enabled and self.settings.warmup_rows > 0:
-            from starscan.provider.warmup import warm_up
-
-            try:
-                seconds = warm_up(self.spark, self.settings.warehouse_path if self.settings.warehouse_is_local
-                                  else self.settings.state_path, self.settings.warmup_rows,
-                                  self.service.push_listener())
-            except Exception as exc:  # noqa: BLE001 - a cold JVM is slower, not broken
-                log.warning("JVM warm-up skipped: %s: %s (the first scans will be slower; warmup_rows=0 turns the "
-                            "warm-up off)", type(exc).__name__, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")
-            else:
-                log.info("JVM warmed up in %.1f s (%d rows written and scanned; warmup_rows=0 turns this off)", seconds,
-                         self.settings.warmup_rows)
-            workers = self.workers = PythonWorkerKeeper(self.spark)
-            try:
-                seconds = workers.fill()
-                log.info("%d Spark Python workers started in %.1f s", workers.slots(), seconds)
-            except Exception as exc:  # noqa: BLE001 - started on demand then
-                log.warning("Spark Python workers not started ahead: %s", exc)
-            workers.start()
         if self.be_enabled:
             self.thrift = ThriftServer(self.ops.be.wrap(ExternalServiceHandler(self.service)), self.settings.bind_host,
                                        self.settings.be_port, self.settings.thrift_client_timeout_s,
@@ -180,6 +163,7 @@ class StarscanServer:
                 self.live_settings.bound(be_port=self.be_port)
             self.reaper = ScanContextReaper(self.contexts, self.settings.gc_interval_s)
             self.reaper.start()
+            self._warm_up_in_background()
         tokens = None
         if self.settings.jwt_key is not None:
             tokens = TokenVerifier(self.settings.jwt_key.get_secret_value(), self.settings.jwt_algorithms,
@@ -208,6 +192,49 @@ class StarscanServer:
         gc.freeze()
         return self
 
+    def _warm_up_in_background(self) -> None:
+        """Warm the JVM up and start Spark's Python workers after the BE listens, on a thread
+        of their own: a BE answers from its first seconds (a restarted one is back at once),
+        and scans that arrive meanwhile are served beside the warm-up, slower. ``warmed``
+        is set when it is done (or skipped)."""
+        if self.settings.warmup_rows <= 0:
+            self.warmed.set()
+            return
+        self._warmup_thread = threading.Thread(target=self._warm_up, name="starscan-warmup", daemon=True)
+        self._warmup_thread.start()
+
+    def _warm_up(self) -> None:
+        from starscan.provider.warmup import warm_up
+
+        started = time.monotonic()
+        try:
+            try:
+                seconds = warm_up(self.spark, self.settings.warehouse_path if self.settings.warehouse_is_local
+                                  else self.settings.state_path, self.settings.warmup_rows,
+                                  self.service.push_listener())
+            except Exception as exc:  # noqa: BLE001 - a cold JVM is slower, not broken
+                if self._stopping:
+                    return
+                log.warning("JVM warm-up skipped: %s: %s (the first scans will be slower; warmup_rows=0 turns the "
+                            "warm-up off)", type(exc).__name__,
+                            str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")
+            else:
+                log.info("JVM warmed up in %.1f s (%d rows written and scanned; warmup_rows=0 turns this off)",
+                         seconds, self.settings.warmup_rows)
+            if self._stopping:
+                return
+            workers = self.workers = PythonWorkerKeeper(self.spark)
+            try:
+                seconds = workers.fill()
+                log.info("%d Spark Python workers started in %.1f s", workers.slots(), seconds)
+            except Exception as exc:  # noqa: BLE001 - started on demand then
+                log.warning("Spark Python workers not started ahead: %s", exc)
+            if not self._stopping:
+                workers.start()
+                log.info("BE warm-up done, %.1f s after the BE began listening", time.monotonic() - started)
+        finally:
+            self.warmed.set()
+
     def _serve_http(self, app, port: int, role: str) -> int:
         """Start uvicorn with ``app`` on ``port`` (0: a free one); returns the port bound."""
         # proto=IPPROTO_TCP, not the default 0: asyncio turns Nagle's algorithm off
@@ -235,6 +262,13 @@ class StarscanServer:
         return bound
 
     def stop(self) -> None:
+        self._stopping = True
+        if self._warmup_thread is not None and not self.warmed.is_set():
+            try:
+                self.spark.sparkContext.cancelJobGroup("starscan-warmup")
+            except Exception:  # noqa: BLE001 - the context may be stopping
+                pass
+            self._warmup_thread.join(timeout=30)
         if self.membership is not None:
             self.membership.stop()
         if self.mysql is not None:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support.servers import start_serve
+from support.waits import wait_until
 
 from starscan.client import StarscanClient, thrift_client
 from starscan.core.thrift_defs import wire
@@ -31,6 +32,9 @@ def flink_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("flink")
     proc, http_port, _, log = start_serve(tmp, demo_scale="0.1", spark_master=None, warmup_rows="300000")
     try:
+        # The BE listens before its warm-up ends; these readers are timed against a warm one.
+        wait_until(lambda: "BE warm-up done" in (tmp / "serve.log").read_text(errors="replace"), timeout_s=300,
+                   interval_s=0.5, what="the BE's warm-up")
         files = glob.glob(str(tmp / "wh" / "demo.db" / "lineitem" / "*.parquet"))
         yield http_port, sum(pq.read_metadata(f).num_rows for f in files)
     finally:

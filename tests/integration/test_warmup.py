@@ -30,6 +30,7 @@ def test_a_failed_warm_up_does_not_stop_the_start(spark, base_settings, tmp_path
     srv = StarscanServer(settings, spark, fe=False, be=True)
     with caplog.at_level("WARNING", logger="starscan"):
         srv.start()
+        assert srv.warmed.wait(120), "the background warm-up did not end"
     try:
         assert srv.be_port and srv.thrift is not None
         assert any("JVM warm-up skipped" in r.getMessage() for r in caplog.records)
@@ -60,3 +61,23 @@ def test_the_worker_keeper_starts_a_python_worker_per_slot(spark):
             pass
     # The daemon plus at least one forked worker per slot.
     assert len(workers) >= keeper.slots() + 1, [p.cmdline() for p in workers]
+
+
+def test_a_be_serves_scans_while_it_warms_up(spark, base_settings, tmp_path):
+    """The warm-up runs after the BE listens, on a thread of its own: start() returns
+    before it ends, and a scan opened meanwhile reads every row."""
+    from support.servers import own_warehouse, running_server
+
+    from starscan.client import StarscanClient
+
+    warehouse = own_warehouse(spark, tmp_path / "warehouse")
+    settings = base_settings.model_copy(update={"warehouse": warehouse, "warmup_rows": 1_000_000, "http_port": 0,
+                                                "be_port": 0, "query_port": 0})
+    with running_server(spark, settings) as srv:
+        assert not srv.warmed.is_set(), "start() waited for the warm-up"
+        got = StarscanClient(f"http://127.0.0.1:{srv.http_port}", "root", "").read(
+            "db1", "t1", "select k1, v1 from db1.t1")
+        assert sorted(got.column("k1").to_pylist()) == sorted(r[0] for r in spark.read.parquet(
+            str(warehouse / "db1.db" / "t1")).select("k1").collect())
+    # Stopping cancelled the warm-up's jobs if it was still running; it ended either way.
+    assert srv.warmed.is_set()
