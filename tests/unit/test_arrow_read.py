@@ -91,6 +91,17 @@ def _decoders() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("starscan-decode")]
 
 
+def _waiting_to_put(thread: threading.Thread) -> bool:
+    """Whether the thread is inside the reader's hand-over (``_put``), blocked waiting for
+    room in the queue (a queue with room never waits there)."""
+    frame = sys._current_frames().get(thread.ident)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return "_put" in names and "wait" in names[:names.index("_put")]
+
+
 def _wait_for_no_decoders() -> None:
     deadline = time.monotonic() + 10
     while _decoders() and time.monotonic() < deadline:
@@ -103,7 +114,11 @@ def test_the_threads_stay_a_bounded_number_of_batches_ahead_and_end_when_the_cal
     made = []
     batches = read_split(read, split, batch_rows=500, threads=2, finish=lambda b: made.append(1) or b)
     next(batches)
-    time.sleep(0.5)  # time to run ahead, if anything let them
+    from support.waits import wait_until  # here: this module is also imported by scripts without tests/ on the path
+
+    # Run ahead as far as they may: until every decoding thread waits to hand a batch over.
+    wait_until(lambda: len(_decoders()) == 2 and all(_waiting_to_put(t) for t in _decoders()),
+               what="the decoding threads to fill the queue and wait")
     # The queue holds threads x _AHEAD; each thread may hold one more it waits to put.
     assert len(made) <= 1 + 2 * _AHEAD + 2 < 25010 // 500
     batches.close()
