@@ -40,8 +40,9 @@ def split_size(total_bytes: int, tasks: int) -> int:
 
 def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
                tasks: int = 2, storage: Storage = LOCAL,
-               calendar: CalendarRules = CalendarRules()) -> tuple[ArrowRead, list[ArrowSplit]]:
-    """The read instructions and splits of ``plan`` on the arrow engine, or NotArrowable."""
+               calendar: CalendarRules = CalendarRules(), nested: bool = False) -> tuple[ArrowRead, list[ArrowSplit]]:
+    """The read instructions and splits of ``plan`` on the arrow engine, or NotArrowable
+    (``nested``: see starscan.arrow.scan.plan_read)."""
     fields = Fields(parse_schema(plan.table_schema))
     folders = plan.partition_columns is None  # else the partition values are in the files (Iceberg)
     first = next((t.files[0].path for t in plan_tablets[:1] if t.files), None)
@@ -50,7 +51,7 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
         [(c.name, c.source if c.is_slot_ref else None) for c in plan.columns],
         unflatten(plan.predicate) if plan.predicate is not None else None,
         time_zone, plan.file_format, partition_names(first, fields) if folders else set(), storage, calendar,
-        json.loads(plan.file_columns) if plan.file_columns else None)
+        json.loads(plan.file_columns) if plan.file_columns else None, nested)
     by_id = {t.tablet_id: t for t in plan_tablets}
     parts = []
     for tid in tablet_ids:

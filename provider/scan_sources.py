@@ -170,7 +170,9 @@ class PlannedRead:
         read exactly (files with row-level deletes, or whose columns the files name apart
         from the schema: Delta column mapping) or cannot open (an object store, for which
         Spark has no Hadoop connector out of the box). Every column the scan uses, in Spark's
-        types; NotArrowable when the reader cannot read them (nested columns, ORC files); Spark SQL then evaluates the predicate as for any DataFrame."""
+        types; NotArrowable when the reader cannot read them (ORC files; nested columns of a
+        table whose files name its columns apart); Spark SQL then evaluates the predicate as
+        for any DataFrame."""
         used = {field.name for _, field in self._out_cols}
         if predicate is not None:
             used |= {self._resolve(name) for name in predicate.columns()}
@@ -178,7 +180,7 @@ class PlannedRead:
         time_zone = spark.conf.get("spark.sql.session.timeZone")
         read, splits = plan_arrow(_columns_only(self.plan, names), self._plan_tablets, self._tablet_ids, time_zone,
                                   max(1, spark.sparkContext.defaultParallelism), self.storage,
-                                  CalendarRules.of_session(spark))
+                                  CalendarRules.of_session(spark), nested=True)
         return reader_frame(spark, read, splits, T.StructType([self._by_lower[n.lower()] for n in names]))
 
     def table_location(self) -> str:

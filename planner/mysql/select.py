@@ -180,7 +180,8 @@ def _through_reader(spark, snap, schema: T.StructType):
     Spark task per file: its files have rows deleted without being rewritten (Delta
     deletion vectors), which Spark's Parquet reader would return, or name their columns
     apart from the schema (Delta column mapping), or are in an object store Spark has no
-    connector for. NotArrowable when the reader cannot read the table (nested columns, ORC)."""
+    connector for. NotArrowable when the reader cannot read the table (ORC; nested columns of
+a table whose files name its columns apart)."""
     fields = Fields(parse_schema(json.dumps(schema.jsonValue())))
     names = [f.name for f in schema.fields]
     first = snap.files[0].path if snap.files else None
@@ -188,7 +189,7 @@ def _through_reader(spark, snap, schema: T.StructType):
     read = plan_read(snap.qualified_name, snap.version, fields, [(n, n) for n in names], None,
                      spark.conf.get("spark.sql.session.timeZone"), snap.file_format,
                      partition_names(first, fields) if folders else set(), snap.storage,
-                     CalendarRules.of_session(spark), dict(snap.file_columns))
+                     CalendarRules.of_session(spark), dict(snap.file_columns), nested=True)
     splits = [ArrowSplit((file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, folders,
                                     f.deletes),)) for f in snap.files]
     return reader_frame(spark, read, splits, schema)

@@ -580,6 +580,14 @@ def _as_type(read: ArrowRead, part: FilePart, name: str, array: pa.Array, expect
             return uuid_text(array)
         if pa.types.is_binary(expected):
             return array.cast(expected)
+    if pa.types.is_nested(expected) and pa.types.is_nested(actual):
+        # Arrays, maps and structs as Spark's Arrow names their parts (a list's "element",
+        # a map's "key"/"value"); their values are as they are.
+        try:
+            return array.cast(expected)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SplitReadError(f"table {read.table}: column {name} of file {part.relative} is {actual}, "
+                                 f"which does not read as the table's {expected}: {exc}") from None
     if pa.types.is_timestamp(expected) and pa.types.is_timestamp(actual):
         if expected.tz is not None:
             # An instant: a zone-less physical timestamp (INT96) counts in UTC, as Spark reads it.

@@ -54,21 +54,30 @@ class Fields:
 def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[str, str | None]],
               predicate: Expr | None, time_zone: str, file_format: str | None, partition_columns: set[str],
               storage: Storage = LOCAL, calendar: CalendarRules = CalendarRules(),
-              file_columns_map: dict[str, str | int] | None = None) -> ArrowRead:
+              file_columns_map: dict[str, str | int] | None = None, nested: bool = False) -> ArrowRead:
     """The read instructions for ``columns`` ((output name, source column; None for an
     expression)) of ``table`` filtered by ``predicate``, or NotArrowable. ``partition_columns``:
     the lower-case names whose values are in the files' folders (empty when the values are
     inside the files). ``calendar``: the session's rules for dates and timestamps of files
     from older writers (starscan.arrow.rebase). ``file_columns_map``: each column's name in
     the files (Delta column mapping) or its field id (an int: Iceberg) where the table
-    format resolves columns apart from the schema's names."""
+    format resolves columns apart from the schema's names. ``nested``: arrays, maps and
+    structs may be read as they are (the reader under Spark SQL, which evaluates everything
+    else), where their names inside are the schema's (no renames)."""
     arrow_filter = to_arrow_filter(predicate, fields) if predicate is not None else None
+    renamed = {k: v for k, v in (file_columns_map or {}).items() if k != v}
+    nested_ok = nested and not renamed
+
+    def check(f: Field) -> None:
+        if not (nested_ok and f.type.is_nested):
+            _check_type(f)
+
     output, out_fields = [], []
     for name, source in columns:
         if source is None:
             raise NotArrowable("an output expression")
         f = fields(source)
-        _check_type(f)
+        check(f)
         output.append((name, f.name, f.declared_char_length))
         out_fields.append((name, f))
     if file_format == "metastore":
@@ -77,6 +86,8 @@ def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[
         raise NotArrowable(f"the table's files are {file_format}, which Spark SQL reads")
     used = {src for _, src, _ in output} | {fields(n).name for n in (predicate.columns() if predicate else set())}
     for name in used:
+        check(fields(name))
+    for name in predicate.columns() if predicate is not None else ():
         _check_type(fields(name))
     file_columns = sorted(n for n in used if n.lower() not in partition_columns)
     part_columns = sorted(n for n in used if n.lower() in partition_columns)
@@ -86,7 +97,6 @@ def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[
 
     pushdown = _file_conjuncts(predicate, fields, partition_columns) if predicate is not None else None
     dates = tuple(n for n in file_columns if fields(n).type.kind in ("date", "timestamp"))
-    renamed = {k: v for k, v in (file_columns_map or {}).items() if k != v}
     if calendar.int96_conversion and any(fields(n).type.kind == "timestamp" for n in file_columns):
         raise NotArrowable("spark.sql.parquet.int96TimestampConversion is on (INT96 timestamps of files not written "
                            "by parquet-mr are moved to the session's zone)")

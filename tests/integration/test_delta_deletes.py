@@ -78,6 +78,39 @@ def test_rows_deleted_by_deletion_vectors_are_left_out(server, client, deleted, 
     assert sorted(tuple(r.values()) for r in got.to_pylist()) == _oracle(deleted, where)
 
 
+@on_both_engines
+def test_nested_columns_of_a_table_with_vectors_are_read_by_the_reader(server, client):
+    """Arrays, maps and structs of files with deleted rows: starscan's reader reads them as
+    they are under Spark SQL (the arrow engine leaves nested columns to it)."""
+    location = server.warehouse.table_path("lake", "dv_nested")
+    shutil.rmtree(location, ignore_errors=True)
+    ids = list(range(400))
+    data = pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "a": pa.array([[i, None, i + 1] if i % 5 else None for i in ids], pa.list_(pa.int32())),
+        "m": pa.array([[("k", i)] if i % 3 else [] for i in ids], pa.map_(pa.string(), pa.int64())),
+        "s": pa.array([{"x": i, "y": None if i % 7 == 0 else f"s{i}"} for i in ids],
+                      pa.struct([("x", pa.int64()), ("y", pa.string())]))})
+    write_deltalake(str(location), data, configuration={"delta.enableDeletionVectors": "true"})
+    path = pa.table(DeltaTable(str(location)).get_add_actions(flatten=False)).column("path")[0].as_py()
+    commit_deletion_vectors(location, {path: inline_vector(list(range(0, 400, 4)))}, {path: 400})
+    server.warehouse.invalidate("lake", "dv_nested")
+    want = pa.table(QueryBuilder().register("t", DeltaTable(str(location)))
+                    .execute("select id, a, m, s from t where id < 200").read_all())
+    got = client.read("lake", "dv_nested", "select id, a, m, s from lake.dv_nested where id < 200")
+    assert len(got) == len(want) == 150
+
+    def rows(table):
+        out = []
+        for r in table.to_pylist():
+            m = r["m"]
+            m = sorted(m.items()) if isinstance(m, dict) else sorted(tuple(kv) for kv in (m or []))
+            out.append((r["id"], r["a"], m, r["s"]))
+        return sorted(out, key=lambda t: t[0])
+
+    assert rows(got) == rows(want)
+
+
 def test_direct_reads_apply_the_vectors_and_readers_that_do_not_say_so_get_the_be(server, fe_url, deleted):
     """The bundled client says it applies row-level deletes: its direct plan names each
     file's vector (a storage URI) and its own reader leaves the rows out. A reader that does
