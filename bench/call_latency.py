@@ -90,7 +90,7 @@ def run_readers(fe: str, n: int, timeout_s: float) -> list[dict]:
     return results
 
 
-def row_for(scale: float, n: int, results: list[dict], timeout_s: float) -> list:
+def row_for(scale: float, phase: str, n: int, results: list[dict], timeout_s: float) -> list:
     opens = [x for r in results for x in r["open"]]
     nexts = [x for r in results for x in r["next"]]
     errors = [r["error"] for r in results if r["error"]]
@@ -102,7 +102,7 @@ def row_for(scale: float, n: int, results: list[dict], timeout_s: float) -> list
         return common.fmt(common.percentile(values, q) * 1000, 0) if values else "–"
 
     return [
-        scale, n, len(nexts),
+        scale, phase, n, len(nexts),
         f"{ms(opens, 50)} / {ms(opens, 99)} / {ms(opens, 100)}",
         f"{ms(nexts, 50)} / {ms(nexts, 99)} / {ms(nexts, 100)}",
         sum(1 for x in opens + nexts if x > 1.0),
@@ -112,7 +112,7 @@ def row_for(scale: float, n: int, results: list[dict], timeout_s: float) -> list
     ]
 
 
-HEADER = ["scale", "readers", "get_next calls", "open_scanner ms p50 / p99 / max", "get_next ms p50 / p99 / max",
+HEADER = ["scale", "phase", "readers", "get_next calls", "open_scanner ms p50 / p99 / max", "get_next ms p50 / p99 / max",
           "calls > 1 s", "first reply after open ms p50 / max", "M rows/s (aggregate)", "errors"]
 
 
@@ -125,6 +125,9 @@ def main(argv=None) -> int:
     ap.add_argument("--master", default=None, help="Spark master (default: starscan's default)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a starscan setting for the server (repeatable), e.g. scan_tasks_per_scanner=1")
+    ap.add_argument("--cold-readers", type=int, default=8,
+                    help="readers started at once right after the server starts, its warm-up still running "
+                         "(0: no cold row; default 8)")
     ap.add_argument("--warehouse", default="/tmp/starscan-bench-latency-wh", help="warehouse dir, reused across runs")
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = ap.parse_args(argv)
@@ -144,11 +147,18 @@ def main(argv=None) -> int:
 
             ensure_lineitem(spark, server.warehouse, scale, settings.tablet_target_bytes)
             fe = f"127.0.0.1:{server.http_port}"
+            if args.cold_readers:
+                warming = not server.warmed.is_set()
+                common.log(f"scale {scale}: {args.cold_readers} reader(s) at once, cold (warm-up running: {warming})")
+                rows.append(row_for(scale, "cold" + (" (warm-up running)" if warming else ""), args.cold_readers,
+                                    run_readers(fe, args.cold_readers, args.timeout), args.timeout))
+                print(json.dumps(rows[-1]), flush=True)
+            server.warmed.wait(600)
             common.log("warm-up: one full scan")
             run_readers(fe, 1, args.timeout)
             for n in [int(x) for x in args.readers.split(",")]:
                 common.log(f"scale {scale}: {n} reader(s)")
-                rows.append(row_for(scale, n, run_readers(fe, n, args.timeout), args.timeout))
+                rows.append(row_for(scale, "warm", n, run_readers(fe, n, args.timeout), args.timeout))
                 print(json.dumps(rows[-1]), flush=True)
         finally:
             server.stop()
@@ -159,7 +169,9 @@ def main(argv=None) -> int:
                 "keep_alive_min 10, query_timeout 600, mem_limit 1 GiB; 'calls > 1 s' would fail a Flink job with "
                 "the default scan.connect.timeout-ms",
         "server": f"in-process StarscanServer, Spark master {master}, settings {args.set or 'default'}, defaults otherwise "
-                  "(scan_tasks_per_scanner, reply_fill_wait_s, 16 MiB splits); one warm-up full scan before the runs",
+                  "(scan_tasks_per_scanner, reply_fill_wait_s, 16 MiB splits); cold: readers started right after "
+                  "the server (its background warm-up running, the data already written); warm: after the "
+                  "server's warm-up and one full scan",
         "data": f"demo.lineitem written by starscan.app.demo at scales {args.scales} (tablet_target_bytes default)",
     }
     common.report("call_latency: Flink-like readers", conditions, common.markdown_table(HEADER, rows) + "\n", env,
