@@ -118,7 +118,7 @@ def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path)
     try:
         client = StarscanClient(f"127.0.0.1:{http_port}", retries=0, timeout_s=120)
         for sql in ("select * from demo.lineitem", "select l_orderkey from demo.lineitem where l_quantity > 5"):
-            for _ in range(3):
+            for _ in range(2):
                 plan, tablets = plan_for(client, "demo", "lineitem", sql)
                 reader = Reader(("127.0.0.1", be_port))
                 try:

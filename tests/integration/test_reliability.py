@@ -218,7 +218,7 @@ def test_2_two_hundred_abandoned_scanners_are_all_reclaimed(rel_server, rel_clie
         try:
             for i in range(25):
                 k = worker * 25 + i
-                if k % 4 == 0:  # a big scan that fills its queue, one batch read: production paused
+                if k % 8 == 0:  # a big scan that fills its queue, one batch read: production paused
                     cid = conn.open_ok("demo", "lineitem", big_plan, [li[k % len(li)]], batch_size=100,
                                        mem_limit=MIB)
                     res = conn.next(cid, 0)
