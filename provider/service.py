@@ -78,6 +78,7 @@ class ScanService:
         self.contexts.add_removed_listener(self._removed)
         self._push: PushListener | None = None
         self.engine_listeners: list = []  # called with "arrow" or "sql" as each scan's engine is chosen
+        self.open_listeners: list = []    # called as each open_scanner arrives
         self._push_lock = threading.Lock()
 
     @property
@@ -110,6 +111,8 @@ class ScanService:
 
     # ---- open_scanner ----
     def open(self, params, client: str = "") -> OpenResult:
+        for listener in self.open_listeners:
+            listener()
         keep_alive = params.keep_alive_min if params.keep_alive_min and params.keep_alive_min > 0 else self.settings.keep_alive_min
         keep_alive = min(keep_alive, 32767)
         ctx = self.contexts.create(keep_alive)

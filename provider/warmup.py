@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 import uuid
 
@@ -45,18 +46,29 @@ _COLUMNS = (
 )
 
 
-def warm_up(spark, warehouse, rows: int, listener: PushListener) -> float:
-    """Write ``rows`` rows under ``warehouse`` and scan them back twice; returns seconds."""
+class WarmUpStopped(Exception):
+    """The warm-up was told to stop (a reader's scan came first, or the server stops)."""
+
+
+def warm_up(spark, warehouse, rows: int, listener: PushListener, stop: threading.Event | None = None) -> float:
+    """Write ``rows`` rows under ``warehouse`` and scan them back twice; returns seconds.
+    ``stop`` set: the warm-up ends at its next step (its running scan cancelled) with
+    WarmUpStopped; the first reader's scan warms the JVM as well as this would."""
+    stop = stop or threading.Event()
     started = time.monotonic()
     parent = warehouse / WARMUP_DIR
     path = parent / uuid.uuid4().hex[:12]
     sc = spark.sparkContext
     try:
         sc.setJobGroup("starscan-warmup", "starscan warm-up: write", True)  # the scans' jobs join this group
+        if stop.is_set():
+            raise WarmUpStopped()
         spark.range(rows, numPartitions=2).selectExpr(*_COLUMNS).write.mode("overwrite").parquet(str(path))
         for _ in range(2):
+            if stop.is_set():
+                raise WarmUpStopped()
             df = spark.read.parquet(literal(str(path))).where("c_bigint >= 0 and c_date >= date'1992-01-01'")
-            _drain(spark, df, listener)
+            _drain(spark, df, listener, stop)
     finally:
         try:
             sc.setJobGroup(None, None)
@@ -70,14 +82,19 @@ def warm_up(spark, warehouse, rows: int, listener: PushListener) -> float:
     return time.monotonic() - started
 
 
-def _drain(spark, df, listener: PushListener) -> int:
+def _drain(spark, df, listener: PushListener, stop: threading.Event) -> int:
     """Scan the DataFrame the way a scanner does and drop what arrives; returns the rows."""
     queue = ResultQueue(64 << 20)
     scan = SparkScan(spark, FrameRead(df, "warm-up"), queue, "starscan-warmup", listener, yield_after_s=None)
     scan.start()
     rows = 0
     while True:
-        batch = queue.take(65536)
+        if stop.is_set():
+            scan.cancel()
+            raise WarmUpStopped()
+        batch = queue.take(65536, timeout=0.2)
+        if batch is None:
+            continue
         if batch is EOS:
             return rows
         rows += batch.num_rows

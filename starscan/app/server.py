@@ -115,6 +115,7 @@ class StarscanServer:
         self.workers: PythonWorkerKeeper | None = None  # with the warm-up
         self.warmed = threading.Event()  # the background warm-up is done (or skipped)
         self._warmup_thread: threading.Thread | None = None
+        self._warmup_stop = threading.Event()  # a reader's scan came first, or the server stops
         self._stopping = False
         self.tablet_lists = TabletLists(settings.tablet_lists_max_bytes)
         self.service = ScanService(self.live_settings, spark, self.signer, self.contexts,
@@ -194,41 +195,47 @@ class StarscanServer:
 
     def _warm_up_in_background(self) -> None:
         """Warm the JVM up and start Spark's Python workers after the BE listens, on a thread
-        of their own: a BE answers from its first seconds (a restarted one is back at once),
-        and scans that arrive meanwhile are served beside the warm-up, slower. ``warmed``
-        is set when it is done (or skipped)."""
+        of their own, so that a BE answers from its first seconds (a restarted one is back at
+        once). The first reader's scan stops the warm-up (its running scan cancelled): the
+        reader's scan warms the JVM as well, and does not wait for Spark's slots behind it.
+        ``warmed`` is set when it is done, stopped or skipped."""
         if self.settings.warmup_rows <= 0:
             self.warmed.set()
             return
+        self.service.open_listeners.append(self._warmup_stop.set)
         self._warmup_thread = threading.Thread(target=self._warm_up, name="starscan-warmup", daemon=True)
         self._warmup_thread.start()
 
     def _warm_up(self) -> None:
-        from starscan.provider.warmup import warm_up
+        from starscan.provider.warmup import WarmUpStopped, warm_up
 
         started = time.monotonic()
         try:
             try:
                 seconds = warm_up(self.spark, self.settings.warehouse_path if self.settings.warehouse_is_local
                                   else self.settings.state_path, self.settings.warmup_rows,
-                                  self.service.push_listener())
+                                  self.service.push_listener(), self._warmup_stop)
+            except WarmUpStopped:
+                if not self._stopping:
+                    log.info("BE warm-up stopped after %.1f s: a reader's scan came first and warms the JVM instead",
+                             time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - a cold JVM is slower, not broken
-                if self._stopping:
-                    return
-                log.warning("JVM warm-up skipped: %s: %s (the first scans will be slower; warmup_rows=0 turns the "
-                            "warm-up off)", type(exc).__name__,
-                            str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")
+                if not self._stopping:
+                    log.warning("JVM warm-up skipped: %s: %s (the first scans will be slower; warmup_rows=0 turns "
+                                "the warm-up off)", type(exc).__name__,
+                                str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "")
             else:
                 log.info("JVM warmed up in %.1f s (%d rows written and scanned; warmup_rows=0 turns this off)",
                          seconds, self.settings.warmup_rows)
             if self._stopping:
                 return
             workers = self.workers = PythonWorkerKeeper(self.spark)
-            try:
-                seconds = workers.fill()
-                log.info("%d Spark Python workers started in %.1f s", workers.slots(), seconds)
-            except Exception as exc:  # noqa: BLE001 - started on demand then
-                log.warning("Spark Python workers not started ahead: %s", exc)
+            if not self._warmup_stop.is_set():  # a reader's scans start their own workers meanwhile
+                try:
+                    seconds = workers.fill()
+                    log.info("%d Spark Python workers started in %.1f s", workers.slots(), seconds)
+                except Exception as exc:  # noqa: BLE001 - started on demand then
+                    log.warning("Spark Python workers not started ahead: %s", exc)
             if not self._stopping:
                 workers.start()
                 log.info("BE warm-up done, %.1f s after the BE began listening", time.monotonic() - started)
@@ -263,11 +270,8 @@ class StarscanServer:
 
     def stop(self) -> None:
         self._stopping = True
-        if self._warmup_thread is not None and not self.warmed.is_set():
-            try:
-                self.spark.sparkContext.cancelJobGroup("starscan-warmup")
-            except Exception:  # noqa: BLE001 - the context may be stopping
-                pass
+        self._warmup_stop.set()
+        if self._warmup_thread is not None:
             self._warmup_thread.join(timeout=30)
         if self.membership is not None:
             self.membership.stop()
