@@ -117,8 +117,10 @@ def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path)
     proc, http_port, be_port, log = start_serve(tmp_path)
     try:
         client = StarscanClient(f"127.0.0.1:{http_port}", retries=0, timeout_s=120)
-        for sql in ("select * from demo.lineitem", "select l_orderkey from demo.lineitem where l_quantity > 5"):
-            for _ in range(2):
+        queries = ("select * from demo.lineitem", "select l_orderkey from demo.lineitem where l_quantity > 5")
+        closes_per_query = 2
+        for sql in queries:
+            for _ in range(closes_per_query):
                 plan, tablets = plan_for(client, "demo", "lineitem", sql)
                 reader = Reader(("127.0.0.1", be_port))
                 try:
@@ -159,7 +161,7 @@ def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path)
         log.close()
     text = (tmp_path / "serve.log").read_text()
     early = quiet_end[quiet_end.index(" ready: "):]
-    assert early.count(" before eos") == 6
+    assert early.count(" before eos") == len(queries) * closes_per_query
     for noise in ("ERROR", "Exception", "Broken pipe", "WARN"):
         assert noise not in early, early
     failure = text[len(quiet_end):]
