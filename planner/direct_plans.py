@@ -15,10 +15,10 @@ reader that does not say so such a tablet is not direct, and the BE leaves the r
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from starscan.arrow.deletes import IcebergDeletes, row_deletes
+from starscan.arrow.deletes import with_paths
 from starscan.arrow.direct import FORMAT, DirectFile, DirectRead
 from starscan.arrow.filter import NotArrowable
 from starscan.arrow.rebase import CalendarRules
@@ -94,12 +94,4 @@ def _as_uris(deletes: str | None) -> str | None:
     """A file's placed deletes with local paths as file:// URIs, as storage paths are named."""
     if deletes is None:
         return None
-    found = row_deletes(deletes)
-
-    def uri(path: str) -> str:
-        return path if is_uri(path) else "file://" + path
-
-    if isinstance(found, IcebergDeletes):
-        return replace(found, files=tuple(uri(p) for p in found.files),
-                       equality=tuple(replace(e, file=uri(e.file)) for e in found.equality)).to_json()
-    return found.to_json() if found.path is None else replace(found, path=uri(found.path)).to_json()
+    return with_paths(deletes, lambda path: path if is_uri(path) else "file://" + path)

@@ -35,7 +35,7 @@ import base64
 import json
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -298,6 +298,25 @@ def _pack(codes: list[np.ndarray], sizes: list[int]) -> np.ndarray:
     for c, n in zip(codes, sizes):
         out = out * max(n, 1) + c
     return out
+
+
+def delete_files(text: str) -> list[str]:
+    """Every file a plan's deletes JSON names (vector and delete files; none for an inline
+    vector)."""
+    found = row_deletes(text)
+    if isinstance(found, IcebergDeletes):
+        return [*found.files, *(e.file for e in found.equality)]
+    return [found.path] if found.path is not None else []
+
+
+def with_paths(text: str, place: Any) -> str:
+    """A plan's deletes JSON with every file it names passed through ``place`` (where a
+    reader or a direct plan finds them)."""
+    found = row_deletes(text)
+    if isinstance(found, IcebergDeletes):
+        return replace(found, files=tuple(place(p) for p in found.files),
+                       equality=tuple(replace(e, file=place(e.file)) for e in found.equality)).to_json()
+    return text if found.path is None else replace(found, path=place(found.path)).to_json()
 
 
 def kept_mask(deleted: np.ndarray, first_row: int, rows: int) -> np.ndarray | None:

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from starscan.arrow.deletes import IcebergDeletes, row_deletes
+from starscan.arrow.deletes import delete_files, with_paths
 from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
 from starscan.arrow.scan import Fields, plan_read
@@ -47,12 +47,7 @@ class DirectFile:
 
     def delete_files(self) -> list[str]:
         """The storage URIs of the files its deletes are read from."""
-        if self.deletes is None:
-            return []
-        found = row_deletes(self.deletes)
-        if isinstance(found, IcebergDeletes):
-            return [*found.files, *(e.file for e in found.equality)]
-        return [found.path] if found.path is not None else []
+        return delete_files(self.deletes) if self.deletes is not None else []
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"storagePath": self.storage_path, "size": self.size, "modificationTimeNs": self.mtime_ns}
@@ -141,12 +136,4 @@ def _placed(deletes: str | None, location: str) -> str | None:
     file (``location`` is then a path), URIs otherwise."""
     if deletes is None or "://" in location:
         return deletes
-    found = row_deletes(deletes)
-
-    def local(path: str) -> str:
-        return local_path(path) if path.startswith("file://") else path
-
-    if isinstance(found, IcebergDeletes):
-        return replace(found, files=tuple(local(p) for p in found.files),
-                       equality=tuple(replace(e, file=local(e.file)) for e in found.equality)).to_json()
-    return deletes if found.path is None else replace(found, path=local(found.path)).to_json()
+    return with_paths(deletes, lambda path: local_path(path) if path.startswith("file://") else path)

@@ -15,13 +15,12 @@ read into starscan.core.sql_types), so the client needs no Spark.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from starscan.arrow.deletes import IcebergDeletes, row_deletes
+from starscan.arrow.deletes import with_paths
 from starscan.arrow.filter import NotArrowable, to_arrow_filter
 from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
@@ -144,13 +143,7 @@ def place_deletes(deletes: str | None, storage: Storage, location: str) -> str |
             return path
         return storage.join(location, path)
 
-    found = row_deletes(deletes)
-    if isinstance(found, IcebergDeletes):
-        return replace(found, files=tuple(place(p) for p in found.files),
-                       equality=tuple(replace(e, file=place(e.file)) for e in found.equality)).to_json()
-    if found.path is None:
-        return deletes
-    return replace(found, path=place(found.path)).to_json()
+    return with_paths(deletes, place)
 
 
 def partition_names(first_file_path: str | None, fields: Fields) -> set[str]:
