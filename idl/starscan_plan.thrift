@@ -33,6 +33,10 @@ struct TPlanFile {
   2: required i64 size
   3: required i64 mtime_ns
   4: optional string deletes       // the file's row-level deletes (JSON: a Delta deletion vector's place), if any
+  // The file's partition values as the table format records them (JSON {column: text or
+  // null}), for a table whose folders do not spell them (Delta column mapping); see
+  // TScanPlan.partition_columns.
+  5: optional string partition
 }
 
 // Whole files, or (first_row_group set) a run of row_groups row groups of its one file that
@@ -71,8 +75,9 @@ struct TScanPlan {
   // its digest (starscan.plans.tablet_lists) with the ids of the tablets planned.
   15: optional binary tablets_digest
   16: optional list<i64> tablet_ids
-  // Set (empty) for a table whose partition values are inside its data files (Iceberg): its
-  // folders are not partitions. Unset: partition columns are read from `col=value` folders.
+  // Unset: partition columns are read from `col=value` folders. Empty: the partition values
+  // are inside the data files (Iceberg), its folders are not partitions. Not empty: these
+  // partition columns' values are carried by each file (TPlanFile.partition).
   17: optional list<string> partition_columns
   // The data files' format when it is not Parquet ("orc": Hive metastore tables).
   18: optional string file_format

@@ -48,9 +48,8 @@ def direct_plan(snap: TableSnapshot, schema_json: str, columns: list[Any], predi
                 row_deletes: bool = False) -> DirectPlan:
     """The direct part of a plan of ``columns`` (the plan's TPlanColumns) of ``tablets``."""
     fields = Fields(parse_schema(schema_json))
-    folders = snap.partitions_in_folders
     first = next((t.files[0].path for t in tablets if t.files), None)
-    partition_columns = partition_names(first, fields) if folders else set()
+    partition_columns = partition_names(first, fields, snap.plan_partition_columns)
     try:
         read = plan_read(snap.qualified_name, snap.version, fields,
                          [(c.name, c.source if c.is_slot_ref else None) for c in columns], predicate, time_zone,
@@ -85,7 +84,7 @@ def _file(snap: TableSnapshot, read: Any, f: Any, tablet: Any, fields: Fields, r
                            "delete files), which this reader did not say it applies (direct_row_deletes)")
     row_groups = None if tablet.first_row_group is None else (tablet.first_row_group, tablet.row_groups or 0)
     part = file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, snap.partitions_in_folders,
-                     deletes)
+                     deletes, f.recorded_partition)
     return DirectFile(storage_path(snap, f.path), f.size, f.mtime_ns, row_groups, dict(part.partition),
                       _as_uris(part.deletes))
 

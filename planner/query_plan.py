@@ -282,7 +282,7 @@ class QueryPlanner:
             table_schema=body.schema_json,
             schema_hash=body.shash,
             sql=body.sql[:AUDIT_SQL_CHARS],
-            partition_columns=None if snap.partitions_in_folders else [],
+            partition_columns=snap.plan_partition_columns,
             file_format=None if snap.file_format == "parquet" else snap.file_format,
             file_columns=json.dumps(dict(snap.file_columns)) if snap.file_columns else None,
         )

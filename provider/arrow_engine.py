@@ -44,13 +44,13 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
     """The read instructions and splits of ``plan`` on the arrow engine, or NotArrowable
     (``nested``: see starscan.arrow.scan.plan_read)."""
     fields = Fields(parse_schema(plan.table_schema))
-    folders = plan.partition_columns is None  # else the partition values are in the files (Iceberg)
+    folders = plan.partition_columns is None  # else in the files (Iceberg), or each file carries them
     first = next((t.files[0].path for t in plan_tablets[:1] if t.files), None)
     read = plan_read(
         f"{plan.database}.{plan.table}", plan.version, fields,
         [(c.name, c.source if c.is_slot_ref else None) for c in plan.columns],
         unflatten(plan.predicate) if plan.predicate is not None else None,
-        time_zone, plan.file_format, partition_names(first, fields) if folders else set(), storage, calendar,
+        time_zone, plan.file_format, partition_names(first, fields, plan.partition_columns), storage, calendar,
         json.loads(plan.file_columns) if plan.file_columns else None, nested)
     by_id = {t.tablet_id: t for t in plan_tablets}
     parts = []
@@ -60,7 +60,7 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
             range(tablet.first_row_group, tablet.first_row_group + (tablet.row_groups or 0)))
         for f in tablet.files:
             parts.append(file_part(read, fields, plan.table_location, f.path, f.size, f.mtime_ns, row_groups, folders,
-                                   f.deletes))
+                                   f.deletes, f.partition))
     return read, _splits(parts, split_size(sum(p.size for p in parts), tasks), storage)
 
 

@@ -141,15 +141,18 @@ class PlannedRead:
         frames = []
         folders = plan.partition_columns is None  # else the partition values are in the files
         spark = scan_session(self.spark, ordered=self.ordered, exact_floats=filters_floats(predicate, self._table_schema))
-        needs_reader = bool(plan.file_columns) or any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files)
+        # Spark's own readers know neither row-level deletes, nor columns the files name
+        # apart, nor partition values that only the plan carries.
+        needs_reader = (bool(plan.file_columns) or bool(plan.partition_columns)
+                        or any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files))
         if needs_reader or not storage.is_local:
             try:
                 return self._through_reader(spark, predicate)
             except NotArrowable as why:
                 if needs_reader:
-                    raise InvalidArgument(f"table {self.description} has rows deleted by deletion vectors or columns "
-                                          "its files name apart (column mapping), which only starscan's file reader "
-                                          f"reads, and it cannot read this scan: {why}") from None
+                    raise InvalidArgument(f"table {self.description} has rows deleted by deletion vectors, or columns "
+                                          "or partition values its files record apart (column mapping), which only "
+                                          f"starscan's file reader reads, and it cannot read this scan: {why}") from None
                 # Spark's own reader, which needs Hadoop's connector for the store (docs/storage.md).
         if whole:
             frames.append(read_parquet_files(spark, self._table_schema, storage.spark_path(location), whole,

@@ -96,7 +96,7 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
 
     storage = snap.storage
     session = scan_session(spark, exact_floats=filters_floats(prepared.parsed.predicate, schema))
-    needs_reader = bool(snap.file_columns) or any(f.deletes for f in snap.files)
+    needs_reader = bool(snap.file_columns) or snap.partitions_recorded or any(f.deletes for f in snap.files)
     df = None
     if needs_reader or not storage.is_local:
         try:
@@ -188,8 +188,8 @@ a table whose files name its columns apart)."""
     folders = snap.partitions_in_folders
     read = plan_read(snap.qualified_name, snap.version, fields, [(n, n) for n in names], None,
                      spark.conf.get("spark.sql.session.timeZone"), snap.file_format,
-                     partition_names(first, fields) if folders else set(), snap.storage,
+                     partition_names(first, fields, snap.plan_partition_columns), snap.storage,
                      CalendarRules.of_session(spark), dict(snap.file_columns), nested=True)
     splits = [ArrowSplit((file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, folders,
-                                    f.deletes),)) for f in snap.files]
+                                    f.deletes, f.recorded_partition),)) for f in snap.files]
     return reader_frame(spark, read, splits, schema)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starscan.arrow.deletes import delete_files, with_paths
+from starscan.arrow.nested import FileName, parse_file_name
 from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
 from starscan.arrow.scan import Fields, plan_read
@@ -85,7 +86,8 @@ class DirectRead:
     time_zone: str
     partition_columns: tuple[str, ...]   # lower-case names whose values are in the folders
     calendar: CalendarRules = CalendarRules()  # how files of older writers are read (starscan.arrow.rebase)
-    file_columns: tuple[tuple[str, str | int], ...] = ()  # column -> its name in the files (Delta column mapping)
+    # column -> its name in the files (Delta column mapping, Iceberg field ids: starscan.arrow.nested)
+    file_columns: tuple[tuple[str, FileName], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "format": FORMAT, "schema": self.schema,
@@ -104,8 +106,7 @@ class DirectRead:
                        from_json(predicate) if predicate is not None else None, str(doc["timeZone"]),
                        tuple(str(c).lower() for c in doc.get("partitionColumns") or ()),
                        CalendarRules.from_json(doc.get("calendar")),
-                       tuple((str(k), v if isinstance(v, int) else str(v))
-                             for k, v in (doc.get("fileColumns") or {}).items()))
+                       tuple((str(k), parse_file_name(v)) for k, v in (doc.get("fileColumns") or {}).items()))
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PlanInvalid("the plan's \"direct\" section is malformed") from None
 

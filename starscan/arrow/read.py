@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, EqualityKeys, IcebergDeletes, kept_mask, row_deletes
+from starscan.arrow.nested import FileKey, FileName, NestedMismatch, conform, is_nested_name, key_of
 from starscan.arrow.rebase import (
     CORRECTED,
     LEGACY,
@@ -113,13 +114,20 @@ class ArrowRead:
     calendar: CalendarRules = CalendarRules()
     storage: Storage = LOCAL      # where the files are (a local folder or an object store)
     output_columns: tuple[tuple[str, SqlType, bool], ...] = ()  # what the wire conversion needs
-    # Column -> its name in the files, where the table format names them apart from the
-    # schema (Delta column mapping); a column not here has its own name in the files.
-    file_names: tuple[tuple[str, str | int], ...] = ()
+    # Column -> its name in the files (starscan.arrow.nested.FileName), where the table
+    # format names them apart from the schema (Delta column mapping, Iceberg field ids); a
+    # column not here has its own name in the files, and so have its nested fields.
+    file_names: tuple[tuple[str, FileName], ...] = ()
 
-    def file_name(self, name: str) -> str | int:
+    def file_name(self, name: str) -> FileKey:
         """The column's name in the files, or its field id (an int) where ids resolve columns."""
-        return dict(self.file_names).get(name, name)
+        return key_of(dict(self.file_names).get(name, name))
+
+    def nested_names(self, name: str) -> FileName | None:
+        """The column's name in the files with its nested fields' names, where they are named
+        apart from the schema; None where they are not."""
+        found = dict(self.file_names).get(name)
+        return found if found is not None and is_nested_name(found) else None
 
 
 def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS, threads: int = 1,
@@ -582,10 +590,14 @@ def _as_type(read: ArrowRead, part: FilePart, name: str, array: pa.Array, expect
             return array.cast(expected)
     if pa.types.is_nested(expected) and pa.types.is_nested(actual):
         # Arrays, maps and structs as Spark's Arrow names their parts (a list's "element",
-        # a map's "key"/"value"); their values are as they are.
+        # a map's "key"/"value"), their struct fields found by the names or field ids the
+        # files give them (starscan.arrow.nested), their values by the rules below.
+        def leaf(values: pa.Array, wanted: pa.DataType) -> pa.Array:
+            return _as_type(read, part, name, values, wanted)
+
         try:
-            return array.cast(expected)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            return conform(array, read.nested_names(name), expected, leaf)
+        except (NestedMismatch, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise SplitReadError(f"table {read.table}: column {name} of file {part.relative} is {actual}, "
                                  f"which does not read as the table's {expected}: {exc}") from None
     if pa.types.is_timestamp(expected) and pa.types.is_timestamp(actual):

@@ -14,7 +14,8 @@ read into starscan.core.sql_types), so the client needs no Spark.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -22,6 +23,7 @@ import pyarrow.compute as pc
 
 from starscan.arrow.deletes import with_paths
 from starscan.arrow.filter import NotArrowable, to_arrow_filter
+from starscan.arrow.nested import FileName
 from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
 from starscan.core.sql_types import Field
@@ -53,22 +55,21 @@ class Fields:
 def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[str, str | None]],
               predicate: Expr | None, time_zone: str, file_format: str | None, partition_columns: set[str],
               storage: Storage = LOCAL, calendar: CalendarRules = CalendarRules(),
-              file_columns_map: dict[str, str | int] | None = None, nested: bool = False) -> ArrowRead:
+              file_columns_map: Mapping[str, FileName] | None = None, nested: bool = False) -> ArrowRead:
     """The read instructions for ``columns`` ((output name, source column; None for an
     expression)) of ``table`` filtered by ``predicate``, or NotArrowable. ``partition_columns``:
     the lower-case names whose values are in the files' folders (empty when the values are
     inside the files). ``calendar``: the session's rules for dates and timestamps of files
     from older writers (starscan.arrow.rebase). ``file_columns_map``: each column's name in
-    the files (Delta column mapping) or its field id (an int: Iceberg) where the table
-    format resolves columns apart from the schema's names. ``nested``: arrays, maps and
-    structs may be read as they are (the reader under Spark SQL, which evaluates everything
-    else), where their names inside are the schema's (no renames)."""
+    the files (Delta column mapping) or its field id (an int: Iceberg), with its nested
+    fields' where they are named apart too (starscan.arrow.nested), where the table format
+    resolves columns apart from the schema's names. ``nested``: arrays, maps and structs may
+    be read (the reader under Spark SQL, which evaluates everything else)."""
     arrow_filter = to_arrow_filter(predicate, fields) if predicate is not None else None
     renamed = {k: v for k, v in (file_columns_map or {}).items() if k != v}
-    nested_ok = nested and not renamed
 
     def check(f: Field) -> None:
-        if not (nested_ok and f.type.is_nested):
+        if not (nested and f.type.is_nested):
             _check_type(f)
 
     output, out_fields = [], []
@@ -112,20 +113,29 @@ def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[
 
 
 def file_part(read: ArrowRead, fields: Fields, location: str, path: str, size: int, mtime_ns: int,
-              row_groups: tuple[int, ...] | None, folders: bool, deletes: str | None = None) -> FilePart:
+              row_groups: tuple[int, ...] | None, folders: bool, deletes: str | None = None,
+              recorded: str | None = None) -> FilePart:
     """One planned file as the reader reads it: its place, identity, row groups, its row-level
-    deletes (the plan's JSON) and (for a table partitioned in folders) the typed values of the
-    partition columns ``read`` uses."""
+    deletes (the plan's JSON) and the typed values of the partition columns ``read`` uses:
+    those its folders spell (``folders``), or those the table format records for it
+    (``recorded``: the plan's JSON, for a table whose folders do not spell them)."""
     values = []
     wanted = {name for name, _ in read.partition_columns}
-    for col, raw in partition_of(path) if folders else ():
+    spelled: list[tuple[str, str | None]] = list(partition_of(path)) if folders and recorded is None else []
+    if recorded is not None:
+        try:
+            spelled = [(str(col), None if v is None else str(v)) for col, v in json.loads(recorded).items()]
+        except (ValueError, AttributeError):
+            raise NotArrowable(f"file {path}: its partition values in the plan are malformed") from None
+    for col, raw in spelled:
         canonical = fields(col).name if fields.has(col) else col
         if canonical not in wanted:
             continue
         try:
-            values.append((canonical, exact_partition_value(raw, fields(col).type)))
+            values.append((canonical, exact_partition_value(raw, fields(col).type, escaped=recorded is None)))
         except ValueError as exc:
-            raise NotArrowable(f"partition folder {col}={raw}: {exc}") from None
+            where = f"partition folder {col}={raw}" if recorded is None else f"file {path}: partition value {col}={raw!r}"
+            raise NotArrowable(f"{where}: {exc}") from None
     return FilePart(read.storage.join(location, path), path, size, mtime_ns, row_groups, tuple(values),
                     place_deletes(deletes, read.storage, location))
 
@@ -146,9 +156,14 @@ def place_deletes(deletes: str | None, storage: Storage, location: str) -> str |
     return with_paths(deletes, place)
 
 
-def partition_names(first_file_path: str | None, fields: Fields) -> set[str]:
-    """The lower-case names of the table's columns that are partition folders, from the
-    path of one of its files (every file of a table has the same folders)."""
+def partition_names(first_file_path: str | None, fields: Fields, planned: Sequence[str] | None = None) -> set[str]:
+    """The lower-case names of the table's partition columns whose values are read apart
+    from the files' columns. ``planned`` is where the plan says they are
+    (TScanPlan.partition_columns): None, in folders (named by the path of one of the
+    table's files: every file of a table has the same folders); empty, inside the files;
+    otherwise these columns, whose values each file carries."""
+    if planned is not None:
+        return {c.lower() for c in planned}
     if first_file_path is None:
         return set()
     return {col.lower() for col, _ in partition_of(first_file_path) if fields.has(col)}

@@ -39,8 +39,8 @@ def to_plan_tablets(tablets: Iterable[Tablet]) -> list[Any]:
     return [
         plan_idl.TPlanTablet(
             tablet_id=t.tablet_id,
-            files=[plan_idl.TPlanFile(path=f.path, size=f.size, mtime_ns=f.mtime_ns,
-                                                  deletes=getattr(f, "deletes", None)) for f in t.files],
+            files=[plan_idl.TPlanFile(path=f.path, size=f.size, mtime_ns=f.mtime_ns, deletes=f.deletes,
+                                      partition=f.recorded_partition) for f in t.files],
             first_row_group=t.first_row_group, row_groups=t.row_groups, first_row=t.first_row, rows=t.rows,
         )
         for t in tablets

@@ -60,6 +60,12 @@ def check_openable(table: str, location: str, relative_paths: Iterable[str]) -> 
                 f"(Hadoop) because {reason}; rename the file or folder")
 
 
+def escape_percent(text: str) -> str:
+    """``text`` spelled so that :func:`unescape_path_name` gives it back (a value recorded
+    by a table format, kept beside folder spellings)."""
+    return text.replace("%", "%25")
+
+
 def unescape_path_name(text: str) -> str:
     """Spark's (Hive's) decoding of a partition folder's column name or value."""
     if "%" not in text:
@@ -71,17 +77,24 @@ _INT_TEXT = re.compile(r"[+-]?[0-9]+")
 _DATE_TEXT = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
 
 
-def exact_partition_value(raw: str | None, sql_type: SqlType) -> str | int | datetime.date | None:
+def exact_partition_value(raw: str | None, sql_type: SqlType,
+                          escaped: bool = True) -> str | int | bool | datetime.date | None:
     """A partition folder's value as the Python value Spark reads for ``sql_type``, where
-    that reading is certain: strings decoded, integers (in the type's range) and
-    ``YYYY-MM-DD`` dates parsed as they stand, Hive's NULL folder as None. Raises ValueError
-    for anything else (other types, spellings Spark might read differently or refuse)."""
+    that reading is certain: strings decoded, integers (in the type's range), ``YYYY-MM-DD``
+    dates and ``true``/``false`` parsed as they stand, Hive's NULL folder as None. Raises
+    ValueError for anything else (other types, spellings Spark might read differently or
+    refuse). ``escaped`` False: ``raw`` is a value as a table format records it (Delta's
+    log), not a folder's spelling, so a string is taken as it is."""
     import datetime as dt
 
     if raw is None:
         return None
     if sql_type.kind == "string":
-        return unescape_path_name(raw)
+        return unescape_path_name(raw) if escaped else raw
+    if sql_type.kind == "boolean":
+        if raw not in ("true", "false"):
+            raise ValueError(f"{raw!r} is not plainly true or false")
+        return raw == "true"
     if sql_type.is_integral:
         if not _INT_TEXT.fullmatch(raw):
             raise ValueError(f"{raw!r} is not plainly an integer")

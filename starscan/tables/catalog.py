@@ -40,6 +40,7 @@ from starscan.tables.delta import DELTA_LOG, DeltaChanges, read_delta
 from starscan.tables.iceberg import IcebergTables
 
 if TYPE_CHECKING:
+    from starscan.arrow.nested import FileName
     from starscan.settings.config import Settings
 from starscan.tables.tablets import FOOTERS, DataFileLike, Sizing, Tablet, hash_int, split_files
 from starscan.tables.versions import VersionHistory
@@ -67,6 +68,10 @@ class DataFile:
     partition: tuple[tuple[str, str | None], ...] = ()
     # The file's row-level deletes as the plan carries them (starscan.arrow.deletes), or None.
     deletes: str | None = None
+    # Its partition values as the table format records them (JSON {column: text or null}),
+    # for a table whose folders do not spell them (TableSnapshot.partitions_recorded); then
+    # ``partition`` holds the same values spelled as folders spell them.
+    recorded_partition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,17 +87,30 @@ class TableSnapshot:
     by_id: dict[int, Tablet] = field(default_factory=dict, compare=False, repr=False)
     storage: Storage = field(default_factory=lambda: LOCAL, compare=False, repr=False)  # where the files are
     schema_json: str | None = None  # the table format's own schema (Delta), else read from the files
-    partitions_in_folders: bool = True  # False: partition values are inside the files (Iceberg)
+    # False: the partition values are inside the files (Iceberg: no partition_columns), or
+    # each file's record carries them (DataFile.recorded_partition: Delta column mapping).
+    partitions_in_folders: bool = True
     file_format: str = "parquet"  # or "orc", or "metastore" (Hive metastore tables: read by Spark SQL)
     kind: str = "folder"  # or "delta", or a catalog's kind ("iceberg", "hive"): where its changes are known
     # Column -> its name in the files (Delta column mapping) or its field id (Iceberg, after a
     # rename or a column dropped and added again), where the table format resolves columns
     # apart from their names; empty: the files use the schema's names.
-    file_columns: tuple[tuple[str, str | int], ...] = ()
+    file_columns: tuple[tuple[str, FileName], ...] = ()
 
     @property
     def qualified_name(self) -> str:
         return f"{self.db}.{self.name}"
+
+    @property
+    def partitions_recorded(self) -> bool:
+        """Whether each file carries its partition values (DataFile.recorded_partition)."""
+        return not self.partitions_in_folders and bool(self.partition_columns)
+
+    @property
+    def plan_partition_columns(self) -> list[str] | None:
+        """Where a plan says the partition values are (TScanPlan.partition_columns): None in
+        the folders, [] inside the files, the columns when each file carries them."""
+        return None if self.partitions_in_folders else list(self.partition_columns)
 
     @property
     def files(self) -> list[DataFileLike]:
@@ -483,15 +501,17 @@ class Warehouse:
         storage = self.storage
         version: int | None = None
         schema_json = None
-        file_columns: tuple[tuple[str, str | int], ...] = ()
+        file_columns: tuple[tuple[str, FileName], ...] = ()
         if storage.is_dir(storage.join(location, DELTA_LOG)):
             delta = read_delta(f"{db}.{table}", location, storage, list(storage.walk_files(location)))
-            files = [DataFile(path, size, mtime, partition, deletes) for path, size, mtime, partition, deletes in delta.files]
+            files = [DataFile(f.path, f.size, f.mtime_ns, f.partition, f.deletes, f.recorded) for f in delta.files]
             part_cols = list(delta.partition_columns)
             version, schema_json, file_columns = delta.version, delta.schema_json, delta.file_columns
+            recorded = delta.partitions_recorded
             if not 0 <= version < 1 << 31:
                 raise TableUnreadable(f"table {db}.{table}: Delta version {version} does not fit a plan's version")
         else:
+            recorded = False
             files, part_cols = list_table_files(location, storage, folders)
             version = hash_int("\n".join(f"{f.path}|{f.size}|{f.mtime_ns}" for f in files), 31)
             if previous is not None and previous.kind == "folder" and previous.version == version and \
@@ -502,4 +522,5 @@ class Warehouse:
             self.history.observe(f"{db}.{table}", location, version, [(f.path, f.size, f.mtime_ns) for f in files])
         by_id = {t.tablet_id: t for t in tablets}
         return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json,
-                             kind="folder" if schema_json is None else "delta", file_columns=file_columns)
+                             partitions_in_folders=not recorded, kind="folder" if schema_json is None else "delta",
+                             file_columns=file_columns)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from starscan.core.errors import StarscanError, TableUnreadable
 
 if TYPE_CHECKING:
+    from starscan.arrow.nested import FileName
     from starscan.storage.stores import Storage
     from starscan.tables.changes import TableChanges
 
@@ -28,7 +29,7 @@ class CatalogTable:
     file_format: str = "parquet"           # or "orc" (Hive metastore tables)
     kind: str = "catalog"                  # "iceberg", "hive": names the table's format in messages
     versions_from_files: bool = False      # the version is a hash of the file set: starscan.tables.versions tracks it
-    file_columns: tuple[tuple[str, str | int], ...] = ()  # column -> field id (Iceberg), where names do not resolve
+    file_columns: tuple[tuple[str, FileName], ...] = ()  # column -> field id (Iceberg), where names do not resolve
 
 
 _T = TypeVar("_T")

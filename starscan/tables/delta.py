@@ -8,8 +8,13 @@ the store lists (size and modification time are then the store's, which is what 
 
 Deletion vectors (rows deleted without rewriting their file) go into the plan with each file
 (starscan.arrow.deletes), and every reader leaves those rows out. What cannot be read exactly
-is refused with an error that names it: column mapping on a partitioned table, reader features this module does not know, files outside the table
-folder, and partition values that the folder names do not spell.
+is refused with an error that names it: reader features this module does not know and
+files outside the table folder.
+
+Partition values: where every file's folders spell its values (what Spark writes), they are
+read from the folders, as Spark reads them; otherwise (column mapping, whose writers put
+files in random prefixes, or any file whose folders disagree with its log entry) each file
+carries the values its add action records, and the readers take them from the plan.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from urllib.parse import unquote
 
 from starscan.arrow.deletes import DeletesUnreadable, DeletionVector
 from starscan.core.errors import StarscanError, TableRewritten, TableUnreadable, VersionUnknown
-from starscan.storage.hadoop_paths import partition_of, unescape_path_name
+from starscan.storage.hadoop_paths import escape_percent, partition_of, unescape_path_name
 
 if TYPE_CHECKING:
+    from starscan.arrow.nested import FileName
     from starscan.storage.stores import Entry, Storage
 
 DELTA_LOG = "_delta_log"
@@ -40,9 +46,22 @@ class DeltaFiles:
     version: int
     schema_json: str                       # Spark's StructType JSON, columns in Delta's order
     partition_columns: tuple[str, ...]
-    # path, size, mtime_ns, partition, row-level deletes (starscan.arrow.deletes JSON) or None
-    files: tuple[tuple[str, int, int, tuple[tuple[str, str | None], ...], str | None], ...]
-    file_columns: tuple[tuple[str, str | int], ...] = ()  # column -> its name in the files (column mapping)
+    files: tuple[DeltaFile, ...]
+    file_columns: tuple[tuple[str, FileName], ...] = ()  # column -> its name in the files (column mapping)
+    # True: the partition values are each file's log entry's (DeltaFile.recorded), not its folders'.
+    partitions_recorded: bool = False
+
+
+@dataclass(frozen=True)
+class DeltaFile:
+    path: str
+    size: int
+    mtime_ns: int
+    # (column, value) as folders spell values (starscan.storage.hadoop_paths): the folders'
+    # own spelling, or the log's value spelled so that it decodes back
+    partition: tuple[tuple[str, str | None], ...]
+    deletes: str | None          # row-level deletes (starscan.arrow.deletes JSON), or None
+    recorded: str | None = None  # the log's partition values (JSON {column: text}) when read from there
 
 
 def read_delta(table: str, location: str, storage: Storage, listed: list[Entry]) -> DeltaFiles:
@@ -76,14 +95,14 @@ def read_delta(table: str, location: str, storage: Storage, listed: list[Entry])
     mode = (metadata.configuration or {}).get("delta.columnMapping.mode", "none")
     fields = {f["name"]: f for f in json.loads(schema_json)["fields"]}
     partition_columns = tuple(metadata.partition_columns)
-    file_columns = _file_columns(table, mode, fields, partition_columns)
+    file_columns = _file_columns(table, mode, fields)
     for col in partition_columns:
         kind = fields.get(col, {}).get("type")
         if kind not in _PARTITION_TYPES:
             raise TableUnreadable(f"table {table} is partitioned by {col} of Delta type {kind}; starscan reads Delta "
                                   f"partition columns of types {', '.join(_PARTITION_TYPES)}")
     by_path = {e.name: e for e in listed}
-    files = []
+    found = []
     for action in actions:
         path = unquote(action["path"])
         if "://" in path or path.startswith("/"):
@@ -92,35 +111,62 @@ def read_delta(table: str, location: str, storage: Storage, listed: list[Entry])
         if entry is None:
             raise TableUnreadable(f"table {table} version {version}: data file {path} of its Delta log is not in the "
                                   "table folder")
-        values = action.get("partition") or {}
-        partition = _partition_of_folders(table, path, partition_columns, values)
-        vector = vectors.get(path)
-        files.append((path, entry.size, entry.mtime_ns, partition, vector.to_json() if vector else None))
-    files.sort(key=lambda f: f[0])
-    return DeltaFiles(version, schema_json, partition_columns, tuple(files), file_columns)
+        values = {col: _text(value) for col, value in (action.get("partition") or {}).items()}
+        found.append((path, entry, values, vectors.get(path)))
+    recorded = bool(partition_columns) and (bool(file_columns) or not all(
+        _folders_spell(path, partition_columns, values) for path, _, values, _ in found))
+    files = []
+    for path, entry, values, vector in found:
+        if recorded:
+            partition = tuple((col, None if values.get(col) is None else escape_percent(str(values[col])))
+                              for col in partition_columns)
+            text = json.dumps({col: values.get(col) for col in partition_columns}, sort_keys=True)
+        else:
+            folders, text = dict(partition_of(path)), None
+            partition = tuple((col, folders[col]) for col in partition_columns)
+        files.append(DeltaFile(path, entry.size, entry.mtime_ns, partition, vector.to_json() if vector else None, text))
+    files.sort(key=lambda f: f.path)
+    return DeltaFiles(version, schema_json, partition_columns, tuple(files), file_columns, recorded)
 
 
-def _file_columns(table: str, mode: str, fields: dict[str, Any],
-                  partition_columns: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+def _file_columns(table: str, mode: str, fields: dict[str, Any]) -> tuple[tuple[str, FileName], ...]:
     """Column mapping (``name`` or ``id``): each column's physical name, which its data files
     use (a rename changes only the schema's name; a dropped column's name may come back with
-    new data). Writers put the physical name and the field id in the files in both modes;
-    columns are read by the physical name."""
+    new data), with the physical names of the struct fields nested in it
+    (starscan.arrow.nested). Writers put the physical name and the field id in the files in
+    both modes; columns are read by the physical name."""
     if mode == "none":
         return ()
     if mode not in ("name", "id"):
         raise TableUnreadable(f"table {table} uses Delta column mapping mode {mode!r}, which the Delta protocol "
                               "does not define")
-    if partition_columns:
-        raise TableUnreadable(f"table {table} is partitioned and uses Delta column mapping (mode {mode}): its files "
-                              "are not in partition folders, which starscan reads partition values from")
-    out = []
-    for name, f in fields.items():
-        physical = (f.get("metadata") or {}).get("delta.columnMapping.physicalName")
-        if not physical:
-            raise TableUnreadable(f"table {table} uses Delta column mapping but column {name} has no physical name")
-        out.append((name, str(physical)))
-    return tuple(out)
+    return tuple((name, _physical(table, name, f)) for name, f in fields.items())
+
+
+def _physical(table: str, where: str, field: dict[str, Any]) -> FileName:
+    """A field's physical name, with its nested struct fields' (a plain name when it has none)."""
+    physical = (field.get("metadata") or {}).get("delta.columnMapping.physicalName")
+    if not physical:
+        raise TableUnreadable(f"table {table} uses Delta column mapping but column {where} has no physical name")
+    inner = _nested_physical(table, where, field.get("type"))
+    return {"key": str(physical), **inner} if inner else str(physical)
+
+
+def _nested_physical(table: str, where: str, kind: Any) -> dict[str, Any]:
+    """The physical names inside a Delta type (Spark's schema JSON): a struct's fields', an
+    array's element's, a map's keys' and values'; empty for a type with no struct inside."""
+    if not isinstance(kind, dict):
+        return {}
+    if kind.get("type") == "struct":
+        return {"fields": {f["name"]: _physical(table, f"{where}.{f['name']}", f) for f in kind.get("fields", ())}}
+    if kind.get("type") == "array":
+        element = _nested_physical(table, f"{where}.element", kind.get("elementType"))
+        return {"element": element} if element else {}
+    if kind.get("type") == "map":
+        keys = _nested_physical(table, f"{where}.key", kind.get("keyType"))
+        values = _nested_physical(table, f"{where}.value", kind.get("valueType"))
+        return {**({"keys": keys} if keys else {}), **({"values": values} if values else {})}
+    return {}
 
 
 class DeltaChanges:
@@ -251,22 +297,16 @@ def _checkpoint_adds(table: str, location: str, storage: Storage,
     return adds
 
 
-def _partition_of_folders(table: str, path: str, columns: tuple[str, ...],
-                          values: dict[str, Any]) -> tuple[tuple[str, str | None], ...]:
-    """The partition as its folders spell it, checked against the log's values: both engines
-    read a partition value from the folder name, as Spark does."""
+def _folders_spell(path: str, columns: tuple[str, ...], values: dict[str, str | None]) -> bool:
+    """Whether the file's Hive-style folders spell its log entry's partition values (as
+    Spark writes them), so that reading the values from the folders, as Spark does, gives
+    the log's."""
     folders = dict(partition_of(path))
-    out = []
-    for col in columns:
-        if col not in folders:
-            raise TableUnreadable(f"table {table}: data file {path} is not in a {col}=... folder; starscan reads Delta "
-                                  "partition values from Hive-style folders")
-        raw = folders[col]
-        if _text(values.get(col)) != (None if raw is None else unescape_path_name(raw)):
-            raise TableUnreadable(f"table {table}: data file {path} is in folder {col}={raw} but its Delta partition "
-                                  f"value is {values.get(col)!r}")
-        out.append((col, raw))
-    return tuple(out)
+
+    def decoded(raw: str | None) -> str | None:
+        return None if raw is None else unescape_path_name(raw)
+
+    return all(col in folders and values.get(col) == decoded(folders[col]) for col in columns)
 
 
 def _text(value: Any) -> str | None:

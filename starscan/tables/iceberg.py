@@ -35,6 +35,8 @@ from starscan.tables.tablets import hash_int
 if TYPE_CHECKING:
     from pyspark.sql import types as T
 
+    from starscan.arrow.nested import FileName
+
 
 
 class IcebergTables:
@@ -363,32 +365,49 @@ def _relative(path: str, location: str) -> str | None:
     return path[len(location) + 1:] if path.startswith(location + "/") else None
 
 
-def _field_ids_needed(loaded: Any) -> tuple[tuple[str, str | int], ...]:
-    """Each top-level column's field id, when names no longer say which data is which: a
-    column renamed, or a name dropped and added again (a new field id), in the table's
-    schema history; or when the table has a UUID column (the ids send the sql engine through
-    starscan's reader). Iceberg resolves columns by field id (the Parquet files carry them);
-    while every name has kept one id, reading by name is the same (and lets Spark's own
-    reader read the files)."""
+def _field_ids_needed(loaded: Any) -> tuple[tuple[str, FileName], ...]:
+    """Each column's field id, with its nested fields' (starscan.arrow.nested), when names
+    no longer say which data is which: a column or nested field renamed, or a name dropped
+    and added again (a new field id), in the table's schema history; or when the table has a
+    UUID column or field (the ids send the sql engine through starscan's reader). Iceberg
+    resolves columns by field id (the Parquet files carry them); while every name has kept
+    one id, reading by name is the same (and lets Spark's own reader read the files)."""
+    from pyiceberg.schema import index_name_by_id
+
     names_of: dict[int, set[str]] = {}
     ids_of: dict[str, set[int]] = {}
     for schema in loaded.schemas().values():
-        for field in schema.fields:
-            names_of.setdefault(field.field_id, set()).add(field.name)
-            ids_of.setdefault(field.name.lower(), set()).add(field.field_id)
+        for field_id, name in index_name_by_id(schema).items():
+            names_of.setdefault(field_id, set()).add(name)
+            ids_of.setdefault(name.lower(), set()).add(field_id)
     stable = all(len(n) == 1 for n in names_of.values()) and all(len(i) == 1 for i in ids_of.values())
     if stable and not _has_uuid(loaded.schema()):
         return ()
-    return tuple((f.name, int(f.field_id)) for f in loaded.schema().fields)
+    return tuple((f.name, _ids_of(f.field_id, f.field_type)) for f in loaded.schema().fields)
+
+
+def _ids_of(field_id: int, kind: Any) -> FileName:
+    """A field's id, with the ids of the fields nested in its type."""
+    from pyiceberg import types as I
+
+    if isinstance(kind, I.StructType):
+        return {"key": int(field_id), "fields": {f.name: _ids_of(f.field_id, f.field_type) for f in kind.fields}}
+    if isinstance(kind, I.ListType):
+        return {"key": int(field_id), "element": _ids_of(kind.element_id, kind.element_type)}
+    if isinstance(kind, I.MapType):
+        return {"key": int(field_id), "keys": _ids_of(kind.key_id, kind.key_type),
+                "values": _ids_of(kind.value_id, kind.value_type)}
+    return int(field_id)
 
 
 def _has_uuid(schema: Any) -> bool:
-    """Whether a column is a UUID: Spark's Parquet reader reads its 16 bytes as binary, not as
-    the text the schema says; starscan's reader (which field ids send every engine to)
-    writes the text."""
+    """Whether a column or a field nested in one is a UUID: Spark's Parquet reader reads its
+    16 bytes as binary, not as the text the schema says; starscan's reader (which field ids
+    send every engine to) writes the text."""
     from pyiceberg import types as I
+    from pyiceberg.schema import index_by_id
 
-    return any(isinstance(f.field_type, I.UUIDType) for f in schema.fields)
+    return any(isinstance(f.field_type, I.UUIDType) for f in index_by_id(schema).values())
 
 
 def to_spark_schema(name: str, schema: Any) -> T.StructType:

@@ -186,6 +186,49 @@ def test_direct_reads_resolve_iceberg_field_ids_too(ice_server, evolved):
         (1098, "oslo", 1647.0), (1099, "rome", 1648.5)]
 
 
+def test_nested_fields_renamed_or_added_are_read_by_field_id(ice_server, catalog):
+    """A struct, a list of structs and a map of structs: a nested field renamed (``s.a`` to
+    ``s.alpha``) keeps its data, one added later (``s.c``) reads as NULL in the older
+    file. Oracle: pyiceberg's reader, which resolves every field by id."""
+    from pyiceberg.types import StringType
+
+    s_type = pa.struct([("a", pa.int64()), ("b", pa.string())])
+    l_type = pa.list_(pa.struct([("c", pa.int32())]))
+    m_type = pa.map_(pa.string(), pa.struct([("d", pa.float64())]))
+    ids = list(range(40))
+    first = pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "s": pa.array([None if i % 9 == 0 else {"a": i, "b": f"b{i}"} for i in ids], s_type),
+        "l": pa.array([[{"c": i}, None] if i % 4 else None for i in ids], l_type),
+        "m": pa.array([[("k", {"d": i / 2})] if i % 3 else [] for i in ids], m_type)})
+    table = catalog.create_table("ice.nested", schema=first.schema)
+    table.append(first)
+    with table.update_schema() as update:
+        update.rename_column("s.a", "alpha")
+        update.add_column(("s", "c"), StringType())
+    more = [100, 101]
+    table.append(pa.table({
+        "id": pa.array(more, pa.int64()),
+        "s": pa.array([{"alpha": i, "b": None, "c": f"c{i}"} for i in more],
+                      pa.struct([("alpha", pa.int64()), ("b", pa.string()), ("c", pa.string())])),
+        "l": pa.array([None, []], l_type), "m": pa.array([None, [("z", None)]], m_type)}))
+    table = catalog.load_table("ice.nested")
+    ice_server.warehouse.invalidate("ice", "nested")
+
+    def rows(found: list[dict]) -> list[tuple]:
+        out = []
+        for r in found:
+            m = r["m"]
+            m = sorted(m.items()) if isinstance(m, dict) else sorted(tuple(kv) for kv in (m or [])) if m is not None else None
+            out.append((r["id"], r["s"], r["l"], m))
+        return sorted(out, key=lambda t: t[0])
+
+    want = [r for r in rows(table.scan().to_arrow().to_pylist()) if r[0] % 2 == 1 or r[0] >= 100]
+    assert want[0][1] == {"alpha": 1, "b": "b1", "c": None}
+    got = _read(ice_server, "select id, s, l, m from ice.nested where id % 2 = 1 or id >= 100", table="nested")
+    assert rows(got.to_pylist()) == want
+
+
 @pytest.fixture(scope="module")
 def position_deleted(catalog):
     """ice.posdel: three appends in row groups of 100 rows, then two DELETE snapshots of

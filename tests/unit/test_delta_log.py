@@ -45,11 +45,26 @@ def test_column_mapping_reads_each_column_by_its_physical_name(tmp_path):
     assert set(names) == set(_table(range(1)).column_names)
     written = pq.read_schema(location / snap.files[0].path).names
     assert sorted(names.values()) == sorted(written) and not set(names) & set(written)
+
+
+def test_partition_values_come_from_the_log_where_folders_do_not_spell_them(tmp_path):
+    """Column mapping writes files in random prefixes: each file carries its log entry's
+    values (a '%' in a value spelled so that it decodes back); a table whose folders spell
+    them keeps reading them from the folders, as Spark does."""
+    import json
+
     parted = tmp_path / "wh" / "d.db" / "p"
-    write_deltalake(str(parted), _table(range(4)), partition_by=[_table(range(1)).column_names[0]],
-                    configuration={"delta.columnMapping.mode": "id"})
-    with pytest.raises(TableUnreadable, match="partitioned and uses Delta column mapping"):
-        Warehouse(tmp_path / "wh", 0).snapshot("d", "p")
+    table = pa.table({"id": [1, 2, 3], "p": ["a", "b%41", None]})
+    write_deltalake(str(parted), table, partition_by=["p"], configuration={"delta.columnMapping.mode": "id"})
+    snap = Warehouse(tmp_path / "wh", 0).snapshot("d", "p")
+    assert snap.partitions_recorded and snap.plan_partition_columns == ["p"]
+    recorded = sorted((json.loads(f.recorded_partition)["p"] or "", dict(f.partition)["p"]) for f in snap.files)
+    assert recorded == [("", None), ("a", "a"), ("b%41", "b%2541")]
+    plain = tmp_path / "wh" / "d.db" / "q"
+    write_deltalake(str(plain), table, partition_by=["p"])
+    snap = Warehouse(tmp_path / "wh", 0).snapshot("d", "q")
+    assert snap.partitions_in_folders and not snap.partitions_recorded
+    assert all(f.recorded_partition is None for f in snap.files)
 
 
 @pytest.mark.parametrize("order", ["add first", "remove first"])
