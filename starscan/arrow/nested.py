@@ -25,7 +25,7 @@ import pyarrow as pa
 FileKey = str | int
 FileName = FileKey | Mapping[str, Any]
 
-__all__ = ["FileKey", "FileName", "conform", "key_of", "is_nested_name", "parse_file_name", "NestedMismatch"]
+__all__ = ["FileKey", "FileName", "conform", "field_id_of", "key_of", "is_nested_name", "parse_file_name", "NestedMismatch"]
 
 
 class NestedMismatch(ValueError):
@@ -107,20 +107,28 @@ def conform(array: pa.Array, name: FileName | None, expected: pa.DataType, leaf:
 
 def _child_finder(struct: pa.StructType) -> Callable[[FileKey], int | None]:
     """A struct's field by name (case-insensitively, the first of names differing in case)
-    or by Parquet field id."""
+    or by field id."""
     by_lower: dict[str, int] = {}
     by_id: dict[int, int] = {}
     for i in range(struct.num_fields):
         f = struct.field(i)
         by_lower.setdefault(f.name.lower(), i)
-        raw = (f.metadata or {}).get(b"PARQUET:field_id")
-        if raw is not None and raw.strip().lstrip(b"-").isdigit():
-            by_id.setdefault(int(raw), i)
+        field_id = field_id_of(f)
+        if field_id is not None:
+            by_id.setdefault(field_id, i)
 
     def find(key: FileKey) -> int | None:
         return by_id.get(key) if isinstance(key, int) else by_lower.get(key.lower())
 
     return find
+
+
+def field_id_of(field: pa.Field) -> int | None:
+    """A file's field id: Parquet's, or the ``iceberg.id`` attribute Iceberg's ORC writer
+    gives each ORC type (pyarrow shows both as field metadata)."""
+    meta = field.metadata or {}
+    raw = meta.get(b"PARQUET:field_id", meta.get(b"iceberg.id"))
+    return int(raw) if raw is not None and raw.strip().lstrip(b"-").isdigit() else None
 
 
 def _mask(array: pa.Array) -> pa.Array | None:

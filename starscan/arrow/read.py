@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, EqualityKeys, IcebergDeletes, kept_mask, row_deletes
-from starscan.arrow.nested import FileKey, FileName, NestedMismatch, conform, is_nested_name, key_of
+from starscan.arrow.nested import FileKey, FileName, NestedMismatch, conform, field_id_of, is_nested_name, key_of
 from starscan.arrow.rebase import (
     CORRECTED,
     LEGACY,
@@ -158,7 +158,7 @@ class _OpenPart:
     is read from this same open file, whichever thread reads it."""
     part: FilePart
     source: Any                      # the open file (pyarrow NativeFile)
-    metadata: pq.FileMetaData        # its footer, read once
+    metadata: pq.FileMetaData | None  # its Parquet footer, read once (None: an ORC file)
     columns: list[str]               # the file's own names of the columns read
     present: dict[str, pa.Field]     # canonical column -> the file's field
     row_groups: list[int]            # those to read, after the row-group statistics
@@ -179,6 +179,9 @@ class _OpenPart:
     # ``columns`` are read too, after them, and dropped once the rows are matched.
     equality: tuple[tuple[EqualityKeys, tuple[str | None, ...]], ...] = ()
     key_columns: tuple[str, ...] = ()
+    # An ORC file (Iceberg data files may be ORC): its stripes are its row groups, read in
+    # order (ORC's footer does not say where each stripe's rows start).
+    orc: Any = None
 
     @property
     def has_deletes(self) -> bool:
@@ -202,14 +205,22 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     if identity != (part.size, part.mtime_ns):
         raise PlannedFileGone(f"table {read.table} version {read.version} is gone: file {part.relative} was rewritten "
                              "during the scan; ask the FE for a new plan")
+    parquet: pq.ParquetFile | None = None
+    orc: Any = None
     try:
         source = storage.open(part.path)
         if isinstance(source, str):
             source = pa.OSFile(source)  # one open file for every row group, as planned
-        parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
-        physical = parquet.schema_arrow
+        if bytes(source.read_at(3, 0)) == b"ORC":
+            import pyarrow.orc
+
+            orc = pyarrow.orc.ORCFile(source)
+            physical, num_row_groups, num_rows = orc.schema, orc.nstripes, orc.nrows
+        else:
+            parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+            physical, num_row_groups, num_rows = parquet.schema_arrow, parquet.num_row_groups, parquet.metadata.num_rows
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet file: "
+        raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet or ORC file: "
                              f"{_first_line(exc, part)}") from None
     lookup = _file_fields(physical)
     columns, present = [], {}
@@ -222,11 +233,14 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
         present[name] = found
         columns.append(found.name)
         exact_names &= found.name == name and found.type == expected
-    row_groups = list(part.row_groups) if part.row_groups is not None else list(range(parquet.num_row_groups))
-    if any(not 0 <= rg < parquet.num_row_groups for rg in row_groups):
+    row_groups = list(part.row_groups) if part.row_groups is not None else list(range(num_row_groups))
+    if any(not 0 <= rg < num_row_groups for rg in row_groups):
         raise SplitReadError(f"table {read.table}: the plan reads row groups {row_groups[0]}-{row_groups[-1]} of file "
-                             f"{part.relative}, which has {parquet.num_row_groups}: the plan does not match the file")
-    rebase = _calendar_of(read, parquet, present)
+                             f"{part.relative}, which has {num_row_groups}: the plan does not match the file")
+    if orc is not None and row_groups != list(range(num_row_groups)):
+        raise SplitReadError(f"table {read.table}: the plan reads some stripes of ORC file {part.relative}; starscan "
+                             "reads ORC files whole")
+    rebase = _calendar_of(read, parquet, present) if parquet is not None else ()
     deleted: Any = None
     starts: tuple[int, ...] = ()
     equality: tuple[tuple[EqualityKeys, tuple[str | None, ...]], ...] = ()
@@ -237,12 +251,13 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
             names = tuple(f.name if (f := lookup(i)) is not None else None for i in ids)
             key_columns += [n for n in names if n is not None and n not in columns and n not in key_columns]
             equality += ((found, names),)
-        if len(deleted) and int(deleted[-1]) >= parquet.metadata.num_rows:
-            raise SplitReadError(f"table {read.table}: file {part.relative} has {parquet.metadata.num_rows} rows but "
+        if len(deleted) and int(deleted[-1]) >= num_rows:
+            raise SplitReadError(f"table {read.table}: file {part.relative} has {num_rows} rows but "
                                  f"its deletes name row {int(deleted[-1])}")
-        counts = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
-        starts = tuple(int(x) for x in _running_starts(counts))
-    if read.pushdown is not None and exact_names and not rebase and row_groups:
+        if parquet is not None:
+            counts = [parquet.metadata.row_group(i).num_rows for i in range(num_row_groups)]
+            starts = tuple(int(x) for x in _running_starts(counts))
+    if read.pushdown is not None and exact_names and not rebase and row_groups and parquet is not None:
         try:  # row-group statistics: skip the groups no row of which can match
             fs, fs_path = storage.arrow_path(part.path)
             fragment = _parquet_format().make_fragment(fs_path, filesystem=fs, row_groups=row_groups)
@@ -258,21 +273,22 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
     if (exact_names and not rebase and len(present) == len(read.needed) == len(set(columns)) and not read.partition_columns
             and read.filter is None and all(src in position and not char_len for _, src, char_len in read.output)):
         output_order = tuple(position[src] for _, src, _ in read.output)
-    return _OpenPart(part, source, parquet.metadata, columns, present, row_groups, output_order, rebase,
-                     deleted if part.deletes is not None and len(deleted) else None, starts, equality,
-                     tuple(key_columns))
+    return _OpenPart(part, source, parquet.metadata if parquet is not None else None, columns, present, row_groups,
+                     output_order, rebase, deleted if part.deletes is not None and len(deleted) else None, starts,
+                     equality, tuple(key_columns), orc)
 
 
 def _file_fields(schema: pa.Schema) -> Callable[[str | int], pa.Field | None]:
     """A file's top-level field by name (case-insensitively, the first of names differing
-    only in case, as Spark reads Parquet) or by Parquet field id (an int)."""
+    only in case, as Spark reads Parquet) or by field id (an int: Parquet's, or the
+    ``iceberg.id`` attribute of an Iceberg ORC file)."""
     by_lower: dict[str, pa.Field] = {}
     by_id: dict[int, pa.Field] = {}
     for f in schema:
         by_lower.setdefault(f.name.lower(), f)
-        raw = (f.metadata or {}).get(b"PARQUET:field_id")
-        if raw is not None and raw.strip().lstrip(b"-").isdigit():
-            by_id.setdefault(int(raw), f)
+        raw = field_id_of(f)
+        if raw is not None:
+            by_id.setdefault(raw, f)
 
     def lookup(key: str | int) -> pa.Field | None:
         return by_id.get(key) if isinstance(key, int) else by_lower.get(key.lower())
@@ -424,10 +440,12 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         # so threads do not disturb each other). ParquetFile streams a row group batch by
         # batch (the dataset scanner decodes far ahead first: 0.1 s before the first batch
         # of a 500k-row group, against 7 ms).
-        parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
         if opened.has_deletes:
-            batches = _without_deleted(parquet, opened, row_groups, batch_rows)
+            batches = _without_deleted(opened, row_groups, batch_rows)
+        elif opened.orc is not None:
+            batches = (batch for _, batch in _orc_batches(opened, opened.columns, batch_rows))
         else:
+            parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
             batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=opened.columns,
                                            use_threads=False)
         for raw in batches:
@@ -445,29 +463,52 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {_first_line(exc, part)}") from None
 
 
-def _without_deleted(parquet: pq.ParquetFile, opened: _OpenPart, row_groups: list[int],
-                     batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """The row groups' batches with the file's deleted rows left out: each row group read on
-    its own, so that a batch's first row has a known position in the file; the rows whose
-    keys an equality delete names are left out too."""
-    columns = opened.columns + list(opened.key_columns)
+def _positioned(opened: _OpenPart, row_groups: list[int], columns: list[str],
+                batch_rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """The row groups' batches, each with the position in the file of its first row: a
+    Parquet file's row groups read one by one from where the footer says they start, an
+    ORC file's stripes in order from its first row."""
+    if opened.orc is not None:
+        yield from _orc_batches(opened, columns, batch_rows)
+        return
+    parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
     for rg in row_groups:
         position = opened.row_group_starts[rg]
-        for raw in parquet.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=columns,
-                                        use_threads=False):
-            n = raw.num_rows
-            mask = kept_mask(opened.deleted, position, n) if opened.deleted is not None else None
-            position += n
-            for keys, names in opened.equality:
-                key_values = [raw.column(columns.index(name)) if name is not None else pa.nulls(n, wanted)
-                              for name, wanted in zip(names, keys.types)]
-                deleted = keys.deleted_mask(key_values)
-                if deleted.any():
-                    mask = ~deleted if mask is None else (mask & ~deleted)
-            if opened.key_columns:
-                raw = pa.RecordBatch.from_arrays([raw.column(i) for i in range(len(opened.columns))],
-                                                 names=opened.columns)
-            yield raw if mask is None else raw.filter(pa.array(mask))
+        for raw in parquet.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False):
+            yield position, raw
+            position += raw.num_rows
+
+
+def _orc_batches(opened: _OpenPart, columns: list[str], batch_rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """An ORC file's rows, stripe after stripe, in batches of at most ``batch_rows``, each
+    with the position of its first row."""
+    position = 0
+    for stripe in range(opened.orc.nstripes):
+        whole = opened.orc.read_stripe(stripe, columns=columns)
+        for start in range(0, whole.num_rows, batch_rows):
+            raw = whole.slice(start, batch_rows)
+            yield position, raw
+            position += raw.num_rows
+
+
+def _without_deleted(opened: _OpenPart, row_groups: list[int], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The row groups' batches with the file's deleted rows left out (by the positions of
+    the batches' rows in the file); the rows whose keys an equality delete names are left
+    out too."""
+    columns = opened.columns + list(opened.key_columns)
+    for position, raw in _positioned(opened, row_groups, columns, batch_rows):
+        n = raw.num_rows
+        mask = kept_mask(opened.deleted, position, n) if opened.deleted is not None else None
+        for keys, names in opened.equality:
+            key_values = [raw.column(columns.index(name)) if name is not None else pa.nulls(n, wanted)
+                          for name, wanted in zip(names, keys.types)]
+            deleted = keys.deleted_mask(key_values)
+            if deleted.any():
+                mask = ~deleted if mask is None else (mask & ~deleted)
+        if opened.key_columns:
+            raw = pa.RecordBatch.from_arrays([raw.column(i) for i in range(len(opened.columns))],
+                                             names=opened.columns)
+        yield raw if mask is None else raw.filter(pa.array(mask))
 
 
 #: Batches each decoding thread may hold ahead of the caller (memory: threads x this x a batch).
@@ -497,7 +538,7 @@ def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, thre
                 if unit is None or stop.is_set():
                     break
                 opened, row_group = unit
-                for batch in _decode(read, opened, [row_group], batch_rows):
+                for batch in _decode(read, opened, opened.row_groups if row_group < 0 else [row_group], batch_rows):
                     if not _put(out, finish(batch) if finish is not None else batch, stop):
                         return
             _put(out, _END, stop)
@@ -522,10 +563,14 @@ def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, thre
 
 
 def _units(read: ArrowRead, split: ArrowSplit) -> Iterator[tuple[_OpenPart, int]]:
-    """(open file, row group) in the split's order, each file opened when first needed."""
+    """(open file, row group; -1: all of an ORC file's) in the split's order, each file
+    opened when first needed."""
     for part in split.parts:
         opened = _open_part(read, part)
         if opened is not None:
+            if opened.orc is not None:  # read whole, in order
+                yield opened, -1
+                continue
             for row_group in opened.row_groups:
                 yield opened, row_group
 

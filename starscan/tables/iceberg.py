@@ -144,6 +144,7 @@ class IcebergTables:
             location = local_path(location)
         snapshot = loaded.current_snapshot()
         files: list[tuple[str, int, int, tuple[tuple[str, str | None], ...], str | None]] = []
+        orc = False
         if snapshot is not None:
             listed = {e.name: e for e in storage.walk_files(location)}
             try:
@@ -154,8 +155,11 @@ class IcebergTables:
                 raise TableUnreadable(f"table {name}: its Iceberg manifests cannot be read: {_first_line(exc)}") from None
             for task, sequence_number in tasks:
                 deletes = _file_deletes(name, loaded, task, location, equality.applying_to(task.file, sequence_number))
-                if str(task.file.file_format).upper().rsplit(".", 1)[-1] != "PARQUET":
-                    raise TableUnreadable(f"table {name}: data file {task.file.file_path} is not Parquet")
+                file_format = str(task.file.file_format).upper().rsplit(".", 1)[-1]
+                if file_format not in ("PARQUET", "ORC"):
+                    raise TableUnreadable(f"table {name}: data file {task.file.file_path} is {file_format}; starscan "
+                                          "reads Iceberg data files in Parquet and ORC (pyarrow has no Avro reader)")
+                orc |= file_format == "ORC"
                 rel = _relative(task.file.file_path, location)
                 if rel is None:
                     raise TableUnreadable(f"table {name}: data file {task.file.file_path} lies outside the table "
@@ -164,6 +168,10 @@ class IcebergTables:
                 if entry is None:
                     raise TableUnreadable(f"table {name}: data file {rel} of its current snapshot is missing")
                 files.append((rel, entry.size, entry.mtime_ns, (), deletes))
+        if orc and not file_columns:
+            # ORC files are read by starscan's reader alone (Spark's Parquet reader is the sql
+            # engine's other way), which the field ids send every engine to.
+            file_columns = _ids_by_column(loaded)
         version = snapshot_version(snapshot.snapshot_id if snapshot is not None else None)
         return CatalogTable(location, storage, version, spark_schema.json(), tuple(sorted(files, key=lambda f: f[0])),
                             partitions_in_folders=False, kind="iceberg", file_columns=file_columns)
@@ -383,6 +391,11 @@ def _field_ids_needed(loaded: Any) -> tuple[tuple[str, FileName], ...]:
     stable = all(len(n) == 1 for n in names_of.values()) and all(len(i) == 1 for i in ids_of.values())
     if stable and not _has_uuid(loaded.schema()):
         return ()
+    return _ids_by_column(loaded)
+
+
+def _ids_by_column(loaded: Any) -> tuple[tuple[str, FileName], ...]:
+    """Each column of the current schema with its field id and its nested fields'."""
     return tuple((f.name, _ids_of(f.field_id, f.field_type)) for f in loaded.schema().fields)
 
 

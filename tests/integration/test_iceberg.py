@@ -230,6 +230,65 @@ def test_nested_fields_renamed_or_added_are_read_by_field_id(ice_server, catalog
 
 
 @pytest.fixture(scope="module")
+def orc_table(catalog):
+    """ice.orc_rows: 100 rows in a Parquet file (pyiceberg's append), then 2,000 rows in an
+    ORC file of several stripes (as Iceberg's ORC writer makes it), 1 row in 10 of which a
+    position delete file deletes."""
+    from support.iceberg_deletes import write_position_deletes
+    from support.iceberg_orc import append_orc_file
+
+    def rows(ids: list[int]) -> pa.Table:
+        return pa.table({
+            "id": pa.array(ids, pa.int64()), "name": pa.array([None if i % 11 == 0 else f"n{i}" for i in ids], pa.string()),
+            "day": pa.array([dt.date(2024, 1, 1 + i % 28) for i in ids], pa.date32()),
+            "s": pa.array([{"a": i % 5} for i in ids], pa.struct([("a", pa.int32())]))})
+
+    table = catalog.create_table("ice.orc_rows", schema=rows([0]).schema)
+    table.append(rows(list(range(100))))
+    orc_file = append_orc_file(table, rows(list(range(100, 2100))), stripe_rows=300)
+    write_position_deletes(table, {orc_file: list(range(0, 2000, 10))})
+    return catalog.load_table("ice.orc_rows")
+
+
+@pytest.mark.parametrize("scan_engine", ["sql", "auto"])
+@pytest.mark.parametrize("where", ["", " where name is null or id > 2090", " where day = '2024-01-05' and id % 3 = 0"])
+def test_orc_data_files_are_read_with_their_deletes(ice_server, spark, orc_table, scan_engine, where):
+    import pyarrow.orc
+
+    snap = ice_server.warehouse.snapshot("ice", "orc_rows")
+    orc_paths = [f.path for f in snap.files if f.path.endswith(".orc")]
+    assert orc_paths and pyarrow.orc.ORCFile(f"{snap.location}/{orc_paths[0]}").nstripes > 1
+    ice_server.ops.update_config({"scan_engine": scan_engine})
+    try:
+        oracle = orc_table.scan().to_arrow()  # pyiceberg reads ORC and applies the deletes
+        assert oracle.num_rows == 100 + 1800
+        spark.createDataFrame(oracle.to_pylist(), "id long, name string, day date, s struct<a: int>") \
+            .createOrReplaceTempView("ice_orc_oracle")
+        sql = "select id, name, day, s from ice.orc_rows" + where
+        want = spark.sql(sql.replace("ice.orc_rows", "ice_orc_oracle")).collect()
+        got = _read(ice_server, sql, table="orc_rows")
+        assert sorted((tuple(_wire(v) for v in r.values()) for r in got.to_pylist()), key=str) == \
+            sorted((tuple(_wire(v) for v in (r.id, r.name, r.day, r.s.asDict())) for r in want), key=str)
+    finally:
+        ice_server.ops.update_config({"scan_engine": "auto"})
+
+
+def test_direct_reads_read_orc_data_files_too(ice_server, orc_table):
+    from starscan.client import connect
+
+    fe = f"http://127.0.0.1:{ice_server.http_port}"
+    if not ice_server.users.exists("ice_direct"):
+        ice_server.users.set_password("ice_direct", "pw", create=True)
+    ice_server.users.grant("ice_direct", "ice.*")
+    ice_server.users.grant("ice_direct", "direct_read:ice.*")
+    conn = connect(fe, "ice_direct", "pw")
+    got = conn.read_arrow("ice.orc_rows", ["id", "name"], "id >= 2080 or id < 3", direct="auto")
+    assert conn.direct_tablets > 0
+    want = sorted((r["id"], r["name"]) for r in orc_table.scan().to_arrow().to_pylist() if r["id"] >= 2080 or r["id"] < 3)
+    assert sorted(tuple(r.values()) for r in got.to_pylist()) == want
+
+
+@pytest.fixture(scope="module")
 def position_deleted(catalog):
     """ice.posdel: three appends in row groups of 100 rows, then two DELETE snapshots of
     position delete files (the second with positions in two data files, one of them a
