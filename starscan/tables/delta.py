@@ -263,38 +263,81 @@ def _vector(table: str, path: str, descriptor: dict[str, Any] | None) -> Deletio
     return vector if vector.cardinality else None
 
 
-def _last_checkpoint(storage: Storage, location: str) -> tuple[int, int | None] | None:
-    """(version, parts) of the table's last checkpoint, from ``_last_checkpoint``; None without one."""
+def _last_checkpoint(storage: Storage, location: str) -> tuple[int, tuple[str, ...]] | None:
+    """(version, the names of its files in ``_delta_log``) of the table's last checkpoint,
+    from ``_last_checkpoint``: a classic checkpoint (one file, or ``parts`` files) or a V2
+    checkpoint (one UUID-named file, JSON or Parquet, whose add actions may be in sidecar
+    files). None without one."""
     raw = storage.read_bytes(storage.join(location, DELTA_LOG, "_last_checkpoint"))
     if raw is None:
         return None
     try:
         doc = json.loads(raw)
-        return int(doc["version"]), (int(doc["parts"]) if doc.get("parts") else None)
-    except (ValueError, KeyError, TypeError):
+        version = int(doc["version"])
+        parts = int(doc["parts"]) if doc.get("parts") else None
+        v2 = doc.get("v2Checkpoint") or {}
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
+    if isinstance(v2, dict) and v2.get("path"):
+        return version, (str(v2["path"]),)
+    if parts is not None:
+        return version, tuple(f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1))
+    classic = f"{version:020d}.checkpoint.parquet"
+    if storage.file_identity(storage.join(location, DELTA_LOG, classic)) is not None:
+        return version, (classic,)
+    # A V2 checkpoint that _last_checkpoint does not describe: its file is named by a UUID.
+    prefix = f"{version:020d}.checkpoint."
+    named = sorted(e.name for e in storage.walk_files(storage.join(location, DELTA_LOG))
+                   if "/" not in e.name and e.name.startswith(prefix) and e.name.endswith((".json", ".parquet")))
+    return version, tuple(named[:1]) or (classic,)
 
 
 def _checkpoint_adds(table: str, location: str, storage: Storage,
-                     checkpoint: tuple[int, int | None]) -> list[dict[str, Any]]:
-    """The add actions of a classic checkpoint (one file, or ``parts`` files)."""
-    import pyarrow.parquet as pq
-
-    version, parts = checkpoint
-    if parts is None:
-        names = [f"{version:020d}.checkpoint.parquet"]
-    else:
-        names = [f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
+                     checkpoint: tuple[int, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """The add actions of a checkpoint: those in its files, and those of the sidecar files
+    a V2 checkpoint names (``sidecar`` actions; a path relative to ``_delta_log/_sidecars/``
+    or a URI)."""
+    _, names = checkpoint
     adds: list[dict[str, Any]] = []
+    sidecars: list[str] = []
     for name in names:
         path = storage.join(location, DELTA_LOG, name)
         if storage.file_identity(path) is None:
-            raise TableUnreadable(f"table {table}: its Delta checkpoint {name} is not there (a V2 checkpoint?), so its "
-                                  "deletion vectors are not known")
-        source = storage.open(path)
-        rows = pq.read_table(source, columns=["add"]).column("add").to_pylist()
-        adds.extend(a for a in rows if a)
+            raise TableUnreadable(f"table {table}: its Delta checkpoint {name} is not there, so its deletion vectors "
+                                  "are not known")
+        if name.endswith(".json"):
+            raw = storage.read_bytes(path) or b""
+            for line in raw.decode("utf-8").splitlines():
+                action = json.loads(line) if line.strip() else {}
+                if action.get("add"):
+                    adds.append(action["add"])
+                elif action.get("sidecar"):
+                    sidecars.append(str(action["sidecar"]["path"]))
+        else:
+            found = _parquet_actions(storage, path, ("add", "sidecar"))
+            adds.extend(found["add"])
+            sidecars.extend(str(s["path"]) for s in found["sidecar"])
+    for sidecar in sidecars:
+        where = sidecar if "://" in sidecar else storage.join(location, DELTA_LOG, "_sidecars", sidecar)
+        if storage.file_identity(where) is None:
+            raise TableUnreadable(f"table {table}: the sidecar file {sidecar} of its Delta checkpoint is not there, so "
+                                  "its deletion vectors are not known")
+        adds.extend(_parquet_actions(storage, where, ("add",))["add"])
     return adds
+
+
+def _parquet_actions(storage: Storage, path: str, kinds: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+    """The actions of the given kinds in a Parquet checkpoint or sidecar file (a column per
+    kind; a kind the file has no column for has none)."""
+    import pyarrow.parquet as pq
+
+    source = storage.open(path)
+    present = set(pq.read_schema(source).names)
+    source = storage.open(path)
+    wanted = [k for k in kinds if k in present]
+    read = pq.read_table(source, columns=wanted) if wanted else None
+    return {k: ([a for a in read.column(k).to_pylist() if a] if read is not None and k in wanted else [])
+            for k in kinds}
 
 
 def _folders_spell(path: str, columns: tuple[str, ...], values: dict[str, str | None]) -> bool:

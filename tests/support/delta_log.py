@@ -11,6 +11,7 @@ import uuid
 import zlib
 from pathlib import Path
 
+import pyarrow as pa
 from pyroaring import BitMap64
 
 from starscan.arrow.deletes import PORTABLE_MAGIC, z85_encode
@@ -70,4 +71,73 @@ def commit_deletion_vectors(table: Path, vectors: dict[str, dict], rows: dict[st
                                 "dataChange": True, "stats": json.dumps({"numRecords": rows[path]}),
                                 "deletionVector": vector}})
     (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    return version
+
+
+def _replayed(log: Path) -> tuple[dict, dict, dict[str, dict]]:
+    """(protocol, metaData, path -> add action) of the table's newest version, from its commits."""
+    protocol: dict = {}
+    metadata: dict = {}
+    adds: dict[str, dict] = {}
+    for commit in sorted(log.glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "protocol" in action:
+                protocol = action["protocol"]
+            elif "metaData" in action:
+                metadata = action["metaData"]
+            elif "add" in action:
+                adds[action["add"]["path"]] = action["add"]
+            elif "remove" in action:
+                adds.pop(action["remove"]["path"], None)
+    return protocol, metadata, adds
+
+
+_VECTOR = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()), ("offset", pa.int32()),
+                     ("sizeInBytes", pa.int32()), ("cardinality", pa.int64())])
+_ADD = pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
+                  ("size", pa.int64()), ("modificationTime", pa.int64()), ("dataChange", pa.bool_()),
+                  ("stats", pa.string()), ("deletionVector", _VECTOR)])
+
+
+def write_v2_checkpoint(table: Path, drop_commits: bool = True) -> int:
+    """A V2 checkpoint of the table's newest version, as the Delta protocol's "V2 Spec
+    Checkpoints" lay it out: a commit that adds the ``v2Checkpoint`` reader and writer
+    feature, then a UUID-named JSON checkpoint of that version (``checkpointMetadata``, the
+    protocol, the metadata and one ``sidecar`` action) whose add actions are in a Parquet
+    sidecar file under ``_delta_log/_sidecars/``, and ``_last_checkpoint`` naming it. With
+    ``drop_commits`` the commits it covers are removed (what log cleanup does), so a reader
+    must read the checkpoint. Returns its version."""
+    import pyarrow.parquet as pq
+
+    log = table / "_delta_log"
+    protocol, metadata, adds = _replayed(log)
+    protocol = {**protocol, "minReaderVersion": 3, "minWriterVersion": 7,
+                "readerFeatures": sorted(set(protocol.get("readerFeatures") or []) | {"v2Checkpoint"}),
+                "writerFeatures": sorted(set(protocol.get("writerFeatures") or []) | {"v2Checkpoint"})}
+    version = max(int(p.name[:20]) for p in log.glob("*.json")) + 1
+    now = int(time.time() * 1000)
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in [
+        {"commitInfo": {"timestamp": now, "operation": "UPGRADE PROTOCOL"}}, {"protocol": protocol}]) + "\n")
+    sidecars = log / "_sidecars"
+    sidecars.mkdir(exist_ok=True)
+    sidecar = f"{uuid.uuid4()}.parquet"
+    rows = [{**{k: a.get(k) for k in _ADD.names}, "partitionValues": list((a.get("partitionValues") or {}).items())}
+            for a in adds.values()]
+    pq.write_table(pa.table({"add": pa.array(rows, _ADD)}), sidecars / sidecar)
+    stat = (sidecars / sidecar).stat()
+    sidecar_action = {"path": sidecar, "sizeInBytes": stat.st_size, "modificationTime": int(stat.st_mtime * 1000)}
+    name = f"{version:020d}.checkpoint.{uuid.uuid4()}.json"
+    actions = [{"checkpointMetadata": {"version": version}}, {"protocol": protocol}, {"metaData": metadata},
+               {"sidecar": sidecar_action}]
+    (log / name).write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    stat = (log / name).stat()
+    (log / "_last_checkpoint").write_text(json.dumps({
+        "version": version, "size": len(actions) + len(rows), "sizeInBytes": stat.st_size, "numOfAddFiles": len(rows),
+        "v2Checkpoint": {"path": name, "sizeInBytes": stat.st_size, "modificationTime": int(stat.st_mtime * 1000),
+                         "nonFileActions": actions[:3], "sidecarFiles": [sidecar_action]}}))
+    if drop_commits:
+        for commit in log.glob("*.json"):
+            if ".checkpoint." not in commit.name and int(commit.name[:20]) <= version:
+                commit.unlink()
     return version
