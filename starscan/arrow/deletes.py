@@ -186,24 +186,38 @@ class IcebergDeletes:
     files: tuple[str, ...]
     data_file: str
     equality: tuple[EqualityDeletes, ...] = ()
+    # Format v3: the data file's deletion vector, a ``deletion-vector-v1`` blob of a Puffin
+    # file, laid out as a Delta vector stored in a file (the same length, magic, portable
+    # bitmap and CRC), so read as one.
+    vector: DeletionVector | None = None
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"kind": "iceberg", "files": list(self.files), "data_file": self.data_file}
         if self.equality:
             doc["equality"] = [{"file": e.file, "ids": list(e.field_ids)} for e in self.equality]
+        if self.vector is not None:
+            doc["vector"] = {"path": self.vector.path, "offset": self.vector.offset, "size": self.vector.size,
+                             "cardinality": self.vector.cardinality}
         return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> IcebergDeletes:
+        v = doc.get("vector")
+        vector = DeletionVector(str(v["path"]), int(v["offset"]), int(v["size"]), int(v["cardinality"])) if v else None
         return cls(tuple(str(p) for p in doc.get("files") or ()), str(doc["data_file"]),
                    tuple(EqualityDeletes(str(e["file"]), tuple(int(i) for i in e["ids"]))
-                         for e in doc.get("equality") or ()))
+                         for e in doc.get("equality") or ()), vector)
 
-    def positions(self, read_table: Any) -> np.ndarray:
-        """The rows its position delete files delete, sorted (uint64).
-        ``read_table(path, data_file)`` gives the ``pos`` column of a delete file's rows for
-        ``data_file`` (the reader's store)."""
+    def positions(self, read_table: Any, read_range: Any = None) -> np.ndarray:
+        """The rows its position delete files and its deletion vector delete, sorted
+        (uint64). ``read_table(path, data_file)`` gives the ``pos`` column of a delete file's
+        rows for ``data_file``; ``read_range(path, offset, length)`` bytes of a file (the
+        reader's store)."""
         found = [np.asarray(read_table(path, self.data_file), dtype=np.int64) for path in self.files]
+        if self.vector is not None:
+            vector = self.vector
+            found.append(vector.positions(lambda offset, length: read_range(vector.path, offset, length))
+                         .astype(np.int64))
         merged = np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
         if len(merged) and merged[0] < 0:
             raise DeletesUnreadable(f"position delete file of {self.data_file} names a negative position")
@@ -305,7 +319,8 @@ def delete_files(text: str) -> list[str]:
     vector)."""
     found = row_deletes(text)
     if isinstance(found, IcebergDeletes):
-        return [*found.files, *(e.file for e in found.equality)]
+        vector = [found.vector.path] if found.vector is not None and found.vector.path else []
+        return [*found.files, *(e.file for e in found.equality), *vector]
     return [found.path] if found.path is not None else []
 
 
@@ -314,8 +329,10 @@ def with_paths(text: str, place: Any) -> str:
     reader or a direct plan finds them)."""
     found = row_deletes(text)
     if isinstance(found, IcebergDeletes):
+        vector = found.vector
         return replace(found, files=tuple(place(p) for p in found.files),
-                       equality=tuple(replace(e, file=place(e.file)) for e in found.equality)).to_json()
+                       equality=tuple(replace(e, file=place(e.file)) for e in found.equality),
+                       vector=replace(vector, path=place(vector.path)) if vector and vector.path else vector).to_json()
     return text if found.path is None else replace(found, path=place(found.path)).to_json()
 
 

@@ -316,12 +316,7 @@ def _deleted_rows(read: ArrowRead, part: FilePart) -> tuple[Any, list[tuple[Equa
 
             def read_range(offset: int, length: int) -> bytes:
                 assert vector.path is not None
-                source = storage.open(vector.path)
-                handle = pa.OSFile(source) if isinstance(source, str) else source
-                try:
-                    return bytes(handle.read_at(length, offset))
-                finally:
-                    handle.close()
+                return _read_range(storage, vector.path, offset, length)
 
             return vector.positions(read_range), []
 
@@ -330,7 +325,8 @@ def _deleted_rows(read: ArrowRead, part: FilePart) -> tuple[Any, list[tuple[Equa
                                   filters=[("file_path", "=", data_file)])
             return table.column("pos").to_numpy()
 
-        return deletes.positions(read_positions), _equality_keys(read, deletes)
+        return (deletes.positions(read_positions, lambda path, offset, length: _read_range(storage, path, offset, length)),
+                _equality_keys(read, deletes))
     except DeletesUnreadable as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative}: its row deletes cannot be read: "
                              f"{exc}") from None
@@ -340,6 +336,16 @@ def _deleted_rows(read: ArrowRead, part: FilePart) -> tuple[Any, list[tuple[Equa
     except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative}: its row deletes cannot be read: "
                              f"{_first_line(exc, part)}") from None
+
+
+def _read_range(storage: Storage, path: str, offset: int, length: int) -> bytes:
+    """``length`` bytes of a file of the store from ``offset`` (a deletion vector's)."""
+    source = storage.open(path)
+    handle = pa.OSFile(source) if isinstance(source, str) else source
+    try:
+        return bytes(handle.read_at(length, offset))
+    finally:
+        handle.close()
 
 
 _KEYS_CACHE_BYTES = 256 << 20

@@ -92,7 +92,7 @@ def read_delta(table: str, location: str, storage: Storage, listed: list[Entry])
     unknown = set(protocol.reader_features or ()) - _HARMLESS_READER_FEATURES
     if unknown:
         raise TableUnreadable(f"table {table} uses Delta reader features starscan does not read: {', '.join(sorted(unknown))}")
-    mode = (metadata.configuration or {}).get("delta.columnMapping.mode", "none")
+    mode = _column_mapping_mode(protocol, metadata.configuration or {})
     fields = {f["name"]: f for f in json.loads(schema_json)["fields"]}
     partition_columns = tuple(metadata.partition_columns)
     file_columns = _file_columns(table, mode, fields)
@@ -127,6 +127,17 @@ def read_delta(table: str, location: str, storage: Storage, listed: list[Entry])
         files.append(DeltaFile(path, entry.size, entry.mtime_ns, partition, vector.to_json() if vector else None, text))
     files.sort(key=lambda f: f.path)
     return DeltaFiles(version, schema_json, partition_columns, tuple(files), file_columns, recorded)
+
+
+def _column_mapping_mode(protocol: Any, configuration: dict[str, str]) -> str:
+    """The column mapping mode in effect: the table property's, where the protocol supports
+    column mapping (reader version 2, or 3 with the ``columnMapping`` reader feature);
+    otherwise none, whatever the property says (the files then use the schema's names, as
+    writers that ignored the property wrote them)."""
+    mode = configuration.get("delta.columnMapping.mode", "none")
+    version = int(protocol.min_reader_version or 1)
+    supported = version == 2 or (version >= 3 and "columnMapping" in (protocol.reader_features or ()))
+    return mode if supported else "none"
 
 
 def _file_columns(table: str, mode: str, fields: dict[str, Any]) -> tuple[tuple[str, FileName], ...]:

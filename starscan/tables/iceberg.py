@@ -19,16 +19,18 @@ the arrow engine's row-group statistics do the skipping.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from cachetools import LRUCache
 
-from starscan.arrow.deletes import EqualityDeletes, IcebergDeletes
+from starscan.arrow.deletes import DeletionVector, EqualityDeletes, IcebergDeletes
 from starscan.core.errors import DatabaseNotFound, StarscanError, TableNotFound, TableRewritten, TableUnreadable, VersionUnknown
-from starscan.storage.stores import StorageOptions, local_path, open_storage
+from starscan.storage.stores import Storage, StorageOptions, local_path, open_storage
 from starscan.tables.catalog_tables import CatalogTable, asking
 from starscan.tables.tablets import hash_int
 
@@ -147,6 +149,7 @@ class IcebergTables:
         orc = False
         if snapshot is not None:
             listed = {e.name: e for e in storage.walk_files(location)}
+            puffin_blobs = puffin_reader(name, storage)
             try:
                 tasks, equality = _plan_files(loaded, snapshot)
             except StarscanError:
@@ -154,7 +157,8 @@ class IcebergTables:
             except Exception as exc:  # noqa: BLE001 - manifests that cannot be read
                 raise TableUnreadable(f"table {name}: its Iceberg manifests cannot be read: {_first_line(exc)}") from None
             for task, sequence_number in tasks:
-                deletes = _file_deletes(name, loaded, task, location, equality.applying_to(task.file, sequence_number))
+                deletes = _file_deletes(name, loaded, task, location, equality.applying_to(task.file, sequence_number),
+                                        puffin_blobs)
                 file_format = str(task.file.file_format).upper().rsplit(".", 1)[-1]
                 if file_format not in ("PARQUET", "ORC"):
                     raise TableUnreadable(f"table {name}: data file {task.file.file_path} is {file_format}; starscan "
@@ -235,7 +239,8 @@ class _EqualityIndex:
         return out
 
 
-def _file_deletes(name: str, loaded: Any, task: Any, location: str, equality: list[Any]) -> str | None:
+def _file_deletes(name: str, loaded: Any, task: Any, location: str, equality: list[Any],
+                  puffin_blobs: Callable[[str], dict[str, tuple[int, int, int]]]) -> str | None:
     """The plan's deletes of a scan task's data file (starscan.arrow.deletes): its position
     delete files, which pyiceberg's planning found to apply to it (by partition and sequence
     number, as the spec says), and the equality delete files that apply to it, in
@@ -243,7 +248,19 @@ def _file_deletes(name: str, loaded: Any, task: Any, location: str, equality: li
     if not task.delete_files and not equality:
         return None
     paths = []
+    vector = None
     for delete in sorted(task.delete_files, key=lambda d: d.file_path):
+        if str(delete.file_format).upper().rsplit(".", 1)[-1] == "PUFFIN":
+            # Format v3: the Puffin files pyiceberg's planning matched by sequence number;
+            # the data file's own vector is the blob that names it.
+            blob = puffin_blobs(delete.file_path).get(task.file.file_path)
+            if blob is not None:
+                if vector is not None:
+                    raise TableUnreadable(f"table {name}: data file {task.file.file_path} has two deletion vectors")
+                offset, length, cardinality = blob
+                vector = DeletionVector(_relative(delete.file_path, location) or delete.file_path, offset, length - 8,
+                                        cardinality)
+            continue
         _check_delete_format(name, delete)
         paths.append(_relative(delete.file_path, location) or delete.file_path)
     equal = []
@@ -259,7 +276,56 @@ def _file_deletes(name: str, loaded: Any, task: Any, location: str, equality: li
                                       f"{field_id}, {'a nested field' if field is not None else 'not a known field'}, "
                                       "which starscan does not compare; compact the table (rewrite_data_files)")
         equal.append(EqualityDeletes(_relative(delete.file_path, location) or delete.file_path, ids))
-    return IcebergDeletes(tuple(paths), task.file.file_path, tuple(equal)).to_json()
+    if not paths and not equal and vector is None:
+        return None
+    return IcebergDeletes(tuple(paths), task.file.file_path, tuple(equal), vector).to_json()
+
+
+def puffin_reader(name: str, storage: Storage) -> Callable[[str], dict[str, tuple[int, int, int]]]:
+    """The deletion vectors of Puffin files, by the data file each names: (offset, length,
+    cardinality) of its ``deletion-vector-v1`` blob, from the file's footer (read once per
+    file by the returned function). Puffin: the blobs, then a footer of magic ``PFA1``, a
+    JSON payload, its length (4 bytes, little-endian), 4 bytes of flags and the magic again."""
+    found: dict[str, dict[str, tuple[int, int, int]]] = {}
+
+    def blobs(uri: str) -> dict[str, tuple[int, int, int]]:
+        if uri in found:
+            return found[uri]
+        path = local_path(uri) if storage.is_local else uri
+        identity = storage.file_identity(path)
+        if identity is None:
+            raise TableUnreadable(f"table {name}: its deletion vector file {uri} is missing")
+        size = identity[0]
+        source = storage.open(path)
+        handle = pa.OSFile(source) if isinstance(source, str) else source
+        try:
+            tail = bytes(handle.read_at(12, size - 12)) if size >= 12 else b""
+            if len(tail) != 12 or tail[-4:] != b"PFA1":
+                raise TableUnreadable(f"table {name}: deletion vector file {uri} is not a Puffin file")
+            payload_size = int.from_bytes(tail[:4], "little")
+            if int.from_bytes(tail[4:8], "little") & 1:
+                raise TableUnreadable(f"table {name}: deletion vector file {uri} has a compressed footer, which "
+                                      "starscan does not read")
+            footer = json.loads(bytes(handle.read_at(payload_size, size - 12 - payload_size)))
+        except (ValueError, OSError) as exc:
+            raise TableUnreadable(f"table {name}: the footer of deletion vector file {uri} cannot be read: "
+                                  f"{_first_line(exc)}") from None
+        finally:
+            handle.close()
+        out = {}
+        for blob in footer.get("blobs") or ():
+            if blob.get("type") != "deletion-vector-v1":
+                continue
+            props = blob.get("properties") or {}
+            if blob.get("compression-codec"):
+                raise TableUnreadable(f"table {name}: a deletion vector of {uri} is compressed, which the spec does "
+                                      "not allow")
+            out[str(props.get("referenced-data-file"))] = (int(blob["offset"]), int(blob["length"]),
+                                                          int(props.get("cardinality", -1)))
+        found[uri] = out
+        return out
+
+    return blobs
 
 
 def _check_delete_format(name: str, delete: Any) -> None:

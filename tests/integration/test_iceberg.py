@@ -289,6 +289,58 @@ def test_direct_reads_read_orc_data_files_too(ice_server, orc_table):
 
 
 @pytest.fixture(scope="module")
+def v3_vectors(catalog, catalog_props):
+    """ice.v3_dv: two Parquet files of 500 rows, then the table upgraded to format v3 with a
+    deletion vector for each (one Puffin file; tests/support/iceberg_v3.py)."""
+    from pathlib import Path
+
+    from support.iceberg_v3 import commit_v3_deletion_vectors
+
+    table = catalog.create_table("ice.v3_dv", schema=_rows(1, 1).schema)
+    table.append(_rows(0, 500))
+    table.append(_rows(1000, 500))
+    table = catalog.load_table("ice.v3_dv")
+    files = sorted(t.file.file_path for t in table.scan().plan_files())
+    commit_v3_deletion_vectors(Path(catalog_props["uri"].removeprefix("sqlite:///")), table,
+                               {files[0]: [0, 1, 250, 499], files[1]: list(range(0, 500, 5))})
+    table = catalog.load_table("ice.v3_dv")
+    assert table.metadata.format_version == 3 and table.scan().to_arrow().num_rows == 1000 - 4 - 100
+    return table
+
+
+@pytest.mark.parametrize("scan_engine", ["sql", "auto"])
+@pytest.mark.parametrize("where", ["", " where id < 3 or id between 1000 and 1010", " where city = 'oslo'"])
+def test_v3_deletion_vectors_leave_their_rows_out(ice_server, spark, v3_vectors, scan_engine, where):
+    ice_server.ops.update_config({"scan_engine": scan_engine})
+    try:
+        oracle = v3_vectors.scan().to_arrow()  # pyiceberg applies Puffin deletion vectors
+        spark.createDataFrame(oracle.to_pylist(), "id long, city string, amount decimal(10,2), day date, score double") \
+            .createOrReplaceTempView("ice_v3_oracle")
+        sql = "select id, city, amount, day, score from ice.v3_dv" + where
+        want = spark.sql(sql.replace("ice.v3_dv", "ice_v3_oracle")).collect()
+        got = _read(ice_server, sql, table="v3_dv")
+        assert sorted((tuple(_wire(v) for v in r.values()) for r in got.to_pylist()), key=str) == \
+            sorted((tuple(_wire(v) for v in row) for row in want), key=str)
+    finally:
+        ice_server.ops.update_config({"scan_engine": "auto"})
+
+
+def test_direct_reads_apply_v3_deletion_vectors(ice_server, v3_vectors):
+    from starscan.client import connect
+
+    fe = f"http://127.0.0.1:{ice_server.http_port}"
+    if not ice_server.users.exists("ice_direct"):
+        ice_server.users.set_password("ice_direct", "pw", create=True)
+    ice_server.users.grant("ice_direct", "ice.*")
+    ice_server.users.grant("ice_direct", "direct_read:ice.*")
+    conn = connect(fe, "ice_direct", "pw")
+    got = conn.read_arrow("ice.v3_dv", ["id"], "id < 10 or id >= 1490", direct="auto")
+    assert conn.direct_tablets > 0
+    want = sorted(r["id"] for r in v3_vectors.scan().to_arrow().to_pylist() if r["id"] < 10 or r["id"] >= 1490)
+    assert sorted(got.column("id").to_pylist()) == want
+
+
+@pytest.fixture(scope="module")
 def position_deleted(catalog):
     """ice.posdel: three appends in row groups of 100 rows, then two DELETE snapshots of
     position delete files (the second with positions in two data files, one of them a

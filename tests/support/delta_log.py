@@ -10,6 +10,7 @@ import time
 import uuid
 import zlib
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 from pyroaring import BitMap64
@@ -56,18 +57,20 @@ def commit_deletion_vectors(table: Path, vectors: dict[str, dict], rows: dict[st
     carrying a vector names it in ``replaced``: the log knows a file by its path and its
     vector, so the remove action must name the vector it removes. Returns the version."""
     log = table / "_delta_log"
+    current = _replayed(log)[2]
     version = max(int(p.name[:20]) for p in log.glob("*.json")) + 1
     now = int(time.time() * 1000)
     actions: list[dict] = [{"commitInfo": {"timestamp": now, "operation": "DELETE"}}]
     for path, vector in vectors.items():
-        size = (table / path).stat().st_size
-        mtime = int((table / path).stat().st_mtime * 1000)
+        stat = (table / unquote(path)).stat()  # the log spells paths as URIs
+        size, mtime = stat.st_size, int(stat.st_mtime * 1000)
+        values = (current.get(path) or {}).get("partitionValues") or {}
         remove = {"path": path, "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
-                  "partitionValues": {}, "size": size}
+                  "partitionValues": values, "size": size}
         if replaced and path in replaced:
             remove["deletionVector"] = replaced[path]
         actions.append({"remove": remove})
-        actions.append({"add": {"path": path, "partitionValues": {}, "size": size, "modificationTime": mtime,
+        actions.append({"add": {"path": path, "partitionValues": values, "size": size, "modificationTime": mtime,
                                 "dataChange": True, "stats": json.dumps({"numRecords": rows[path]}),
                                 "deletionVector": vector}})
     (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
@@ -140,4 +143,23 @@ def write_v2_checkpoint(table: Path, drop_commits: bool = True) -> int:
         for commit in log.glob("*.json"):
             if ".checkpoint." not in commit.name and int(commit.name[:20]) <= version:
                 commit.unlink()
+    return version
+
+
+def add_table_features(table: Path, features: list[str]) -> int:
+    """A commit moving the table to reader version 3 and writer version 7 with ``features``
+    among its reader and writer features (and, as the protocol requires of a move to table
+    features, the features its old versions implied: column mapping for reader version 2).
+    Returns the version."""
+    log = table / "_delta_log"
+    protocol, _, _ = _replayed(log)
+    implied = ["columnMapping"] if protocol.get("minReaderVersion") == 2 else []
+    reader = sorted(set(protocol.get("readerFeatures") or []) | set(implied) | set(features))
+    writer = sorted(set(protocol.get("writerFeatures") or []) | set(implied) | set(features) |
+                    ({"appendOnly", "invariants"} if protocol.get("minWriterVersion", 0) >= 2 else set()))
+    version = max(int(p.name[:20]) for p in log.glob("*.json")) + 1
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in [
+        {"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "UPGRADE PROTOCOL"}},
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": reader,
+                      "writerFeatures": writer}}]) + "\n")
     return version

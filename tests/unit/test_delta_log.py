@@ -97,3 +97,15 @@ def test_a_commits_actions_count_whatever_their_order(tmp_path, order):
     with pytest.raises(TableRewritten):
         changes.added_since(0, 3)
     assert changes.added_since(2, 2) == []
+
+
+def test_the_column_mapping_property_counts_only_where_the_protocol_supports_it(tmp_path):
+    """delta-rs sets ``delta.columnMapping.mode`` on a table with deletion vectors but leaves
+    ``columnMapping`` out of its reader features and writes the schema's names: such files
+    are read by those names, as delta-rs reads them."""
+    location = tmp_path / "wh" / "d.db" / "t"
+    write_deltalake(str(location), _table(range(4)),
+                    configuration={"delta.columnMapping.mode": "name", "delta.enableDeletionVectors": "true"})
+    assert "columnMapping" not in (DeltaTable(str(location)).protocol().reader_features or [])
+    snap = Warehouse(tmp_path / "wh", 0).snapshot("d", "t")
+    assert snap.file_columns == ()
