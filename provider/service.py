@@ -211,7 +211,8 @@ class ScanService:
         scan = SparkScan(self.spark, source, queue, ctx.context_id, self.push_listener(),
                          tasks_per_scanner=1 if ordered else self.settings.scan_tasks_per_scanner,
                          yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
-                         engine=self.settings.scan_engine)
+                         engine=self.settings.scan_engine,
+                         local_reads=self.settings.scan_local_reads and not ordered)
         scan.on_engine = lambda engine, ctx=ctx: self._engine_chosen(ctx, engine)
         scan.batch_rows = params.batch_size
         ctx.queue, ctx.scan = queue, scan

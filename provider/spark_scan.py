@@ -67,7 +67,7 @@ class SparkScan:
 
     def __init__(self, spark: Any, source: Source, queue: ResultQueue, context_id: str, listener: PushListener,
                  tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0, pool: str = "default",
-                 engine: str = "auto"):
+                 engine: str = "auto", local_reads: bool = False):
         self.spark = spark
         self.source = source
         self.queue = queue
@@ -91,6 +91,11 @@ class SparkScan:
         self.engine_reason: str | None = None  # why not the arrow engine
         self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
         self._arrow_splits: list[Any] | None = None  # the arrow engine's splits (ArrowSplit), for messages
+        self._arrow_read: Any = None                  # and its read instructions (ArrowRead)
+        # Read the arrow engine's splits in this process until a Spark task connects (an
+        # unordered scan only: the BE's splits and a task's would interleave).
+        self.local_reads = local_reads
+        self.local_splits = 0  # splits the BE read whole itself
         self._cancelled: StarscanError | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -161,6 +166,9 @@ class SparkScan:
             if cancelled:
                 return
             self.listener.register(sink)
+            if self.local_reads and self.engine == "arrow" and self._arrow_splits:
+                threading.Thread(target=self._read_locally, args=(sink,), name=f"scan-{self.context_id[:8]}-local",
+                                 daemon=True).start()
             target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
                                 source_schema, self.columns, self.batch_rows, self.listener.local_path)
             self._drive(sc, rdd.mapPartitions(task_function(target)), sink, jobs)
@@ -180,6 +188,31 @@ class SparkScan:
                 self.listener.unregister(sink)
             self.done.set()
 
+    def _read_locally(self, sink: PushSink) -> None:
+        """The BE's own reader of an arrow-engine scan: split after split (``claim``, as a
+        task gets them), read with the kernel's reader in this process and put in the queue
+        (``serve_local``), until a Spark task of the scan has connected or none is left. A
+        scan's first rows then wait for no Spark slot: with more scanners than slots, or
+        Spark's workers still starting, the first get_next would otherwise wait seconds
+        (beyond a Flink reader's 1 s timeout). Spark's tasks take the splits left; a split
+        this reader yields (its reader stopped reading) is read on by a task from where it
+        stopped."""
+        from starscan.arrow.read import read_split
+        from starscan.provider.push.task import rechunk
+
+        read, splits = self._arrow_read, self._arrow_splits
+        assert read is not None and splits is not None
+        converter = BatchConverter(list(self.columns))
+        while self._cancelled is None and not sink.stopped and sink.connections() == 0:
+            number = sink.claim()
+            if number is None:
+                return
+            batches = rechunk((converter.convert(b) for b in read_split(read, splits[number]) if b.num_rows),
+                              self.batch_rows)
+            if not sink.serve_local(number, batches):
+                return
+            self.local_splits += 1
+
     def _choose_engine(self, sc: Any) -> tuple[Any, Any, Any, _Jobs]:
         """For the engine this scan runs on: the RDD of its tasks, the Arrow schema they
         produce, the partition function's factory, and how its jobs go: the ``arrow`` engine
@@ -195,7 +228,7 @@ class SparkScan:
                 self.engine_reason = str(why)
             else:
                 self._set_engine("arrow")
-                self._arrow_splits = splits
+                self._arrow_splits, self._arrow_read = splits, read
                 readers = min(self.tasks_per_scanner, len(splits))
                 rdd = sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
                 return (rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),

@@ -20,6 +20,7 @@ import logging
 import secrets
 import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -67,6 +68,7 @@ class PushSink:
         self._conns: dict[int, socket.socket] = {}
         self._split_locks = [threading.Lock() for _ in range(splits)]
         self._claimed: set[int] = set()  # assigned to a task (claim) and not yet served
+        self._local: set[int] = set()    # being read by the BE itself (serve_local)
         self.yields = 0  # times a split gave its task's slot back (the reader stopped reading)
         self.stopped = False
         self.error: StarscanError | None = None
@@ -88,7 +90,8 @@ class PushSink:
             if self.stopped:
                 return None
             for number, split in enumerate(self.splits):
-                if not split.ended and number not in self._conns and number not in self._claimed:
+                if not split.ended and number not in self._conns and number not in self._claimed \
+                        and number not in self._local:
                     self._claimed.add(number)
                     return number
             return None
@@ -101,7 +104,7 @@ class PushSink:
     def unclaimed(self) -> bool:
         """Whether a split is left that no task reads (a new task would get one)."""
         with self._cond:
-            return any(not s.ended and n not in self._conns and n not in self._claimed
+            return any(not s.ended and n not in self._conns and n not in self._claimed and n not in self._local
                        for n, s in enumerate(self.splits))
 
     def lost(self) -> list[int]:
@@ -110,7 +113,7 @@ class PushSink:
         with self._cond:
             return [n for n, s in enumerate(self.splits)
                     if s.generation and not s.ended and not s.yielded and s.failure is None
-                    and n not in self._conns and n not in self._claimed]
+                    and n not in self._conns and n not in self._claimed and n not in self._local]
 
     def unended(self) -> list[int]:
         """Splits a task began that have not ended (being read, or left by a task that died)."""
@@ -188,7 +191,9 @@ class PushSink:
                             ipc = None  # no longer the batch that arrived
                             if batch.num_rows == 0:
                                 continue
-                        self._deliver(sock, split, batch, ipc)
+                        outcome = self._deliver(split, batch, ipc)
+                        if outcome is not None:
+                            send_quietly(sock, outcome)
                 elif kind == END:
                     payload = recv_exact(sock, size)
                     if payload is None or size != ROWS.size:
@@ -227,25 +232,75 @@ class PushSink:
             except OSError:
                 pass
 
-    def _deliver(self, sock: socket.socket, split: _Split, batch: pa.RecordBatch, ipc=None) -> None:
+    def _deliver(self, split: _Split, batch: pa.RecordBatch, ipc=None) -> bytes | None:
+        """Put a batch of ``split`` in the scanner's queue; what its reader is to be told:
+        None (go on), YIELD or STOP."""
         nbytes = batch.get_total_buffer_size()
         if nbytes > self.queue.max_bytes:
             self._fail(MemLimitExceeded(
                 f"one batch of {batch.num_rows} rows needs {nbytes} bytes, more than the scanner's memory limit of "
                 f"{self.queue.max_bytes} bytes; raise mem_limit"))
-            send_quietly(sock, STOP)
-            return
+            return STOP
         outcome = self.queue.put(batch, nbytes, timeout=self.yield_after_s, ipc=ipc)
         if outcome is PUT_TIMED_OUT:
             # The reader has not read for a while: give the Spark slot back; the split is
             # read again later from where it stopped.
             split.yielded = True
             self.yields += 1
-            send_quietly(sock, YIELD)
-        elif outcome:
+            return YIELD
+        if outcome:
             split.delivered += batch.num_rows
-        else:
-            send_quietly(sock, STOP)  # the queue was closed or failed
+            return None
+        return STOP  # the queue was closed or failed
+
+    # ---- the BE reading a split itself ----
+    def serve_local(self, split_no: int, batches: Iterator[pa.RecordBatch]) -> bool:
+        """Read a split (from ``claim``) in the BE's own process: its batches (the wire's
+        types, the reader's batch size) go to the queue as a task's would, with the same
+        bookkeeping, so a split left half-read (a yield, a stop) is read on by a task
+        without a row lost or repeated. True when the split was read whole; a read error
+        fails the scan."""
+        lock = self._split_locks[split_no]
+        with lock, self._cond:
+            self._claimed.discard(split_no)
+            split = self.splits[split_no]
+            if self.stopped or split.ended:
+                return False
+            split.generation += 1
+            split.yielded = False
+            split.failure = None
+            generation, skip = split.generation, split.delivered
+            self._local.add(split_no)
+        try:
+            for batch in batches:
+                with lock:
+                    if split.generation != generation or split.yielded or self.stopped:
+                        return False
+                    if skip:
+                        drop = min(skip, batch.num_rows)
+                        skip -= drop
+                        batch = batch.slice(drop)
+                        if batch.num_rows == 0:
+                            continue
+                    if self._deliver(split, batch) is not None:
+                        return False
+            with lock, self._cond:
+                if split.generation != generation or split.yielded or self.stopped:
+                    return False
+                split.ended = True
+                self._cond.notify_all()
+                return True
+        except StarscanError as exc:
+            self._fail(exc)
+            return False
+        except Exception as exc:  # noqa: BLE001 - the split's read failed: the scan fails, the BE goes on
+            text = str(exc).strip()
+            self._fail(ScanFailed(text if type(exc).__name__ == "SplitReadError" else f"{type(exc).__name__}: {text}"))
+            return False
+        finally:
+            with self._cond:
+                self._local.discard(split_no)
+                self._cond.notify_all()
 
     def _fail(self, error: StarscanError) -> None:
         with self._cond:

@@ -68,7 +68,7 @@ def flink_like_read(http_port: int) -> int:
         conn.close()
 
 
-@pytest.mark.parametrize("readers", [1, 4])
+@pytest.mark.parametrize("readers", [1, 4, 8])
 def test_flink_defaults_read_the_whole_table_within_the_timeout(flink_server, readers):
     http_port, rows = flink_server
     results: list = [None] * readers

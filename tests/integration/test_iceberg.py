@@ -707,3 +707,57 @@ def test_a_killed_consumer_follows_an_iceberg_table_exactly_once(ice_server, cat
     expected = Counter((r["id"], r["city"]) for r in _rows(0, versions * per_version).to_pylist())
     assert len(table.history()) == versions and kills >= 6
     assert seen == expected, (sum(seen.values()), len(expected), [k for k, n in seen.items() if n > 1][:5])
+
+
+@pytest.fixture(scope="module")
+def random_tables(spark, ice_server, equality_deleted, position_deleted, evolved, v3_vectors):
+    """The Iceberg tables with deletes and evolution, each with Spark SQL's source of truth:
+    a temporary view of the rows an independent reader gives (pyiceberg; the commits'
+    replay for equality deletes, which pyiceberg refuses)."""
+    from support.random_queries import TableInfo
+
+    schema = "id long, city string, amount decimal(10,2), day date, score double"
+    sources = {
+        "upserts": (equality_deleted["upserts"].expected(), schema),
+        "posdel": (position_deleted.scan().to_arrow().to_pylist(), schema),
+        "v3_dv": (v3_vectors.scan().to_arrow().to_pylist(), schema),
+        "evolved": (evolved.scan().to_arrow().to_pylist(),
+                    "id long, town string, amount decimal(10,2), day date, qty long, score double"),
+    }
+    out = []
+    for table, (rows, types) in sources.items():
+        spark.createDataFrame(rows, types).createOrReplaceTempView(f"ice_random_{table}")
+        ice_server.warehouse.invalidate("ice", table)
+        out.append(TableInfo(spark, ice_server, "ice", table, None, oracle_view=f"ice_random_{table}"))
+    return out
+
+
+@pytest.mark.parametrize("scan_engine", ["sql", "auto"])
+def test_random_queries_over_deletes_and_evolution_match_spark(ice_server, spark, random_tables, scan_engine):
+    """Random projections, predicates and batch sizes (the property of
+    test_scan_properties.py) over position, equality and v3 deletes and renamed, re-added and
+    promoted columns: the multiset of rows Spark SQL gives over the independent reader's rows."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from support.random_queries import columns_strategy, predicate, run_both
+
+    from starscan.client import StarscanClient
+
+    client = StarscanClient(f"http://127.0.0.1:{ice_server.http_port}", "root", "")
+    ice_server.ops.update_config({"scan_engine": scan_engine})
+
+    @settings(max_examples=20, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+    @given(data=st.data())
+    def check(data):
+        info = data.draw(st.sampled_from(random_tables), label="table")
+        columns = data.draw(columns_strategy(info.columns), label="columns")
+        where = data.draw(predicate(info.scalar, info.samples, info.zone), label="where")
+        batch_size = data.draw(st.integers(1, 900), label="batch_size")
+        got, want, sr_sql = run_both(spark, client, info, info.sql(columns, where), batch_size)
+        assert got == want, f"{sr_sql}: {sum((want - got).values())} rows missing, {sum((got - want).values())} extra"
+
+    try:
+        check()
+    finally:
+        ice_server.ops.update_config({"scan_engine": "auto"})
