@@ -91,7 +91,7 @@ class ScanService:
         with self._push_lock:
             if self._push is None:
                 # Spark on this machine (local[N]): its tasks push through a Unix socket.
-                local = str(self.spark.sparkContext.master).startswith("local")
+                local = self.settings.spark_master.startswith("local")
                 self._push = PushListener(self.settings.bind_host, self.settings.push_port,
                                           self.settings.advertise_host, local=local)
                 log.info("BE push listener on %s:%d%s (tasks connect to %s)", self._push.host, self._push.port,
@@ -212,7 +212,7 @@ class ScanService:
                          tasks_per_scanner=1 if ordered else self.settings.scan_tasks_per_scanner,
                          yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
                          engine=self.settings.scan_engine,
-                         local_reads=self.settings.scan_local_reads and not ordered)
+                         local_reads=self.settings.scan_local_reads)
         scan.on_engine = lambda engine, ctx=ctx: self._engine_chosen(ctx, engine)
         scan.batch_rows = params.batch_size
         ctx.queue, ctx.scan = queue, scan

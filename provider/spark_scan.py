@@ -34,7 +34,6 @@ from pyspark.serializers import NoOpSerializer
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from starscan.arrow.filter import NotArrowable
-from starscan.arrow.rebase import CalendarRules
 from starscan.arrow.wire import BatchConverter
 from starscan.core.errors import (
     InvalidArgument,
@@ -51,6 +50,7 @@ from starscan.provider.push.task import PushTarget, push_arrow_splits, push_spar
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.scan_sources import Source
 from starscan.provider.spark_failures import spark_reason
+from starscan.spark.later import calendar_rules, conf_value, started
 
 log = logging.getLogger("starscan.provider.scan")
 
@@ -84,7 +84,7 @@ class SparkScan:
         self.columns = source.columns
         self.converter = BatchConverter(list(self.columns))
         self.batch_rows = 4096  # the reader's batch_size: what the tasks send a batch of
-        self.time_zone = spark.conf.get("spark.sql.session.timeZone")
+        self.time_zone = conf_value(spark, "spark.sql.session.timeZone") or "UTC"  # no wait for a Spark still starting
         self.splits = 0
         self.done = threading.Event()
         self.engine: str | None = None       # the engine the scan runs on, once chosen
@@ -92,8 +92,9 @@ class SparkScan:
         self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
         self._arrow_splits: list[Any] | None = None  # the arrow engine's splits (ArrowSplit), for messages
         self._arrow_read: Any = None                  # and its read instructions (ArrowRead)
-        # Read the arrow engine's splits in this process until a Spark task connects (an
-        # unordered scan only: the BE's splits and a task's would interleave).
+        # Read the arrow engine's splits in this process until a Spark task connects; an
+        # ordered scan's only while Spark is starting (the BE's splits and a task's would
+        # interleave), and its tasks start after the BE's split ends.
         self.local_reads = local_reads
         self.local_splits = 0  # splits the BE read whole itself
         self._cancelled: StarscanError | None = None
@@ -156,8 +157,7 @@ class SparkScan:
     def _run(self) -> None:
         sink = None
         try:
-            sc = self.spark.sparkContext
-            rdd, source_schema, task_function, jobs = self._choose_engine(sc)
+            rdd_of, source_schema, task_function, jobs = self._choose_engine()
             self.splits = jobs.splits
             sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_after_s)
             with self._lock:
@@ -166,12 +166,24 @@ class SparkScan:
             if cancelled:
                 return
             self.listener.register(sink)
+            local = None
             if self.local_reads and self.engine == "arrow" and self._arrow_splits:
-                threading.Thread(target=self._read_locally, args=(sink,), name=f"scan-{self.context_id[:8]}-local",
-                                 daemon=True).start()
-            target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
-                                source_schema, self.columns, self.batch_rows, self.listener.local_path)
-            self._drive(sc, rdd.mapPartitions(task_function(target)), sink, jobs)
+                local = threading.Thread(target=self._read_locally, args=(sink,),
+                                         name=f"scan-{self.context_id[:8]}-local", daemon=True)
+                local.start()
+            if local is not None and not started(self.spark):
+                # Spark is still starting (a BE's first seconds): the BE reads on; Spark's
+                # tasks take what is left once Spark is up, if anything is.
+                while (not self.spark.ready.wait(0.05) and local.is_alive() and self._cancelled is None
+                       and not sink.stopped):
+                    pass
+            if local is not None and self.source.ordered:
+                local.join()  # it stops at its split's end now that Spark is up: then the tasks, in order
+            if not (local is not None and (sink.all_ended() or sink.stopped)) and self._cancelled is None:
+                sc = self.spark.sparkContext
+                target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
+                                    source_schema, self.columns, self.batch_rows, self.listener.local_path)
+                self._drive(sc, rdd_of(sc).mapPartitions(task_function(target)), sink, jobs)
             if self._cancelled is None:
                 if sink.error is not None:
                     raise sink.error
@@ -204,6 +216,8 @@ class SparkScan:
         assert read is not None and splits is not None
         converter = BatchConverter(list(self.columns))
         while self._cancelled is None and not sink.stopped and sink.connections() == 0:
+            if self.source.ordered and started(self.spark):
+                return  # an ordered scan's splits go to its one task from here, in order
             number = sink.claim()
             if number is None:
                 return
@@ -213,14 +227,14 @@ class SparkScan:
                 return
             self.local_splits += 1
 
-    def _choose_engine(self, sc: Any) -> tuple[Any, Any, Any, _Jobs]:
+    def _choose_engine(self) -> tuple[Callable[[Any], Any], Any, Any, _Jobs]:
         """For the engine this scan runs on: the RDD of its tasks, the Arrow schema they
         produce, the partition function's factory, and how its jobs go: the ``arrow`` engine
         runs one partition per task the scanner runs at once, each reading split after split
         from the sink (push_task.push_arrow_splits); the ``sql`` engine one job per split."""
         if self.engine_setting in ("auto", "arrow"):
             try:
-                read, splits = self.source.arrow(self.time_zone, self.tasks_per_scanner, CalendarRules.of_session(self.spark))
+                read, splits = self.source.arrow(self.time_zone, self.tasks_per_scanner, calendar_rules(self.spark))
             except NotArrowable as why:
                 if self.engine_setting == "arrow":
                     raise InvalidArgument(f"scan_engine = arrow cannot run this scan: {why}; "
@@ -230,15 +244,18 @@ class SparkScan:
                 self._set_engine("arrow")
                 self._arrow_splits, self._arrow_read = splits, read
                 readers = min(self.tasks_per_scanner, len(splits))
-                rdd = sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
-                return (rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),
+
+                def readers_rdd(sc: Any) -> Any:
+                    return sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
+
+                return (readers_rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),
                         _ReaderJobs(len(splits), readers))
         self._set_engine("sql")
         df = self.source.dataframe()
         schema = to_arrow_schema(df.schema, timezone=self.time_zone, prefers_large_types=False)
-        rdd = RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), sc, NoOpSerializer())
+        rdd = RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), self.spark.sparkContext, NoOpSerializer())
         partitions = rdd.getNumPartitions()
-        return rdd, schema, push_spark_arrow, _SplitJobs(partitions, self.tasks_per_scanner, self.source.ordered)
+        return lambda _sc: rdd, schema, push_spark_arrow, _SplitJobs(partitions, self.tasks_per_scanner, self.source.ordered)
 
     def _set_engine(self, engine: str) -> None:
         self.engine = engine

@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 import time
+from typing import Any
 
 import uvicorn
 
@@ -36,6 +37,7 @@ from starscan.security.tokens import TokenVerifier
 from starscan.security.users import UserStore
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
+from starscan.spark.later import SparkLater
 from starscan.spark.schemas import SchemaResolver
 from starscan.tables.catalog import Warehouse
 from starscan.tables.consumers import ConsumerPositions
@@ -93,9 +95,15 @@ class StarscanServer:
         if self.warehouse.storage.scheme == "s3":
             # The same endpoint and keys for Hadoop's s3a client, should Spark have one (the sql
             # engine's path); set at run time, so they are in no Spark UI page or event log.
-            hadoop = spark._jsc.hadoopConfiguration()
-            for key, value in settings.storage_options.hadoop_conf().items():
-                hadoop.set(key, value)
+            def hadoop_keys(session: Any) -> None:
+                hadoop = session._jsc.hadoopConfiguration()
+                for key, value in settings.storage_options.hadoop_conf().items():
+                    hadoop.set(key, value)
+
+            if isinstance(spark, SparkLater):
+                spark.when_ready(hadoop_keys)
+            else:
+                hadoop_keys(spark)
         self.signer = RotatingPlanSigner(settings.state_path, _reveal(settings.plan_secret),
                                          _reveal(settings.plan_secret_previous), settings.plan_secret_grace_s)
         self.users = UserStore(settings.effective_users_file)

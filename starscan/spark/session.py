@@ -135,6 +135,13 @@ def spark_problem(spark: SparkSession) -> str | None:
     """Why this process's Spark cannot run scans, or None when it can. A JVM that died (an
     OutOfMemoryError in a task makes Spark exit it) or a stopped SparkContext fails every
     later scan, so health checks must see it and let the orchestrator restart us."""
+    from starscan.spark.later import SparkLater
+
+    if isinstance(spark, SparkLater):  # a BE's Spark still starting is no problem; one that failed is
+        if not spark.ready.is_set():
+            return None
+        if spark._error is not None:
+            return f"Spark did not start: {spark._error}"
     try:
         jsc = spark.sparkContext._jsc
         if jsc is None or jsc.sc().isStopped():
