@@ -2,13 +2,15 @@
 
 Every ``scan_context_gc_interval`` it removes each context idle longer than its
 ``keep_alive_min`` and not inside a call: the Spark job is cancelled, the queue freed, and
-a later get_next answers NOT_FOUND ``context_id: <id> not found``.
+a later get_next answers NOT_FOUND ``context_id: <id> not found``. With resumable scans the
+same pass deletes the records no BE touched for their keep-alive (``also``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from starscan.core.logs import scan_fields
 
@@ -16,8 +18,9 @@ log = logging.getLogger("starscan.gc")
 
 
 class ScanContextReaper:
-    def __init__(self, contexts, interval_s: float):
+    def __init__(self, contexts, interval_s: float, also: Callable[[], None] | None = None):
         self.contexts = contexts
+        self.also = also  # run after each pass (the BE's resumable-scan records)
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._wake = threading.Event()  # set_interval: the new interval applies at once
@@ -34,6 +37,8 @@ class ScanContextReaper:
                 extra=scan_fields(ctx),
             )
         self.reaped_total += len(victims)
+        if self.also is not None:
+            self.also()
         return len(victims)
 
     def set_interval(self, interval_s: float) -> None:

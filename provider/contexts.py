@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starscan.core.errors import ContextNotFound
 
@@ -63,6 +63,13 @@ class ScanContext:
     in_use: int = 0
     admitted: bool = False           # counted against the scanner caps
     client: str = ""                 # peer address of the connection that opened it
+    # Resumable scans (starscan.plans.scan_records): the record's last time stamp written
+    # by this BE (None: not recorded), and for a scan resumed here, the rows to pass over
+    # before its first reply (the reader had them from the BE that held it before) and
+    # what is left of the batch the skip ended in.
+    recorded: float | None = None
+    skip_to: int = 0
+    carry: Any = None
     info: ScanInfo = field(default_factory=ScanInfo, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     timer: threading.Timer | None = field(default=None, repr=False)
@@ -125,11 +132,19 @@ class ScanContextManager:
         # This run's epoch, with the version/variant bits applied as they are in the ids.
         self.epoch = _uuid_bits(bytes(10) + os.urandom(_EPOCH_BYTES))[10:]
 
-    def create(self, keep_alive_min: int) -> ScanContext:
-        ctx = ScanContext(context_id=_new_context_id(self.epoch), keep_alive_s=keep_alive_min * 60.0)
+    def create(self, keep_alive_min: int, context_id: str | None = None) -> ScanContext:
+        """A new context; ``context_id``: a resumed scan's id (another BE issued it), or None
+        for a new one. KeyError for an id already held (a concurrent resume)."""
+        ctx = ScanContext(context_id=context_id or _new_context_id(self.epoch), keep_alive_s=keep_alive_min * 60.0)
         with self._lock:
+            if ctx.context_id in self._contexts:
+                raise KeyError(ctx.context_id)
             self._contexts[ctx.context_id] = ctx
         return ctx
+
+    def holds(self, context_id: str | None) -> bool:
+        with self._lock:
+            return (context_id or "") in self._contexts
 
     def get(self, context_id: str | None) -> ScanContext:
         with self._lock:

@@ -19,6 +19,7 @@ from starscan.core.errors import (
 from starscan.core.logs import scan_fields
 from starscan.core.protocol_extensions import EOS_ROWS_PROPERTY, ERROR_KIND_PROPERTY, ORDERED_PROPERTY
 from starscan.plans import codec as plan_codec
+from starscan.plans.scan_records import ScanRecord, ScanRecords
 from starscan.plans.tablet_lists import TabletLists, planned_tablets
 from starscan.provider.admission import Admission
 from starscan.provider.contexts import ScanContext, ScanContextManager
@@ -60,7 +61,8 @@ class NextResult:
 class ScanService:
     def __init__(self, settings: Settings | LiveSettings, spark, signer: plan_codec.Signer, contexts: ScanContextManager | None = None,
                  admission: Admission | None = None, audit: AuditLog | None = None,
-                 tablet_lists: TabletLists | None = None, warehouse: Warehouse | None = None):
+                 tablet_lists: TabletLists | None = None, warehouse: Warehouse | None = None,
+                 records: ScanRecords | None = None):
         self.live = LiveSettings.of(settings)
         settings = self.live.current
         self.spark = spark
@@ -80,6 +82,10 @@ class ScanService:
         self.engine_listeners: list = []  # called with "arrow" or "sql" as each scan's engine is chosen
         self.open_listeners: list = []    # called as each open_scanner arrives
         self._push_lock = threading.Lock()
+        # Resumable scans (starscan.plans.scan_records): every scan is recorded where every
+        # BE of the deployment finds it, and read in a fixed order; None: not resumable.
+        self.records = records
+        self._resume_lock = threading.Lock()
 
     @property
     def settings(self) -> Settings:
@@ -136,7 +142,52 @@ class ScanService:
                 return OpenResult(ctx.context_id, [], ctx.open_error)
             log.exception("open_scanner failed unexpectedly")
             return _internal(ctx, exc)
+        if self.records is not None:
+            self._record(ctx, params)
         return OpenResult(ctx.context_id, columns)
+
+    def _record(self, ctx: ScanContext, params) -> None:
+        """Write the scan's record for the other BEs (a failure costs only resumability)."""
+        assert self.records is not None
+        record = ScanRecord(
+            context_id=ctx.context_id, plan=params.opaqued_query_plan, tablet_ids=list(params.tablet_ids),
+            batch_size=params.batch_size, keep_alive_s=ctx.keep_alive_s,
+            properties={str(k): str(v) for k, v in (params.properties or {}).items() if str(k).startswith("starscan.")},
+            query_timeout=params.query_timeout, mem_limit=params.mem_limit)
+        try:
+            ctx.recorded = self.records.put(record)
+        except OSError as exc:
+            log.warning("context_id=%s: its record could not be written to %s (%s): another BE cannot resume it",
+                        ctx.context_id, self.records.folder, exc, extra=scan_fields(ctx))
+
+    def _resume(self, context_id: str | None, offset: int | None) -> None:
+        """Open here the scan another BE opened (or this one, before a restart), from its
+        record, to be read on from ``offset``: a get_next for a context this BE does not
+        hold. Nothing happens when there is no record (the caller answers not found)."""
+        assert self.records is not None
+        record = self.records.get(context_id)
+        if record is None:
+            return
+        with self._resume_lock:
+            if self.contexts.holds(record.context_id):
+                return  # resumed by a concurrent call
+            params = _params_of(record)
+            ctx = self.contexts.create(1, context_id=record.context_id)
+        ctx.keep_alive_s = record.keep_alive_s
+        ctx.client = "resumed"
+        ctx.report_kinds = record.properties.get(ERROR_KIND_PROPERTY, "").lower() == "true"
+        try:
+            self._open(ctx, params)
+        except Exception as exc:  # noqa: BLE001 - the reader gets the reason at this get_next
+            self.contexts.remove(ctx.context_id)
+            if isinstance(exc, StarscanError):
+                raise
+            log.exception("resuming context_id=%s failed unexpectedly", record.context_id)
+            raise InternalError(f"the scan could not be resumed on this BE: {type(exc).__name__}: {exc}") from None
+        ctx.recorded = self.records.touch(record.context_id)
+        ctx.skip_to = max(0, offset or 0)
+        log.info("resumed context_id=%s at offset=%d (opened on another BE or before a restart)", ctx.context_id,
+                 ctx.skip_to, extra=scan_fields(ctx))
 
     def _bound_failed_contexts(self, ctx: ScanContext) -> None:
         """Failed opens stay so get_next can repeat their error, but a flood of bad opens
@@ -184,7 +235,7 @@ class ScanService:
         ctx.table = f"{plan.database}.{plan.table}"
         ctx.batch_size = params.batch_size
         ctx.report_rows = str((params.properties or {}).get(EOS_ROWS_PROPERTY, "")).lower() == "true"
-        ordered = str((params.properties or {}).get(ORDERED_PROPERTY, "")).lower() == "true"
+        ordered = str((params.properties or {}).get(ORDERED_PROPERTY, "")).lower() == "true" or self.records is not None
         columns = [(c.name, c.primitive_type) for c in plan.columns]
         storage = open_storage(plan.table_location, self.settings.storage_options)  # the store's one client
         cache = self.result_cache
@@ -237,7 +288,12 @@ class ScanService:
 
     def next(self, context_id: str | None, offset: int | None) -> NextResult:
         _check_text(context_id, "context_id")
+        if self.records is not None and not self.contexts.holds(context_id):
+            self._resume(context_id, offset)
         with self.contexts.using(context_id) as ctx, ctx.lock:
+            if ctx.skip_to:
+                self._skip(ctx)
+            self._touch(ctx)
             if ctx.open_error is not None:
                 raise ctx.open_error if isinstance(ctx.open_error, StarscanError) else NotFound(
                     "fragment_instance_id does not exists")
@@ -248,8 +304,11 @@ class ScanService:
                     return self._eos(ctx)
                 if ctx.replay is not None:
                     return self._next_cached(ctx)
-                taken = ctx.queue.take_reply(ctx.batch_size, fill_wait_s=self.settings.reply_fill_wait_s)
-                batch, ipc = taken if isinstance(taken, tuple) else (taken, None)
+                if ctx.carry is not None:
+                    batch, ipc, ctx.carry = ctx.carry, None, None
+                else:
+                    taken = ctx.queue.take_reply(ctx.batch_size, fill_wait_s=self.settings.reply_fill_wait_s)
+                    batch, ipc = taken if isinstance(taken, tuple) else (taken, None)
                 if batch is EOS:
                     produced = ctx.queue.rows_in
                     if produced != ctx.offset:  # never eos on a partial result
@@ -274,6 +333,46 @@ class ScanService:
                 # The client did not get our last reply and asks again: same batch.
                 return NextResult(ctx.prev_rows, False)
             raise NotFound(f"context_id={ctx.context_id}, send_offset={offset}, context_offset={ctx.offset}")
+
+    def _skip(self, ctx: ScanContext) -> None:
+        """A resumed scan's first ``skip_to`` rows, which the reader had from the BE that held
+        the scan: read and passed over (the rows come in a fixed order); the rest of the batch
+        the skip ends in is the next reply's."""
+        target, ctx.skip_to = ctx.skip_to, 0
+        while ctx.offset < target:
+            if ctx.replay is not None:
+                raise InvalidArgument("a scan answered from the result cache cannot be resumed at an offset")
+            taken = ctx.queue.take_reply(min(ctx.batch_size, target - ctx.offset), fill_wait_s=0)
+            batch = taken[0] if isinstance(taken, tuple) else taken
+            if batch is EOS:
+                raise NotFound(f"context_id={ctx.context_id}, send_offset={target}: the scan has only "
+                               f"{ctx.offset} rows")
+            keep = ctx.offset + batch.num_rows - target
+            if keep > 0:
+                ctx.carry = batch.slice(batch.num_rows - keep)
+            ctx.offset += batch.num_rows - max(keep, 0)
+
+    def _touch(self, ctx: ScanContext) -> None:
+        """Keep a recorded context's record as fresh as the context (at most every quarter
+        of its keep-alive), so that its age is the scan's idle time on every BE."""
+        if self.records is None or ctx.recorded is None:
+            return
+        if time.time() - ctx.recorded > ctx.keep_alive_s / 4:
+            stamp = self.records.touch(ctx.context_id)
+            ctx.recorded = stamp if stamp is not None else ctx.recorded
+
+    def tend_records(self) -> None:
+        """The reaper's pass over the records: the records nobody touched for their keep-alive
+        are deleted, and the contexts this BE holds whose record a close on another BE
+        deleted are dropped."""
+        if self.records is None:
+            return
+        self.records.expire()
+        for ctx in self.contexts.snapshot():
+            if ctx.recorded is not None and ctx.in_use == 0 and self.records.touched(ctx.context_id) is None:
+                if self.contexts.remove(ctx.context_id) is not None:
+                    log.info("context_id=%s was closed on another BE: dropped here", ctx.context_id,
+                             extra=scan_fields(ctx))
 
     def _next_cached(self, ctx: ScanContext) -> NextResult:
         """The next reply of a scan answered from the result cache: the same bytes, offsets,
@@ -305,6 +404,8 @@ class ScanService:
     def close(self, context_id: str | None) -> None:
         if not isinstance(context_id, (str, type(None))):
             return  # not a context id of ours: nothing to close
+        if self.records is not None:
+            self.records.delete(context_id)  # gone for every BE
         ctx = self.contexts.remove(context_id)
         if ctx is not None:
             # A close before eos (a reader's first() or LIMIT) is normal: this line is its only trace.
@@ -313,6 +414,8 @@ class ScanService:
 
     def _removed(self, ctx: ScanContext, how: str) -> None:
         """A context went (close, GC, shutdown): a fill that did not reach eos is dropped."""
+        if how == "reaped" and self.records is not None and ctx.recorded is not None:
+            self.records.delete_unless_touched_since(ctx.context_id, ctx.recorded)
         fill = ctx.cache_fill
         if fill is not None:
             fill.abandon()
@@ -351,6 +454,18 @@ def scan_outcome(ctx: ScanContext, how: str) -> tuple[str, str | None]:
     if error is not None and not isinstance(error, ScanCancelled):  # a cancel is how close/GC stop a scan
         return "failed", getattr(error, "message", str(error))
     return {"closed": "closed_before_eos", "reaped": "reaped_idle", "shutdown": "server_shutdown"}.get(how, how), None
+
+
+def _params_of(record: ScanRecord):
+    """The open_scanner parameters a record was made from (no password: the plan's user is
+    checked again against the users file)."""
+    from starscan.core.thrift_defs import wire
+
+    properties = dict(record.properties)
+    properties[ORDERED_PROPERTY] = "true"
+    return wire.TScanOpenParams(
+        opaqued_query_plan=record.plan, tablet_ids=list(record.tablet_ids), batch_size=record.batch_size,
+        properties=properties, query_timeout=record.query_timeout, mem_limit=record.mem_limit)
 
 
 def _internal(ctx: ScanContext, exc: Exception) -> OpenResult:

@@ -93,8 +93,8 @@ class SparkScan:
         self._arrow_splits: list[Any] | None = None  # the arrow engine's splits (ArrowSplit), for messages
         self._arrow_read: Any = None                  # and its read instructions (ArrowRead)
         # Read the arrow engine's splits in this process until a Spark task connects; an
-        # ordered scan's only while Spark is starting (the BE's splits and a task's would
-        # interleave), and its tasks start after the BE's split ends.
+        # ordered scan's first split, and more only while Spark is starting (the BE's splits
+        # and a task's would interleave), and its task starts after the BE's split ends.
         self.local_reads = local_reads
         self.local_splits = 0  # splits the BE read whole itself
         self._cancelled: StarscanError | None = None
@@ -216,8 +216,8 @@ class SparkScan:
         assert read is not None and splits is not None
         converter = BatchConverter(list(self.columns))
         while self._cancelled is None and not sink.stopped and sink.connections() == 0:
-            if self.source.ordered and started(self.spark):
-                return  # an ordered scan's splits go to its one task from here, in order
+            if self.source.ordered and started(self.spark) and self.local_splits:
+                return  # an ordered scan's splits after its first go to its one task, in order
             number = sink.claim()
             if number is None:
                 return

@@ -22,6 +22,8 @@ from starscan.planner.http_protocol import BoundedHttpToolsProtocol
 from starscan.planner.mysql import MysqlPort
 from starscan.planner.ops_routes import install_routes
 from starscan.planner.query_plan import QueryPlanner
+from starscan.plans.scan_records import FOLDER as SCAN_RECORDS
+from starscan.plans.scan_records import ScanRecords
 from starscan.plans.secrets import RotatingPlanSigner
 from starscan.plans.tablet_lists import TabletLists
 from starscan.provider.admission import Admission
@@ -126,9 +128,11 @@ class StarscanServer:
         self._warmup_stop = threading.Event()  # a reader's scan came first, or the server stops
         self._stopping = False
         self.tablet_lists = TabletLists(settings.tablet_lists_max_bytes)
+        resumable = settings.resumable_scans if settings.resumable_scans is not None else (be and not fe)
         self.service = ScanService(self.live_settings, spark, self.signer, self.contexts,
                                    Admission(self.live_settings, self.users, self.login_guard), self.audit,
-                                   tablet_lists=self.tablet_lists, warehouse=self.warehouse)
+                                   tablet_lists=self.tablet_lists, warehouse=self.warehouse,
+                                   records=ScanRecords(settings.state_path / SCAN_RECORDS) if resumable else None)
         self.membership = BeMembership(settings.be_endpoints, settings.be_probe_interval_s, settings.be_probe_failures) \
             if fe and settings.be_endpoints else None
         self.planner = QueryPlanner(self.live_settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists,
@@ -170,7 +174,7 @@ class StarscanServer:
             if self.settings.be_port == 0 and not self.settings.be_endpoints:
                 # Tests bind port 0: advertise the port actually bound.
                 self.live_settings.bound(be_port=self.be_port)
-            self.reaper = ScanContextReaper(self.contexts, self.settings.gc_interval_s)
+            self.reaper = ScanContextReaper(self.contexts, self.settings.gc_interval_s, also=self.service.tend_records)
             self.reaper.start()
             self._warm_up_in_background()
         tokens = None

@@ -173,6 +173,126 @@ def test_the_parallel_reader_loses_nothing_when_a_be_dies_mid_read(cluster):
     victim.wait_healthy(cluster["be_http"][1])
 
 
+class ConnectorLikeReader:
+    """Reads as the StarRocks Spark connector's BackendClient does: one BE address (here the
+    balancer's), each call retried up to ``retries`` times on a new connection after a
+    transport failure, get_next with the same offset; never another address."""
+
+    def __init__(self, address: tuple[str, int], retries: int = 3):
+        self.address, self.retries = address, retries
+        self.client = None
+        self.reconnects = 0
+
+    def call(self, name: str, params):
+        from starscan.client import thrift_client
+
+        failure: Exception | None = None
+        for _ in range(self.retries + 1):
+            if self.client is None:
+                self.client = thrift_client(*self.address, timeout_s=60)
+            try:
+                return getattr(self.client, name)(params)
+            except Exception as exc:  # noqa: BLE001 - a transport failure: a new connection, the same call
+                failure = exc
+                self.client.close()
+                self.client = None
+                self.reconnects += 1
+        raise AssertionError(f"{name} failed {self.retries + 1} times: {failure!r}")
+
+
+def _read_through(reader_call, plan: dict, tablets: list[int], on_batch=None) -> Counter:
+    """open_scanner on ``tablets`` (user and password sent, as the connector does), get_next
+    until eos, close; ``on_batch(n)`` after each batch."""
+    from starscan.core.thrift_defs import wire
+
+    opened = reader_call("open_scanner", wire.TScanOpenParams(
+        cluster="default_cluster", database="big", table="events", tablet_ids=tablets, batch_size=4096,
+        opaqued_query_plan=plan["opaqued_query_plan"], user="root", passwd=""))
+    assert opened.status.status_code == wire.TStatusCode.OK, opened.status
+    seen: Counter = Counter()
+    offset, n = 0, 0
+    while True:
+        res = reader_call("get_next", wire.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
+        assert res.status.status_code == wire.TStatusCode.OK, res.status
+        if res.eos:
+            break
+        batch = pa.ipc.open_stream(res.rows).read_all()
+        seen.update(zip(batch.column("id").to_pylist(), batch.column("v").to_pylist()))
+        offset += batch.num_rows
+        n += 1
+        if on_batch is not None:
+            on_batch(n)
+    reader_call("close_scanner", wire.TScanCloseParams(context_id=opened.context_id))
+    return seen
+
+
+def _both_routed(cluster) -> None:
+    for be, port in zip(cluster["bes"], cluster["be_http"]):
+        if be.proc is None or be.proc.poll() is not None:
+            be.start()
+            be.wait_healthy(port)
+    wait_until(lambda: {i["routings"][0] for i in _plan(cluster)["partitions"].values()} == set(cluster["be_endpoints"]),
+               timeout_s=60, interval_s=0.5, what="both BEs in the routings")
+
+
+def test_behind_one_address_a_connector_like_read_survives_its_be_killed(cluster):
+    """Routings name one address (a balancer) in front of both BEs. The BE serving the scan is
+    SIGKILLed mid-scan; the reader retries get_next on a new connection, which reaches the
+    other BE; that BE resumes the scan from its record at the reader's offset: every row
+    exactly once. Without resumable scans the retry answers 'context_id not found'."""
+    from support.balancer import TcpBalancer
+
+    _both_routed(cluster)
+    balancer = TcpBalancer([("127.0.0.1", int(e.rpartition(":")[2])) for e in cluster["be_endpoints"]])
+    try:
+        plan = _plan(cluster)
+        tablets = [int(t) for t in plan["partitions"]]
+        reader = ConnectorLikeReader(balancer.address)
+
+        def kill_serving_be(n: int) -> None:
+            if n == 3:
+                serving = balancer.routed[-1]  # the reader's one connection so far
+                cluster["bes"][serving].kill()
+
+        seen = _read_through(reader.call, plan, tablets, on_batch=kill_serving_be)
+        assert reader.reconnects >= 1  # its BE died under it
+        assert len(set(balancer.routed)) == 2  # the retry reached the other BE
+        assert seen == _expected()  # every row, none twice
+    finally:
+        balancer.close()
+
+
+def test_behind_one_address_a_flink_like_read_completes_after_its_task_restart(cluster):
+    """The Flink connector makes each call once; its task fails when the BE dies, and the
+    restarted task reads the split again from the start, through the same address."""
+    from support.balancer import TcpBalancer
+
+    _both_routed(cluster)
+    balancer = TcpBalancer([("127.0.0.1", int(e.rpartition(":")[2])) for e in cluster["be_endpoints"]])
+    try:
+        plan = _plan(cluster)
+        tablets = [int(t) for t in plan["partitions"]]
+        attempts = 0
+        seen: Counter = Counter()
+        while attempts < 3:
+            attempts += 1
+            once = ConnectorLikeReader(balancer.address, retries=0)
+
+            def kill_serving_be(n: int, first: bool = attempts == 1) -> None:
+                if n == 3 and first:
+                    cluster["bes"][balancer.routed[-1]].kill()
+
+            try:
+                seen = _read_through(once.call, plan, tablets, on_batch=kill_serving_be)
+                break
+            except AssertionError:
+                continue  # the task failed: Flink restarts it, its rows so far are rolled back
+        assert attempts == 2
+        assert seen == _expected()
+    finally:
+        balancer.close()
+
+
 def test_with_no_live_be_a_plan_is_a_clear_503(cluster):
     for be in cluster["bes"]:
         be.kill()
