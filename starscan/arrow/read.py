@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from starscan.arrow.avro import MAGIC as AVRO_MAGIC
+from starscan.arrow.avro import AvroDataFile
 from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, EqualityKeys, IcebergDeletes, kept_mask, row_deletes
 from starscan.arrow.nested import FileKey, FileName, NestedMismatch, conform, field_id_of, is_nested_name, key_of
 from starscan.arrow.rebase import (
@@ -180,7 +182,8 @@ class _OpenPart:
     equality: tuple[tuple[EqualityKeys, tuple[str | None, ...]], ...] = ()
     key_columns: tuple[str, ...] = ()
     # An ORC file (Iceberg data files may be ORC): its stripes are its row groups, read in
-    # order (ORC's footer does not say where each stripe's rows start).
+    # order (ORC's footer does not say where each stripe's rows start). An Avro data file
+    # is shown with the same interface (starscan.arrow.avro), as one stripe.
     orc: Any = None
 
     @property
@@ -211,16 +214,20 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
         source = storage.open(part.path)
         if isinstance(source, str):
             source = pa.OSFile(source)  # one open file for every row group, as planned
-        if bytes(source.read_at(3, 0)) == b"ORC":
+        head = bytes(source.read_at(4, 0))
+        if head[:3] == b"ORC":
             import pyarrow.orc
 
             orc = pyarrow.orc.ORCFile(source)
             physical, num_row_groups, num_rows = orc.schema, orc.nstripes, orc.nrows
+        elif head == AVRO_MAGIC:  # an Iceberg Avro data file: decoded whole, read as ORC files are
+            orc = AvroDataFile(source)
+            physical, num_row_groups, num_rows = orc.schema, orc.nstripes, orc.nrows
         else:
             parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
             physical, num_row_groups, num_rows = parquet.schema_arrow, parquet.num_row_groups, parquet.metadata.num_rows
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet or ORC file: "
+    except (OSError, ValueError, EOFError, pa.ArrowException) as exc:
+        raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet, ORC or Avro file: "
                              f"{_first_line(exc, part)}") from None
     lookup = _file_fields(physical)
     columns, present = [], {}
@@ -321,8 +328,7 @@ def _deleted_rows(read: ArrowRead, part: FilePart) -> tuple[Any, list[tuple[Equa
             return vector.positions(read_range), []
 
         def read_positions(path: str, data_file: str) -> Any:
-            table = pq.read_table(storage.open(path), columns=["file_path", "pos"],
-                                  filters=[("file_path", "=", data_file)])
+            table = _delete_file(storage, path, ["file_path", "pos"], [("file_path", "=", data_file)])
             return table.column("pos").to_numpy()
 
         return (deletes.positions(read_positions, lambda path, offset, length: _read_range(storage, path, offset, length)),
@@ -384,15 +390,48 @@ def _equality_keys(read: ArrowRead, deletes: IcebergDeletes) -> list[tuple[Equal
     return out
 
 
+def _delete_file(storage: Storage, path: str, columns: list[str] | Callable[[pa.Schema], list[str]],
+                 filters: list[tuple[str, str, str]] | None = None) -> pa.Table:
+    """Columns of an Iceberg delete file, which its writer wrote in the table's format:
+    Parquet (``filters`` applied while reading), ORC or Avro (filtered after).
+    ``columns``: their names, or a function of the file's schema giving them."""
+    source = storage.open(path)
+    handle = pa.OSFile(source) if isinstance(source, str) else source
+    head = bytes(handle.read_at(4, 0))
+    if head[:3] == b"ORC" or head == AVRO_MAGIC:
+        whole: Any
+        if head == AVRO_MAGIC:
+            whole = AvroDataFile(handle)
+        else:
+            import pyarrow.orc
+
+            whole = pyarrow.orc.ORCFile(handle)
+        names = columns(whole.schema) if callable(columns) else columns
+        stripes = [whole.read_stripe(i, columns=names) for i in range(whole.nstripes)]
+        table = pa.Table.from_batches(stripes) if stripes else whole.schema.empty_table().select(names)
+        for name, _, value in filters or ():
+            table = table.filter(pc.equal(table.column(name), value))
+        return table
+    parquet = pq.ParquetFile(handle)
+    names = columns(parquet.schema_arrow) if callable(columns) else columns
+    if filters:
+        return pq.read_table(handle, columns=names, filters=filters)
+    return parquet.read(columns=names)
+
+
 def _equality_file(read: ArrowRead, path: str, ids: tuple[int, ...]) -> pa.Table:
     """An equality delete file's key columns, found by field id, named by it."""
-    parquet = pq.ParquetFile(read.storage.open(path))
-    lookup = _file_fields(parquet.schema_arrow)
-    fields = [lookup(i) for i in ids]
-    missing = [i for i, f in zip(ids, fields) if f is None]
-    if missing:
-        raise DeletesUnreadable(f"equality delete file {path} has no column of field id {missing[0]}")
-    table = parquet.read(columns=[f.name for f in fields if f is not None])
+    fields: list[pa.Field | None] = []
+
+    def key_columns(schema: pa.Schema) -> list[str]:
+        lookup = _file_fields(schema)
+        fields.extend(lookup(i) for i in ids)
+        missing = [i for i, f in zip(ids, fields) if f is None]
+        if missing:
+            raise DeletesUnreadable(f"equality delete file {path} has no column of field id {missing[0]}")
+        return [f.name for f in fields if f is not None]
+
+    table = _delete_file(read.storage, path, key_columns)
     return pa.table([table.column(f.name) for f in fields if f is not None], names=[str(i) for i in ids])
 
 

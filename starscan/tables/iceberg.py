@@ -160,10 +160,10 @@ class IcebergTables:
                 deletes = _file_deletes(name, loaded, task, location, equality.applying_to(task.file, sequence_number),
                                         puffin_blobs)
                 file_format = str(task.file.file_format).upper().rsplit(".", 1)[-1]
-                if file_format not in ("PARQUET", "ORC"):
+                if file_format not in ("PARQUET", "ORC", "AVRO"):
                     raise TableUnreadable(f"table {name}: data file {task.file.file_path} is {file_format}; starscan "
-                                          "reads Iceberg data files in Parquet and ORC (pyarrow has no Avro reader)")
-                orc |= file_format == "ORC"
+                                          "reads Iceberg data files in Parquet, ORC and Avro")
+                orc |= file_format in ("ORC", "AVRO")
                 rel = _relative(task.file.file_path, location)
                 if rel is None:
                     raise TableUnreadable(f"table {name}: data file {task.file.file_path} lies outside the table "
@@ -329,8 +329,9 @@ def puffin_reader(name: str, storage: Storage) -> Callable[[str], dict[str, tupl
 
 
 def _check_delete_format(name: str, delete: Any) -> None:
-    if str(delete.file_format).upper().rsplit(".", 1)[-1] != "PARQUET":
-        raise TableUnreadable(f"table {name}: delete file {delete.file_path} is not Parquet")
+    if str(delete.file_format).upper().rsplit(".", 1)[-1] not in ("PARQUET", "ORC", "AVRO"):
+        raise TableUnreadable(f"table {name}: delete file {delete.file_path} is {delete.file_format}, not "
+                              "Parquet, ORC or Avro")
 
 
 def _field_anywhere(loaded: Any, field_id: int) -> Any:

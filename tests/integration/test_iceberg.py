@@ -289,6 +289,79 @@ def test_direct_reads_read_orc_data_files_too(ice_server, orc_table):
 
 
 @pytest.fixture(scope="module")
+def avro_table(catalog):
+    """ice.avro_rows: 50 rows in a Parquet file (pyiceberg's append), then 1,500 rows in an
+    Avro data file (as Iceberg's Avro writer makes it: tests/support/iceberg_avro.py), 1 row
+    in 7 of which an Avro position delete file deletes; the rows the table holds then (the oracle:
+    pyiceberg reads no Avro data files)."""
+    from decimal import Decimal
+
+    from support.iceberg_avro import append_avro_file
+    from support.iceberg_deletes import write_position_deletes
+
+    def row(i: int) -> dict:
+        return {"id": i, "name": None if i % 11 == 0 else f"n{i}", "day": dt.date(2024, 1, 1 + i % 28),
+                "amount": Decimal(i) / 100, "s": {"a": i % 5, "tags": [f"t{i % 3}", None]},
+                "m": {f"k{i % 4}": i * 0.5}}
+
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.date32()),
+                        ("amount", pa.decimal128(12, 2)),
+                        ("s", pa.struct([("a", pa.int32()), ("tags", pa.list_(pa.string()))])),
+                        ("m", pa.map_(pa.string(), pa.float64()))])
+    table = catalog.create_table("ice.avro_rows", schema=schema)
+    table.append(pa.Table.from_pylist([row(i) for i in range(50)], schema=schema))
+    ids = list(range(50, 1550))
+    avro_file = append_avro_file(table, [row(i) for i in ids])
+    deleted = set(range(0, 1500, 7))
+    write_position_deletes(table, {avro_file: sorted(deleted)}, file_format="avro")  # deletes in the table's format
+    kept = [row(i) for i in range(50)] + [row(i) for n, i in enumerate(ids) if n not in deleted]
+    return catalog.load_table("ice.avro_rows"), kept
+
+
+@pytest.mark.parametrize("scan_engine", ["sql", "auto"])
+@pytest.mark.parametrize("where", ["", " where name is null or id > 1540 or (day = '2024-01-05' and id % 3 = 0)"])
+def test_avro_data_files_are_read_with_their_deletes(ice_server, spark, avro_table, scan_engine, where):
+    import fastavro
+
+    snap = ice_server.warehouse.snapshot("ice", "avro_rows")
+    avro_paths = [f.path for f in snap.files if f.path.endswith(".avro")]
+    assert avro_paths
+    with open(f"{snap.location}/{avro_paths[0]}", "rb") as f:  # an independent reader of the same file
+        assert sum(1 for _ in fastavro.reader(f)) == 1500
+    _, kept = avro_table
+    ice_server.ops.update_config({"scan_engine": scan_engine})
+    try:
+        spark.createDataFrame(kept, "id long, name string, day date, amount decimal(12,2), "
+                                    "s struct<a: int, tags: array<string>>, m map<string, double>") \
+            .createOrReplaceTempView("ice_avro_oracle")
+        sql = "select id, name, day, amount, s, m from ice.avro_rows" + where
+        want = spark.sql(sql.replace("ice.avro_rows", "ice_avro_oracle")).collect()
+        got = _read(ice_server, sql, table="avro_rows")
+        assert len(want) > 0
+        assert sorted((tuple(_wire(v) for v in r.values()) for r in got.to_pylist()), key=str) == \
+            sorted((tuple(_wire(v) for v in (r.id, r.name, r.day, r.amount, {"a": r.s.a, "tags": r.s.tags},
+                                             list(r.m.items()))) for r in want), key=str)
+    finally:
+        ice_server.ops.update_config({"scan_engine": "auto"})
+
+
+def test_direct_reads_read_avro_data_files_too(ice_server, avro_table):
+    from starscan.client import connect
+
+    fe = f"http://127.0.0.1:{ice_server.http_port}"
+    if not ice_server.users.exists("ice_direct"):
+        ice_server.users.set_password("ice_direct", "pw", create=True)
+    ice_server.users.grant("ice_direct", "ice.*")
+    ice_server.users.grant("ice_direct", "direct_read:ice.*")
+    conn = connect(fe, "ice_direct", "pw")
+    got = conn.read_arrow("ice.avro_rows", ["id", "name"], "id >= 1500 or id < 3", direct="auto")
+    assert conn.direct_tablets > 0
+    _, kept = avro_table
+    want = sorted((r["id"], r["name"]) for r in kept if r["id"] >= 1500 or r["id"] < 3)
+    assert sorted(tuple(r.values()) for r in got.to_pylist()) == want
+
+
+@pytest.fixture(scope="module")
 def v3_vectors(catalog, catalog_props):
     """ice.v3_dv: two Parquet files of 500 rows, then the table upgraded to format v3 with a
     deletion vector for each (one Puffin file; tests/support/iceberg_v3.py)."""

@@ -22,22 +22,33 @@ import pyarrow.parquet as pq
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 
 
-def write_position_deletes(table, deletes: dict[str, list[int]]) -> str:
+def write_position_deletes(table, deletes: dict[str, list[int]], file_format: str = "parquet") -> str:
     """One position delete file for ``deletes`` (data file location -> positions), committed
-    to ``table``; returns its location."""
+    to ``table``; returns its location. ``file_format``: parquet, or avro (as Iceberg's
+    writers write a table's deletes in its format: the spec's ``file_path`` and ``pos``
+    fields with their reserved field ids)."""
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
     rows = sorted((path, pos) for path, positions in deletes.items() for pos in positions)
-    schema = pa.schema([pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
-                        pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": str(POS_ID).encode()})])
-    location = f"{table.location().rstrip('/')}/data/delete-{uuid.uuid4()}.parquet"
+    location = f"{table.location().rstrip('/')}/data/delete-{uuid.uuid4()}.{file_format}"
     local = location.removeprefix("file://")
-    pq.write_table(pa.table([[r[0] for r in rows], [r[1] for r in rows]], schema=schema), local)
+    if file_format == "avro":
+        import fastavro
+
+        avro = {"type": "record", "name": "position_delete", "fields": [
+            {"name": "file_path", "type": "string", "field-id": FILE_PATH_ID},
+            {"name": "pos", "type": "long", "field-id": POS_ID}]}
+        with open(local, "wb") as out:
+            fastavro.writer(out, fastavro.parse_schema(avro), [{"file_path": p, "pos": n} for p, n in rows])
+    else:
+        schema = pa.schema([pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
+                            pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": str(POS_ID).encode()})])
+        pq.write_table(pa.table([[r[0] for r in rows], [r[1] for r in rows]], schema=schema), local)
     size = Path(local).stat().st_size
     delete_file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=location,
-                                     file_format=FileFormat.PARQUET, partition=Record(), record_count=len(rows),
-                                     file_size_in_bytes=size)
+                                     file_format=FileFormat.AVRO if file_format == "avro" else FileFormat.PARQUET,
+                                     partition=Record(), record_count=len(rows), file_size_in_bytes=size)
     delete_file.spec_id = table.metadata.default_spec_id
     _commit_deletes(table, delete_file)
     return location
