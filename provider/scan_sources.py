@@ -59,8 +59,9 @@ class PlannedRead:
     planned = True
 
     def __init__(self, spark: Any, plan: Any, plan_tablets: list[Any], tablet_ids: list[int],
-                 storage: Storage = LOCAL, ordered: bool = False):
+                 storage: Storage = LOCAL, ordered: bool = False, reader_always: bool = False):
         self.spark, self.plan, self.storage, self.ordered = spark, plan, storage, ordered
+        self.reader_always = reader_always  # the sql engine reads every file with starscan's reader
         self.description = f"{plan.database}.{plan.table}"
         self.query_id, self.user = plan.query_id, plan.user
         table_schema = T.StructType.fromJson(json.loads(plan.table_schema))
@@ -145,7 +146,7 @@ class PlannedRead:
         # apart, nor partition values that only the plan carries.
         needs_reader = (bool(plan.file_columns) or bool(plan.partition_columns)
                         or any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files))
-        if needs_reader or not storage.is_local:
+        if needs_reader or not storage.is_local or (self.reader_always and plan.file_format != "orc"):
             try:
                 return self._through_reader(spark, predicate)
             except NotArrowable as why:

@@ -97,8 +97,10 @@ def paths(server, fe_url):
 
     def through(way: str, table: str, columns: str, where: str | None) -> list:
         sql_where = f" where {where}" if where else ""
-        if way in ("auto", "arrow", "sql"):
-            server.ops.update_config({"scan_engine": way})
+        if way in ("auto", "arrow", "sql", "sql_reader"):
+            reader = "starscan" if way == "sql_reader" else "auto"
+            way = "sql" if way == "sql_reader" else way
+            server.ops.update_config({"scan_engine": way, "sql_engine_reader": reader})
             before = engine_counts(server)
             try:
                 got = conn.read_arrow(f"{DB}.{table}", [c.strip() for c in columns.split(",")], where, direct=False)
@@ -107,6 +109,8 @@ def paths(server, fe_url):
                 # predicate subset), clearly and before any row; never other rows.
                 assert way == "arrow" and "scan_engine = arrow cannot run this scan" in str(exc), exc
                 return None
+            finally:
+                server.ops.update_config({"sql_engine_reader": "auto"})
             after = engine_counts(server)
             if way != "auto":
                 assert after.get(way, 0) > before.get(way, 0), f"the scan did not run on the {way} engine"
@@ -135,7 +139,7 @@ def paths(server, fe_url):
     assert sum(1 for n in direct_reads if n > 0) >= len(direct_reads) // 2, direct_reads
 
 
-WAYS = ["auto", "arrow", "sql", "direct", "mysql"]
+WAYS = ["auto", "arrow", "sql", "sql_reader", "direct", "mysql"]  # sql_reader: sql_engine_reader = starscan
 
 
 def check_every_way(server, spark, paths, table: str, columns: str, where: str | None, pushdown: bool = True,
