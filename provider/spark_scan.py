@@ -221,9 +221,9 @@ class SparkScan:
             number = sink.claim()
             if number is None:
                 return
-            batches = rechunk((converter.convert(b) for b in read_split(read, splits[number]) if b.num_rows),
+            batches = rechunk((converter.convert(b) for b in read_split(read, splits[number], self.batch_rows) if b.num_rows),
                               self.batch_rows)
-            if not sink.serve_local(number, batches):
+            if not sink.serve_local(number, batches, self._local_failure):
                 return
             self.local_splits += 1
 
@@ -329,6 +329,12 @@ class SparkScan:
             except BaseException:
                 sink.stop()  # the other tasks stop now, not after reading every split left
                 raise
+
+    def _local_failure(self, exc: Exception) -> StarscanError:
+        """The error a split the BE read itself fails the scan with: the one a task that
+        raised the same exception would give (a planned file gone: "version ... is gone")."""
+        text = str(exc).strip()
+        return self._failure(exc, None, task_reason=f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}")
 
     def _failure(self, exc: BaseException, sink: PushSink | None = None, task_reason: str | None = None) -> StarscanError:
         """The error a reader gets when Spark failed: "version ... is gone" when the planned

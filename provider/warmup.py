@@ -29,6 +29,9 @@ from starscan.storage.hadoop_paths import literal
 
 log = logging.getLogger("starscan.warmup")
 
+#: How long a stopped warm-up waits for its scan's Spark work to end before removing its files.
+STOPPED_SCAN_WAIT_S = 30.0
+
 WARMUP_DIR = ".starscan-warmup"  # under the warehouse; hidden names are not tables (catalog.py)
 
 # Column expressions over spark.range's `id`: the type families of docs/protocol.md section 5.
@@ -91,6 +94,9 @@ def _drain(spark, df, listener: PushListener, stop: threading.Event) -> int:
     while True:
         if stop.is_set():
             scan.cancel()
+            # Its files are removed next: not while a task of it still reads them (Spark
+            # would log the missing file as a task failure, with its stack trace).
+            scan.done.wait(STOPPED_SCAN_WAIT_S)
             raise WarmUpStopped()
         batch = queue.take(65536, timeout=0.2)
         if batch is None:

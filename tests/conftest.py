@@ -55,6 +55,11 @@ def base_settings(warehouse_dir):
         # tablets) and as the lifecycle tests count scanners; tests/integration/test_tablet_splits.py packs
         # and cuts through the run-time config.
         tablet_open_cost_bytes=1 << 30,
+        # Scans run on Spark's tasks, the path most tests check (jobs, cancels, yields, task
+        # failures); the BE's own reads of a scan's first splits (scan_local_reads, on by
+        # default) are checked by servers that turn them on: test_local_reads.py,
+        # test_be_start.py, test_resumable_scans.py, test_flink_latency.py.
+        scan_local_reads=False,
         spark_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"},
     )
 

@@ -20,7 +20,7 @@ import logging
 import secrets
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -254,12 +254,13 @@ class PushSink:
         return STOP  # the queue was closed or failed
 
     # ---- the BE reading a split itself ----
-    def serve_local(self, split_no: int, batches: Iterator[pa.RecordBatch]) -> bool:
+    def serve_local(self, split_no: int, batches: Iterator[pa.RecordBatch],
+                    failure: Callable[[Exception], StarscanError] | None = None) -> bool:
         """Read a split (from ``claim``) in the BE's own process: its batches (the wire's
         types, the reader's batch size) go to the queue as a task's would, with the same
         bookkeeping, so a split left half-read (a yield, a stop) is read on by a task
         without a row lost or repeated. True when the split was read whole; a read error
-        fails the scan."""
+        fails the scan, with the error ``failure`` makes of it (what a task's would be)."""
         lock = self._split_locks[split_no]
         with lock, self._cond:
             self._claimed.discard(split_no)
@@ -295,7 +296,8 @@ class PushSink:
             return False
         except Exception as exc:  # noqa: BLE001 - the split's read failed: the scan fails, the BE goes on
             text = str(exc).strip()
-            self._fail(ScanFailed(text if type(exc).__name__ == "SplitReadError" else f"{type(exc).__name__}: {text}"))
+            self._fail(failure(exc) if failure is not None else
+                       ScanFailed(text if type(exc).__name__ == "SplitReadError" else f"{type(exc).__name__}: {text}"))
             return False
         finally:
             with self._cond:

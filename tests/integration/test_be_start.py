@@ -28,7 +28,7 @@ def gated_be(spark, base_settings):
         return spark
 
     later = SparkLater(start_spark, spark_conf(base_settings))
-    settings = base_settings.model_copy(update={"be_http_port": 0, "scan_engine": "auto"})
+    settings = base_settings.model_copy(update={"be_http_port": 0, "scan_engine": "auto", "scan_local_reads": True})
     srv = StarscanServer(settings, later, fe=False, be=True).start()
     try:
         yield srv, later, gate

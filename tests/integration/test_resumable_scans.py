@@ -18,7 +18,7 @@ SQL = "select l_orderkey, l_linenumber, l_comment from demo.lineitem where l_qua
 
 @pytest.fixture(scope="module")
 def two_bes(spark, base_settings, server):
-    settings = base_settings.model_copy(update={"resumable_scans": True, "http_port": 0, "be_port": 0,
+    settings = base_settings.model_copy(update={"resumable_scans": True, "scan_local_reads": True, "http_port": 0, "be_port": 0,
                                                 "query_port": 0, "scan_context_gc_interval_s": 0.5})
     with running_server(spark, settings) as a, running_server(spark, settings) as b:
         yield a, b

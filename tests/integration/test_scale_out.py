@@ -174,9 +174,10 @@ def test_the_parallel_reader_loses_nothing_when_a_be_dies_mid_read(cluster):
 
 
 class ConnectorLikeReader:
-    """Reads as the StarRocks Spark connector's BackendClient does: one BE address (here the
-    balancer's), each call retried up to ``retries`` times on a new connection after a
-    transport failure, get_next with the same offset; never another address."""
+    """A reader with the Spark connector's shape: one BE address (here the balancer's), each
+    call retried up to ``retries`` times after a transport failure, get_next with the same
+    offset, never another address; but, unlike the released connector (which retries on its
+    closed socket: docs/scaling.md), each retry on a new connection."""
 
     def __init__(self, address: tuple[str, int], retries: int = 3):
         self.address, self.retries = address, retries
@@ -235,7 +236,7 @@ def _both_routed(cluster) -> None:
                timeout_s=60, interval_s=0.5, what="both BEs in the routings")
 
 
-def test_behind_one_address_a_connector_like_read_survives_its_be_killed(cluster):
+def test_behind_one_address_a_reconnecting_read_survives_its_be_killed(cluster):
     """Routings name one address (a balancer) in front of both BEs. The BE serving the scan is
     SIGKILLed mid-scan; the reader retries get_next on a new connection, which reaches the
     other BE; that BE resumes the scan from its record at the reader's offset: every row

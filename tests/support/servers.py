@@ -80,15 +80,18 @@ def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
-def start_serve(tmp_path, demo_scale: str = "0.002", spark_master: str | None = "local[1]", warmup_rows: str = "0"):
+def start_serve(tmp_path, demo_scale: str = "0.002", spark_master: str | None = "local[1]", warmup_rows: str = "0",
+                **settings: str):
     """`starscan serve` as a user runs it (own process, own JVM; by default a small demo, one
     task slot, no warm-up; ``spark_master=None``: starscan's default), waited for until
-    /api/health answers. Returns (process, http_port, be_port, log file)."""
+    /api/health answers; ``settings``: more keys, as environment variables. Returns (process,
+    http_port, be_port, log file)."""
     import httpx
 
     http_port, be_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS=warmup_rows, STARSCAN_QUERY_PORT=str(free_port()))
+    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS=warmup_rows, STARSCAN_QUERY_PORT=str(free_port()),
+               **{f"STARSCAN_{key.upper()}": value for key, value in settings.items()})
     log = (tmp_path / "serve.log").open("w")
     master = ["--spark-master", spark_master] if spark_master else []
     proc = subprocess.Popen(
