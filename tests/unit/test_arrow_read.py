@@ -130,7 +130,7 @@ def test_a_broken_file_fails_the_read_naming_it_and_stops_the_other_threads(tmp_
     broken = tmp_path / "c.parquet"
     broken.write_bytes((tmp_path / "b.parquet").read_bytes()[:-100])  # the footer cut off
     split = _split(tmp_path, ["a.parquet", "c.parquet"])
-    with pytest.raises(SplitReadError, match=r"file .*c\.parquet is not a readable Parquet or ORC file"):
+    with pytest.raises(SplitReadError, match=r"file .*c\.parquet is not a readable Parquet, ORC or Avro file"):
         for _ in read_split(read, split, batch_rows=500, threads=2):
             pass
     _wait_for_no_decoders()
