@@ -173,19 +173,25 @@ class ScanService:
                 return  # resumed by a concurrent call
             params = _params_of(record)
             ctx = self.contexts.create(1, context_id=record.context_id)
-        ctx.keep_alive_s = record.keep_alive_s
-        ctx.client = "resumed"
-        ctx.report_kinds = record.properties.get(ERROR_KIND_PROPERTY, "").lower() == "true"
+            ctx.lock.acquire()  # a concurrent get_next waits until the scan is open here
         try:
-            self._open(ctx, params)
-        except Exception as exc:  # noqa: BLE001 - the reader gets the reason at this get_next
-            self.contexts.remove(ctx.context_id)
-            if isinstance(exc, StarscanError):
-                raise
-            log.exception("resuming context_id=%s failed unexpectedly", record.context_id)
-            raise InternalError(f"the scan could not be resumed on this BE: {type(exc).__name__}: {exc}") from None
-        ctx.recorded = self.records.touch(record.context_id)
-        ctx.skip_to = max(0, offset or 0)
+            ctx.keep_alive_s = record.keep_alive_s
+            ctx.client = "resumed"
+            ctx.report_kinds = record.properties.get(ERROR_KIND_PROPERTY, "").lower() == "true"
+            try:
+                self._open(ctx, params)
+            except Exception as exc:  # noqa: BLE001 - the reader gets the reason at this get_next
+                error = exc if isinstance(exc, StarscanError) else InternalError(
+                    f"the scan could not be resumed on this BE: {type(exc).__name__}: {exc}")
+                if not isinstance(exc, StarscanError):
+                    log.exception("resuming context_id=%s failed unexpectedly", record.context_id)
+                ctx.open_error = error  # what a get_next that waited for this one answers
+                self.contexts.remove(ctx.context_id)
+                raise error from None
+            ctx.recorded = self.records.touch(record.context_id)
+            ctx.skip_to = max(0, offset or 0)
+        finally:
+            ctx.lock.release()
         log.info("resumed context_id=%s at offset=%d (opened on another BE or before a restart)", ctx.context_id,
                  ctx.skip_to, extra=scan_fields(ctx))
 
