@@ -48,11 +48,13 @@ class TabletParts:
 class ResolvedColumns:
     by_lower: dict[str, T.StructField]
     table: str  # db.table, for messages
+    unread: dict[str, str] = dataclass_field(default_factory=dict)  # lower-case name -> why it is not served
 
     def field(self, name: str) -> T.StructField:
         found = self.by_lower.get(name.lower())
         if found is None:
-            raise SqlInvalid(f"unknown column '{name}' in {self.table}")
+            why = self.unread.get(name.lower())
+            raise SqlInvalid(why if why is not None else f"unknown column '{name}' in {self.table}")
         return found
 
 
@@ -194,7 +196,8 @@ class QueryPlanner:
             audit["since_version"] = since_version
         parsed = self._parse(sql, db, table)                 # 400/500 (steps 8-13)
         schema = self.schemas.schema(snap)
-        cols = ResolvedColumns({f.name.lower(): f for f in schema.fields}, f"{db}.{table}")
+        cols = ResolvedColumns({f.name.lower(): f for f in schema.fields}, f"{db}.{table}",
+                               {name.lower(): why for name, why in snap.unread_columns})
         columns = self._output_columns(parsed, schema, cols)
         predicate = parsed.predicate
         if predicate is not None:

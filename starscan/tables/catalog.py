@@ -96,6 +96,8 @@ class TableSnapshot:
     # rename or a column dropped and added again), where the table format resolves columns
     # apart from their names; empty: the files use the schema's names.
     file_columns: tuple[tuple[str, FileName], ...] = ()
+    # Columns left out of the schema, with why (starscan.tables.catalog_tables.CatalogTable).
+    unread_columns: tuple[tuple[str, str], ...] = ()
 
     @property
     def qualified_name(self) -> str:
@@ -488,7 +490,8 @@ class Warehouse:
         snap = TableSnapshot(db, table, found.location, found.version, tuple(tablets), found.partition_columns,
                              {t.tablet_id: t for t in tablets}, storage, found.schema_json,
                              partitions_in_folders=found.partitions_in_folders, file_format=found.file_format,
-                             kind=found.kind, file_columns=found.file_columns)
+                             kind=found.kind, file_columns=found.file_columns,
+                             unread_columns=found.unread_columns)
         with self._lock:
             self._catalog_snapshots[(db, table)] = (found, snap)
         return snap

@@ -30,6 +30,9 @@ class CatalogTable:
     kind: str = "catalog"                  # "iceberg", "hive": names the table's format in messages
     versions_from_files: bool = False      # the version is a hash of the file set: starscan.tables.versions tracks it
     file_columns: tuple[tuple[str, FileName], ...] = ()  # column -> field id (Iceberg), where names do not resolve
+    # Columns the table holds but no reader can be given, with why (Iceberg ``time``): left
+    # out of the schema; a query naming one is refused with the reason.
+    unread_columns: tuple[tuple[str, str], ...] = ()
 
 
 _T = TypeVar("_T")

@@ -140,6 +140,7 @@ class IcebergTables:
     def _files(self, name: str, loaded: Any) -> CatalogTable:
         file_columns = _field_ids_needed(loaded)
         spark_schema = to_spark_schema(name, loaded.schema())
+        unread = unread_columns(name, loaded.schema())
         location = loaded.location().rstrip("/")
         storage = open_storage(location, self.options)
         if storage.is_local:
@@ -178,7 +179,8 @@ class IcebergTables:
             file_columns = _ids_by_column(loaded)
         version = snapshot_version(snapshot.snapshot_id if snapshot is not None else None)
         return CatalogTable(location, storage, version, spark_schema.json(), tuple(sorted(files, key=lambda f: f[0])),
-                            partitions_in_folders=False, kind="iceberg", file_columns=file_columns)
+                            partitions_in_folders=False, kind="iceberg", file_columns=file_columns,
+                            unread_columns=unread)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         return asking("the Iceberg catalog", fn)
@@ -490,8 +492,34 @@ def _has_uuid(schema: Any) -> bool:
     return any(isinstance(f.field_type, I.UUIDType) for f in index_by_id(schema).values())
 
 
+def _time_in(t: Any) -> bool:
+    """Whether an Iceberg type is ``time`` or holds one (in a struct, list or map)."""
+    from pyiceberg import types as I
+
+    if isinstance(t, I.TimeType):
+        return True
+    if isinstance(t, I.StructType):
+        return any(_time_in(f.field_type) for f in t.fields)
+    if isinstance(t, I.ListType):
+        return _time_in(t.element_type)
+    if isinstance(t, I.MapType):
+        return _time_in(t.key_type) or _time_in(t.value_type)
+    return False
+
+
+def unread_columns(name: str, schema: Any) -> tuple[tuple[str, str], ...]:
+    """The columns no StarRocks reader can be given, each with why: those of Iceberg's
+    ``time`` type (or holding one). The table is served without them; a query that names
+    one is refused with the reason."""
+    return tuple((f.name, f"column {f.name} of table {name} has Iceberg type {f.field_type}, for which neither "
+                          "StarRocks nor Spark has a type (Spark's Iceberg connector refuses the whole table): "
+                          "starscan serves the table without it; select the other columns")
+                 for f in schema.fields if _time_in(f.field_type))
+
+
 def to_spark_schema(name: str, schema: Any) -> T.StructType:
-    """Iceberg's schema as Spark's Iceberg connector shows it."""
+    """Iceberg's schema as Spark's Iceberg connector shows it, without the columns of
+    ``unread_columns``."""
     from pyspark.sql import types as T
 
     def convert(t: Any, column: str) -> T.DataType:
@@ -521,7 +549,8 @@ def to_spark_schema(name: str, schema: Any) -> T.StructType:
         reason = " (Spark's Iceberg connector has no type for it either)" if isinstance(t, I.TimeType) else ""
         raise TableUnreadable(f"table {name}: column {column} has Iceberg type {t}, which starscan does not read{reason}")
 
-    return T.StructType([T.StructField(f.name, convert(f.field_type, f.name), not f.required) for f in schema.fields])
+    return T.StructType([T.StructField(f.name, convert(f.field_type, f.name), not f.required) for f in schema.fields
+                         if not _time_in(f.field_type)])
 
 
 def _first_line(exc: BaseException) -> str:

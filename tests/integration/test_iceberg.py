@@ -834,3 +834,22 @@ def test_random_queries_over_deletes_and_evolution_match_spark(ice_server, spark
         check()
     finally:
         ice_server.ops.update_config({"scan_engine": "auto"})
+
+
+def test_a_time_column_is_left_out_and_refused_by_name(ice_server, catalog):
+    """Iceberg's ``time`` has no StarRocks or Spark type: the table is served without that
+    column (Spark's Iceberg connector refuses the whole table), and a query naming it is
+    refused with the reason."""
+    import httpx
+
+    schema = pa.schema([("id", pa.int64()), ("t", pa.time64("us")), ("name", pa.string())])
+    table = catalog.create_table("ice.with_time", schema=schema)
+    table.append(pa.table({"id": [1, 2], "t": [dt.time(1, 2, 3), None], "name": ["a", "b"]}, schema=schema))
+    got = _read(ice_server, "select * from ice.with_time", table="with_time")
+    assert got.column_names == ["id", "name"]
+    assert sorted(got.to_pylist(), key=lambda r: r["id"]) == [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
+    for sql in ("select id, t from ice.with_time", "select id from ice.with_time where t is null"):
+        r = httpx.post(f"http://127.0.0.1:{ice_server.http_port}/api/ice/with_time/_query_plan", json={"sql": sql},
+                       auth=("root", ""), timeout=60)
+        assert r.status_code == 500, r.text  # an invalid SQL, as an unknown column is (docs/protocol.md)
+        assert "column t of table ice.with_time has Iceberg type time" in r.json()["exception"], r.text
