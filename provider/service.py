@@ -349,6 +349,7 @@ class ScanService:
         while ctx.offset < target:
             if ctx.replay is not None:
                 raise InvalidArgument("a scan answered from the result cache cannot be resumed at an offset")
+            assert ctx.queue is not None
             taken = ctx.queue.take_reply(min(ctx.batch_size, target - ctx.offset), fill_wait_s=0)
             batch = taken[0] if isinstance(taken, tuple) else taken
             if batch is EOS:
