@@ -80,6 +80,17 @@ def _wire(value):
     return value
 
 
+def _direct_reader(ice_server):
+    """A client of a user who may read ice.* directly."""
+    from starscan.client import connect
+
+    if not ice_server.users.exists("ice_direct"):
+        ice_server.users.set_password("ice_direct", "pw", create=True)
+    ice_server.users.grant("ice_direct", "ice.*")
+    ice_server.users.grant("ice_direct", "direct_read:ice.*")
+    return connect(f"http://127.0.0.1:{ice_server.http_port}", "ice_direct", "pw")
+
+
 @pytest.mark.parametrize("engine", ["auto", "sql"])
 @pytest.mark.parametrize("where", [
     "", " where city = 'oslo'", " where city is null or id > 5100", " where amount >= 100.5 and day = '2024-01-03'",
@@ -171,14 +182,7 @@ def test_columns_renamed_dropped_or_promoted_are_read_by_field_id(ice_server, sp
 
 
 def test_direct_reads_resolve_iceberg_field_ids_too(ice_server, evolved):
-    from starscan.client import connect
-
-    fe = f"http://127.0.0.1:{ice_server.http_port}"
-    if not ice_server.users.exists("ice_direct"):
-        ice_server.users.set_password("ice_direct", "pw", create=True)
-    ice_server.users.grant("ice_direct", "ice.*")
-    ice_server.users.grant("ice_direct", "direct_read:ice.*")
-    conn = connect(fe, "ice_direct", "pw")
+    conn = _direct_reader(ice_server)
     got = conn.read_arrow("ice.evolved", ["id", "town", "score"], "id < 5 or id >= 1098", direct="auto")
     assert conn.direct_tablets > 0
     assert sorted(tuple(r.values()) for r in got.to_pylist()) == [
@@ -273,19 +277,19 @@ def test_orc_data_files_are_read_with_their_deletes(ice_server, spark, orc_table
         ice_server.ops.update_config({"scan_engine": "auto"})
 
 
-def test_direct_reads_read_orc_data_files_too(ice_server, orc_table):
-    from starscan.client import connect
-
-    fe = f"http://127.0.0.1:{ice_server.http_port}"
-    if not ice_server.users.exists("ice_direct"):
-        ice_server.users.set_password("ice_direct", "pw", create=True)
-    ice_server.users.grant("ice_direct", "ice.*")
-    ice_server.users.grant("ice_direct", "direct_read:ice.*")
-    conn = connect(fe, "ice_direct", "pw")
-    got = conn.read_arrow("ice.orc_rows", ["id", "name"], "id >= 2080 or id < 3", direct="auto")
+@pytest.mark.parametrize("kind", ["orc", "avro"])
+def test_direct_reads_read_orc_and_avro_data_files_too(ice_server, request, kind):
+    """The client's reader (the BE's code) reads ORC and Avro data files, with their deletes."""
+    if kind == "orc":
+        table = request.getfixturevalue("orc_table")
+        rows, where, keep = table.scan().to_arrow().to_pylist(), "id >= 2080 or id < 3", lambda i: i >= 2080 or i < 3
+    else:
+        _, rows = request.getfixturevalue("avro_table")
+        where, keep = "id >= 1500 or id < 3", lambda i: i >= 1500 or i < 3
+    conn = _direct_reader(ice_server)
+    got = conn.read_arrow(f"ice.{kind}_rows", ["id", "name"], where, direct="auto")
     assert conn.direct_tablets > 0
-    want = sorted((r["id"], r["name"]) for r in orc_table.scan().to_arrow().to_pylist() if r["id"] >= 2080 or r["id"] < 3)
-    assert sorted(tuple(r.values()) for r in got.to_pylist()) == want
+    assert sorted(tuple(r.values()) for r in got.to_pylist()) == sorted((r["id"], r["name"]) for r in rows if keep(r["id"]))
 
 
 @pytest.fixture(scope="module")
@@ -345,22 +349,6 @@ def test_avro_data_files_are_read_with_their_deletes(ice_server, spark, avro_tab
         ice_server.ops.update_config({"scan_engine": "auto"})
 
 
-def test_direct_reads_read_avro_data_files_too(ice_server, avro_table):
-    from starscan.client import connect
-
-    fe = f"http://127.0.0.1:{ice_server.http_port}"
-    if not ice_server.users.exists("ice_direct"):
-        ice_server.users.set_password("ice_direct", "pw", create=True)
-    ice_server.users.grant("ice_direct", "ice.*")
-    ice_server.users.grant("ice_direct", "direct_read:ice.*")
-    conn = connect(fe, "ice_direct", "pw")
-    got = conn.read_arrow("ice.avro_rows", ["id", "name"], "id >= 1500 or id < 3", direct="auto")
-    assert conn.direct_tablets > 0
-    _, kept = avro_table
-    want = sorted((r["id"], r["name"]) for r in kept if r["id"] >= 1500 or r["id"] < 3)
-    assert sorted(tuple(r.values()) for r in got.to_pylist()) == want
-
-
 @pytest.fixture(scope="module")
 def v3_vectors(catalog, catalog_props):
     """ice.v3_dv: two Parquet files of 500 rows, then the table upgraded to format v3 with a
@@ -399,14 +387,7 @@ def test_v3_deletion_vectors_leave_their_rows_out(ice_server, spark, v3_vectors,
 
 
 def test_direct_reads_apply_v3_deletion_vectors(ice_server, v3_vectors):
-    from starscan.client import connect
-
-    fe = f"http://127.0.0.1:{ice_server.http_port}"
-    if not ice_server.users.exists("ice_direct"):
-        ice_server.users.set_password("ice_direct", "pw", create=True)
-    ice_server.users.grant("ice_direct", "ice.*")
-    ice_server.users.grant("ice_direct", "direct_read:ice.*")
-    conn = connect(fe, "ice_direct", "pw")
+    conn = _direct_reader(ice_server)
     got = conn.read_arrow("ice.v3_dv", ["id"], "id < 10 or id >= 1490", direct="auto")
     assert conn.direct_tablets > 0
     want = sorted(r["id"] for r in v3_vectors.scan().to_arrow().to_pylist() if r["id"] < 10 or r["id"] >= 1490)
@@ -543,13 +524,7 @@ def test_the_mysql_port_leaves_equality_deleted_rows_out(ice_server, equality_de
 
 
 def test_direct_reads_apply_position_and_equality_deletes(ice_server, equality_deleted, position_deleted):
-    from starscan.client import connect
-
-    if not ice_server.users.exists("ice_direct"):
-        ice_server.users.set_password("ice_direct", "pw", create=True)
-    ice_server.users.grant("ice_direct", "ice.*")
-    ice_server.users.grant("ice_direct", "direct_read:ice.*")
-    conn = connect(f"http://127.0.0.1:{ice_server.http_port}", "ice_direct", "pw")
+    conn = _direct_reader(ice_server)
     got = conn.read_arrow("ice.upserts", ["id", "city"], direct=True)
     assert conn.direct_tablets > 0 and not conn.fallbacks
     assert sorted(map(tuple, (r.values() for r in got.to_pylist())), key=str) == \

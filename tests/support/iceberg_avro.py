@@ -4,7 +4,7 @@ record field carries its Iceberg ``field-id``, a list its ``element-id``, a map 
 ``key-id`` and ``value-id``; an optional field is a union with null, null first; a date is
 an ``int`` of logical type ``date``, a timestamptz a ``long`` of ``timestamp-micros`` with
 ``adjust-to-utc``, a decimal a ``fixed`` of logical type ``decimal``) and committed with
-pyiceberg's fast append."""
+pyiceberg's fast append (``support.iceberg_orc.fast_append``)."""
 
 from __future__ import annotations
 
@@ -55,19 +55,13 @@ def append_avro_file(table, rows: list[dict]) -> str:
     """One Avro data file of ``rows`` (dicts by the table's column names, values as fastavro
     takes them), committed to the unpartitioned ``table``; returns its location."""
     import fastavro
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
+    from pyiceberg.manifest import FileFormat
+
+    from support.iceberg_orc import fast_append
 
     location = f"{table.location().rstrip('/')}/data/avro-{uuid.uuid4()}.avro"
     local = location.removeprefix("file://")
     Path(local).parent.mkdir(parents=True, exist_ok=True)
     with open(local, "wb") as out:
         fastavro.writer(out, fastavro.parse_schema(avro_schema(table.schema())), rows, codec="deflate", sync_interval=4096)
-    data_file = DataFile.from_args(content=DataFileContent.DATA, file_path=location, file_format=FileFormat.AVRO,
-                                   partition=Record(), record_count=len(rows),
-                                   file_size_in_bytes=Path(local).stat().st_size)
-    data_file.spec_id = table.metadata.default_spec_id
-    with table.transaction() as tx:
-        with tx.update_snapshot().fast_append() as append:
-            append.append_data_file(data_file)
-    return location
+    return fast_append(table, location, FileFormat.AVRO, len(rows))

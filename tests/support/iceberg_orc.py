@@ -33,8 +33,7 @@ def append_orc_file(table, rows: pa.Table, stripe_rows: int = 0) -> str:
     """One ORC data file of ``rows`` (columns named as the table's), committed to the
     unpartitioned ``table``; returns its location. ``stripe_rows``: aim for stripes of about
     this many rows (0: ORC's default size)."""
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
+    from pyiceberg.manifest import FileFormat
 
     schema = table.schema()
     fields = [_with_ids(rows.schema.field(name), schema.find_field(name)) for name in rows.column_names]
@@ -43,9 +42,18 @@ def append_orc_file(table, rows: pa.Table, stripe_rows: int = 0) -> str:
     Path(local).parent.mkdir(parents=True, exist_ok=True)
     options = {"stripe_size": max(1024, stripe_rows * 16)} if stripe_rows else {}
     orc.write_table(pa.table(rows.columns, schema=pa.schema(fields)), local, **options)
-    data_file = DataFile.from_args(content=DataFileContent.DATA, file_path=location, file_format=FileFormat.ORC,
-                                   partition=Record(), record_count=rows.num_rows,
-                                   file_size_in_bytes=Path(local).stat().st_size)
+    return fast_append(table, location, FileFormat.ORC, rows.num_rows)
+
+
+def fast_append(table, location: str, file_format, record_count: int) -> str:
+    """Commit the data file written at ``location`` (a local ``file://`` one) to the
+    unpartitioned ``table`` with pyiceberg's fast append; returns its location."""
+    from pyiceberg.manifest import DataFile, DataFileContent
+    from pyiceberg.typedef import Record
+
+    data_file = DataFile.from_args(content=DataFileContent.DATA, file_path=location, file_format=file_format,
+                                   partition=Record(), record_count=record_count,
+                                   file_size_in_bytes=Path(location.removeprefix("file://")).stat().st_size)
     data_file.spec_id = table.metadata.default_spec_id
     with table.transaction() as tx:
         with tx.update_snapshot().fast_append() as append:
