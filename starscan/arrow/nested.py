@@ -142,3 +142,28 @@ def _offsets(array: Any, large: bool = False) -> pa.Array:
     if array.offset:  # a slice: pyarrow builds lists with a null mask from unsliced offsets only
         offsets = pa.array(offsets.to_numpy(), type=offsets.type)
     return offsets if offsets.type == want else offsets.cast(want)
+
+
+def map_leaves(array: pa.Array, fn: Callable[[pa.Array], pa.Array]) -> pa.Array:
+    """``array`` with ``fn`` applied to each array of scalars inside it (struct fields, list
+    elements, map keys and values, at any depth); a leaf whose type ``fn`` changes changes
+    in the nested type too (its field's name, nullability and metadata kept)."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    kind = array.type
+    if pa.types.is_struct(kind):
+        children = [map_leaves(array.field(i).slice(array.offset, len(array)), fn) for i in range(kind.num_fields)]
+        fields = [kind.field(i).with_type(child.type) for i, child in enumerate(children)]
+        return pa.StructArray.from_arrays(children, fields=fields, mask=_mask(array))
+    if pa.types.is_map(kind):
+        keys, items = map_leaves(array.keys, fn), map_leaves(array.items, fn)
+        map_type = pa.map_(kind.key_field.with_type(keys.type), kind.item_field.with_type(items.type), kind.keys_sorted)
+        return pa.MapArray.from_arrays(_offsets(array), keys, items, type=map_type, mask=_mask(array))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        large = pa.types.is_large_list(kind)
+        values = map_leaves(array.values, fn)
+        field = kind.value_field.with_type(values.type)
+        builder = pa.LargeListArray if large else pa.ListArray
+        return builder.from_arrays(_offsets(array, large), values, type=pa.large_list(field) if large else pa.list_(field),
+                                   mask=_mask(array))
+    return fn(array)

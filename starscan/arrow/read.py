@@ -26,7 +26,16 @@ import pyarrow.parquet as pq
 from starscan.arrow.avro import MAGIC as AVRO_MAGIC
 from starscan.arrow.avro import AvroDataFile
 from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, EqualityKeys, IcebergDeletes, kept_mask, row_deletes
-from starscan.arrow.nested import FileKey, FileName, NestedMismatch, conform, field_id_of, is_nested_name, key_of
+from starscan.arrow.nested import (
+    FileKey,
+    FileName,
+    NestedMismatch,
+    conform,
+    field_id_of,
+    is_nested_name,
+    key_of,
+    map_leaves,
+)
 from starscan.arrow.rebase import (
     CORRECTED,
     LEGACY,
@@ -467,6 +476,14 @@ def _calendar_of(read: ArrowRead, parquet: pq.ParquetFile, present: dict[str, pa
     out = []
     for name in names:
         file_name = present[name].name
+        if pa.types.is_nested(present[name].type):
+            # Dates and timestamps inside a struct, list or map: one rule for the column's
+            # dates and one for its timestamps (INT96 ones when the file stores them so).
+            int96 = any(path.startswith(f"{file_name}.") and kind == "INT96" for path, kind in physical.items())
+            modes = (calendar.datetime_mode, calendar.int96_mode if int96 else calendar.datetime_mode)
+            if any(m != CORRECTED for m in modes):
+                out.append((name, "nested-int96" if int96 else "nested", "/".join(modes), calendar.zone))
+            continue
         kind = "int96" if physical.get(file_name) == "INT96" else (
             "date" if pa.types.is_date(present[name].type) else "timestamp")
         mode = calendar.int96_mode if kind == "int96" else calendar.datetime_mode
@@ -632,6 +649,22 @@ def _put(out: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
     return False
 
 
+def _rebase_nested(column: Any, kind: str, mode: str, zone: str) -> pa.Array:
+    """A nested column's dates and timestamps as Spark reads them (``_calendar_of``'s
+    "nested" entries: ``mode`` is the dates' mode and the timestamps' mode)."""
+    date_mode, stamp_mode = mode.split("/")
+    stamp_kind = "int96" if kind == "nested-int96" else "timestamp"
+
+    def leaf(values: pa.Array) -> pa.Array:
+        if pa.types.is_date32(values.type):
+            return read_column(values, "date", date_mode, zone)
+        if pa.types.is_timestamp(values.type) and values.type.tz is not None:  # never TIMESTAMP_NTZ
+            return read_column(values, stamp_kind, stamp_mode, zone)
+        return values
+
+    return map_leaves(column, leaf)
+
+
 def _shape(read: ArrowRead, opened: _OpenPart, raw: pa.RecordBatch) -> pa.RecordBatch | None:
     part, present = opened.part, opened.present
     n = raw.num_rows
@@ -646,7 +679,8 @@ def _shape(read: ArrowRead, opened: _OpenPart, raw: pa.RecordBatch) -> pa.Record
             if name in rebase:
                 kind, mode, zone = rebase[name]
                 try:
-                    column = read_column(column, kind, mode, zone)
+                    column = _rebase_nested(column, kind, mode, zone) if kind.startswith("nested") else \
+                        read_column(column, kind, mode, zone)
                 except RebaseError as exc:
                     raise SplitReadError(f"table {read.table}: column {name} of file {part.relative}: {exc}") from None
             arrays.append(_as_type(read, part, name, column, expected))

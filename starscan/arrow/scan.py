@@ -26,7 +26,7 @@ from starscan.arrow.filter import NotArrowable, to_arrow_filter
 from starscan.arrow.nested import FileName
 from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
-from starscan.core.sql_types import Field
+from starscan.core.sql_types import Field, SqlType
 from starscan.expr import Expr
 from starscan.storage.hadoop_paths import exact_partition_value, partition_of
 from starscan.storage.stores import LOCAL, Storage
@@ -96,7 +96,7 @@ def plan_read(table: str, version: int, fields: Fields, columns: Sequence[tuple[
         return fields(name).type.spark_arrow_type(time_zone)
 
     pushdown = _file_conjuncts(predicate, fields, partition_columns) if predicate is not None else None
-    dates = tuple(n for n in file_columns if fields(n).type.kind in ("date", "timestamp"))
+    dates = tuple(n for n in file_columns if _holds_datetime(fields(n).type))
     if calendar.int96_conversion and any(fields(n).type.kind == "timestamp" for n in file_columns):
         raise NotArrowable("spark.sql.parquet.int96TimestampConversion is on (INT96 timestamps of files not written "
                            "by parquet-mr are moved to the session's zone)")
@@ -189,3 +189,12 @@ def _file_conjuncts(predicate: Expr, fields: Fields, partition_columns: set[str]
     for c in conjuncts:
         out = c if out is None else (out & c)
     return out
+
+
+def _holds_datetime(kind: SqlType) -> bool:
+    """Whether a column's type is DATE or TIMESTAMP (never TIMESTAMP_NTZ), or holds one in a
+    struct, array or map: the values Spark's calendar rule applies to."""
+    if kind.kind in ("date", "timestamp"):
+        return True
+    parts = [kind.element, kind.key, kind.value, *(f.type for f in kind.fields)]
+    return any(p is not None and _holds_datetime(p) for p in parts)

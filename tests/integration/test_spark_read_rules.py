@@ -10,6 +10,7 @@ path must give is Spark SQL's over the same folder (``spark.read.parquet``).
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import math
 import shutil
@@ -187,6 +188,37 @@ def test_spark_2_4_files_are_rebased_from_the_hybrid_calendar(server, spark, pat
     check_every_way(server, spark, paths, "spark24", "id, d", "d = '1582-09-24'")
     check_every_way(server, spark, paths, "spark24", "id, ts", "ts < '1000-01-01 00:00:00'")
     check_every_way(server, spark, paths, "spark24", "id", "d between '0999-12-01' and '1582-10-10'")
+
+
+def test_dates_inside_structs_and_arrays_of_spark_2_4_files_are_rebased(server, spark, paths):
+    """The calendar rule holds inside nested columns too: a struct's date and timestamp
+    fields and an array's dates of a Spark 2.4 file read as Spark reads them, also through
+    starscan's reader (sql_engine_reader = starscan)."""
+    ids, dates, stamps = zip(*ANCIENT)
+    nested = pa.table({
+        "id": pa.array(ids, pa.int32()),
+        "s": pa.StructArray.from_arrays([pa.array(dates, pa.date32()), pa.array(stamps, pa.timestamp("us", tz="UTC"))],
+                                        names=["d", "ts"]),
+        "l": pa.array([[d, d] if d is not None else None for d in dates], pa.list_(pa.date32())),
+    }).replace_schema_metadata({b"org.apache.spark.version": b"2.4.8"})
+    folder = server.warehouse.table_path(DB, "spark24_nested")
+    write(folder, {"part-0.parquet": nested})
+    server.warehouse.invalidate(DB, "spark24_nested")
+    session = spark.newSession()
+    session.conf.set("spark.sql.session.timeZone", "UTC")
+    session.read.parquet(str(folder)).createOrReplaceTempView("rules_nested")
+    want = list((r[0], r[1], r[2], tuple(r[3]) if r[3] is not None else None) for r in session.sql(
+        "select id, cast(s.d as string), cast(s.ts as string), transform(l, x -> cast(x as string)) "
+        "from rules_nested").collect())
+    assert (0, "0001-01-03", "0001-01-03 12:00:00", ("0001-01-03", "0001-01-03")) in want  # rebased by Spark
+    for way in ("auto", "sql", "sql_reader", "direct"):
+        got = []
+        for r in paths(way, "spark24_nested", "id, s, l", None):  # values as the ways' text (canon)
+            struct, dates = ast.literal_eval(r[1]), ast.literal_eval(r[2]) if r[2] is not None else None
+            got.append((int(r[0]), struct["d"], struct["ts"], tuple(dates) if dates is not None else None))
+        got.sort(key=repr)
+        want.sort(key=repr)
+        assert got == want, f"{way}: {got} != Spark's {want}"
 
 
 def test_files_without_a_spark_version_follow_the_session_mode(server, spark, paths):
