@@ -176,6 +176,15 @@ def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ss
         int((connect_timeout_s if connect_timeout_s is not None else timeout_s) * 1000), ssl_context))
 
 
+def _reads_row_deletes() -> bool:
+    """Whether this process has what the reader needs to apply row-level deletes (Delta's
+    roaring bitmaps, the cache of Iceberg's equality keys): ``pip install
+    'starscan[lakehouse]'``. Without them a direct plan gives such tablets to the BE."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("pyroaring", "cachetools"))
+
+
 class StarscanClient:
     """``retries``: how often a BE call is repeated on a new connection after a connection
     failure (the same offset, so no row is lost or doubled). ``failovers``: how often a
@@ -227,7 +236,8 @@ class StarscanClient:
         request: dict[str, Any] = {"sql": sql}
         if direct:
             request["direct"] = True
-            request["direct_row_deletes"] = True  # this client's reader leaves deleted rows out
+            if _reads_row_deletes():
+                request["direct_row_deletes"] = True  # this client's reader leaves deleted rows out
         if since_version is not None or cursor:
             request["since_version"] = since_version
         if consumer is not None:
