@@ -88,3 +88,20 @@ def test_a_resumed_scan_at_an_offset_past_its_rows_is_refused(two_bes, client):
         assert res.status.status_code == NOT_FOUND
         assert "send_offset=10000000" in res.status.error_msgs[0]
         on_a.close_scanner(cid)
+
+
+def test_a_scan_of_a_stopped_be_is_resumed_by_another(two_bes, spark, base_settings, client):
+    """A BE stopped (SIGTERM's path: its scans cancelled) keeps its scans' records: a reader
+    goes on with another BE, or with the same one restarted, at its offset."""
+    _, b = two_bes
+    settings = base_settings.model_copy(update={"resumable_scans": True, "http_port": 0, "be_port": 0, "query_port": 0})
+    plan, tablets = plan_for(client, "demo", "lineitem", SQL)
+    with _readers(b) as (on_b,):
+        whole, _ = _read(on_b, on_b.open_ok("demo", "lineitem", plan, tablets, batch_size=1000))
+    with running_server(spark, settings) as stopping, _readers(stopping) as (on_stopping,):
+        cid = on_stopping.open_ok("demo", "lineitem", plan, tablets, batch_size=1000)
+        first, offset = _read(on_stopping, cid, replies=3)
+    with _readers(b) as (on_b,):
+        rest, _ = _read(on_b, cid, offset)
+        on_b.close_scanner(cid)
+    assert first + rest == whole
