@@ -51,6 +51,7 @@ HEADLINES: dict[str, list[tuple[str, dict[str, str], str]]] = {
     "scale_out": [("2 BEs rows/s", {"configuration": "2 BEs"}, "rows/s (aggregate, best / median)")],
     "stages": [("full CPU s/M rows", {"scan": "full"}, "total CPU s/M rows")],
     "deletes": [("arrow vectors/compacted", {"engine": "arrow"}, "vectors / compacted (median rows/s)")],
+    "small_files": [("x pyarrow.dataset, 1 scanner", {"scanners": "1"}, "over pyarrow.dataset (median rows/s)")],
     "be_start": [("--role be first row s", {"node": "--role be"}, "first row s"),
                  ("listening s", {"node": "--role be"}, "BE port listening s")],
 }
