@@ -153,6 +153,9 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
     (docs/direct-reads.md). ``finish`` runs on each batch in the thread that decoded it
     (the client's wire conversion, so that it is parallel too)."""
     if threads <= 1:
+        if read.filter is not None:
+            yield from _filtered_in_runs(read, split, batch_rows, finish)
+            return
         for part in split.parts:
             opened = _open_part(read, part)
             if opened is None:
@@ -161,6 +164,47 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
                 yield finish(batch) if finish is not None else batch
         return
     yield from _read_concurrently(read, split, batch_rows, threads, finish)
+
+
+def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
+                      finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None) -> Iterator[pa.RecordBatch]:
+    """``read_split`` in one thread for a plan with a predicate: the files' batches, in order,
+    are gathered into runs of up to ``batch_rows`` rows before the predicate and the output
+    step run on them. A predicate costs a fixed ~0.3 ms per call whatever the rows, so a
+    split of many small files (a streaming job's) pays it per run, not per file."""
+    run: list[pa.RecordBatch] = []
+    rows = 0
+
+    def emit() -> Iterator[pa.RecordBatch]:
+        try:
+            merged = [pa.concat_batches(run)] if len(run) > 1 else list(run)
+        except pa.ArrowInvalid:  # batches of files that differ in a detail of their types: one by one
+            merged = list(run)
+        run.clear()
+        for batch in merged:
+            try:
+                out = _finish(read, batch)
+            except (ValueError, pa.ArrowException) as exc:
+                raise SplitReadError(f"table {read.table}: the scan's predicate cannot be evaluated: "
+                                     f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+            if out.num_rows:
+                yield finish(out) if finish is not None else out
+
+    for part in split.parts:
+        opened = _open_part(read, part)
+        if opened is None:
+            continue
+        for raw in _decode(read, opened, opened.row_groups, batch_rows, unfiltered=True):
+            if run and rows + raw.num_rows > batch_rows:
+                yield from emit()
+                rows = 0
+            run.append(raw)
+            rows += raw.num_rows
+            if rows >= batch_rows:
+                yield from emit()
+                rows = 0
+    if run:
+        yield from emit()
 
 
 @dataclass(frozen=True)
@@ -492,10 +536,12 @@ def _calendar_of(read: ArrowRead, parquet: pq.ParquetFile, present: dict[str, pa
     return tuple(out)
 
 
-def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_rows: int) -> Iterator[pa.RecordBatch]:
+def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_rows: int,
+            unfiltered: bool = False) -> Iterator[pa.RecordBatch]:
     """Row groups of one file as the plan's output, decoded on the calling thread alone
     (one ``iter_batches`` for all of them: a file of many small row groups still gives
-    full batches)."""
+    full batches). ``unfiltered``: the plan's columns before its predicate and output step
+    (``_finish``), which the caller runs."""
     part = opened.part
     try:
         # A reader of its own over the shared open file and footer (reads are positional,
@@ -516,7 +562,7 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
                 if raw.num_rows:
                     yield pa.RecordBatch.from_arrays([raw.column(i) for i in order], schema=read.output_schema)
                 continue
-            out = _shape(read, opened, raw)
+            out = _shape(read, opened, raw, unfiltered)
             if out is not None and out.num_rows:
                 yield out
     except SplitReadError:
@@ -665,7 +711,9 @@ def _rebase_nested(column: Any, kind: str, mode: str, zone: str) -> pa.Array:
     return map_leaves(column, leaf)
 
 
-def _shape(read: ArrowRead, opened: _OpenPart, raw: pa.RecordBatch) -> pa.RecordBatch | None:
+def _shape(read: ArrowRead, opened: _OpenPart, raw: pa.RecordBatch, unfiltered: bool = False) -> pa.RecordBatch | None:
+    """A file's batch as the plan's output (``unfiltered``: its columns before the predicate
+    and the output step, ``_finish``)."""
     part, present = opened.part, opened.present
     n = raw.num_rows
     rebase = {name: (kind, mode, zone) for name, kind, mode, zone in opened.rebase}
@@ -690,8 +738,14 @@ def _shape(read: ArrowRead, opened: _OpenPart, raw: pa.RecordBatch) -> pa.Record
         arrays.append(pa.array([values.get(name)] * n, expected) if n else pa.array([], expected))
         names.append(name)
     batch = pa.RecordBatch.from_arrays(arrays, names=names)
+    return batch if unfiltered else _finish(read, batch)
+
+
+def _finish(read: ArrowRead, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The plan's predicate and output columns over its needed and partition columns."""
     if read.filter is not None:
         batch = batch.filter(read.filter)
+    names = batch.schema.names
     out = []
     for _out_name, source, char_len in read.output:
         column = batch.column(names.index(source))
