@@ -236,8 +236,8 @@ def test_nested_fields_renamed_or_added_are_read_by_field_id(ice_server, catalog
 @pytest.fixture(scope="module")
 def orc_table(catalog):
     """ice.orc_rows: 100 rows in a Parquet file (pyiceberg's append), then 2,000 rows in an
-    ORC file of several stripes (as Iceberg's ORC writer makes it), 1 row in 10 of which a
-    position delete file deletes."""
+    ORC file of several stripes (as Iceberg's ORC writer makes it), 1 row in 10 of which an
+    ORC position delete file deletes."""
     from support.iceberg_deletes import write_position_deletes
     from support.iceberg_orc import append_orc_file
 
@@ -250,7 +250,7 @@ def orc_table(catalog):
     table = catalog.create_table("ice.orc_rows", schema=rows([0]).schema)
     table.append(rows(list(range(100))))
     orc_file = append_orc_file(table, rows(list(range(100, 2100))), stripe_rows=300)
-    write_position_deletes(table, {orc_file: list(range(0, 2000, 10))})
+    write_position_deletes(table, {orc_file: list(range(0, 2000, 10))}, file_format="orc")  # the table's format
     return catalog.load_table("ice.orc_rows")
 
 

@@ -24,7 +24,7 @@ FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 
 def write_position_deletes(table, deletes: dict[str, list[int]], file_format: str = "parquet") -> str:
     """One position delete file for ``deletes`` (data file location -> positions), committed
-    to ``table``; returns its location. ``file_format``: parquet, or avro (as Iceberg's
+    to ``table``; returns its location. ``file_format``: parquet, orc or avro (as Iceberg's
     writers write a table's deletes in its format: the spec's ``file_path`` and ``pos``
     fields with their reserved field ids)."""
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -33,7 +33,14 @@ def write_position_deletes(table, deletes: dict[str, list[int]], file_format: st
     rows = sorted((path, pos) for path, positions in deletes.items() for pos in positions)
     location = f"{table.location().rstrip('/')}/data/delete-{uuid.uuid4()}.{file_format}"
     local = location.removeprefix("file://")
-    if file_format == "avro":
+    if file_format == "orc":
+        import pyarrow.orc as orc
+
+        meta = {b"iceberg.required": b"true"}
+        schema = pa.schema([pa.field("file_path", pa.string(), False, {**meta, b"iceberg.id": str(FILE_PATH_ID).encode()}),
+                            pa.field("pos", pa.int64(), False, {**meta, b"iceberg.id": str(POS_ID).encode()})])
+        orc.write_table(pa.table([[r[0] for r in rows], [r[1] for r in rows]], schema=schema), local)
+    elif file_format == "avro":
         import fastavro
 
         avro = {"type": "record", "name": "position_delete", "fields": [
@@ -47,7 +54,8 @@ def write_position_deletes(table, deletes: dict[str, list[int]], file_format: st
         pq.write_table(pa.table([[r[0] for r in rows], [r[1] for r in rows]], schema=schema), local)
     size = Path(local).stat().st_size
     delete_file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=location,
-                                     file_format=FileFormat.AVRO if file_format == "avro" else FileFormat.PARQUET,
+                                     file_format={"avro": FileFormat.AVRO, "orc": FileFormat.ORC}.get(file_format,
+                                                                                                  FileFormat.PARQUET),
                                      partition=Record(), record_count=len(rows), file_size_in_bytes=size)
     delete_file.spec_id = table.metadata.default_spec_id
     _commit_deletes(table, delete_file)
