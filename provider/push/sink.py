@@ -255,7 +255,7 @@ class PushSink:
 
     # ---- the BE reading a split itself ----
     def serve_local(self, split_no: int, batches: Iterator[pa.RecordBatch],
-                    failure: Callable[[Exception], StarscanError] | None = None) -> bool:
+                    failure: Callable[[Exception], StarscanError]) -> bool:
         """Read a split (from ``claim``) in the BE's own process: its batches (the wire's
         types, the reader's batch size) go to the queue as a task's would, with the same
         bookkeeping, so a split left half-read (a yield, a stop) is read on by a task
@@ -295,9 +295,7 @@ class PushSink:
             self._fail(exc)
             return False
         except Exception as exc:  # noqa: BLE001 - the split's read failed: the scan fails, the BE goes on
-            text = str(exc).strip()
-            self._fail(failure(exc) if failure is not None else
-                       ScanFailed(text if type(exc).__name__ == "SplitReadError" else f"{type(exc).__name__}: {text}"))
+            self._fail(failure(exc))
             return False
         finally:
             with self._cond:

@@ -8,6 +8,7 @@ received, eos ends a scanner, close always sent.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import ssl
 import threading
@@ -176,6 +177,7 @@ def thrift_client(host: str, port: int, timeout_s: float = 60.0, ssl_context: ss
         int((connect_timeout_s if connect_timeout_s is not None else timeout_s) * 1000), ssl_context))
 
 
+@functools.cache
 def _reads_row_deletes() -> bool:
     """Whether this process has what the reader needs to apply row-level deletes (Delta's
     roaring bitmaps, the cache of Iceberg's equality keys): ``pip install

@@ -38,15 +38,8 @@ def test_the_bes_own_reads_give_spark_sqls_rows(local_be, client, spark, sql):
     try:
         for tablet in tablets:  # a scanner per tablet: its first splits are the BE's
             cid = reader.open_ok("demo", "lineitem", plan, [tablet], batch_size=2048)
-            offset = 0
-            while True:
-                res = reader.next(cid, offset)
-                assert res.status.status_code == OK, res.status
-                if res.eos:
-                    break
-                table = pa.ipc.open_stream(res.rows).read_all()
-                got.update(zip(*(table.column(i).to_pylist() for i in range(table.num_columns))))
-                offset += table.num_rows
+            for batch in reader.drain_batches(cid)[0]:
+                got.update(zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns))))
             local += local_be.contexts.get(cid).scan.local_splits
             reader.close_scanner(cid)
     finally:
