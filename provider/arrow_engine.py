@@ -6,7 +6,11 @@ runs on the ``sql`` engine (``scan_engine = auto``) or is refused (``scan_engine
 
 Splits: the planned files, a large file cut into runs of whole row groups of about
 ``split_size`` bytes (its footer says where), small files packed together up to that size with
-an open cost per file, as Spark packs files into partitions. The scanner's tasks then take
+an open cost per file, as Spark packs files into partitions. The open cost is the FE's
+(``tablet_open_cost_bytes``, 128 KiB: what opening a small Parquet file costs here in bytes
+of reading). It was Spark's 4 MiB until issue 39: a split then held at most four small files,
+and a table of 50,000 ten-row files became 12,500 splits, each claimed by a task from the BE
+over its push connection; that hand-off, not the reading, was where its time went. The scanner's tasks then take
 the splits one after another from the BE (provider/push/task.py).
 """
 
@@ -21,10 +25,8 @@ from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
 from starscan.core.sql_types import parse_schema
 from starscan.expr import unflatten
 from starscan.storage.stores import LOCAL, Storage
-from starscan.tables.tablets import FOOTERS, cut_file, pack
+from starscan.tables.tablets import DEFAULT_OPEN_COST_BYTES, FOOTERS, cut_file, pack
 
-#: What opening one more file costs, in bytes of reading (Spark's openCostInBytes).
-OPEN_COST_BYTES = 4 << 20
 
 
 MIN_SPLIT_BYTES, MAX_SPLIT_BYTES = 16 << 20, 256 << 20
@@ -40,9 +42,11 @@ def split_size(total_bytes: int, tasks: int) -> int:
 
 def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
                tasks: int = 2, storage: Storage = LOCAL,
-               calendar: CalendarRules = CalendarRules(), nested: bool = False) -> tuple[ArrowRead, list[ArrowSplit]]:
+               calendar: CalendarRules = CalendarRules(), nested: bool = False,
+               open_cost_bytes: int = DEFAULT_OPEN_COST_BYTES) -> tuple[ArrowRead, list[ArrowSplit]]:
     """The read instructions and splits of ``plan`` on the arrow engine, or NotArrowable
-    (``nested``: see starscan.arrow.scan.plan_read)."""
+    (``nested``: see starscan.arrow.scan.plan_read). ``open_cost_bytes`` is the FE's
+    ``tablet_open_cost_bytes``: splits pack small files by the same rule as tablets."""
     fields = Fields(parse_schema(plan.table_schema))
     folders = plan.partition_columns is None  # else in the files (Iceberg), or each file carries them
     first = next((t.files[0].path for t in plan_tablets[:1] if t.files), None)
@@ -61,10 +65,11 @@ def plan_arrow(plan, plan_tablets: list, tablet_ids: list[int], time_zone: str,
         for f in tablet.files:
             parts.append(file_part(read, fields, plan.table_location, f.path, f.size, f.mtime_ns, row_groups, folders,
                                    f.deletes, f.partition))
-    return read, _splits(parts, split_size(sum(p.size for p in parts), tasks), storage)
+    return read, _splits(parts, split_size(sum(p.size for p in parts), tasks), storage, open_cost_bytes)
 
 
-def _splits(parts: list[FilePart], split_bytes: int, storage: Storage = LOCAL) -> list[ArrowSplit]:
+def _splits(parts: list[FilePart], split_bytes: int, storage: Storage = LOCAL,
+            open_cost_bytes: int = DEFAULT_OPEN_COST_BYTES) -> list[ArrowSplit]:
     """The scanner's tablets split again for its tasks, by the FE's rules (starscan.tables.tablets):
     a large file or cut tablet in runs of its row groups, small files packed."""
     out: list[ArrowSplit] = []
@@ -84,7 +89,7 @@ def _splits(parts: list[FilePart], split_bytes: int, storage: Storage = LOCAL) -
         first = chosen[0]  # a tablet's row groups are a contiguous run
         for run_first, run_groups, _, _ in cut_file(groups[first:chosen[-1] + 1], split_bytes):
             out.append(ArrowSplit((_with_row_groups(part, list(range(first + run_first, first + run_first + run_groups))),)))
-    out.extend(ArrowSplit(tuple(group)) for group in pack(small, lambda p: p.size, split_bytes, OPEN_COST_BYTES))
+    out.extend(ArrowSplit(tuple(group)) for group in pack(small, lambda p: p.size, split_bytes, open_cost_bytes))
     return out
 
 

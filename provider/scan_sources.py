@@ -22,7 +22,7 @@ from starscan.spark.reader_frames import reader_frame
 from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session
 from starscan.spark.types import is_supported, sql_type
 from starscan.storage.stores import LOCAL, Storage
-from starscan.tables.tablets import FOOTERS, row_range_problem
+from starscan.tables.tablets import DEFAULT_OPEN_COST_BYTES, FOOTERS, row_range_problem
 
 #: (output name, its SQL type, nullable): what the wire conversion needs of each column.
 Columns = tuple[tuple[str, Any, bool], ...]
@@ -59,8 +59,10 @@ class PlannedRead:
     planned = True
 
     def __init__(self, spark: Any, plan: Any, plan_tablets: list[Any], tablet_ids: list[int],
-                 storage: Storage = LOCAL, ordered: bool = False, reader_always: bool = False):
+                 storage: Storage = LOCAL, ordered: bool = False, reader_always: bool = False,
+                 open_cost_bytes: int = DEFAULT_OPEN_COST_BYTES):
         self.spark, self.plan, self.storage, self.ordered = spark, plan, storage, ordered
+        self.open_cost_bytes = open_cost_bytes  # splits pack small files as the FE's tablets do
         self.reader_always = reader_always  # the sql engine reads every file with starscan's reader
         self.description = f"{plan.database}.{plan.table}"
         self.query_id, self.user = plan.query_id, plan.user
@@ -95,7 +97,8 @@ class PlannedRead:
 
     def arrow(self, time_zone: str, tasks: int, calendar: CalendarRules) -> tuple[ArrowRead, list[ArrowSplit]]:
         """The arrow engine's read instructions and splits, or NotArrowable saying why not."""
-        return plan_arrow(self.plan, self._plan_tablets, self._tablet_ids, time_zone, tasks, self.storage, calendar)
+        return plan_arrow(self.plan, self._plan_tablets, self._tablet_ids, time_zone, tasks, self.storage, calendar,
+                          open_cost_bytes=self.open_cost_bytes)
 
     def dataframe(self) -> Any:
         """The scan as a Spark DataFrame (py4j work: the file index, the plan's analysis)."""
@@ -184,7 +187,8 @@ class PlannedRead:
         time_zone = spark.conf.get("spark.sql.session.timeZone")
         read, splits = plan_arrow(_columns_only(self.plan, names), self._plan_tablets, self._tablet_ids, time_zone,
                                   max(1, spark.sparkContext.defaultParallelism), self.storage,
-                                  CalendarRules.of_session(spark), nested=True)
+                                  CalendarRules.of_session(spark), nested=True,
+                                  open_cost_bytes=self.open_cost_bytes)
         return reader_frame(spark, read, splits, T.StructType([self._by_lower[n.lower()] for n in names]))
 
     def table_location(self) -> str:

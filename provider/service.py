@@ -265,7 +265,8 @@ class ScanService:
             limit = min(limit, params.mem_limit)
         queue = ResultQueue(limit, self.budget)
         source = PlannedRead(self.spark, plan, plan_tablets, tablet_ids, storage, ordered,
-                             reader_always=self.settings.sql_engine_reader == "starscan")
+                             reader_always=self.settings.sql_engine_reader == "starscan",
+                             open_cost_bytes=self.settings.tablet_open_cost_bytes)
         scan = SparkScan(self.spark, source, queue, ctx.context_id, self.push_listener(),
                          tasks_per_scanner=1 if ordered else self.settings.scan_tasks_per_scanner,
                          yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
