@@ -69,10 +69,10 @@ class SchemaResolver:
         storage = snap.storage
         check_openable(snap.qualified_name, storage.spark_path(snap.location), (f.path for f in snap.files))
         try:
-            if storage.is_local:
-                spark_schema = self.spark.read.parquet(literal(snap.location)).schema
+            if storage.is_local and self._merges_schemas():
+                spark_schema = self.spark.read.parquet(literal(snap.location)).schema  # every footer, merged
             else:
-                spark_schema = self._schema_without_reading(snap)
+                spark_schema = self._schema_of_one_footer(snap)
         except StarscanError:
             raise
         except Exception as exc:
@@ -86,16 +86,36 @@ class SchemaResolver:
         return schema
 
 
-    def _schema_without_reading(self, snap: TableSnapshot) -> T.StructType:
-        """Spark's view of a table in object storage, which this process's Spark may have no
-        filesystem for (s3a needs jars of its own): the data columns from a footer, the
-        partition columns typed by Spark's own inference over the folder names."""
-        data = _footer_schema(snap)
-        if data is None:
-            raise TableUnreadable(f"table {snap.qualified_name}: the footer of {snap.files[0].path} cannot be read")
-        partitions = self._partition_schema(snap)
-        names = {f.name.lower() for f in partitions.fields}
-        return T.StructType([f for f in data.fields if f.name.lower() not in names] + list(partitions.fields))
+    def _merges_schemas(self) -> bool:
+        """Whether Spark merges every file's schema (``spark.sql.parquet.mergeSchema``)."""
+        return self.spark.conf.get("spark.sql.parquet.mergeSchema", "false") == "true"
+
+    def _schema_of_one_footer(self, snap: TableSnapshot) -> T.StructType:
+        """What ``spark.read.parquet(location).schema`` answers without merging schemas,
+        without Spark listing the table: Spark reads the data columns from one footer (a
+        ``_common_metadata`` or ``_metadata`` summary file if there is one, else the first
+        data file; its own order of files is the filesystem's, starscan's is by path), types
+        the partition columns by inferring them over the folder names, and merges the two
+        (``_merged``). Spark listing a folder of 50,000 files itself took 3.6 s of a 4.8 s
+        first plan (bench/notes, issue 39); an object store's files it cannot open at all
+        without Hadoop's S3 jars, so there the footer is read with pyarrow."""
+        storage = snap.storage
+        if storage.is_local:
+            data = self._local_footer_schema(snap)
+        else:
+            data = _footer_schema(snap)
+            if data is None:
+                raise TableUnreadable(f"table {snap.qualified_name}: the footer of {snap.files[0].path} cannot be read")
+        return _merged(data, self._partition_schema(snap),
+                       self.spark.conf.get("spark.sql.caseSensitive", "false") == "true")
+
+    def _local_footer_schema(self, snap: TableSnapshot) -> T.StructType:
+        """The data columns, read by Spark itself from the one file it takes them from."""
+        storage = snap.storage
+        summaries = [storage.join(snap.location, name) for name in ("_common_metadata", "_metadata")]
+        chosen = next((s for s in summaries if storage.file_identity(s) is not None),
+                      storage.join(snap.location, snap.files[0].path))
+        return cast(T.StructType, self.spark.read.parquet(literal(str(chosen))).schema)
 
     def _partition_schema(self, snap: TableSnapshot) -> T.StructType:
         """``PartitioningUtils.parsePartitions`` (what ``spark.read.parquet`` runs on the
@@ -121,6 +141,19 @@ class SchemaResolver:
             conf.get("spark.sql.sources.validatePartitionColumns", "true") == "true",
             conf.get("spark.sql.session.timeZone"), False)
         return T.StructType.fromJson(json.loads(spec.partitionColumns().json()))
+
+
+def _merged(data: T.StructType, partitions: T.StructType, case_sensitive: bool) -> T.StructType:
+    """Spark's ``PartitioningUtils.mergeDataAndPartitionSchema``: a partition column also
+    in the data keeps the data column's place with the partition column's type; the other
+    partition columns follow the data columns."""
+    def key(name: str) -> str:
+        return name if case_sensitive else name.lower()
+
+    by_name = {key(f.name): f for f in partitions.fields}
+    names = {key(f.name) for f in data.fields}
+    return T.StructType([by_name.get(key(f.name), f) for f in data.fields]
+                        + [f for f in partitions.fields if key(f.name) not in names])
 
 
 def _footer_schema(snap: TableSnapshot) -> T.StructType | None:

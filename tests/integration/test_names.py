@@ -375,3 +375,31 @@ def test_a_failed_change_user_closes_the_connection(server):
         assert ("information_schema",) in cur.fetchall()
     finally:
         conn.close()
+
+
+def _schema_pairs(schema) -> list:
+    return [(f.name, f.dataType, f.nullable) for f in schema.fields]
+
+
+def test_a_folder_tables_schema_is_what_spark_reads_of_the_folder(server, spark):
+    """The FE takes a folder table's schema from one footer and the folder names, without
+    Spark listing the folder: the same as ``spark.read.parquet(folder).schema`` where a
+    partition column is also a data column (the data's place, the partition's type) and
+    where partition values of several types widen (1, 2.5: double)."""
+    location = _fresh_table(server, "names", "overlap")
+    _write(location / "k=1" / "part-0.parquet", [1, 2], k=["x", "y"], v=[1.5, 2.5])
+    _write(location / "k=2.5" / "part-0.parquet", [3], k=["z"], v=[3.5])
+    _write(location / "k=2.5" / "part-1.parquet", [4], k=["w"], v=[4.5])
+    got = server.planner.schemas.schema(server.warehouse.snapshot("names", "overlap"))
+    assert _schema_pairs(got) == _schema_pairs(spark.read.parquet(str(location)).schema)
+    assert [f.name for f in got.fields] == ["id", "k", "v"]
+
+
+def test_a_summary_files_schema_comes_first_as_in_spark(server, spark):
+    """Spark takes a folder's columns from ``_common_metadata`` when there is one."""
+    location = _fresh_table(server, "names", "summary")
+    _write(location / "part-0.parquet", [1, 2])
+    pq.write_metadata(pa.schema([("id", pa.int64()), ("note", pa.string())]), location / "_common_metadata")
+    got = server.planner.schemas.schema(server.warehouse.snapshot("names", "summary"))
+    assert _schema_pairs(got) == _schema_pairs(spark.read.parquet(str(location)).schema)
+    assert [f.name for f in got.fields] == ["id", "note"]
