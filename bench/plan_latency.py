@@ -62,8 +62,16 @@ def _tiny_table(i: int):
     })
 
 
+TEMPLATES = 1000  # distinct files written by pyarrow; the others are byte copies of them
+
+
 def write_wide(table_dir: Path, tablets: int, partitions: int = 0) -> None:
-    """N files of ~10 rows; with ``partitions`` > 0, spread over Hive folders ``p=0..partitions-1``."""
+    """N files of ~10 rows; with ``partitions`` > 0, spread over Hive folders ``p=0..partitions-1``.
+    The first ``TEMPLATES`` files are written by pyarrow, the rest are byte copies of them
+    under their own names (a million files written one by one by pyarrow took too long for
+    a bench whose subject is planning; a plan reads no footer of a small file)."""
+    import io
+
     import pyarrow.parquet as pq
 
     marker = table_dir / "_bench_layout.json"
@@ -76,13 +84,18 @@ def write_wide(table_dir: Path, tablets: int, partitions: int = 0) -> None:
         shutil.rmtree(table_dir)
     table_dir.mkdir(parents=True)
     started = time.perf_counter()
+    templates: list[bytes] = []
     for i in range(tablets):
         if partitions:
             folder = table_dir / f"p={i % partitions}"
             folder.mkdir(exist_ok=True)
         else:
             folder = table_dir
-        pq.write_table(_tiny_table(i), folder / f"part-{i:05d}.parquet")
+        if i < TEMPLATES:
+            buf = io.BytesIO()
+            pq.write_table(_tiny_table(i), buf)
+            templates.append(buf.getvalue())
+        (folder / f"part-{i:05d}.parquet").write_bytes(templates[i % TEMPLATES])
     marker.write_text(json.dumps(layout))  # hidden from starscan and Spark (leading '_')
     common.log(f"wrote {tablets} files into {table_dir} in {time.perf_counter() - started:.1f} s")
 
@@ -268,11 +281,15 @@ def measure_table(server, label: str, db: str, table: str, sql: str, args) -> tu
     out = []
     url = url_for(server.http_port, db, table)
     common.log(f"{label}: first call after start")
-    first = first_call(server, db, table, sql)
-    out.append((label, "first call after start (schema read by Spark)", 1, first))
-    common.log(f"{label}: cold x{args.cold_requests}")
-    out.append((label, "cold (listing invalidated before each call)", 1,
-                sequential(server, db, table, sql, args.cold_requests, True, args.time_cap)))
+    before = common.psutil.Process().memory_info().rss
+    with common.PeakRSS(interval_s=0.1) as peaks:
+        first = first_call(server, db, table, sql)
+        first["rss"] = (before, peaks.peaks.get("root", 0), common.psutil.Process().memory_info().rss)
+        out.append((label, "first call after start", 1, first))
+        common.log(f"{label}: cold x{args.cold_requests}")
+        cold = sequential(server, db, table, sql, args.cold_requests, True, args.time_cap)
+    cold["rss"] = (before, peaks.peaks.get("root", 0), common.psutil.Process().memory_info().rss)
+    out.append((label, "cold (listing invalidated before each call)", 1, cold))
     common.log(f"{label}: warm sequential x{args.seq_requests}")
     out.append((label, "warm, client in server process", 1,
                 sequential(server, db, table, sql, args.seq_requests, False, args.time_cap)))
@@ -295,6 +312,14 @@ def with_server_cpu(run, *args) -> dict:
     after = os.times()
     res["server_cpu_s"] = (after.user - before.user) + (after.system - before.system)
     return res
+
+
+def _rss(res: dict) -> str:
+    """The server process's resident memory before the table's first call, its peak during
+    the first call (and, on the cold row, the cold calls too) and after."""
+    if "rss" not in res:
+        return ""
+    return " / ".join(f"{b / 1e9:.2f}" for b in res["rss"])
 
 
 def _cpu_per_request(res: dict, n: int) -> str:
@@ -356,8 +381,8 @@ def main(argv=None) -> int:
             tables.append((f"{WIDE_DB}.{PART_TABLE} (pruned to 1 of 100 partitions)", WIDE_DB, PART_TABLE, PART_SQL))
         tables.append((f"{SMALL_DB}.{SMALL_TABLE}", SMALL_DB, SMALL_TABLE, SMALL_SQL))
         for label, db, table, sql in tables:
-            snap = server.warehouse.snapshot(db, table)
             measured, planned = measure_table(server, label, db, table, sql, args)
+            snap = server.warehouse.snapshot(db, table)  # after: the first call is the table's first listing
             for entry in measured:
                 results.append((entry, len(snap.tablets), planned))
 
@@ -367,7 +392,7 @@ def main(argv=None) -> int:
             rows.append([label, f"{tablets:,} / {planned:,}", phase + note, callers, s["n"], res["error_count"],
                          common.fmt(s["p50"]), common.fmt(s["p90"]), common.fmt(s["p99"]), common.fmt(s["max"]),
                          common.fmt(s["rps"]) if s["n"] > 1 else "–",
-                         common.fmt(res["resp_bytes"] / 1e3, 0), _cpu_per_request(res, s["n"])])
+                         common.fmt(res["resp_bytes"] / 1e3, 0), _cpu_per_request(res, s["n"]), _rss(res)])
             if label == f"{WIDE_DB}.{WIDE_TABLE}" and callers == args.concurrency and callers > 1:
                 met = s["n"] > 0 and res["error_count"] == 0 and s["p99"] < 50.0
                 scope = "" if args.tablets == 10_000 and args.concurrency == 50 else \
@@ -382,7 +407,8 @@ def main(argv=None) -> int:
         spark.stop()
 
     header = ["table", "tablets / planned", "phase", "callers", "n", "errors", "p50 ms", "p90 ms", "p99 ms",
-              "max ms", "req/s", "response KB", "CPU ms per request: server / client"]
+              "max ms", "req/s", "response KB", "CPU ms per request: server / client",
+              "server RSS GB: before / peak / after"]
     table_md = common.markdown_table(header, rows) + "\n\n" + verdict
     conditions = {
         "what": "`_query_plan` latency over real HTTP to 127.0.0.1 (httpx, keep-alive, Basic auth root:''), "
@@ -394,8 +420,10 @@ def main(argv=None) -> int:
                   f"spark.driver.memory={args.driver_memory}, listing_cache_ttl_s={settings.listing_cache_ttl_s}, "
                   f"plan_rate_per_user={settings.plan_rate_per_user:g} (no per-user cap: every caller is root); "
                   f"server + Spark start {start_s:.1f} s",
-        "tables": f"bench.wide: {args.tablets:,} pyarrow Parquet files of {ROWS_PER_FILE} rows (id bigint, c_int int, "
-                  f"c_str string, c_date date), no partitions; demo.lineitem: written by starscan.app.demo (reused if present)",
+        "tables": f"bench.wide: {args.tablets:,} Parquet files of {ROWS_PER_FILE} rows (id bigint, c_int int, "
+                  f"c_str string, c_date date; {TEMPLATES:,} written by pyarrow, the others byte copies of them), no partitions; demo.lineitem: written by starscan.app.demo (reused if present)",
+        "memory": "server RSS: the in-process server's resident memory (FE, BE and Spark's driver-side Python in one "
+                  "process; not the JVM), sampled every 100 ms by psutil",
         "queries": f"`{WIDE_SQL}`; `{SMALL_SQL}`" + (f"; `{PART_SQL}`" if args.partitioned else ""),
         "cold": f"{args.cold_requests} sequential calls, `server.warehouse.invalidate(db, table)` before each "
                 "(directory listing and plan rebuilt; the schema stays cached per table version)",

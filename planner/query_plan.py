@@ -15,6 +15,7 @@ from pyspark.sql import types as T
 
 from starscan import expr as E
 from starscan.arrow.rebase import CalendarRules
+from starscan.core.collector import collector_paused
 from starscan.core.errors import BadRequest, RequestTooLarge, SqlInvalid
 from starscan.core.thrift_defs import plan as plan_idl
 from starscan.planner import sql as sqlmod
@@ -23,7 +24,7 @@ from starscan.planner.consumer_lag import ConsumerLag, consumer_lags
 from starscan.planner.direct_plans import direct_plan
 from starscan.planner.pruning import prune
 from starscan.plans import codec as plan_codec
-from starscan.plans.tablet_lists import TabletLists, pack_snapshot, to_plan_tablets
+from starscan.plans.tablet_lists import TabletLists, digest_of, pack_snapshot, to_plan_tablets
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
 from starscan.spark.schemas import SchemaResolver
@@ -164,6 +165,7 @@ class QueryPlanner:
         self.signer = signer
         self._parts_lock = threading.Lock()
         self._parts_cache: LRUCache = LRUCache(maxsize=64)
+        self._packed: LRUCache = LRUCache(maxsize=4)  # (location, version) -> (snapshot, packed list, digest)
         self._parsed: LRUCache = LRUCache(maxsize=1024)  # (sql, db, table) -> ParsedQuery (immutable)
         # (db, table, sql) -> the latest _PlanBody of it. A body keeps its snapshot alive after
         # the listing cache has moved on, so the bound is in files of the snapshots held
@@ -347,12 +349,15 @@ class QueryPlanner:
             hit = self._parts_cache.get(key)
         if hit is not None:
             return hit
-        packed = plan_codec.pack_tablets(to_plan_tablets(tablets))
-        if len(packed) <= inline_max:
+        # Each file packs to more bytes than its path: a list whose paths alone pass the bound
+        # is named by its digest without being packed first (a million files took 5 s each time).
+        too_large = sum(len(f.path) for t in tablets for f in t.files) > inline_max
+        packed = b"" if too_large else plan_codec.pack_tablets(to_plan_tablets(tablets))
+        if not too_large and len(packed) <= inline_max:
             value = TabletParts(packed, None, None, None, b"")
         else:
-            full = pack_snapshot(snap)
-            value = TabletParts(b"", self.tablet_lists.put(full), [t.tablet_id for t in tablets], full, b"")
+            full, digest = self._packed_snapshot(snap)
+            value = TabletParts(b"", self.tablet_lists.put(full, digest), [t.tablet_id for t in tablets], full, b"")
         if self.membership is not None and live:
             partitions = {str(t.tablet_id): {"routings": self.membership.routings_of(t.tablet_id, live),
                                              "version": snap.version, "schemaHash": shash} for t in tablets}
@@ -364,6 +369,21 @@ class QueryPlanner:
         with self._parts_lock:
             self._parts_cache[key] = value
         return value
+
+    def _packed_snapshot(self, snap) -> tuple[bytes, bytes]:
+        """The snapshot's whole tablet list packed, and its digest: once per table version,
+        whatever tablets each query prunes to."""
+        key = (str(snap.location), snap.version)
+        with self._parts_lock:
+            hit = self._packed.get(key)
+        if hit is not None and hit[0] is snap:
+            return hit[1], hit[2]
+        with collector_paused():
+            full = pack_snapshot(snap)
+        digest = digest_of(full)
+        with self._parts_lock:
+            self._packed[key] = (snap, full, digest)
+        return full, digest
 
     def _output_columns(self, parsed: sqlmod.ParsedQuery, schema: T.StructType, cols: ResolvedColumns) -> list:
         out: list = []

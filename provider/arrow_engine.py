@@ -27,8 +27,6 @@ from starscan.expr import unflatten
 from starscan.storage.stores import LOCAL, Storage
 from starscan.tables.tablets import DEFAULT_OPEN_COST_BYTES, FOOTERS, cut_file, pack
 
-
-
 MIN_SPLIT_BYTES, MAX_SPLIT_BYTES = 16 << 20, 256 << 20
 
 

@@ -99,13 +99,9 @@ class SchemaResolver:
         (``_merged``). Spark listing a folder of 50,000 files itself took 3.6 s of a 4.8 s
         first plan (bench/notes, issue 39); an object store's files it cannot open at all
         without Hadoop's S3 jars, so there the footer is read with pyarrow."""
-        storage = snap.storage
-        if storage.is_local:
-            data = self._local_footer_schema(snap)
-        else:
-            data = _footer_schema(snap)
-            if data is None:
-                raise TableUnreadable(f"table {snap.qualified_name}: the footer of {snap.files[0].path} cannot be read")
+        data = self._local_footer_schema(snap) if snap.storage.is_local else _footer_schema(snap)
+        if data is None:
+            raise TableUnreadable(f"table {snap.qualified_name}: the footer of {snap.files[0].path} cannot be read")
         return _merged(data, self._partition_schema(snap),
                        self.spark.conf.get("spark.sql.caseSensitive", "false") == "true")
 
@@ -115,7 +111,7 @@ class SchemaResolver:
         summaries = [storage.join(snap.location, name) for name in ("_common_metadata", "_metadata")]
         chosen = next((s for s in summaries if storage.file_identity(s) is not None),
                       storage.join(snap.location, snap.files[0].path))
-        return cast(T.StructType, self.spark.read.parquet(literal(str(chosen))).schema)
+        return self.spark.read.parquet(literal(str(chosen))).schema
 
     def _partition_schema(self, snap: TableSnapshot) -> T.StructType:
         """``PartitioningUtils.parsePartitions`` (what ``spark.read.parquet`` runs on the

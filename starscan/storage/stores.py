@@ -115,7 +115,7 @@ class StorageOptions:
         return conf
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One name in a folder, or one file below a table (``name`` is then its relative path)."""
 
@@ -223,7 +223,7 @@ class Storage:
 
     def walk_files(self, location: str, folders: dict[str, int] | None = None) -> Iterator[Entry]:
         """Every file below a folder, as paths relative to it ('/'-separated), with size and
-        modification time; folders Spark's listing leaves out (starscan.storage.files.is_hidden_folder) are not entered.
+        modification time, in no particular order; folders Spark's listing leaves out (starscan.storage.files.is_hidden_folder) are not entered.
         ``folders``: filled with the modification time of every local folder entered, taken
         before its entries are read (object stores have none)."""
         if self.fs is None:
@@ -302,19 +302,24 @@ class Storage:
 
 
 def _walk_local(directory: str, rel: str, folders: dict[str, int] | None = None) -> Iterator[Entry]:
+    """The files below ``directory`` in the order the folder gives them (callers sort what
+    they keep): a folder's entries are not all held at once, which for a folder of a million
+    files was over a gigabyte of ``DirEntry`` objects (issue 39). pyarrow's local listing
+    was no faster here: reading a million ``FileInfo`` objects' fields costs what it saves."""
     try:
         if folders is not None:
             folders[directory] = os.stat(directory).st_mtime_ns
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        entries = os.scandir(directory)
     except (FileNotFoundError, NotADirectoryError):
         return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            if not is_hidden_folder(entry.name):
-                yield from _walk_local(entry.path, f"{rel}{entry.name}/", folders)
-        elif entry.is_file():
-            st = entry.stat()
-            yield Entry(rel + entry.name, False, st.st_size, st.st_mtime_ns)
+    with entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if not is_hidden_folder(entry.name):
+                    yield from _walk_local(entry.path, f"{rel}{entry.name}/", folders)
+            elif entry.is_file():
+                st = entry.stat()
+                yield Entry(rel + entry.name, False, st.st_size, st.st_mtime_ns)
 
 
 _DENIED = ("ACCESS_DENIED", "Access Denied", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",

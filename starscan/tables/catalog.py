@@ -18,11 +18,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
+from starscan.core.collector import collector_paused
 from starscan.core.errors import (
     DatabaseNotFound,
     StarscanError,
@@ -57,7 +59,7 @@ DEFAULT_DB = "default"
 DB_SUFFIX = ".db"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DataFile:
     path: str            # relative to the table directory, '/'-separated
     size: int
@@ -114,9 +116,10 @@ class TableSnapshot:
         the folders, [] inside the files, the columns when each file carries them."""
         return None if self.partitions_in_folders else list(self.partition_columns)
 
-    @property
+    @cached_property
     def files(self) -> list[DataFileLike]:
-        """Every data file once (a cut file is in several tablets), in path order."""
+        """Every data file once (a cut file is in several tablets), in path order; worked out
+        once per snapshot (a million files took 1.3 s each time)."""
         seen: dict[str, DataFileLike] = {}
         for t in self.tablets:
             for f in t.files:
@@ -140,16 +143,25 @@ def list_table_files(location: Path | str, storage: Storage | None = None,
     storage = storage or LOCAL
     files: list[DataFile] = []
     part_cols: list[str] = []
+    # Per folder (the path up to its last '/'): None when Spark skips what it holds, else
+    # the partition its files are in, worked out once for all its files.
+    folder_partitions: dict[str, tuple[tuple[str, str | None], ...] | None] = {}
     for entry in storage.walk_files(str(location), folder_times):
-        *folders, name = entry.name.split("/")
-        if is_hidden(name) or any(is_hidden_folder(f) or "=" not in f for f in folders):
+        path = entry.name
+        folder, _, name = path.rpartition("/")
+        if folder in folder_partitions:
+            partition = folder_partitions[folder]
+        else:
+            skipped = folder and any(is_hidden_folder(f) or "=" not in f for f in folder.split("/"))
+            partition = folder_partitions[folder] = None if skipped else partition_of(path)
+        if partition is None or is_hidden(name):
             continue  # hidden, or below a folder that is not a partition: Spark skips it too
-        partition = partition_of(entry.name)
-        for col, _ in partition:
+        files.append(DataFile(path, entry.size, entry.mtime_ns, partition))
+    files.sort(key=lambda f: f.path)
+    for folder in sorted(folder_partitions):  # the columns in the order of the sorted paths
+        for col, _ in folder_partitions[folder] or ():
             if col not in part_cols:
                 part_cols.append(col)
-        files.append(DataFile(entry.name, entry.size, entry.mtime_ns, partition))
-    files.sort(key=lambda f: f.path)
     return files, part_cols
 
 
@@ -311,7 +323,8 @@ class Warehouse:
             self.require_table(db, table)
             raise TableNotFound(table)  # it was there a moment ago
         if self._ttl_s <= 0:
-            return self._build_snapshot(db, table, location)
+            with collector_paused():
+                return self._build_snapshot(db, table, location)
         # A cached listing is used while the table directory itself is unchanged (files
         # added or removed at the top level, or the directory replaced, show at once);
         # changes deeper in partition folders, and files rewritten in place, show when the
@@ -355,7 +368,9 @@ class Warehouse:
                 snap, folders = before.snapshot, before.folders
             else:
                 folders = {} if self.storage.is_local else None
-                snap = self._build_snapshot(db, table, location, before.snapshot if before is not None else None, folders)
+                with collector_paused():
+                    snap = self._build_snapshot(db, table, location, before.snapshot if before is not None else None,
+                                                folders)
                 recent = time.time_ns() - RACY_FOLDER_NS
                 if folders and any(mtime > recent for mtime in folders.values()):
                     # A folder changed in the last moments may change again within the same
