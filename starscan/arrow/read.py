@@ -604,6 +604,9 @@ def _without_deleted(opened: _OpenPart, row_groups: list[int], batch_rows: int) 
     the batches' rows in the file); the rows whose keys an equality delete names are left
     out too."""
     columns = opened.columns + list(opened.key_columns)
+    if opened.deleted is not None and opened.orc is None and not opened.equality:
+        yield from _without_positions(opened, row_groups, columns, batch_rows)
+        return
     for position, raw in _positioned(opened, row_groups, columns, batch_rows):
         n = raw.num_rows
         mask = kept_mask(opened.deleted, position, n) if opened.deleted is not None else None
@@ -618,6 +621,44 @@ def _without_deleted(opened: _OpenPart, row_groups: list[int], batch_rows: int) 
                                              names=opened.columns)
         yield raw if mask is None else raw.filter(pa.array(mask))
 
+
+def _without_positions(opened: _OpenPart, row_groups: list[int], columns: list[str],
+                       batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """A Parquet file's row groups without the rows at its deleted positions: the kept
+    rows of a row group are marked once, and each row group is decoded in batches larger by
+    its deleted share (at most ``_WIDER`` times), so that the batches left are about
+    ``batch_rows`` rows as a compacted file's would be: fewer, fuller batches for every
+    later step (bench/deletes.py: 0.65x to 0.73x of the compacted table on the arrow
+    engine). Where the deleted rows bunch up, a batch left with more than ``batch_rows``
+    rows is sliced; a slice holds at most ``_WIDER`` batches' buffers."""
+    parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
+    deleted = opened.deleted
+    assert deleted is not None
+    for rg in row_groups:
+        start = opened.row_group_starts[rg]
+        rows = opened.metadata.row_group(rg).num_rows
+        keep = kept_mask(deleted, start, rows)
+        kept = rows if keep is None else int(np.count_nonzero(keep))
+        if kept == 0:
+            continue
+        size = min(rows, max(batch_rows, -(-batch_rows * rows // kept)), _WIDER * batch_rows)
+        position = 0
+        for raw in parquet.iter_batches(batch_size=size, row_groups=[rg], columns=columns, use_threads=False):
+            n = raw.num_rows
+            if keep is not None:
+                part = keep[position:position + n]
+                if not part.all():
+                    raw = raw.filter(pa.array(part))
+            position += n
+            if opened.key_columns:
+                raw = pa.RecordBatch.from_arrays([raw.column(i) for i in range(len(opened.columns))],
+                                                 names=opened.columns)
+            for first in range(0, raw.num_rows, batch_rows):
+                yield raw.slice(first, batch_rows) if raw.num_rows > batch_rows else raw
+
+
+#: How much larger than ``batch_rows`` a batch of a file with deleted rows is decoded.
+_WIDER = 4
 
 #: Batches each decoding thread may hold ahead of the caller (memory: threads x this x a batch).
 _AHEAD = 2

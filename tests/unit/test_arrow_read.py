@@ -223,3 +223,28 @@ def test_a_split_names_its_files_and_row_groups_for_messages():
     assert split.describe() == ("file a.parquet, file b.parquet row groups 2-4, file c.parquet row group 5, "
                                 "file d.parquet row groups 1, 3, file e.parquet (no row groups)")
     assert split.describe(files=2) == "file a.parquet, file b.parquet row groups 2-4 and 3 more files"
+
+
+@pytest.mark.parametrize("deleted", [range(0, 4500), range(0, 10_000, 10), range(5000, 9990)])
+def test_a_file_with_deleted_rows_gives_the_kept_rows_in_batches_of_at_most_batch_rows(tmp_path: Path, deleted):
+    """Row groups of a file with deleted positions are decoded in wider batches (by their
+    deleted share): bunched or spread deletes still give only the kept rows, in order, and no
+    batch over ``batch_rows``."""
+    import struct
+
+    from pyroaring import BitMap64
+
+    from starscan.arrow.deletes import PORTABLE_MAGIC, DeletionVector, z85_encode
+
+    _write(tmp_path / "a.parquet", 0, [5000, 5000])
+    data = struct.pack("<I", PORTABLE_MAGIC) + BitMap64(deleted).serialize()
+    data += b"\0" * (-len(data) % 4)  # Z85 takes whole 4-byte groups
+    vector = DeletionVector.from_log({"storageType": "i", "pathOrInlineDv": z85_encode(data),
+                                      "sizeInBytes": len(data), "cardinality": len(deleted)})
+    path = tmp_path / "a.parquet"
+    split = ArrowSplit((FilePart(str(path), "a.parquet", path.stat().st_size, path.stat().st_mtime_ns, None,
+                                 deletes=vector.to_json()),))
+    read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id")], None, "UTC", "parquet", set())
+    batches = list(read_split(read, split, batch_rows=100))
+    assert max(b.num_rows for b in batches) <= 100
+    assert [i for b in batches for i in b.column(0).to_pylist()] == sorted(set(range(10_000)) - set(deleted))
