@@ -636,7 +636,7 @@ def _without_positions(opened: _OpenPart, row_groups: list[int], columns: list[s
     assert deleted is not None
     for rg in row_groups:
         start = opened.row_group_starts[rg]
-        rows = opened.metadata.row_group(rg).num_rows
+        rows = parquet.metadata.row_group(rg).num_rows
         keep = kept_mask(deleted, start, rows)
         kept = rows if keep is None else int(np.count_nonzero(keep))
         if kept == 0:
