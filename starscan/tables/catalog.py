@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,7 +158,7 @@ def list_table_files(location: Path | str, storage: Storage | None = None,
         if partition is None or is_hidden(name):
             continue  # hidden, or below a folder that is not a partition: Spark skips it too
         files.append(DataFile(path, entry.size, entry.mtime_ns, partition))
-    files.sort(key=lambda f: f.path)
+    files.sort(key=attrgetter("path"))
     for folder in sorted(folder_partitions):  # the columns in the order of the sorted paths
         for col, _ in folder_partitions[folder] or ():
             if col not in part_cols:
@@ -539,6 +540,11 @@ class Warehouse:
         if schema_json is None:
             self.history.observe(f"{db}.{table}", location, version, [(f.path, f.size, f.mtime_ns) for f in files])
         by_id = {t.tablet_id: t for t in tablets}
-        return TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json,
+        snap = TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json,
                              partitions_in_folders=not recorded, kind="folder" if schema_json is None else "delta",
                              file_columns=file_columns)
+        if schema_json is None:
+            # A folder's listing is every data file once, in path order: what ``files`` would
+            # gather again from the tablets (1.2 s for a million files).
+            snap.__dict__["files"] = files
+        return snap

@@ -216,16 +216,17 @@ def split_files(table: str, files: Iterable[DataFileLike], sizing: Sizing,
         by_partition.setdefault(f.partition, []).append(f)
     splits: list[tuple[tuple[DataFileLike, ...], _Run | None]] = []
     for members in by_partition.values():
-        small: list[DataFileLike] = []
-        for f in members:
-            groups = row_groups_of(f) if f.size > sizing.target_bytes else None
-            runs = cut_file(groups, sizing.target_bytes) if groups is not None and len(groups) > 1 else []
+        target = sizing.target_bytes
+        small: list[DataFileLike] = [f for f in members if f.size < target]  # most files, at once
+        for f in members if len(small) < len(members) else ():
+            if f.size < target:
+                continue
+            groups = row_groups_of(f) if f.size > target else None
+            runs = cut_file(groups, target) if groups is not None and len(groups) > 1 else []
             if len(runs) > 1:
                 splits.extend(((f,), run) for run in runs)
-            elif f.size >= sizing.target_bytes:
-                splits.append(((f,), None))
             else:
-                small.append(f)
+                splits.append(((f,), None))
         small.sort(key=_path)
         splits.extend((tuple(group), None)
                       for group in pack(small, _size, sizing.target_bytes, sizing.open_cost_bytes))
