@@ -141,6 +141,25 @@ def start_server(warehouse: str | Path, driver_memory: str = "2g", master: str =
     return server, spark, server.settings
 
 
+# ---- arguments ---------------------------------------------------------------------------
+
+def scan_bench_arguments(ap, warehouse: str) -> None:
+    """The options of a bench that reads through ``scan_throughput.measure_starscan`` with the
+    bundled client in a process of its own: the warehouse, Spark's driver memory, the time a
+    read may take, and whether to record the run."""
+    ap.add_argument("--warehouse", default=warehouse)
+    ap.add_argument("--driver-memory", default="2g")
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--no-append", action="store_true")
+
+
+def parse_scan_bench_arguments(ap):
+    """``ap``'s arguments, with the client read in a process of its own (``measure_starscan``)."""
+    args = ap.parse_args()
+    args.client_in_process = False
+    return args
+
+
 # ---- statistics --------------------------------------------------------------------------
 
 def percentile(values, q: float) -> float:

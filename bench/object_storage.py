@@ -58,13 +58,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--warehouse", default="/tmp/starscan-bench-wh", help="local warehouse, reused across runs")
     ap.add_argument("--tablet-target-bytes", type=int, default=32 << 20)
-    ap.add_argument("--driver-memory", default="2g")
-    ap.add_argument("--timeout", type=float, default=1800.0)
-    ap.add_argument("--no-append", action="store_true")
-    args = ap.parse_args()
-    args.client_in_process = False
+    common.scan_bench_arguments(ap, "/tmp/starscan-bench-wh")  # the local warehouse, reused across runs
+    args = common.parse_scan_bench_arguments(ap)
     env = common.environment()
     env["moto"] = common._version("moto")
     proc, endpoint, creds = moto_s3.start_moto()

@@ -165,7 +165,7 @@ class QueryPlanner:
         self.signer = signer
         self._parts_lock = threading.Lock()
         self._parts_cache: LRUCache = LRUCache(maxsize=64)
-        self._packed: LRUCache = LRUCache(maxsize=4)  # (location, version) -> (snapshot, packed list, digest)
+        self._packed: LRUCache = LRUCache(maxsize=4)  # (location, version, tablet ids) -> (packed list, digest)
         self._parsed: LRUCache = LRUCache(maxsize=1024)  # (sql, db, table) -> ParsedQuery (immutable)
         # (db, table, sql) -> the latest _PlanBody of it. A body keeps its snapshot alive after
         # the listing cache has moved on, so the bound is in files of the snapshots held
@@ -373,17 +373,19 @@ class QueryPlanner:
     def _packed_snapshot(self, snap) -> tuple[bytes, bytes]:
         """The snapshot's whole tablet list packed, and its digest: once per table version,
         whatever tablets each query prunes to."""
-        key = (str(snap.location), snap.version)
+        # Tablet ids are hashes of the files (and row groups) they hold: the same ids, the
+        # same list. The key holds no snapshot, so none is kept alive for it.
+        key = (str(snap.location), snap.version, tuple(t.tablet_id for t in snap.tablets))
         with self._parts_lock:
             hit = self._packed.get(key)
-        if hit is not None and hit[0] is snap:
-            return hit[1], hit[2]
+        if hit is not None:
+            return hit
         with collector_paused():
             full = pack_snapshot(snap)
-        digest = digest_of(full)
+        found = (full, digest_of(full))
         with self._parts_lock:
-            self._packed[key] = (snap, full, digest)
-        return full, digest
+            self._packed[key] = found
+        return found
 
     def _output_columns(self, parsed: sqlmod.ParsedQuery, schema: T.StructType, cols: ResolvedColumns) -> list:
         out: list = []

@@ -6,12 +6,14 @@ runs on the ``sql`` engine (``scan_engine = auto``) or is refused (``scan_engine
 
 Splits: the planned files, a large file cut into runs of whole row groups of about
 ``split_size`` bytes (its footer says where), small files packed together up to that size with
-an open cost per file, as Spark packs files into partitions. The open cost is the FE's
-(``tablet_open_cost_bytes``, 128 KiB: what opening a small Parquet file costs here in bytes
-of reading). It was Spark's 4 MiB until issue 39: a split then held at most four small files,
-and a table of 50,000 ten-row files became 12,500 splits, each claimed by a task from the BE
-over its push connection; that hand-off, not the reading, was where its time went. The scanner's tasks then take
+an open cost per file, as Spark packs files into partitions. The scanner's tasks then take
 the splits one after another from the BE (provider/push/task.py).
+
+The open cost is the FE's (``tablet_open_cost_bytes``, 128 KiB: what opening a small Parquet
+file costs here in bytes of reading). It was Spark's 4 MiB until issue 39: a split then held
+at most four small files, and a table of 50,000 ten-row files became 12,500 splits, each
+claimed by a task from the BE over its push connection; that hand-off, not the reading, was
+where its time went.
 """
 
 from __future__ import annotations

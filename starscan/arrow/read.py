@@ -616,10 +616,7 @@ def _without_deleted(opened: _OpenPart, row_groups: list[int], batch_rows: int) 
             deleted = keys.deleted_mask(key_values)
             if deleted.any():
                 mask = ~deleted if mask is None else (mask & ~deleted)
-        if opened.key_columns:
-            raw = pa.RecordBatch.from_arrays([raw.column(i) for i in range(len(opened.columns))],
-                                             names=opened.columns)
-        yield raw if mask is None else raw.filter(pa.array(mask))
+        yield from _kept(opened, raw, mask, batch_rows)
 
 
 def _without_positions(opened: _OpenPart, row_groups: list[int], columns: list[str],
@@ -628,9 +625,10 @@ def _without_positions(opened: _OpenPart, row_groups: list[int], columns: list[s
     rows of a row group are marked once, and each row group is decoded in batches larger by
     its deleted share (at most ``_WIDER`` times), so that the batches left are about
     ``batch_rows`` rows as a compacted file's would be: fewer, fuller batches for every
-    later step (bench/deletes.py: 0.65x to 0.73x of the compacted table on the arrow
-    engine). Where the deleted rows bunch up, a batch left with more than ``batch_rows``
-    rows is sliced; a slice holds at most ``_WIDER`` batches' buffers."""
+    later step (bench/deletes.py, issue 37). Where the deleted rows bunch up, a batch left
+    with more than ``batch_rows`` rows is sliced; a slice holds at most ``_WIDER`` batches'
+    buffers. (One mask per batch in ``_without_deleted``'s loop instead, also wider, cost
+    25 % more CPU on the bench's table: 0.90 s against 0.72 s.)"""
     parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
     deleted = opened.deleted
     assert deleted is not None
@@ -645,16 +643,22 @@ def _without_positions(opened: _OpenPart, row_groups: list[int], columns: list[s
         position = 0
         for raw in parquet.iter_batches(batch_size=size, row_groups=[rg], columns=columns, use_threads=False):
             n = raw.num_rows
-            if keep is not None:
-                part = keep[position:position + n]
-                if not part.all():
-                    raw = raw.filter(pa.array(part))
+            part = keep[position:position + n] if keep is not None else None
             position += n
-            if opened.key_columns:
-                raw = pa.RecordBatch.from_arrays([raw.column(i) for i in range(len(opened.columns))],
-                                                 names=opened.columns)
-            for first in range(0, raw.num_rows, batch_rows):
-                yield raw.slice(first, batch_rows) if raw.num_rows > batch_rows else raw
+            yield from _kept(opened, raw, None if part is None or part.all() else part, batch_rows)
+
+
+def _kept(opened: _OpenPart, raw: pa.RecordBatch, mask: np.ndarray | None,
+          batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """A decoded batch of a file with deletes as the reader passes it on: the plan's columns
+    (without the keys only equality deletes needed), the rows ``mask`` keeps (None: all), in
+    batches of at most ``batch_rows``."""
+    if opened.key_columns:
+        raw = pa.RecordBatch.from_arrays([raw.column(i) for i in range(len(opened.columns))], names=opened.columns)
+    if mask is not None:
+        raw = raw.filter(pa.array(mask))
+    for first in range(0, raw.num_rows, batch_rows):
+        yield raw.slice(first, batch_rows) if raw.num_rows > batch_rows else raw
 
 
 #: How much larger than ``batch_rows`` a batch of a file with deleted rows is decoded.

@@ -217,10 +217,8 @@ def split_files(table: str, files: Iterable[DataFileLike], sizing: Sizing,
     splits: list[tuple[tuple[DataFileLike, ...], _Run | None]] = []
     for members in by_partition.values():
         target = sizing.target_bytes
-        small: list[DataFileLike] = [f for f in members if f.size < target]  # most files, at once
-        for f in members if len(small) < len(members) else ():
-            if f.size < target:
-                continue
+        small: list[DataFileLike] = [f for f in members if f.size < target]
+        for f in (f for f in members if f.size >= target):
             groups = row_groups_of(f) if f.size > target else None
             runs = cut_file(groups, target) if groups is not None and len(groups) > 1 else []
             if len(runs) > 1:

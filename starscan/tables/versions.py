@@ -49,8 +49,8 @@ class VersionHistory:
                      "removed": sorted(map(list, before - current))}
             state["log"].append(entry)
             del state["log"][:-self.max_versions]
-            # Sorted as tuples (lists compare several times slower), and in a moment when the
-            # files come in path order, as listings give them: a million took 7.6 s as lists.
+            # Sorted as tuples (lists compare several times slower), and at once when the files
+            # come in path order, as listings give them: a million took 7.6 s as lists.
             state["current"] = sorted(current)  # tuples: JSON arrays all the same
             state["table"] = table
             update.changed = True
