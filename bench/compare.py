@@ -550,6 +550,11 @@ def _per_m_rows(run: dict, cpu_s: float) -> float:
     return cpu_s * 1e3 / (rows / 1e6) if rows else 0.0
 
 
+def _own_slots(settings) -> str:
+    slots = settings.scan_local_read_slots
+    return f"{os.cpu_count()} (the default: the machine's cores)" if slots is None else str(slots)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale of demo.lineitem (default 1.0: ~6 M rows)")
@@ -569,6 +574,9 @@ def main(argv=None) -> int:
                          "SF1 full result is ~1.2 GB of IPC)")
     ap.add_argument("--tasks-per-scanner", type=int, default=None,
                     help="scan_tasks_per_scanner of the starscan server (default: starscan's default)")
+    ap.add_argument("--local-read-slots", type=int, default=None,
+                    help="scan_local_read_slots of the starscan server (default: starscan's default, the machine's "
+                         "cores; 0: every split read by a Spark task, as before issue 39)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds at most per measured run (default 900)")
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -596,6 +604,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     # No start-up warm-up: every system gets the same one before its cold run (below).
     extra = {} if args.tasks_per_scanner is None else {"scan_tasks_per_scanner": args.tasks_per_scanner}
+    if args.local_read_slots is not None:
+        extra["scan_local_read_slots"] = args.local_read_slots
     server, spark, settings = common.start_server(warehouse_dir, driver_memory=args.driver_memory,
                                                   tablet_target_bytes=args.tablet_target_bytes, warmup_rows=0, **extra)
     start_s = time.perf_counter() - t0
@@ -702,7 +712,8 @@ def main(argv=None) -> int:
                  "MB for starscan; compare rows/s too",
         "starscan": f"in-process StarscanServer, SparkSession {settings.spark_master}, spark.driver.memory="
                     f"{args.driver_memory}, starscan's Spark defaults, queue_max_bytes={settings.queue_max_bytes >> 20} "
-                    f"MiB, scan_tasks_per_scanner={settings.scan_tasks_per_scanner}, per-user limits at their defaults; "
+                    f"MiB, scan_tasks_per_scanner={settings.scan_tasks_per_scanner}, scan_local_read_slots="
+                    f"{_own_slots(settings)}, per-user limits at their defaults; "
                     f"batch_size {args.batch_size}; start {start_s:.1f} s; thriftpy2 client with failovers=0 (a "
                     "scanner's tasks in parallel); read-arrow: starscan.client.connect defaults (ordered scanners, "
                     "one per tablet) with request_tablet_size=1; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -24,6 +25,7 @@ from starscan.plans.tablet_lists import TabletLists, planned_tablets
 from starscan.provider.admission import Admission
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.push.listener import PushListener
+from starscan.provider.push.scheduler import SlotScheduler
 from starscan.provider.result_cache import ResultCache, cache_key
 from starscan.provider.result_queue import EOS, QueueBudget, ResultQueue
 from starscan.provider.scan_sources import PlannedRead, check_snapshot
@@ -98,8 +100,11 @@ class ScanService:
             if self._push is None:
                 # Spark on this machine (local[N]): its tasks push through a Unix socket.
                 local = self.settings.spark_master.startswith("local")
+                slots = self.settings.scan_local_read_slots
+                own_slots = (os.cpu_count() or 1) if slots is None else slots
                 self._push = PushListener(self.settings.bind_host, self.settings.push_port,
-                                          self.settings.advertise_host, local=local)
+                                          self.settings.advertise_host, local=local,
+                                          scheduler=SlotScheduler(own_slots=own_slots))
                 log.info("BE push listener on %s:%d%s (tasks connect to %s)", self._push.host, self._push.port,
                          f" and {self._push.local_path}" if self._push.local_path else "", self._push.advertised_host)
             return self._push

@@ -92,11 +92,13 @@ class SparkScan:
         self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
         self._arrow_splits: list[Any] | None = None  # the arrow engine's splits (ArrowSplit), for messages
         self._arrow_read: Any = None                  # and its read instructions (ArrowRead)
-        # Read the arrow engine's splits in this process until a Spark task connects; an
-        # ordered scan's first split, and more only while Spark is starting (the BE's splits
-        # and a task's would interleave), and its task starts after the BE's split ends.
+        # Read the arrow engine's splits in this process until a Spark task connects (or a
+        # reader of the scan gets one of the BE's own slots); an ordered scan's first split,
+        # and more only while Spark is starting (the BE's splits and a task's would
+        # interleave), and its task starts after the BE's split ends.
         self.local_reads = local_reads
         self.local_splits = 0  # splits the BE read whole itself
+        self.own_readers = 0   # readers of this scan in the BE's own slots, running now
         self._cancelled: StarscanError | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -156,6 +158,7 @@ class SparkScan:
     # ---- producer ----
     def _run(self) -> None:
         sink = None
+        own_slot = False  # one of the BE's own read slots, taken for the first reader
         try:
             rdd_of, source_schema, task_function, jobs = self._choose_engine()
             self.splits = jobs.splits
@@ -166,8 +169,11 @@ class SparkScan:
             if cancelled:
                 return
             self.listener.register(sink)
+            # One of the BE's own slots for the scan's first reader, if one is free: then no
+            # reader waits for Spark, and no reader before it is needed.
+            own_slot = self.engine == "arrow" and bool(self._arrow_splits) and self.scheduler.take_own_slot()
             local = None
-            if self.local_reads and self.engine == "arrow" and self._arrow_splits:
+            if self.local_reads and self.engine == "arrow" and self._arrow_splits and not own_slot:
                 local = threading.Thread(target=self._read_locally, args=(sink,),
                                          name=f"scan-{self.context_id[:8]}-local", daemon=True)
                 local.start()
@@ -180,10 +186,22 @@ class SparkScan:
             if local is not None and self.source.ordered:
                 local.join()  # it stops at its split's end now that Spark is up: then the tasks, in order
             if not (local is not None and (sink.all_ended() or sink.stopped)) and self._cancelled is None:
-                sc = self.spark.sparkContext
                 target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
                                     source_schema, self.columns, self.batch_rows, self.listener.local_path)
-                self._drive(sc, rdd_of(sc).mapPartitions(task_function(target)), sink, jobs)
+                made: list[tuple[Any, Any]] = []
+                making = threading.Lock()
+
+                def spark_work() -> tuple[Any, Any]:
+                    """The SparkContext and the tasks' RDD, made by the scan's first Spark job
+                    (a scan read in the BE's own slots needs neither, nor a started Spark)."""
+                    with making:
+                        if not made:
+                            sc = self.spark.sparkContext
+                            made.append((sc, rdd_of(sc).mapPartitions(task_function(target))))
+                        return made[0]
+
+                handed, own_slot = own_slot, False  # the driver gives it back if unused
+                self._drive(spark_work, sink, jobs, handed)
             if self._cancelled is None:
                 if sink.error is not None:
                     raise sink.error
@@ -196,28 +214,40 @@ class SparkScan:
                     sink.stop()
                 self.queue.fail(error)
         finally:
+            if own_slot:
+                self.scheduler.give_own_slot()  # taken, and no reader ran in it
             if sink is not None:
                 self.listener.unregister(sink)
             self.done.set()
 
     def _read_locally(self, sink: PushSink) -> None:
-        """The BE's own reader of an arrow-engine scan: split after split (``claim``, as a
-        task gets them), read with the kernel's reader in this process and put in the queue
-        (``serve_local``), until a Spark task of the scan has connected or none is left. A
-        scan's first rows then wait for no Spark slot: with more scanners than slots, or
-        Spark's workers still starting, the first get_next would otherwise wait seconds
-        (beyond a Flink reader's 1 s timeout). Spark's tasks take the splits left; a split
-        this reader yields (its reader stopped reading) is read on by a task from where it
-        stopped."""
+        """The BE's reader of an arrow-engine scan before its Spark tasks: split after split,
+        until a Spark task of the scan has connected, a reader of the scan runs in one of the
+        BE's own slots, or none is left. A scan's first rows then wait for no Spark slot:
+        with more scanners than slots, or Spark's workers still starting, the first get_next
+        would otherwise wait seconds (beyond a Flink reader's 1 s timeout). The scan's other
+        readers take the splits left; a split this reader yields (its reader stopped
+        reading) is read on by another from where it stopped."""
+        def go_on() -> bool:
+            if sink.connections() or self.own_readers:
+                return False
+            # An ordered scan's splits after its first go to its one task, in order.
+            return not (self.source.ordered and started(self.spark) and self.local_splits)
+
+        self._read_splits(sink, go_on)
+
+    def _read_splits(self, sink: PushSink, go_on: Callable[[], bool]) -> None:
+        """Split after split of an arrow-engine scan (``claim``, as a task gets them), read
+        with the kernel's reader in this process and put in the queue (``serve_local``),
+        while ``go_on()`` says so before each, until none is left, the scan stops, or a split
+        yields (its reader stopped reading: the split is read on later, from where it stopped)."""
         from starscan.arrow.read import read_split
         from starscan.provider.push.task import rechunk
 
         read, splits = self._arrow_read, self._arrow_splits
         assert read is not None and splits is not None
         converter = BatchConverter(list(self.columns))
-        while self._cancelled is None and not sink.stopped and sink.connections() == 0:
-            if self.source.ordered and started(self.spark) and self.local_splits:
-                return  # an ordered scan's splits after its first go to its one task, in order
+        while self._cancelled is None and not sink.stopped and go_on():
             number = sink.claim()
             if number is None:
                 return
@@ -225,8 +255,27 @@ class SparkScan:
                               self.batch_rows)
             if not sink.serve_local(number, batches, self._local_failure):
                 return
-            self.local_splits += 1
+            with self._lock:
+                self.local_splits += 1
 
+    def _own_reader(self, sink: PushSink, finished: SimpleQueue, partition: int) -> Callable[[], None]:
+        """A reader of the scan in one of the BE's own slots (taken by the driver): split
+        after split until none is left for it or it yields; the slot is given back first,
+        then ``finished`` is told, as of a Spark job of ``partition``."""
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                self._read_splits(sink, lambda: True)
+            except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
+                error = exc
+            finally:
+                with self._lock:
+                    self.own_readers -= 1
+                self.scheduler.give_own_slot()
+            finished.put((partition, error, False))
+
+        return run
     def _choose_engine(self) -> tuple[Callable[[Any], Any], Any, Any, _Jobs]:
         """For the engine this scan runs on: the RDD of its tasks, the Arrow schema they
         produce, the partition function's factory, and how its jobs go: the ``arrow`` engine
@@ -278,51 +327,74 @@ class SparkScan:
         more = f"; and {len(splits) - 2} more" if len(splits) > 2 else ""
         return f" (reading {'; '.join(self._arrow_splits[n].describe(files=3) for n in splits[:2])}{more})"
 
-    def _job_runner(self, sc, mapped, finished: SimpleQueue):
-        """A function that runs one Spark job over one partition of ``mapped``, in this scan's
-        job group and pool, and puts ``(partition, None or the exception)`` in ``finished``."""
+    def _job_runner(self, spark_work: Callable[[], tuple[Any, Any]], finished: SimpleQueue):
+        """A function that runs one Spark job over one partition of the tasks' RDD (from
+        ``spark_work``), in this scan's job group and pool, and puts ``(partition, None or
+        the exception, True)`` in ``finished``."""
         description = f"starscan scan {self.description}"
 
         def run(partition: int) -> None:
             try:
+                sc, mapped = spark_work()
                 sc.setJobGroup(self.context_id, description, True)
                 sc.setLocalProperty("spark.scheduler.pool", self.pool)
                 _run_job(sc, mapped, partition)
-                finished.put((partition, None))
+                finished.put((partition, None, True))
             except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
-                finished.put((partition, exc))
+                finished.put((partition, exc, True))
 
         return run
 
-    def _drive(self, sc: Any, mapped: Any, sink: PushSink, jobs: _Jobs) -> None:
-        """Run the scan's Spark jobs, at most ``jobs.workers`` at once (one until the first
-        rows arrive, or a job ends without rows: scanners opened together get their first
-        replies sooner when each starts with one task), each when the scheduler gives this
-        scan its turn, until ``jobs`` says the scan is read. A finished job is handed to
-        ``jobs``, which raises what failed. The loop also wakes every 20-100 ms: a turn comes
-        from other scans' tasks, not from this scan's jobs."""
-        if jobs.workers == 0:
-            return  # no splits: nothing to read
-        finished: SimpleQueue[tuple[int, BaseException | None]] = SimpleQueue()
-        run = self._job_runner(sc, mapped, finished)
-        in_flight = 0
+    def _drive(self, spark_work: Callable[[], tuple[Any, Any]], sink: PushSink, jobs: _Jobs,
+               own_slot: bool = False) -> None:
+        """Run the scan's readers, at most ``jobs.workers`` at once (one until the first
+        rows arrive, or a reader ends without rows: scanners opened together get their first
+        replies sooner when each starts with one reader), until ``jobs`` says the scan is
+        read. An arrow-engine reader runs in one of the BE's own slots when one is free
+        (``own_slot``: one the caller took for the first), else as a Spark job when the
+        scheduler gives this scan its turn. A finished reader is handed to ``jobs``, which
+        raises what failed. The loop also wakes every 20-100 ms: a turn comes from other
+        scans' tasks, not from this scan's jobs."""
+        if jobs.workers == 0:  # no splits: nothing to read
+            if own_slot:
+                self.scheduler.give_own_slot()
+            return
+        finished: SimpleQueue[tuple[int, BaseException | None, bool]] = SimpleQueue()
+        run = self._job_runner(spark_work, finished)
+        in_flight = spark_jobs = 0
         any_finished = False
         with ThreadPoolExecutor(jobs.workers, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as pool:
             try:
                 while True:
                     allowed = jobs.workers if self.queue.rows_in or any_finished else 1
-                    while self.scheduler.turn(sink, self._cancelled is None and in_flight < allowed
-                                              and jobs.can_start(self.queue, sink)):
-                        in_flight += 1
-                        pool.submit(run, jobs.take())
+                    while True:
+                        wants = self._cancelled is None and in_flight < allowed and jobs.can_start(self.queue, sink)
+                        if wants and jobs.own_reads and (own_slot or self.scheduler.take_own_slot()):
+                            own_slot = False
+                            in_flight += 1
+                            with self._lock:
+                                self.own_readers += 1
+                            pool.submit(self._own_reader(sink, finished, jobs.take()))
+                        elif self.scheduler.turn(sink, wants and (not self.own_readers or started(self.spark))):
+                            # (while Spark starts, a scan whose own reader runs waits for no Spark job)
+                            in_flight += 1
+                            spark_jobs += 1
+                            pool.submit(run, jobs.take())
+                        else:
+                            break
+                    if own_slot:  # the caller's slot, and no reader to run in it
+                        self.scheduler.give_own_slot()
+                        own_slot = False
                     if in_flight == 0 and (self._cancelled is not None or jobs.all_read(sink)):
                         return
                     try:
-                        partition, exc = finished.get(timeout=0.02 if allowed < jobs.workers else 0.1)
+                        partition, exc, on_spark = finished.get(timeout=0.02 if allowed < jobs.workers else 0.1)
                     except Empty:
                         continue
                     in_flight -= 1
-                    self.scheduler.jobs_unfinished(sink, in_flight)
+                    if on_spark:
+                        spark_jobs -= 1
+                        self.scheduler.jobs_unfinished(sink, spark_jobs)
                     any_finished = True
                     if self._cancelled is None:
                         jobs.finished(partition, exc, sink, self._failure)
@@ -371,6 +443,7 @@ class _Jobs:
 
     splits: int   # the splits the sink counts
     workers: int  # jobs at once, at most
+    own_reads = False  # whether its readers may run in the BE's own slots (SparkScan._own_reader)
 
     def can_start(self, queue: ResultQueue, sink: PushSink) -> bool:
         """Whether another job would have something to read now."""
@@ -432,7 +505,10 @@ class _ReaderJobs(_Jobs):
     """The ``arrow`` engine: ``workers`` jobs of one task each, over the RDD's partitions,
     each task reading the splits the sink assigns it until none is left. A task whose split
     yielded ends; another starts when a split is unclaimed and (once a split has yielded)
-    the queue has room: a task started into a full queue would only hold a slot and yield."""
+    the queue has room: a task started into a full queue would only hold a slot and yield.
+    A reader in one of the BE's own slots takes a worker's place the same way."""
+
+    own_reads = True
 
     def __init__(self, splits: int, workers: int):
         self.splits, self.workers = splits, workers

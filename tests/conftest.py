@@ -58,8 +58,9 @@ def base_settings(warehouse_dir):
         # Scans run on Spark's tasks, the path most tests check (jobs, cancels, yields, task
         # failures); the BE's own reads of a scan's first splits (scan_local_reads, on by
         # default) are checked by servers that turn them on: test_local_reads.py,
-        # test_be_start.py, test_resumable_scans.py, test_flink_latency.py.
-        scan_local_reads=False,
+        # test_be_start.py, test_resumable_scans.py, test_flink_latency.py; and so are its own
+        # read slots (scan_local_read_slots, the machine's cores by default), by test_local_reads.py.
+        scan_local_reads=False, scan_local_read_slots=0,
         spark_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"},
     )
 

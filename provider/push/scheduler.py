@@ -17,6 +17,14 @@ would take it straight back. So the BE keeps the order itself:
   executors, a task that cannot reach the BE) no longer holds the others back, and the
   scans share slots as Spark alone would.
 
+It also keeps the BE's own read slots (``scan_local_read_slots``): how many of the arrow
+engine's readers the BE runs in its own process at once, for all scans. A scan's driver
+takes one, when one is free, before it asks for a Spark job (``take_own_slot``); its reader
+gives it back when the scan has no split left for it or it yields (``give_own_slot``).
+Such a reader costs no Spark job, task, Python worker or push connection: on a warm scan of
+TPC-H lineitem about a third less CPU per row (bench/RESULTS.md, issue 39). A scan that
+finds them all taken runs on Spark's slots as before, with the turns above.
+
 The scans are the BE's push sinks (provider/push/sink.py): the driver of a scan asks
 ``turn`` and reports its unfinished jobs, the listener reports a task's first ask and asks
 ``hands_over``. One lock guards all of it.
@@ -50,7 +58,10 @@ class _Waiting:
 
 
 class SlotScheduler:
-    def __init__(self, clock: Callable[[], float] = time.monotonic, wait_counts_s: float = WAIT_COUNTS_S):
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wait_counts_s: float = WAIT_COUNTS_S,
+                 own_slots: int = 0):
+        self.own_slots = own_slots
+        self._own_taken = 0
         self._clock = clock
         self._wait_counts_s = wait_counts_s
         self._lock = threading.Lock()
@@ -101,6 +112,24 @@ class SlotScheduler:
             waiting = self._scans.get(scan)
             if waiting is not None:
                 waiting.jobs = min(waiting.jobs, jobs)
+
+    # ---- the BE's own readers ----
+    def take_own_slot(self) -> bool:
+        """Whether a reader may run in the BE's own process now (a slot is taken: give it back)."""
+        with self._lock:
+            if self._own_taken >= self.own_slots:
+                return False
+            self._own_taken += 1
+            return True
+
+    def give_own_slot(self) -> None:
+        with self._lock:
+            self._own_taken = max(0, self._own_taken - 1)
+
+    @property
+    def own_slots_taken(self) -> int:
+        with self._lock:
+            return self._own_taken
 
     # ---- the listener ----
     def task_asked(self, scan: Scan) -> None:

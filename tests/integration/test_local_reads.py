@@ -1,7 +1,8 @@
-"""The BE's own reads (``scan_local_reads``, on by default): an arrow-engine scan's splits
-read in the BE's process until its first Spark task connects (arrow-engine scans only). The
-same rows as Spark SQL,
-and the same errors as a task's (the suite's shared server reads on Spark's tasks only)."""
+"""The BE's own reads: an arrow-engine scan's splits read in the BE's process, before its
+first Spark task connects (``scan_local_reads``) and by readers in the BE's own read slots
+(``scan_local_read_slots``), both on by default. The same rows as Spark SQL, the same
+errors as a task's, yields and closes that lose no row and no slot (the suite's shared
+server reads on Spark's tasks only)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,16 @@ QUERIES = [
     "select l_orderkey, l_shipdate, l_extendedprice from demo.lineitem where l_quantity > 30 and l_shipmode = 'AIR'",
     "select l_orderkey, l_discount from demo.lineitem where l_linenumber in (1, 3) or l_orderkey < 500",
 ]
+
+
+@pytest.fixture(scope="module")
+def own_be(spark, base_settings, server):
+    """A BE with two read slots of its own; a reader that stops reading yields after 0.3 s."""
+    settings = base_settings.model_copy(update={"scan_local_reads": True, "scan_local_read_slots": 2,
+                                                "scan_yield_after_s": 0.3, "http_port": 0, "be_port": 0,
+                                                "query_port": 0})
+    with running_server(spark, settings) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +102,116 @@ def test_a_file_removed_under_the_bes_own_read_is_version_gone(local_be, client)
         reader.close_scanner(cid)
     finally:
         reader.close()
+
+
+def _spark_rows(spark, srv, sql: str) -> Counter:
+    view = f"lineitem_own_{uuid.uuid4().hex[:6]}"
+    spark.read.parquet(str(srv.warehouse.table_path("demo", "lineitem"))).createOrReplaceTempView(view)
+    return Counter(tuple(_wire(v) for v in r) for r in spark.sql(sql.replace("demo.lineitem", view)).collect())
+
+
+def _rows(batches) -> Counter:
+    got: Counter = Counter()
+    for batch in batches:
+        got.update(zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns))))
+    return got
+
+
+def _settled(srv, cid: str):
+    """The scan of ``cid`` once its producer has ended, and the BE's slot scheduler."""
+    scan = srv.contexts.get(cid).scan
+    assert scan.done.wait(30)
+    return scan, srv.service.push_listener().scheduler
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_a_scan_in_the_bes_own_slots_gives_spark_sqls_rows_without_a_task(own_be, client, spark, sql):
+    plan, tablets = plan_for(client, "demo", "lineitem", sql)
+    listener = own_be.service.push_listener()
+    connections = dict(listener.accepted)
+    reader = Reader(("127.0.0.1", own_be.be_port))
+    try:
+        cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=2048)
+        batches, _ = reader.drain_batches(cid)
+        scan, scheduler = _settled(own_be, cid)
+        assert scan.engine == "arrow" and scan.splits > 1
+        assert scan.local_splits == scan.splits  # every split read in the BE's process
+        assert listener.accepted == connections  # and no Spark task pushed a row
+        assert scheduler.own_slots_taken == 0
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    assert Counter({tuple(_wire(v) for v in k): n for k, n in _rows(batches).items()}) == _spark_rows(spark, own_be, sql)
+
+
+def test_a_reader_that_stops_reading_yields_its_own_slot_and_loses_no_row(own_be, client, spark):
+    """The queue full and the reader away for longer than scan_yield_after_s: the BE's reader
+    gives its slot back; the scan goes on from where its split stopped when the reader reads
+    again, with no row lost or repeated."""
+    import time
+
+    sql = QUERIES[0]
+    plan, tablets = plan_for(client, "demo", "lineitem", sql)
+    reader = Reader(("127.0.0.1", own_be.be_port))
+    scheduler = own_be.service.push_listener().scheduler
+    try:
+        cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=256, mem_limit=1 << 16)
+        first = reader.next_batch(cid, 0)
+        scan = own_be.contexts.get(cid).scan
+        deadline = time.monotonic() + 10
+        while not (scan.sink.yields and scheduler.own_slots_taken == 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert scan.sink.yields > 0 and scheduler.own_slots_taken == 0  # the slot is free while the reader is away
+        rest, _ = reader.drain_batches(cid, first.num_rows)
+        scan, scheduler = _settled(own_be, cid)
+        assert scan.local_splits == scan.splits and scheduler.own_slots_taken == 0
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    got = Counter({tuple(_wire(v) for v in k): n for k, n in _rows([first, *rest]).items()})
+    assert got == _spark_rows(spark, own_be, sql)
+
+
+@pytest.fixture(scope="module")
+def one_slot_be(spark, base_settings, server):
+    """One read slot of the BE's own, and no reads before a scan's Spark tasks connect."""
+    settings = base_settings.model_copy(update={"scan_local_reads": False, "scan_local_read_slots": 1,
+                                                "http_port": 0, "be_port": 0, "query_port": 0})
+    with running_server(spark, settings) as srv:
+        yield srv
+
+
+def test_a_scan_finding_the_bes_slots_taken_runs_on_sparks_tasks(one_slot_be, client, spark):
+    sql = QUERIES[1]
+    plan, tablets = plan_for(client, "demo", "lineitem", sql)
+    listener = one_slot_be.service.push_listener()
+    scheduler = listener.scheduler
+    assert scheduler.take_own_slot() and not scheduler.take_own_slot()  # as if another scan's reader held it
+    connections = sum(listener.accepted.values())
+    reader = Reader(("127.0.0.1", one_slot_be.be_port))
+    try:
+        cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=2048)
+        batches, _ = reader.drain_batches(cid)
+        scan, _ = _settled(one_slot_be, cid)
+        assert scan.local_splits == 0 and sum(listener.accepted.values()) > connections  # Spark's tasks read it
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+        scheduler.give_own_slot()
+    assert scheduler.own_slots_taken == 0
+    assert Counter({tuple(_wire(v) for v in k): n for k, n in _rows(batches).items()}) == _spark_rows(spark, one_slot_be, sql)
+
+
+def test_closing_a_scan_mid_read_gives_its_own_slots_back(own_be, client):
+    plan, tablets = plan_for(client, "demo", "lineitem", QUERIES[0])
+    reader = Reader(("127.0.0.1", own_be.be_port))
+    try:
+        cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=256, mem_limit=1 << 16)
+        reader.next_batch(cid, 0)
+        scan = own_be.contexts.get(cid).scan
+        reader.close_scanner(cid)
+        assert scan.done.wait(30)
+        assert not scan.sink.all_ended()  # closed before its end
+    finally:
+        reader.close()
+    assert own_be.service.push_listener().scheduler.own_slots_taken == 0
