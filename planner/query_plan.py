@@ -15,7 +15,6 @@ from pyspark.sql import types as T
 
 from starscan import expr as E
 from starscan.arrow.rebase import CalendarRules
-from starscan.core.collector import collector_paused
 from starscan.core.errors import BadRequest, RequestTooLarge, SqlInvalid
 from starscan.core.thrift_defs import plan as plan_idl
 from starscan.planner import sql as sqlmod
@@ -24,7 +23,7 @@ from starscan.planner.consumer_lag import ConsumerLag, consumer_lags
 from starscan.planner.direct_plans import direct_plan
 from starscan.planner.pruning import prune
 from starscan.plans import codec as plan_codec
-from starscan.plans.tablet_lists import TabletLists, digest_of, pack_snapshot, to_plan_tablets
+from starscan.plans.tablet_lists import TabletLists, digest_of, to_plan_tablets
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
 from starscan.spark.schemas import SchemaResolver
@@ -36,12 +35,11 @@ from starscan.tables.consumers import ConsumerPositions, check_consumer_name
 @dataclass
 class TabletParts:
     """What a plan says about its tablets: the packed list inline (``tablets``), or the
-    table's whole list by ``digest`` with the planned ``tablet_ids`` (``full``: that list)."""
+    table's whole list by ``digest`` with the planned ``tablet_ids``."""
 
     tablets: bytes
     digest: bytes | None
     tablet_ids: list[int] | None
-    full: bytes | None
     partitions_json: bytes
 
 
@@ -165,7 +163,7 @@ class QueryPlanner:
         self.signer = signer
         self._parts_lock = threading.Lock()
         self._parts_cache: LRUCache = LRUCache(maxsize=64)
-        self._packed: LRUCache = LRUCache(maxsize=4)  # (location, version, tablet ids) -> (packed list, digest)
+        self._digests: LRUCache = LRUCache(maxsize=64)  # (location, version, tablet ids) -> the list's digest
         self._parsed: LRUCache = LRUCache(maxsize=1024)  # (sql, db, table) -> ParsedQuery (immutable)
         # (db, table, sql) -> the latest _PlanBody of it. A body keeps its snapshot alive after
         # the listing cache has moved on, so the bound is in files of the snapshots held
@@ -267,8 +265,8 @@ class QueryPlanner:
         if parts is None:
             return None, ""
         if parts.digest is not None:
-            assert parts.full is not None
-            self.tablet_lists.put(parts.full, parts.digest)  # again: the store may have dropped it since
+            # The list each plan names (the store may have dropped it since the last plan).
+            self.tablet_lists.hold(parts.digest, snap.by_id)
         now_ms = int(time.time() * 1000)
         plan = plan_idl.TScanPlan(
             query_id=str(uuid.uuid4()),
@@ -354,10 +352,9 @@ class QueryPlanner:
         too_large = sum(len(f.path) for t in tablets for f in t.files) > inline_max
         packed = b"" if too_large else plan_codec.pack_tablets(to_plan_tablets(tablets))
         if not too_large and len(packed) <= inline_max:
-            value = TabletParts(packed, None, None, None, b"")
+            value = TabletParts(packed, None, None, b"")
         else:
-            full, digest = self._packed_snapshot(snap)
-            value = TabletParts(b"", self.tablet_lists.put(full, digest), [t.tablet_id for t in tablets], full, b"")
+            value = TabletParts(b"", self._list_digest(snap), [t.tablet_id for t in tablets], b"")
         if self.membership is not None and live:
             partitions = {str(t.tablet_id): {"routings": self.membership.routings_of(t.tablet_id, live),
                                              "version": snap.version, "schemaHash": shash} for t in tablets}
@@ -370,22 +367,19 @@ class QueryPlanner:
             self._parts_cache[key] = value
         return value
 
-    def _packed_snapshot(self, snap) -> tuple[bytes, bytes]:
-        """The snapshot's whole tablet list packed, and its digest: once per table version,
-        whatever tablets each query prunes to."""
+    def _list_digest(self, snap) -> bytes:
+        """The digest of the snapshot's whole tablet list (starscan.plans.tablet_lists): once
+        per table version, whatever tablets each query prunes to."""
         # Tablet ids are hashes of the files (and row groups) they hold: the same ids, the
         # same list. The key holds no snapshot, so none is kept alive for it.
         key = (str(snap.location), snap.version, tuple(t.tablet_id for t in snap.tablets))
         with self._parts_lock:
-            hit = self._packed.get(key)
-        if hit is not None:
-            return hit
-        with collector_paused():
-            full = pack_snapshot(snap)
-        found = (full, digest_of(full))
-        with self._parts_lock:
-            self._packed[key] = found
-        return found
+            hit = self._digests.get(key)
+        if hit is None:
+            hit = digest_of(snap.tablets)
+            with self._parts_lock:
+                self._digests[key] = hit
+        return hit
 
     def _output_columns(self, parsed: sqlmod.ParsedQuery, schema: T.StructType, cols: ResolvedColumns) -> list:
         out: list = []

@@ -9,6 +9,11 @@ each new version, bounded to ``max_versions`` entries (the oldest are dropped: a
 version older than that is "unknown", as is one this server never saw), and read back at
 start, so it survives restarts.
 
+A new version is recorded on the history's own thread, not the listing's: a table's first
+listing of a million files spent 2.5 s of its first plan recording it (issue 39). The
+history's readers (``added_since``, ``position``) wait for what is still to be recorded of
+their table, so they never answer from a history a version behind a plan already made.
+
 ``added_since(V)`` is exact or refuses: the files added after V up to the current version,
 or ``TableRewritten`` when any file present at V was removed or rewritten since (the rows
 appended are then not the only change), or ``VersionUnknown``.
@@ -16,14 +21,19 @@ appended are then not the only change), or ``VersionUnknown``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from starscan.core.collector import collector_paused
 from starscan.core.errors import TableRewritten, VersionUnknown
 from starscan.storage.files import JsonPerTable
+
+log = logging.getLogger("starscan.tables.versions")
 
 FileKey = tuple[str, int, int]  # relative path, size, mtime_ns
 
@@ -34,9 +44,49 @@ class VersionHistory:
         self._lock = threading.Lock()
         self._files = JsonPerTable(Path(state_dir) / "versions" if state_dir is not None else None,
                                    lambda location: {"location": location, "current": [], "log": []})
+        self._waiting = threading.Condition()
+        self._to_record: deque[tuple[str, str, int, Iterable[FileKey]]] = deque()
+        self._pending: dict[str, int] = {}  # location -> observations not recorded yet
+        self._recorder: threading.Thread | None = None
 
     def observe(self, table: str, location: str, version: int, files: Iterable[FileKey]) -> None:
-        """Record ``version`` of the table at ``location`` with its file set, if it is new."""
+        """Record ``version`` of the table at ``location`` with its file set (iterated only
+        when the version is new), if it is new: on the history's own thread, in the order
+        observed."""
+        with self._waiting:
+            self._pending[location] = self._pending.get(location, 0) + 1
+            self._to_record.append((table, location, version, files))
+            if self._recorder is None:
+                self._recorder = threading.Thread(target=self._record_pending, name="starscan-versions", daemon=True)
+                self._recorder.start()
+
+    def settled(self, location: str) -> None:
+        """Wait until every observation of the table at ``location`` so far is recorded."""
+        with self._waiting:
+            self._waiting.wait_for(lambda: not self._pending.get(location))
+
+    def _record_pending(self) -> None:
+        while True:
+            with self._waiting:
+                if not self._to_record:
+                    self._recorder = None
+                    return
+                table, location, version, files = self._to_record.popleft()
+            try:
+                with collector_paused():
+                    self._record(table, location, version, files)
+            except Exception:  # noqa: BLE001 - the next listing observes its version again
+                log.warning("the version history of %s could not be recorded", table, exc_info=True)
+            finally:
+                with self._waiting:
+                    left = self._pending.get(location, 1) - 1
+                    if left:
+                        self._pending[location] = left
+                    else:
+                        self._pending.pop(location, None)
+                    self._waiting.notify_all()
+
+    def _record(self, table: str, location: str, version: int, files: Iterable[FileKey]) -> None:
         with self._lock, self._files.updating(location) as update:
             state = update.doc
             if state["log"] and state["log"][-1]["version"] == version:
@@ -58,6 +108,7 @@ class VersionHistory:
     def added_since(self, location: str, since: int, current: int) -> list[FileKey]:
         """The files added after version ``since`` up to ``current`` (the table's version now,
         which ``observe`` has recorded)."""
+        self.settled(location)
         with self._lock:
             log = self._load(location)["log"]
         versions = [e["version"] for e in log]
@@ -87,6 +138,7 @@ class VersionHistory:
     def position(self, location: str, version: int) -> int | None:
         """Where ``version`` stands in the table's history (larger: later), None when it is
         not there."""
+        self.settled(location)
         with self._lock:
             versions = [e["version"] for e in self._load(location)["log"]]
         if version not in versions:

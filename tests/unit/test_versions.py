@@ -43,6 +43,41 @@ def test_a_file_appended_and_replaced_after_the_version_counts_once():
     assert history.added_since("loc", 1, 3) == [("b.parquet", 21, 5)]
 
 
+def test_a_new_version_is_recorded_behind_the_listing_and_read_after_it():
+    """observe returns before the history is written (a million files took seconds of a first
+    plan); its readers wait for it, and a file set of a version already recorded is not read."""
+    import threading
+
+    history = VersionHistory(None)
+    history.observe("d.t", "loc", 1, [A])
+    history.settled("loc")
+    gate = threading.Event()
+
+    def slow_files():
+        gate.wait(10)
+        yield from (A, B)
+
+    history.observe("d.t", "loc", 2, slow_files())
+    answer: list = []
+    reader = threading.Thread(target=lambda: answer.append(history.added_since("loc", 1, 2)))
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive() and not answer  # waits for version 2 to be recorded
+    gate.set()
+    reader.join(10)
+    assert answer == [[B]]
+
+    read: list = []
+
+    def files_of_2():
+        read.append(True)
+        yield from (A, B)
+
+    history.observe("d.t", "loc", 2, files_of_2())
+    assert history.position("loc", 2) == 1
+    assert not read  # version 2 was recorded already: its files were not gone through again
+
+
 def test_the_history_is_bounded():
     history = VersionHistory(None, max_versions=3)
     for v in range(1, 6):
@@ -64,8 +99,12 @@ def test_two_processes_sharing_the_state_folder_lose_no_change(tmp_path):
     fe1 = (VersionHistory(tmp_path), ConsumerPositions(tmp_path))
     fe2 = (VersionHistory(tmp_path), ConsumerPositions(tmp_path))
     loc = "/wh/db.db/t"
+    # Each records on its own thread: the order on disk is the order recorded (as it was the
+    # order in which two FEs' listings ended).
     fe1[0].observe("db.t", loc, 1, [("a", 1, 1)])
+    fe1[0].settled(loc)
     fe2[0].observe("db.t", loc, 2, [("a", 1, 1), ("b", 1, 1)])
+    fe2[0].settled(loc)
     assert [p for p, _, _ in fe1[0].added_since(loc, 1, 2)] == ["b"]  # fe1 reads fe2's version
 
     def commits(fe, prefix: str) -> None:
