@@ -276,6 +276,7 @@ class SparkScan:
             finished.put((partition, error, False))
 
         return run
+
     def _choose_engine(self) -> tuple[Callable[[Any], Any], Any, Any, _Jobs]:
         """For the engine this scan runs on: the RDD of its tasks, the Arrow schema they
         produce, the partition function's factory, and how its jobs go: the ``arrow`` engine

@@ -16,10 +16,13 @@ from support.waits import wait_until
 SQL = "select l_orderkey, l_linenumber, l_comment from demo.lineitem where l_quantity > 5"
 
 
-@pytest.fixture(scope="module")
-def two_bes(spark, base_settings, server):
+@pytest.fixture(scope="module", params=[0, 2], ids=["spark-tasks", "own-read-slots"])
+def two_bes(spark, base_settings, server, request):
+    """Two BEs whose scans are read by Spark's tasks (after the BE's first split), or by the
+    BEs' own read slots (as a `--role be` node reads by default)."""
     settings = base_settings.model_copy(update={"resumable_scans": True, "scan_local_reads": True, "http_port": 0, "be_port": 0,
-                                                "query_port": 0, "scan_context_gc_interval_s": 0.5})
+                                                "query_port": 0, "scan_context_gc_interval_s": 0.5,
+                                                "scan_local_read_slots": request.param})
     with running_server(spark, settings) as a, running_server(spark, settings) as b:
         yield a, b
 
