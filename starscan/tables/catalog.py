@@ -54,6 +54,12 @@ log = logging.getLogger("starscan.tables.catalog")
 #: rather than trusted by its modification time (clocks of 1 s and coarse kernel ticks).
 RACY_FOLDER_NS = 2_000_000_000
 
+#: A listing's files are stat'ed again (for rewrites in place) at most once per this many
+#: times the last such pass took: a tenth of a core at most. A table's folders are checked
+#: at every listing. A million files' pass took 6 s on a slow 2-core machine, longer than
+#: the listing TTL: every file was stat'ed again and again, and a caller waited for it.
+FILES_CHECK_SPACING = 10
+
 __all__ = ["DataFile", "Tablet", "TableSnapshot", "Warehouse", "list_table_files", "partition_of"]
 
 DEFAULT_DB = "default"
@@ -136,6 +142,8 @@ class _Listing:
     listed_at: float      # the warehouse clock (time.monotonic())
     snapshot: TableSnapshot
     folders: dict[str, int] | None = None  # a local folder table: every folder walked, and its mtime then
+    files_checked: float = 0.0  # when its files were last stat'ed (the warehouse clock): by the walk or a check
+    check_s: float = 0.0        # seconds that check of every file took (0: none made since the walk)
 
 
 def list_table_files(location: Path | str, storage: Storage | None = None,
@@ -368,7 +376,17 @@ class Warehouse:
             with self._lock:
                 before = self._listings.get(location)
             folders: dict[str, int] | None
-            if before is not None and before.folders and self._unchanged(location, before):
+            checked, check_s = now, 0.0
+            reused = False
+            if before is not None and before.folders and self._folders_unchanged(before):
+                if now - before.files_checked < FILES_CHECK_SPACING * before.check_s:
+                    reused, checked, check_s = True, before.files_checked, before.check_s  # not due yet
+                else:
+                    started = time.monotonic()
+                    reused = self._files_unchanged(location, before)
+                    check_s = time.monotonic() - started
+            if reused:
+                assert before is not None
                 snap, folders = before.snapshot, before.folders
             else:
                 folders = {} if self.storage.is_local else None
@@ -383,23 +401,25 @@ class Warehouse:
                     folders = None
             with self._lock:
                 if generation == self._generation:  # not invalidated while it was listed
-                    self._listings[location] = _Listing(stamp, now, snap, folders or None)
+                    self._listings[location] = _Listing(stamp, now, snap, folders or None, checked, check_s)
             return snap
         finally:
             with self._lock:
                 self._refreshing.pop(location, None)
             refreshing.set()
 
-    def _unchanged(self, location: str, listing: _Listing) -> bool:
-        """Whether a local folder table still holds exactly the listed files, asked with a stat
-        of each folder and file instead of a walk: a folder whose entries changed has a new
-        modification time, a file rewritten in place a new size or time. A 10,000-file table
-        is checked with a third of a listing's CPU (bench/RESULTS.md, plan_latency)."""
+    def _folders_unchanged(self, listing: _Listing) -> bool:
+        """Whether a local folder table's folders hold the same names as when listed, asked
+        with a stat of each: a folder whose entries changed has a new modification time."""
         storage = self.storage
         assert listing.folders is not None
-        for folder, mtime in listing.folders.items():
-            if storage.dir_stamp(folder) != mtime:
-                return False
+        return all(storage.dir_stamp(folder) == mtime for folder, mtime in listing.folders.items())
+
+    def _files_unchanged(self, location: str, listing: _Listing) -> bool:
+        """Whether every listed file has its listed size and time (a file rewritten in place
+        under its name changes no folder): a stat of each instead of a walk. A 10,000-file
+        table is checked with a third of a listing's CPU (bench/RESULTS.md, plan_latency)."""
+        storage = self.storage
         return all(storage.file_identity(storage.join(location, f.path)) == (f.size, f.mtime_ns)
                    for f in listing.snapshot.files)
 

@@ -191,6 +191,33 @@ def _rewrite_in_place(path, rows):
     os.utime(path.parent, ns=(stamp, stamp))
 
 
+def test_a_large_tables_files_are_stated_again_only_as_often_as_a_tenth_of_the_time(wh, monkeypatch):
+    """Every listing checks a table's folders; its files (rewrites in place) only once per
+    FILES_CHECK_SPACING times the last such check took, so a table whose check outlasts the
+    TTL is not stat'ed file by file at every TTL. Here the check is made to take 100 s."""
+    from starscan.tables import catalog
+
+    now = [0.0]
+    wh = Warehouse(wh.root, listing_ttl_s=5, clock=lambda: now[0])
+    table = wh.root / "d1.db" / "t"
+    long_ago = time.time_ns() - 60 * 10**9
+    os.utime(table, ns=(long_ago, long_ago))  # not a racily clean folder: its listing is trusted
+    first = wh.snapshot("d1", "t")
+    ticks = iter([1.0, 101.0])  # the check of every file: started, ended
+    real_monotonic = time.monotonic
+    monkeypatch.setattr(catalog.time, "monotonic", lambda: next(ticks, None) or real_monotonic())
+    now[0] += 60
+    assert wh.snapshot("d1", "t") is first  # files checked (100 s), none changed
+    monkeypatch.setattr(catalog.time, "monotonic", real_monotonic)
+    _rewrite_in_place(table / "part-0.parquet", rows=7)
+    os.utime(table, ns=(long_ago, long_ago))
+    now[0] += 60
+    assert wh.snapshot("d1", "t") is first  # folders unchanged; files not due before 1,000 s
+    now[0] += 1000
+    second = wh.snapshot("d1", "t")
+    assert second.version != first.version  # due: the rewrite shows
+
+
 def test_an_unchanged_table_is_checked_without_listing_it(wh):
     """After the TTL, a folder table whose folders and files are all unchanged keeps its
     snapshot after a stat of each (no walk, no footers); a file added in a partition folder
