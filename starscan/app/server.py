@@ -135,7 +135,10 @@ class StarscanServer:
                                    records=ScanRecords(settings.state_path / SCAN_RECORDS) if resumable else None)
         self.membership = BeMembership(settings.be_endpoints, settings.be_probe_interval_s, settings.be_probe_failures) \
             if fe and settings.be_endpoints else None
-        self.planner = QueryPlanner(self.live_settings, self.warehouse, SchemaResolver(spark), self.signer, self.tablet_lists,
+        schemas = SchemaResolver(spark)
+        if fe:  # an FE's plans read schemas (a BE's listings need none, and need no Spark started)
+            self.warehouse.listed.append(schemas.prefetch)
+        self.planner = QueryPlanner(self.live_settings, self.warehouse, schemas, self.signer, self.tablet_lists,
                                     ConsumerPositions(settings.state_path), self.membership)
         self.ops = Operations(self.live_settings, self.service, self.contexts, self.users, self.audit, spark,
                               lambda: {"http_port": self.http_port, "be_port": self.be_port, "query_port": self.query_port},

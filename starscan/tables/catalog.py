@@ -198,6 +198,10 @@ class Warehouse:
         self._refreshing: dict[str, threading.Event] = {}  # table location -> set when listed
         self._generation = 0  # counts invalidations
         self._listeners: list[Callable[[str, str], None]] = []
+        # Called with a folder table's location, new version, files (in path order) and
+        # storage as soon as it is listed, before its tablets are cut (the schema's footer
+        # read starts there: starscan.spark.schemas.SchemaResolver.prefetch).
+        self.listed: list[Callable[[str, int, list[DataFile], Storage], None]] = []
 
     @classmethod
     def of(cls, settings: Settings, listing_ttl_s: float | None = None,
@@ -559,6 +563,11 @@ class Warehouse:
             if previous is not None and previous.kind == "folder" and previous.version == version and \
                     previous.partition_columns == tuple(part_cols):
                 return previous
+            for listed in self.listed:
+                try:
+                    listed(location, version, files, storage)
+                except Exception:  # noqa: BLE001 - what the hook prepares is made again when needed
+                    log.debug("a hook on a new listing failed", exc_info=True)
         tablets = self._tablets(f"{db}.{table}", location, storage, files)
         if schema_json is None:
             self.history.observe(f"{db}.{table}", location, version, ((f.path, f.size, f.mtime_ns) for f in files))

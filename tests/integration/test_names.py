@@ -403,3 +403,19 @@ def test_a_summary_files_schema_comes_first_as_in_spark(server, spark):
     got = server.planner.schemas.schema(server.warehouse.snapshot("names", "summary"))
     assert _schema_pairs(got) == _schema_pairs(spark.read.parquet(str(location)).schema)
     assert [f.name for f in got.fields] == ["id", "note"]
+
+
+def test_a_tables_footer_is_read_by_spark_while_it_is_listed(server, spark):
+    """As soon as a new version of a folder table is listed, Spark starts reading the footer
+    its schema comes from (SchemaResolver.prefetch, while the tablets are cut); the schema
+    takes that read, and it is Spark's schema of the folder."""
+    location = _fresh_table(server, "names", "prefetched")
+    _write(location / "part-0.parquet", [1, 2])
+    _write(location / "part-1.parquet", [3])
+    schemas = server.planner.schemas
+    snap = server.warehouse.snapshot("names", "prefetched")
+    key = schemas._footer_key(snap.location, snap.files, snap.storage)
+    assert key[0].endswith("part-0.parquet") and key in schemas._footers  # read since the listing
+    got = schemas.schema(snap)
+    assert key not in schemas._footers  # taken by the schema
+    assert _schema_pairs(got) == _schema_pairs(spark.read.parquet(str(location)).schema)
