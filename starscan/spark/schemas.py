@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, cast
 
@@ -47,9 +48,9 @@ class SchemaResolver:
         self._texts: LRUCache[tuple[str, int], tuple[T.StructType, str, int]] = LRUCache(maxsize=1024)
         # Footers Spark was asked to read as their tables were listed (``prefetch``), by the
         # file's path, size and time.
-        self._footers: LRUCache[tuple[str, int, int], Future] = LRUCache(maxsize=16)
+        self._footers: LRUCache[tuple[str, int, int], Future[T.StructType]] = LRUCache(maxsize=16)
 
-    def prefetch(self, location: str, version: int, files: list[DataFileLike], storage: Storage) -> None:
+    def prefetch(self, location: str, version: int, files: Sequence[DataFileLike], storage: Storage) -> None:
         """Start Spark reading the footer a local folder table's schema comes from, as soon as
         a new version of it is listed (``Warehouse.listed``): the JVM reads it while the
         listing's tablets are cut in Python, where the plan would otherwise wait for both in
@@ -60,7 +61,7 @@ class SchemaResolver:
         if not storage.is_local or not files or self._merges_schemas():
             return
         key = self._footer_key(location, files, storage)
-        future: Future = Future()
+        future: Future[T.StructType] = Future()
         with _lock:
             if key is None or key in self._footers:
                 return
@@ -75,7 +76,7 @@ class SchemaResolver:
         threading.Thread(target=read, name="starscan-footer-schema", daemon=True).start()
 
     @staticmethod
-    def _footer_key(location: str, files: list[DataFileLike], storage: Storage) -> tuple[str, int, int] | None:
+    def _footer_key(location: str, files: Sequence[DataFileLike], storage: Storage) -> tuple[str, int, int] | None:
         """The file Spark takes a folder table's data columns from (a ``_common_metadata``
         or ``_metadata`` summary file if there is one, else the first data file by path),
         with its size and time."""
@@ -158,7 +159,7 @@ class SchemaResolver:
         with _lock:
             prefetched = self._footers.pop(key, None)
         if prefetched is not None:
-            return cast(T.StructType, prefetched.result())
+            return prefetched.result()
         return self.spark.read.parquet(literal(key[0])).schema
 
     def _partition_schema(self, snap: TableSnapshot) -> T.StructType:

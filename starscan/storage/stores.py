@@ -242,7 +242,7 @@ class Storage:
         if self.fs is None:
             yield from _walk_local(location, "", folders)
             return
-        current, files = "", []
+        current, files = "", []  # type: str, list[tuple[str, int, int]]
         for entry in self._walk_store(location):
             folder, _, name = entry.name.rpartition("/")
             folder = folder + "/" if folder else ""
@@ -255,6 +255,7 @@ class Storage:
             yield current, files
 
     def _walk_store(self, location: str) -> Iterator[Entry]:
+        assert self.fs is not None
         root = self._fs_path(location)
         try:
             infos = self._call(self.fs.get_file_info, pafs.FileSelector(root, recursive=True, allow_not_found=True))
