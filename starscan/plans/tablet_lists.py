@@ -78,6 +78,7 @@ class TabletLists:
         self._packed: LRUCache[bytes, bytes] = LRUCache(maxsize=max(1, max_bytes), getsizeof=len)
         self._decoded: LRUCache[bytes, dict[int, Any]] = LRUCache(maxsize=8)  # digest -> {tablet_id: TPlanTablet}
         self._held: dict[bytes, dict[int, Tablet]] = {}  # digest -> a version's tablets by id, until packed
+        self._too_large: LRUCache[bytes, None] = LRUCache(maxsize=64)  # packed, and larger than the store
 
     def hold(self, digest: bytes, by_id: dict[int, Tablet]) -> None:
         """Keep a version's tablets (``TableSnapshot.by_id``, in the list's order) under its
@@ -85,8 +86,8 @@ class TabletLists:
         a thread of its own, after which they are let go (a snapshot's objects take far more
         memory than its packed list)."""
         with self._lock:
-            if digest in self._held or digest in self._packed or digest in self._decoded:
-                return
+            if digest in self._held or digest in self._packed or digest in self._decoded or digest in self._too_large:
+                return  # (a list too large for the store is rebuilt from a listing when asked for)
             self._held[digest] = by_id
         threading.Thread(target=self._pack, args=(digest, by_id), name="starscan-tablet-list", daemon=True).start()
 
@@ -95,7 +96,9 @@ class TabletLists:
             with collector_paused():
                 packed = plan_codec.pack_tablets(to_plan_tablets(by_id.values()))
             with self._lock:
-                if digest not in self._packed and len(packed) <= self._packed.maxsize:
+                if len(packed) > self._packed.maxsize:
+                    self._too_large[digest] = None
+                elif digest not in self._packed:
                     self._packed[digest] = packed
         except Exception:  # noqa: BLE001 - the list is then rebuilt from a listing when asked for
             log.warning("packing a tablet list failed", exc_info=True)

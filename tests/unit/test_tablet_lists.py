@@ -1,0 +1,69 @@
+"""starscan.plans.tablet_lists: a large table's tablet list, named by a digest of its tablets
+and held by the server, as listed at once and packed behind the plan."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from starscan.plans import tablet_lists as tl
+from starscan.tables.catalog import DataFile
+from starscan.tables.tablets import Sizing, split_files
+
+
+def _tablets(n: int = 50, table: str = "d.t"):
+    files = [DataFile(f"part-{i:04d}.parquet", 100 + i, 1_700_000_000_000_000_000 + i) for i in range(n)]
+    return split_files(table, files, Sizing(target_bytes=1000, open_cost_bytes=100), lambda f: None)
+
+
+def _wait_packed(lists: tl.TabletLists, digest: bytes) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with lists._lock:
+            if digest not in lists._held:
+                return
+        time.sleep(0.01)
+    raise AssertionError("the list was not packed")
+
+
+def test_the_digest_names_the_list_whether_listed_or_packed():
+    tablets = _tablets()
+    assert tl.digest_of(tablets) == tl.digest_of(tl.to_plan_tablets(tablets))
+    assert tl.digest_of(tablets) == tl.digest_of(_tablets())  # the same files: the same list
+    moved = _tablets(table="d.u")
+    assert tl.digest_of(tablets) != tl.digest_of(moved)  # other ids
+    assert tl.digest_of(tablets) != tl.digest_of(_tablets(51))
+
+
+def test_a_held_list_answers_at_once_and_the_same_once_packed(monkeypatch):
+    tablets = _tablets()
+    by_id = {t.tablet_id: t for t in tablets}
+    digest = tl.digest_of(tablets)
+    lists = tl.TabletLists(1 << 20)
+    gate = threading.Event()
+    real_pack = tl.plan_codec.pack_tablets
+    monkeypatch.setattr(tl.plan_codec, "pack_tablets", lambda ts: gate.wait(10) and real_pack(ts))
+    lists.hold(digest, by_id)
+    ids = [tablets[3].tablet_id, tablets[0].tablet_id, 12345]
+    held = lists.planned(digest, ids)  # before it is packed
+    gate.set()
+    _wait_packed(lists, digest)
+    packed = lists.planned(digest, ids)
+    assert held == packed == tl.to_plan_tablets([tablets[3], tablets[0]])
+    assert lists.planned(tl.digest_of(_tablets(7)), ids) is None  # not held
+
+
+def test_a_list_larger_than_the_store_is_packed_once_and_not_kept(monkeypatch):
+    tablets = _tablets(400)
+    by_id = {t.tablet_id: t for t in tablets}
+    digest = tl.digest_of(tablets)
+    lists = tl.TabletLists(1)  # the store holds nothing this large (its floor: 1 byte)
+    packs: list[int] = []
+    real_pack = tl.plan_codec.pack_tablets
+    monkeypatch.setattr(tl.plan_codec, "pack_tablets", lambda ts: packs.append(1) or real_pack(ts))
+    lists.hold(digest, by_id)
+    _wait_packed(lists, digest)
+    lists.hold(digest, by_id)  # as each plan of the version does
+    _wait_packed(lists, digest)
+    assert packs == [1]
+    assert lists.planned(digest, [tablets[0].tablet_id]) is None  # rebuilt from a listing when asked
