@@ -151,6 +151,14 @@ def scan_bench_arguments(ap, warehouse: str) -> None:
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--no-append", action="store_true")
+    ap.add_argument("--local-read-slots", type=int, default=None,
+                    help="scan_local_read_slots of the server (default: the server's, the machine's cores; 0: every "
+                         "split read by a Spark task)")
+
+
+def read_slot_settings(args) -> dict:
+    """The server settings ``scan_bench_arguments``' ``--local-read-slots`` asks for."""
+    return {} if args.local_read_slots is None else {"scan_local_read_slots": args.local_read_slots}
 
 
 def parse_scan_bench_arguments(ap):

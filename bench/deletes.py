@@ -106,7 +106,8 @@ def main() -> None:
     env["deltalake"] = common._version("deltalake")
     common.log(f"writing lake.dv and lake.compact ({args.files} x {args.rows_per_file:,} rows)")
     kept, nbytes = write_tables(warehouse, args.files, args.rows_per_file, args.seed)
-    server, spark, _ = common.start_server(warehouse, driver_memory=args.driver_memory)
+    server, spark, _ = common.start_server(warehouse, driver_memory=args.driver_memory,
+                                           **common.read_slot_settings(args))
     rows = []
     try:
         for engine, reader in (("auto", "auto"), ("sql", "auto"), ("sql", "starscan")):

@@ -65,7 +65,8 @@ def main() -> None:
     env["moto"] = common._version("moto")
     proc, endpoint, creds = moto_s3.start_moto()
     common.log(f"moto's S3 server at {endpoint}")
-    server, spark, settings = common.start_server(Path(args.warehouse).resolve(), driver_memory=args.driver_memory)
+    server, spark, settings = common.start_server(Path(args.warehouse).resolve(), driver_memory=args.driver_memory,
+                                                  **common.read_slot_settings(args))
     s3_server = None
     rows = []
     try:

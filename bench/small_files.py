@@ -91,7 +91,8 @@ def main() -> None:
              "{} / {}".format(*(f"{x:,.0f}" for x in common.best_median([r["rows"] / r["wall_s"] for r in reference]))),
              f"{args.files / min(r['wall_s'] for r in reference):,.0f}", "1.00", "", ""]]
 
-    server, spark, _ = common.start_server(warehouse, driver_memory=args.driver_memory)
+    server, spark, settings = common.start_server(warehouse, driver_memory=args.driver_memory,
+                                                  **common.read_slot_settings(args))
     try:
         first_plan = plan_seconds(server)
         second_plan = plan_seconds(server)
@@ -127,6 +128,7 @@ def main() -> None:
         "data": f"{args.files:,} Parquet files of {args.rows_per_file} rows (id bigint, v int), written by pyarrow",
         "plans": f"the FE's first _query_plan {first_plan:.2f} s, the next {second_plan * 1000:.0f} ms",
         "target": "starscan >= 0.8x pyarrow.dataset's rows/s (issue 39)",
+        "server": f"scan_local_read_slots={settings.scan_local_read_slots if settings.scan_local_read_slots is not None else 'default (the machine cores)'}",
     }
     common.report("small_files: many small files, starscan against pyarrow.dataset", conditions, table_md, env,
                   not args.no_append)
