@@ -57,6 +57,13 @@ log = logging.getLogger("starscan.provider.scan")
 #: Seconds a stopped scan's tasks get to notice the stop before their jobs are cancelled.
 STOP_GRACE_S = 2.0
 
+#: The smallest mean file size of a scan whose readers run in the BE's own read slots. A
+#: large file's time is pyarrow's decoding, which does not hold the interpreter lock; a small
+#: file's is Python around it (opening it, its footer, its batches), which does: two readers
+#: in the BE's one process then read half as fast as two Spark tasks in two processes
+#: (bench/small_files.py: 50,000 files of 10 rows, 0.43x pyarrow.dataset in the BE's slots).
+OWN_READ_MIN_FILE_BYTES = 1 << 20
+
 
 class SparkScan:
     """One scanner's Spark work over a ``source`` (provider/scan_sources.py), checked when
@@ -99,6 +106,7 @@ class SparkScan:
         self.local_reads = local_reads
         self.local_splits = 0  # splits the BE read whole itself
         self.own_readers = 0   # readers of this scan in the BE's own slots, running now
+        self.own_reader_runs = 0  # and ever started
         self._cancelled: StarscanError | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -171,7 +179,7 @@ class SparkScan:
             self.listener.register(sink)
             # One of the BE's own slots for the scan's first reader, if one is free: then no
             # reader waits for Spark, and no reader before it is needed.
-            own_slot = self.engine == "arrow" and bool(self._arrow_splits) and self.scheduler.take_own_slot()
+            own_slot = jobs.own_reads and self.scheduler.take_own_slot()
             local = None
             if self.local_reads and self.engine == "arrow" and self._arrow_splits and not own_slot:
                 local = threading.Thread(target=self._read_locally, args=(sink,),
@@ -294,12 +302,15 @@ class SparkScan:
                 self._set_engine("arrow")
                 self._arrow_splits, self._arrow_read = splits, read
                 readers = min(self.tasks_per_scanner, len(splits))
+                files = sum(len(split.parts) for split in splits)
+                own_reads = bool(files) and sum(part.size for split in splits for part in split.parts) \
+                    >= OWN_READ_MIN_FILE_BYTES * files
 
                 def readers_rdd(sc: Any) -> Any:
                     return sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
 
                 return (readers_rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),
-                        _ReaderJobs(len(splits), readers))
+                        _ReaderJobs(len(splits), readers, own_reads))
         self._set_engine("sql")
         df = self.source.dataframe()
         schema = to_arrow_schema(df.schema, timezone=self.time_zone, prefers_large_types=False)
@@ -375,6 +386,7 @@ class SparkScan:
                             in_flight += 1
                             with self._lock:
                                 self.own_readers += 1
+                                self.own_reader_runs += 1
                             pool.submit(self._own_reader(sink, finished, jobs.take()))
                         elif self.scheduler.turn(sink, wants and (not self.own_readers or started(self.spark))):
                             # (while Spark starts, a scan whose own reader runs waits for no Spark job)
@@ -509,10 +521,8 @@ class _ReaderJobs(_Jobs):
     the queue has room: a task started into a full queue would only hold a slot and yield.
     A reader in one of the BE's own slots takes a worker's place the same way."""
 
-    own_reads = True
-
-    def __init__(self, splits: int, workers: int):
-        self.splits, self.workers = splits, workers
+    def __init__(self, splits: int, workers: int, own_reads: bool = True):
+        self.splits, self.workers, self.own_reads = splits, workers, own_reads
         self.free = deque(range(workers))
 
     def can_start(self, queue: ResultQueue, sink: PushSink) -> bool:

@@ -23,6 +23,15 @@ QUERIES = [
 ]
 
 
+@pytest.fixture
+def any_file_size(monkeypatch):
+    """The suite's tables are of small files: let their scans into the BE's own slots too (a
+    scan of files under OWN_READ_MIN_FILE_BYTES on average runs on Spark's tasks)."""
+    from starscan.provider import spark_scan
+
+    monkeypatch.setattr(spark_scan, "OWN_READ_MIN_FILE_BYTES", 0)
+
+
 @pytest.fixture(scope="module")
 def own_be(spark, base_settings, server):
     """A BE with two read slots of its own; a reader that stops reading yields after 0.3 s."""
@@ -125,7 +134,7 @@ def _settled(srv, cid: str):
 
 
 @pytest.mark.parametrize("sql", QUERIES)
-def test_a_scan_in_the_bes_own_slots_gives_spark_sqls_rows_without_a_task(own_be, client, spark, sql):
+def test_a_scan_in_the_bes_own_slots_gives_spark_sqls_rows_without_a_task(any_file_size, own_be, client, spark, sql):
     plan, tablets = plan_for(client, "demo", "lineitem", sql)
     listener = own_be.service.push_listener()
     connections = dict(listener.accepted)
@@ -134,7 +143,7 @@ def test_a_scan_in_the_bes_own_slots_gives_spark_sqls_rows_without_a_task(own_be
         cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=2048)
         batches, _ = reader.drain_batches(cid)
         scan, scheduler = _settled(own_be, cid)
-        assert scan.engine == "arrow" and scan.splits > 1
+        assert scan.engine == "arrow" and scan.splits > 1 and scan.own_reader_runs >= 1
         assert scan.local_splits == scan.splits  # every split read in the BE's process
         assert listener.accepted == connections  # and no Spark task pushed a row
         assert scheduler.own_slots_taken == 0
@@ -144,7 +153,7 @@ def test_a_scan_in_the_bes_own_slots_gives_spark_sqls_rows_without_a_task(own_be
     assert Counter({tuple(_wire(v) for v in k): n for k, n in _rows(batches).items()}) == _spark_rows(spark, own_be, sql)
 
 
-def test_a_reader_that_stops_reading_yields_its_own_slot_and_loses_no_row(own_be, client, spark):
+def test_a_reader_that_stops_reading_yields_its_own_slot_and_loses_no_row(any_file_size, own_be, client, spark):
     """The queue full and the reader away for longer than scan_yield_after_s: the BE's reader
     gives its slot back; the scan goes on from where its split stopped when the reader reads
     again, with no row lost or repeated."""
@@ -181,7 +190,7 @@ def one_slot_be(spark, base_settings, server):
         yield srv
 
 
-def test_a_scan_finding_the_bes_slots_taken_runs_on_sparks_tasks(one_slot_be, client, spark):
+def test_a_scan_finding_the_bes_slots_taken_runs_on_sparks_tasks(any_file_size, one_slot_be, client, spark):
     sql = QUERIES[1]
     plan, tablets = plan_for(client, "demo", "lineitem", sql)
     listener = one_slot_be.service.push_listener()
@@ -202,7 +211,7 @@ def test_a_scan_finding_the_bes_slots_taken_runs_on_sparks_tasks(one_slot_be, cl
     assert Counter({tuple(_wire(v) for v in k): n for k, n in _rows(batches).items()}) == _spark_rows(spark, one_slot_be, sql)
 
 
-def test_closing_a_scan_mid_read_gives_its_own_slots_back(own_be, client):
+def test_closing_a_scan_mid_read_gives_its_own_slots_back(any_file_size, own_be, client):
     plan, tablets = plan_for(client, "demo", "lineitem", QUERIES[0])
     reader = Reader(("127.0.0.1", own_be.be_port))
     try:
@@ -215,3 +224,28 @@ def test_closing_a_scan_mid_read_gives_its_own_slots_back(own_be, client):
     finally:
         reader.close()
     assert own_be.service.push_listener().scheduler.own_slots_taken == 0
+
+
+def test_a_scan_of_small_files_runs_on_sparks_tasks_whatever_slots_are_free(own_be, client, spark):
+    """Files under OWN_READ_MIN_FILE_BYTES on average: a reader's time is Python around each
+    file, under the BE's one interpreter lock, so the scan's readers are Spark tasks (the BE
+    still reads its first split while none has connected)."""
+    from starscan.provider import spark_scan
+
+    name = f"small_{uuid.uuid4().hex[:8]}"
+    folder = own_be.warehouse.table_path("demo", name)
+    folder.mkdir(parents=True)
+    for i in range(40):
+        pq.write_table(pa.table({"id": list(range(i * 100, i * 100 + 100))}), folder / f"part-{i:02d}.parquet")
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 40 * spark_scan.OWN_READ_MIN_FILE_BYTES
+    plan, tablets = plan_for(client, "demo", name, f"select id from demo.{name}")
+    reader = Reader(("127.0.0.1", own_be.be_port))
+    try:
+        cid = reader.open_ok("demo", name, plan, tablets, batch_size=64, mem_limit=1 << 16)
+        batches, _ = reader.drain_batches(cid)
+        scan, scheduler = _settled(own_be, cid)
+        assert scan.own_reader_runs == 0 and scheduler.own_slots_taken == 0  # no reader in the BE's slots
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    assert sorted(v for b in batches for v in b.column(0).to_pylist()) == list(range(4000))
