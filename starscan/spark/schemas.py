@@ -63,7 +63,7 @@ class SchemaResolver:
         key = self._footer_key(location, files, storage)
         future: Future[T.StructType] = Future()
         with _lock:
-            if key is None or key in self._footers:
+            if key in self._footers:
                 return
             self._footers[key] = future
 
@@ -76,7 +76,7 @@ class SchemaResolver:
         threading.Thread(target=read, name="starscan-footer-schema", daemon=True).start()
 
     @staticmethod
-    def _footer_key(location: str, files: Sequence[DataFileLike], storage: Storage) -> tuple[str, int, int] | None:
+    def _footer_key(location: str, files: Sequence[DataFileLike], storage: Storage) -> tuple[str, int, int]:
         """The file Spark takes a folder table's data columns from (a ``_common_metadata``
         or ``_metadata`` summary file if there is one, else the first data file by path),
         with its size and time."""
@@ -155,7 +155,6 @@ class SchemaResolver:
         """The data columns, read by Spark itself from the one file it takes them from (or
         being read since the table was listed: ``prefetch``)."""
         key = self._footer_key(str(snap.location), snap.files, snap.storage)
-        assert key is not None
         with _lock:
             prefetched = self._footers.pop(key, None)
         if prefetched is not None:
