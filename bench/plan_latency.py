@@ -8,7 +8,9 @@ server (FE + BE on 127.0.0.1, free ports, local Spark), then measures over real 
 - cold: the table's listing cache is invalidated before each call (``warehouse.invalidate``);
 - warm, 1 caller, from this process and from a separate client process;
 - warm, C concurrent callers (threads in a separate client process, each with its own
-  ``httpx.Client``; a bounded total request count and a time cap).
+  ``httpx.Client``; a bounded total request count and a time cap);
+- after an append: one file more in the table (a partition folder of ``bench.wide_part``), and
+  the first call once the listing is over two TTLs old (that caller lists the table), twice.
 
 Target: p99 under 50 ms warm at 50 concurrent callers on the 10,000-file table.
 
@@ -301,7 +303,35 @@ def measure_table(server, label: str, db: str, table: str, sql: str, args) -> tu
         out.append((label, "warm, client process" if processes == 1 else f"warm, {processes} client processes",
                     args.concurrency, with_server_cpu(run_load_in_subprocess, url, sql, args.concurrency, args.requests,
                                                       args.time_cap, args.think_ms / 1000, processes)))
+    if table in (WIDE_TABLE, PART_TABLE):
+        folder = Path(server.warehouse.table_location(db, table)) / ("p=7" if table == PART_TABLE else "")
+        ttl = server.settings.listing_cache_ttl_s
+        for n in (1, 2):
+            common.log(f"{label}: one file appended ({n}), first call once the listing is over two TTLs old")
+            out.append((label, f"append {n}: first call after one file more in {folder.name or 'the table folder'}",
+                        1, after_append(server, db, table, sql, folder, ttl, n)))
+        for path in folder.glob("part-appended-*.parquet"):
+            path.unlink()  # the table as the bench wrote it
     return out, first["tablets_planned"]
+
+
+def after_append(server, db: str, table: str, sql: str, folder: Path, ttl_s: float, n: int) -> dict:
+    """One file more in ``folder`` (a byte copy of one of the table's, as a streaming job's
+    append), then, once the listing is more than two TTLs old (so the next caller lists the
+    table itself instead of being answered while it is listed behind), one call timed. The
+    second append follows the first's listing: a listing reads only the folders that changed
+    unless every file is due to be stat-ed again (once per ten times that last took), which
+    the first may meet."""
+    import shutil
+
+    template = next(folder.glob("part-0*.parquet"))
+    shutil.copyfile(template, folder / f"part-appended-{n}.parquet")
+    time.sleep(2 * ttl_s + 0.5)
+    res = first_call(server, db, table, sql)
+    snap = server.warehouse.snapshot(db, table)
+    if not any(f.path.endswith(f"part-appended-{n}.parquet") for f in snap.files):
+        raise RuntimeError(f"{db}.{table}: the appended file is not in the listing after the call")
+    return res
 
 
 def with_server_cpu(run, *args) -> dict:

@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 from starscan.core.errors import StorageDenied, StorageUnavailable
 from starscan.storage.files import is_hidden_folder
 
-__all__ = ["LOCAL", "Entry", "Storage", "StorageOptions", "is_uri", "local_path", "open_storage", "store_error"]
+__all__ = ["LOCAL", "STALE", "Entry", "FolderStamp", "Storage", "StorageOptions", "is_uri", "local_path", "open_storage", "store_error"]
 
 _LOCAL_FS = pafs.LocalFileSystem()
 # Hadoop's name for each scheme, for the Spark SQL path (s3a is Hadoop's S3 client).
@@ -221,26 +221,32 @@ class Storage:
             out = [Entry(i.base_name, i.type == pafs.FileType.Directory) for i in infos]
         return sorted(out, key=lambda e: e.name)
 
-    def walk_files(self, location: str, folders: dict[str, int] | None = None) -> Iterator[Entry]:
+    def walk_files(self, location: str) -> Iterator[Entry]:
         """Every file below a folder, as paths relative to it ('/'-separated), with size and
-        modification time, in no particular order; folders Spark's listing leaves out (starscan.storage.files.is_hidden_folder) are not entered.
-        ``folders``: filled with the modification time of every local folder entered, taken
-        before its entries are read (object stores have none)."""
+        modification time, in no particular order; folders Spark's listing leaves out (starscan.storage.files.is_hidden_folder) are not entered."""
         if self.fs is None:
-            for folder, files in _walk_local(location, "", folders):
-                for name, size, mtime_ns in files:
+            for folder, files in _walk_local(location, ""):
+                for name, size, mtime_ns in files or ():
                     yield Entry(folder + name, False, size, mtime_ns)
             return
         yield from self._walk_store(location)
 
-    def walk_folders(self, location: str, folders: dict[str, int] | None = None
-                     ) -> Iterator[tuple[str, list[tuple[str, int, int]]]]:
+    def walk_folders(self, location: str, folders: dict[str, FolderStamp] | None = None,
+                     known: dict[str, FolderStamp] | None = None
+                     ) -> Iterator[tuple[str, list[tuple[str, int, int]] | None]]:
         """``walk_files`` folder by folder: (the folder's relative path, '' or ending in '/';
         its files' (name, size, modification time)), a folder perhaps in several parts. A
         table of a million files is listed without an object per file on the way (their
-        construction took seconds of a first plan: issue 39)."""
+        construction took seconds of a first plan: issue 39).
+
+        Local folders only: ``folders`` is filled with every folder entered (its absolute
+        path -> ``FolderStamp``); ``known``, such a map from a walk before, lets the walk
+        skip reading a folder whose modification time is the one recorded then (its entries
+        are the same): it yields ``(folder, None)`` for it, and enters the subfolders it had.
+        A streaming job's append then costs a walk of the folders it wrote to, not of the
+        whole table."""
         if self.fs is None:
-            yield from _walk_local(location, "", folders)
+            yield from _walk_local(location, "", folders, known=known)
             return
         current, files = "", []  # type: str, list[tuple[str, int, int]]
         for entry in self._walk_store(location):
@@ -328,16 +334,41 @@ class Storage:
             raise store_error(f"{self.scheme}://{self.authority}", exc) from None
 
 
-def _walk_local(directory: str, rel: str, folders: dict[str, int] | None = None,
-                chunk: int = 4096) -> Iterator[tuple[str, list[tuple[str, int, int]]]]:
+@dataclass(slots=True)
+class FolderStamp:
+    """A local folder as a walk found it: its modification time, taken before its entries
+    were read (``STALE``: read it again at the next walk), and the folders below it the
+    walk entered, as (absolute path, path relative to the walk's root)."""
+
+    mtime_ns: int
+    subfolders: tuple[tuple[str, str], ...] = ()
+
+
+STALE = -1  # a FolderStamp.mtime_ns no folder has
+
+
+def _walk_local(directory: str, rel: str, folders: dict[str, FolderStamp] | None = None,
+                chunk: int = 4096, known: dict[str, FolderStamp] | None = None
+                ) -> Iterator[tuple[str, list[tuple[str, int, int]] | None]]:
     """The files below ``directory`` in the order the folder gives them (callers sort what
     they keep), as (``rel``, files) of up to ``chunk`` files at a time: a folder's entries
     are not all held at once, which for a folder of a million files was over a gigabyte of
     ``DirEntry`` objects (issue 39). pyarrow's local listing was no faster here: reading a
-    million ``FileInfo`` objects' fields costs what it saves."""
+    million ``FileInfo`` objects' fields costs what it saves. A folder ``known`` with its
+    present modification time is not read: (``rel``, None) (``Storage.walk_folders``)."""
     try:
+        mtime_ns = os.stat(directory).st_mtime_ns
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    before = known.get(directory) if known is not None else None
+    if before is not None and before.mtime_ns == mtime_ns:
         if folders is not None:
-            folders[directory] = os.stat(directory).st_mtime_ns
+            folders[directory] = before
+        yield rel, None
+        for path, below in before.subfolders:
+            yield from _walk_local(path, below, folders, chunk, known)
+        return
+    try:
         entries = os.scandir(directory)
     except (FileNotFoundError, NotADirectoryError):
         return
@@ -354,10 +385,12 @@ def _walk_local(directory: str, rel: str, folders: dict[str, int] | None = None,
                 if len(files) >= chunk:
                     yield rel, files
                     files = []
+    if folders is not None:
+        folders[directory] = FolderStamp(mtime_ns, tuple(subfolders))
     if files:
         yield rel, files
     for path, below in subfolders:
-        yield from _walk_local(path, below, folders, chunk)
+        yield from _walk_local(path, below, folders, chunk, known)
 
 
 _DENIED = ("ACCESS_DENIED", "Access Denied", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch",

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,25 +33,22 @@ from starscan.core.errors import (
     TableRewritten,
     TableUnreadable,
 )
-from starscan.storage.files import is_hidden, is_hidden_folder
+from starscan.storage.files import is_hidden
 from starscan.storage.hadoop_paths import partition_of
 from starscan.storage.stores import LOCAL, Storage, local_path, open_storage
 from starscan.tables.catalog_tables import CatalogTable, TableCatalog
 from starscan.tables.changes import FolderChanges, TableChanges
 from starscan.tables.delta import DELTA_LOG, DeltaChanges, read_delta
+from starscan.tables.folder_files import DataFile, FolderFiles, Partition, list_folder_table, list_table_files
 from starscan.tables.iceberg import IcebergTables
 
 if TYPE_CHECKING:
     from starscan.arrow.nested import FileName
     from starscan.settings.config import Settings
-from starscan.tables.tablets import FOOTERS, DataFileLike, Sizing, Tablet, hash_int, split_files
+from starscan.tables.tablets import FOOTERS, DataFileLike, RowGroup, Sizing, Tablet, split_files, split_partitions
 from starscan.tables.versions import VersionHistory
 
 log = logging.getLogger("starscan.tables.catalog")
-
-#: A folder modified less than this before it was walked is walked again at the next listing
-#: rather than trusted by its modification time (clocks of 1 s and coarse kernel ticks).
-RACY_FOLDER_NS = 2_000_000_000
 
 #: A listing's files are stat'ed again (for rewrites in place) at most once per this many
 #: times the last such pass took: a tenth of a core at most. A table's folders are checked
@@ -64,25 +60,6 @@ __all__ = ["DataFile", "Tablet", "TableSnapshot", "Warehouse", "list_table_files
 
 DEFAULT_DB = "default"
 DB_SUFFIX = ".db"
-
-
-# Not frozen (but hashable, and never changed): a frozen dataclass's __init__ sets each field
-# through object.__setattr__, five times the cost, seconds for a million files (issue 39).
-@dataclass(slots=True, unsafe_hash=True)
-class DataFile:
-    path: str            # relative to the table directory, '/'-separated
-    size: int
-    mtime_ns: int
-    # (column, value) of each partition folder above the file: the column name decoded as
-    # Spark decodes it, the value exactly as the folder spells it (None: Hive's NULL folder).
-    # How a value reads depends on the column's type: see starscan.storage.hadoop_paths.
-    partition: tuple[tuple[str, str | None], ...] = ()
-    # The file's row-level deletes as the plan carries them (starscan.arrow.deletes), or None.
-    deletes: str | None = None
-    # Its partition values as the table format records them (JSON {column: text or null}),
-    # for a table whose folders do not spell them (TableSnapshot.partitions_recorded); then
-    # ``partition`` holds the same values spelled as folders spell them.
-    recorded_partition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -141,40 +118,9 @@ class _Listing:
     stamp: int            # the table directory's mtime when listed
     listed_at: float      # the warehouse clock (time.monotonic())
     snapshot: TableSnapshot
-    folders: dict[str, int] | None = None  # a local folder table: every folder walked, and its mtime then
-    files_checked: float = 0.0  # when its files were last stat'ed (the warehouse clock): by the walk or a check
-    check_s: float = 0.0        # seconds that check of every file took (0: none made since the walk)
-
-
-def list_table_files(location: Path | str, storage: Storage | None = None,
-                     folder_times: dict[str, int] | None = None) -> tuple[list[DataFile], list[str]]:
-    """All data files below a table folder (Hive-style partition folders understood): one
-    walk of a local folder, one listing of an object store. ``folder_times``: see
-    ``Storage.walk_files``."""
-    storage = storage or LOCAL
-    files: list[DataFile] = []
-    part_cols: list[str] = []
-    # Per folder: None when Spark skips what it holds, else the partition its files are in,
-    # worked out once for all its files.
-    folder_partitions: dict[str, tuple[tuple[str, str | None], ...] | None] = {}
-    for folder, listed in storage.walk_folders(str(location), folder_times):
-        if folder in folder_partitions:
-            partition = folder_partitions[folder]
-        else:
-            skipped = folder and any(is_hidden_folder(f) or "=" not in f for f in folder[:-1].split("/"))
-            partition = folder_partitions[folder] = None if skipped else partition_of(folder + "x")
-        if partition is None:
-            continue  # below a folder that is not a partition: Spark skips it too
-        # Hidden names (is_hidden) start with '.' or '_', or end in ._COPYING_: the rule
-        # itself runs only for those (a million calls took 1.9 s of a first plan).
-        files.extend([DataFile(folder + name, size, mtime_ns, partition) for name, size, mtime_ns in listed
-                      if not ((name[:1] in "._" or name.endswith("._COPYING_")) and is_hidden(name))])
-    files.sort(key=attrgetter("path"))
-    for folder in sorted(folder_partitions):  # the columns in the order of the sorted paths
-        for col, _ in folder_partitions[folder] or ():
-            if col not in part_cols:
-                part_cols.append(col)
-    return files, part_cols
+    folders: FolderFiles | None = None  # a local folder table: its folders and their files, for the next listing
+    files_checked: float = 0.0  # when every file was last stat'ed (the warehouse clock): by a full walk or a check
+    check_s: float = 0.0        # seconds that took
 
 
 class Warehouse:
@@ -340,7 +286,7 @@ class Warehouse:
             raise TableNotFound(table)  # it was there a moment ago
         if self._ttl_s <= 0:
             with collector_paused():
-                return self._build_snapshot(db, table, location)
+                return self._build_snapshot(db, table, location)[0]
         # A cached listing is used while the table directory itself is unchanged (files
         # added or removed at the top level, or the directory replaced, show at once);
         # changes deeper in partition folders, and files rewritten in place, show when the
@@ -379,45 +325,50 @@ class Warehouse:
         try:
             with self._lock:
                 before = self._listings.get(location)
-            folders: dict[str, int] | None
+            kept = before.folders if before is not None else None
+            due = before is None or now - before.files_checked >= FILES_CHECK_SPACING * before.check_s
             checked, check_s = now, 0.0
             reused = False
-            if before is not None and before.folders and self._folders_unchanged(before):
-                if now - before.files_checked < FILES_CHECK_SPACING * before.check_s:
-                    reused, checked, check_s = True, before.files_checked, before.check_s  # not due yet
+            if kept is not None and self._folders_unchanged(kept):
+                assert before is not None
+                if not due:
+                    reused, checked, check_s = True, before.files_checked, before.check_s
                 else:
                     started = time.monotonic()
                     reused = self._files_unchanged(location, before)
                     check_s = time.monotonic() - started
+            folders: FolderFiles | None
             if reused:
                 assert before is not None
-                snap, folders = before.snapshot, before.folders
+                snap, folders = before.snapshot, kept
             else:
-                folders = {} if self.storage.is_local else None
+                # A full walk stat-s every file; one from the listing before reads only the
+                # folders that changed, until every file is due to be stat-ed again.
+                incremental = kept is not None and not due
+                started = time.monotonic()
                 with collector_paused():
-                    snap = self._build_snapshot(db, table, location, before.snapshot if before is not None else None,
-                                                folders)
-                recent = time.time_ns() - RACY_FOLDER_NS
-                if folders and any(mtime > recent for mtime in folders.values()):
-                    # A folder changed in the last moments may change again within the same
-                    # tick of its clock and keep its time: the next listing walks it (git's
-                    # "racily clean" rule).
-                    folders = None
+                    snap, folders = self._build_snapshot(db, table, location,
+                                                         before.snapshot if before is not None else None,
+                                                         kept if incremental else None)
+                if incremental:
+                    assert before is not None
+                    checked, check_s = before.files_checked, before.check_s
+                else:
+                    check_s = time.monotonic() - started
             with self._lock:
                 if generation == self._generation:  # not invalidated while it was listed
-                    self._listings[location] = _Listing(stamp, now, snap, folders or None, checked, check_s)
+                    self._listings[location] = _Listing(stamp, now, snap, folders, checked, check_s)
             return snap
         finally:
             with self._lock:
                 self._refreshing.pop(location, None)
             refreshing.set()
 
-    def _folders_unchanged(self, listing: _Listing) -> bool:
+    def _folders_unchanged(self, listed: FolderFiles) -> bool:
         """Whether a local folder table's folders hold the same names as when listed, asked
         with a stat of each: a folder whose entries changed has a new modification time."""
         storage = self.storage
-        assert listing.folders is not None
-        return all(storage.dir_stamp(folder) == mtime for folder, mtime in listing.folders.items())
+        return all(storage.dir_stamp(folder) == stamp.mtime_ns for folder, stamp in listed.folders.items())
 
     def _files_unchanged(self, location: str, listing: _Listing) -> bool:
         """Whether every listed file has its listed size and time (a file rewritten in place
@@ -516,8 +467,11 @@ class Warehouse:
 
     def _tablets(self, name: str, location: str, storage: Storage, files: Sequence[DataFileLike]) -> list[Tablet]:
         """The files as tablets (starscan.tables.tablets), footers read through the table's store."""
-        return split_files(name, files, self.sizing,
-                           lambda f: FOOTERS.row_groups(storage.join(location, f.path), f.size, f.mtime_ns, storage))
+        return split_files(name, files, self.sizing, self._row_groups_of(location, storage))
+
+    @staticmethod
+    def _row_groups_of(location: str, storage: Storage) -> Callable[[DataFileLike], tuple[RowGroup, ...] | None]:
+        return lambda f: FOOTERS.row_groups(storage.join(location, f.path), f.size, f.mtime_ns, storage)
 
     def _catalog_snapshot(self, catalog: TableCatalog, db: str, table: str) -> TableSnapshot:
         found = catalog.snapshot(db, table)
@@ -540,14 +494,18 @@ class Warehouse:
         return snap
 
     def _build_snapshot(self, db: str, table: str, location: str, previous: TableSnapshot | None = None,
-                        folders: dict[str, int] | None = None) -> TableSnapshot:
-        """The table as listed now. ``previous``: the snapshot of the listing before, answered
-        again when the folder holds the same files (no footers looked up, no tablets cut).
-        ``folders``: filled with a folder table's folders and their modification times."""
+                        kept: FolderFiles | None = None) -> tuple[TableSnapshot, FolderFiles | None]:
+        """The table as listed now, and a local folder table's listing folder by folder.
+        ``previous``: the snapshot of the listing before, answered again when the folder
+        holds the same files (no footers looked up, no tablets cut). ``kept``: that
+        listing's folders: only the folders changed since are read, and the tablets of the
+        partitions whose folders did not change are the ones cut then."""
         storage = self.storage
         version: int | None = None
         schema_json = None
         file_columns: tuple[tuple[str, FileName], ...] = ()
+        listed: FolderFiles | None = None
+        unchanged: dict[Partition, list[Tablet]] = {}
         if storage.is_dir(storage.join(location, DELTA_LOG)):
             delta = read_delta(f"{db}.{table}", location, storage, list(storage.walk_files(location)))
             files = [DataFile(f.path, f.size, f.mtime_ns, f.partition, f.deletes, f.recorded) for f in delta.files]
@@ -558,17 +516,27 @@ class Warehouse:
                 raise TableUnreadable(f"table {db}.{table}: Delta version {version} does not fit a plan's version")
         else:
             recorded = False
-            files, part_cols = list_table_files(location, storage, folders)
-            version = hash_int("\n".join([f"{f.path}|{f.size}|{f.mtime_ns}" for f in files]), 31)
+            listed = list_folder_table(location, storage, kept)
+            files, part_cols = listed.files, listed.partition_columns
+            version = listed.version
             if previous is not None and previous.kind == "folder" and previous.version == version and \
                     previous.partition_columns == tuple(part_cols):
-                return previous
-            for listed in self.listed:
+                return previous, listed if storage.is_local else None
+            for hook in self.listed:
                 try:
-                    listed(location, version, files, storage)
+                    hook(location, version, files, storage)
                 except Exception:  # noqa: BLE001 - what the hook prepares is made again when needed
                     log.debug("a hook on a new listing failed", exc_info=True)
-        tablets = self._tablets(f"{db}.{table}", location, storage, files)
+            if kept is not None and previous is not None and previous.kind == "folder":
+                changed = listed.changed_partitions()
+                for tablet in previous.tablets:
+                    if tablet.files and tablet.files[0].partition not in changed:
+                        unchanged.setdefault(tablet.files[0].partition, []).append(tablet)
+        if listed is not None:
+            tablets = split_partitions(f"{db}.{table}", listed.by_partition(), self.sizing,
+                                       self._row_groups_of(location, storage), unchanged)
+        else:
+            tablets = self._tablets(f"{db}.{table}", location, storage, files)
         if schema_json is None:
             self.history.observe(f"{db}.{table}", location, version, ((f.path, f.size, f.mtime_ns) for f in files))
         by_id = {t.tablet_id: t for t in tablets}
@@ -579,4 +547,4 @@ class Warehouse:
             # A folder's listing is every data file once, in path order: what ``files`` would
             # gather again from the tablets (1.2 s for a million files).
             snap.__dict__["files"] = files
-        return snap
+        return snap, listed if listed is not None and storage.is_local else None

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -208,13 +208,27 @@ _path, _size = attrgetter("path"), attrgetter("size")  # sort keys a million fil
 
 
 def split_files(table: str, files: Iterable[DataFileLike], sizing: Sizing,
-                row_groups_of: Callable[[DataFileLike], tuple[RowGroup, ...] | None]) -> list[Tablet]:
-    """The tablets of ``table``'s files, in path order."""
+                row_groups_of: Callable[[DataFileLike], tuple[RowGroup, ...] | None],
+                unchanged: Mapping[tuple[tuple[str, str | None], ...], list[Tablet]] | None = None) -> list[Tablet]:
+    """The tablets of ``table``'s files, in path order. ``unchanged``: partitions known to
+    hold exactly the files of the tablets given (cut before with the same sizing): those
+    tablets are taken as they are (a streaming job's append re-cuts only its partition)."""
     by_partition: dict[tuple[tuple[str, str | None], ...], list[DataFileLike]] = {}
     for f in files:
         by_partition.setdefault(f.partition, []).append(f)
+    return split_partitions(table, by_partition, sizing, row_groups_of, unchanged)
+
+
+def split_partitions(table: str, by_partition: Mapping[tuple[tuple[str, str | None], ...], Sequence[DataFileLike]],
+                     sizing: Sizing, row_groups_of: Callable[[DataFileLike], tuple[RowGroup, ...] | None],
+                     unchanged: Mapping[tuple[tuple[str, str | None], ...], list[Tablet]] | None = None) -> list[Tablet]:
+    """``split_files`` of files already grouped by partition."""
     splits: list[tuple[tuple[DataFileLike, ...], _Run | None]] = []
-    for members in by_partition.values():
+    tablets = []
+    for partition, members in by_partition.items():
+        if unchanged and partition in unchanged:
+            tablets.extend(unchanged[partition])
+            continue
         target = sizing.target_bytes
         small: list[DataFileLike] = [f for f in members if f.size < target]
         for f in (f for f in members if f.size >= target):
@@ -231,7 +245,6 @@ def split_files(table: str, files: Iterable[DataFileLike], sizing: Sizing,
         splits.extend((tuple([small[i] for i in sorted(group)]), None)
                       for group in pack(range(len(small)), sizes.__getitem__, sizing.target_bytes,
                                         sizing.open_cost_bytes))
-    tablets = []
     for members_of, run in splits:
         tablets.append(Tablet(tablet_id(table, members_of, run), members_of, *(run or (None, None, None, None))))
     tablets.sort(key=lambda t: (t.files[0].path, t.first_row_group or 0))

@@ -1,0 +1,174 @@
+"""A folder table listed again reads only the folders that changed (issue 39): the answer is
+always the one a listing from scratch gives."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from starscan.storage import stores
+from starscan.tables.catalog import Warehouse
+from starscan.tables.tablets import Sizing
+
+LONG_AGO = time.time_ns() - 3600 * 10**9
+SIZING = Sizing(target_bytes=4 << 10, open_cost_bytes=512)  # a few tablets per partition
+
+
+def _write(path, rows=3, start=0):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"a": list(range(start, start + rows))}), path)
+
+
+def _settle(folder):
+    """Every folder below (and at) ``folder`` modified long ago: none is racily clean."""
+    for path in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+        os.utime(path, ns=(LONG_AGO, LONG_AGO))
+
+
+@pytest.fixture()
+def table(tmp_path):
+    root = tmp_path / "wh"
+    t = root / "d.db" / "t"
+    for day in range(1, 5):
+        for i in range(6):
+            _write(t / f"day=2024-01-0{day}" / f"part-{i}.parquet", rows=3 + i, start=day * 100)
+    _write(t / "day=2024-01-01" / "hour=7" / "part-0.parquet")
+    _write(t / "notes" / "skipped.parquet")  # not a partition folder: Spark skips it
+    _settle(t)
+    return root, t
+
+
+@pytest.fixture(autouse=True)
+def files_not_due(monkeypatch):
+    """Every file is stat-ed again only once per FILES_CHECK_SPACING times its last pass took
+    (a small table's files are due at every listing, which then walks it whole): here not
+    before the test says."""
+    from starscan.tables import catalog
+
+    monkeypatch.setattr(catalog, "FILES_CHECK_SPACING", 10**9)
+
+
+@pytest.fixture()
+def reads(monkeypatch):
+    """The folders whose entries a walk reads (os.scandir), in order."""
+    seen: list[str] = []
+    real = os.scandir
+
+    def scandir(path):
+        seen.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(stores.os, "scandir", scandir)
+    return seen
+
+
+def _same_as_from_scratch(root, snap):
+    fresh = Warehouse(root, listing_ttl_s=0, sizing=SIZING).snapshot("d", "t")
+    assert snap.version == fresh.version
+    assert [(t.tablet_id, [f.path for f in t.files]) for t in snap.tablets] == \
+        [(t.tablet_id, [f.path for f in t.files]) for t in fresh.tablets]
+    assert [(f.path, f.size, f.mtime_ns, f.partition) for f in snap.files] == \
+        [(f.path, f.size, f.mtime_ns, f.partition) for f in fresh.files]
+    assert snap.partition_columns == fresh.partition_columns
+
+
+def test_an_append_reads_only_its_folder_and_cuts_only_its_partition(table, reads):
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    first = wh.snapshot("d", "t")
+    assert len(reads) == 7  # the table, four days, one hour, the skipped folder: every folder once
+    _write(t / "day=2024-01-03" / "part-9.parquet", rows=50, start=900)  # a streaming job's new file
+    reads.clear()
+    now[0] += 20  # long after the TTL: listed again before the answer
+    second = wh.snapshot("d", "t")
+    assert reads == [str(t / "day=2024-01-03")]
+    assert "day=2024-01-03/part-9.parquet" in {f.path for f in second.files}
+    assert second.version != first.version
+    _same_as_from_scratch(root, second)
+    # The other partitions' tablets are the ones cut before, not cut again.
+    before = {t.tablet_id: t for t in first.tablets}
+    for tablet in second.tablets:
+        day = dict(tablet.files[0].partition)["day"]
+        assert (tablet.tablet_id in before and before[tablet.tablet_id] is tablet) == (day != "2024-01-03")
+
+
+def test_new_removed_and_renamed_folders_and_files_are_seen(table, reads):
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    wh.snapshot("d", "t")
+    shutil.rmtree(t / "day=2024-01-02")                       # a partition dropped
+    _write(t / "day=2024-01-05" / "hour=1" / "part-0.parquet", rows=4)  # a new one, two levels deep
+    (t / "day=2024-01-04" / "part-0.parquet").rename(t / "day=2024-01-04" / "part-00.parquet")
+    (t / "day=2024-01-01" / "part-1.parquet").unlink()
+    _write(t / "day=2024-01-01" / "hour=7" / "part-1.parquet._COPYING_")  # an upload under way: hidden
+    reads.clear()
+    now[0] += 20
+    snap = wh.snapshot("d", "t")
+    assert set(reads) == {str(t), str(t / "day=2024-01-05"), str(t / "day=2024-01-05" / "hour=1"),
+                          str(t / "day=2024-01-04"), str(t / "day=2024-01-01"), str(t / "day=2024-01-01" / "hour=7")}
+    paths = {f.path for f in snap.files}
+    assert not any(p.startswith("day=2024-01-02/") for p in paths)
+    assert {"day=2024-01-05/hour=1/part-0.parquet", "day=2024-01-04/part-00.parquet"} <= paths
+    assert not {"day=2024-01-04/part-0.parquet", "day=2024-01-01/part-1.parquet"} & paths
+    assert not any(p.endswith("._COPYING_") or p.startswith("notes/") for p in paths)
+    _same_as_from_scratch(root, snap)
+
+
+def test_a_file_replaced_under_its_name_in_a_changed_folder_is_seen_at_once(table):
+    """A folder that changed is read whole, every file stat-ed: a file renamed over another
+    (a writer's atomic replace) shows with its new size at the next listing."""
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    first = wh.snapshot("d", "t")
+    _write(t / "day=2024-01-02" / "tmp-new.parquet", rows=40)
+    os.replace(t / "day=2024-01-02" / "tmp-new.parquet", t / "day=2024-01-02" / "part-3.parquet")
+    now[0] += 20
+    snap = wh.snapshot("d", "t")
+    size = {f.path: f.size for f in snap.files}["day=2024-01-02/part-3.parquet"]
+    assert size == os.stat(t / "day=2024-01-02" / "part-3.parquet").st_size
+    assert size != {f.path: f.size for f in first.files}["day=2024-01-02/part-3.parquet"]
+    _same_as_from_scratch(root, snap)
+
+
+def test_a_racily_clean_folder_is_read_again(table, reads):
+    """A folder modified within the last moments may change again within one tick of its
+    clock: the next listing reads it even when its time is the same; the others are not."""
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    _write(t / "day=2024-01-04" / "part-7.parquet")  # just now
+    wh.snapshot("d", "t")
+    reads.clear()
+    now[0] += 20
+    snap = wh.snapshot("d", "t")
+    assert reads == [str(t / "day=2024-01-04")]
+    _same_as_from_scratch(root, snap)
+
+
+def test_every_file_is_stat_ed_again_when_due(table, reads, monkeypatch):
+    """A file rewritten in place changes no folder: the listing is kept until the files are
+    due to be stat-ed again (catalog.FILES_CHECK_SPACING), and then the rewrite shows."""
+    from starscan.tables import catalog
+
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    first = wh.snapshot("d", "t")
+    path = t / "day=2024-01-03" / "part-2.parquet"
+    _write(path, rows=30)
+    os.utime(path.parent, ns=(LONG_AGO, LONG_AGO))
+    now[0] += 20
+    assert wh.snapshot("d", "t") is first
+    monkeypatch.setattr(catalog, "FILES_CHECK_SPACING", 0)  # always due
+    now[0] += 20
+    snap = wh.snapshot("d", "t")
+    assert snap.version != first.version
+    _same_as_from_scratch(root, snap)
