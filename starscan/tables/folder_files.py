@@ -69,15 +69,12 @@ class FolderFiles:
     version: int = 0  # the table's version: a hash of every folder's, so of the whole file set
 
     def by_partition(self) -> dict[Partition, list[DataFile]]:
-        """The files of each partition, each folder's in path order."""
+        """The files of each partition (a partition's folder's list itself, not a copy)."""
         out: dict[Partition, list[DataFile]] = {}
         for folder, kept in self.by_folder.items():
             partition = self.partitions.get(folder)
             if partition is not None:
-                if partition in out:
-                    out[partition] = sorted(out[partition] + kept, key=_path)  # two spellings of one partition
-                else:
-                    out[partition] = kept
+                out[partition] = out[partition] + kept if partition in out else kept
         return out
 
     def changed_partitions(self) -> set[Partition]:
