@@ -46,8 +46,11 @@ def check_openable(table: str, location: str, relative_paths: Iterable[str]) -> 
     takes a ':' in a path component for a URI scheme where it builds a path from parts:
     the name of a local file's checksum file (``.<name>.crc``), and every folder when a
     path holding glob characters (escaped) is matched."""
+    paths = relative_paths if isinstance(relative_paths, list) else list(relative_paths)
+    if ":" not in location and ":" not in "\n".join(paths):
+        return  # the common case, answered at C speed (a million paths one by one took 0.4 s)
     location_globs = literal(location) != location
-    for path in relative_paths:
+    for path in paths:
         folders, _, name = path.rpartition("/")
         reason = None
         if ":" in name:

@@ -56,6 +56,8 @@ log = logging.getLogger("starscan.tables.catalog")
 #: the listing TTL: every file was stat'ed again and again, and a caller waited for it.
 FILES_CHECK_SPACING = 10
 
+_stopwatch = time.monotonic  # times those passes (tests replace it alone)
+
 __all__ = ["DataFile", "Tablet", "TableSnapshot", "Warehouse", "list_table_files", "partition_of"]
 
 DEFAULT_DB = "default"
@@ -334,9 +336,9 @@ class Warehouse:
                 if not due:
                     reused, checked, check_s = True, before.files_checked, before.check_s
                 else:
-                    started = time.monotonic()
+                    started = _stopwatch()
                     reused = self._files_unchanged(location, before)
-                    check_s = time.monotonic() - started
+                    check_s = _stopwatch() - started
             folders: FolderFiles | None
             if reused:
                 assert before is not None
@@ -345,7 +347,7 @@ class Warehouse:
                 # A full walk stat-s every file; one from the listing before reads only the
                 # folders that changed, until every file is due to be stat-ed again.
                 incremental = kept is not None and not due
-                started = time.monotonic()
+                started = _stopwatch()
                 with collector_paused():
                     snap, folders = self._build_snapshot(db, table, location,
                                                          before.snapshot if before is not None else None,
@@ -354,7 +356,7 @@ class Warehouse:
                     assert before is not None
                     checked, check_s = before.files_checked, before.check_s
                 else:
-                    check_s = time.monotonic() - started
+                    check_s = _stopwatch() - started
             with self._lock:
                 if generation == self._generation:  # not invalidated while it was listed
                     self._listings[location] = _Listing(stamp, now, snap, folders, checked, check_s)
@@ -538,7 +540,12 @@ class Warehouse:
         else:
             tablets = self._tablets(f"{db}.{table}", location, storage, files)
         if schema_json is None:
-            self.history.observe(f"{db}.{table}", location, version, ((f.path, f.size, f.mtime_ns) for f in files))
+            # A listing made from the one before says what changed since that one's version:
+            # the history then needs no pass over every file.
+            change = (previous.version, *listed.changes_since(kept)) \
+                if listed is not None and kept is not None and previous is not None else None
+            self.history.observe(f"{db}.{table}", location, version, ((f.path, f.size, f.mtime_ns) for f in files),
+                                 change=change, count=len(files))
         by_id = {t.tablet_id: t for t in tablets}
         snap = TableSnapshot(db, table, location, version, tuple(tablets), tuple(part_cols), by_id, storage, schema_json,
                              partitions_in_folders=not recorded, kind="folder" if schema_json is None else "delta",

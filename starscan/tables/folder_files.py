@@ -33,6 +33,7 @@ __all__ = ["DataFile", "FolderFiles", "Partition", "RACY_FOLDER_NS", "list_folde
 RACY_FOLDER_NS = 2_000_000_000
 
 Partition = tuple[tuple[str, "str | None"], ...]
+FileKey = tuple[str, int, int]  # path, size, mtime_ns
 _path = attrgetter("path")
 
 
@@ -67,6 +68,19 @@ class FolderFiles:
     partitions: dict[str, Partition | None] = field(default_factory=dict)  # relative folder -> partition (None: skipped)
     digests: dict[str, bytes] = field(default_factory=dict)  # relative folder -> a hash of its files' identities
     version: int = 0  # the table's version: a hash of every folder's, so of the whole file set
+
+    def changes_since(self, before: FolderFiles) -> tuple[list[FileKey], list[FileKey]]:
+        """The files added and the files removed (a rewritten file is both) since the
+        listing ``before`` this one was made from: only the folders this one read, and those
+        gone, are compared."""
+        added: list[FileKey] = []
+        removed: list[FileKey] = []
+        for folder in self.read | (before.by_folder.keys() - self.by_folder.keys()):
+            old = {(f.path, f.size, f.mtime_ns) for f in before.by_folder.get(folder, ())}
+            new = {(f.path, f.size, f.mtime_ns) for f in self.by_folder.get(folder, ())}
+            added.extend(new - old)
+            removed.extend(old - new)
+        return added, removed
 
     def by_partition(self) -> dict[Partition, list[DataFile]]:
         """The files of each partition (a partition's folder's list itself, not a copy)."""

@@ -4,10 +4,17 @@ server has observed, so a reader can ask for only what was appended since a vers
 A table's version is a hash of its file set (starscan.tables.catalog). Every time a listing finds a
 new version, the difference from the last one observed is recorded: the files added and the
 files removed or rewritten (a rewritten file is a removed identity and an added one). The
-history of a table is one JSON file under ``<state_dir>/versions/``, replaced atomically on
-each new version, bounded to ``max_versions`` entries (the oldest are dropped: asking for a
-version older than that is "unknown", as is one this server never saw), and read back at
-start, so it survives restarts.
+history of a table is bounded to ``max_versions`` entries (the oldest are dropped: asking
+for a version older than that is "unknown", as is one this server never saw) and kept under
+``<state_dir>/versions/``, so it survives restarts, in two files: a checkpoint (the file set
+of the last version in it and the entries), replaced atomically, and a journal the entries
+after it are appended to, one JSON line each. A new version costs a line the size of its
+change, not a rewrite of the table's whole file set (a million files' set took seconds of
+CPU at every append of a streaming table: issue 39); the checkpoint is written again once
+the journal holds ``JOURNAL_LINES`` entries or ``JOURNAL_BYTES``. Several processes may share
+the folder (FEs of one deployment): each records under an exclusive lock on the table's
+lock file and reads the other's lines as they come; entries carry a sequence number, so a
+line that a checkpoint holds already is not applied twice.
 
 A new version is recorded on the history's own thread, not the listing's: a table's first
 listing of a million files spent 2.5 s of its first plan recording it (issue 39). The
@@ -21,41 +28,92 @@ appended are then not the only change), or ``VersionUnknown``.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import logging
+import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from starscan.core.collector import collector_paused
 from starscan.core.errors import TableRewritten, VersionUnknown
-from starscan.storage.files import JsonPerTable
+from starscan.storage.files import write_private
 
 log = logging.getLogger("starscan.tables.versions")
 
 FileKey = tuple[str, int, int]  # relative path, size, mtime_ns
+Change = tuple[int, list[FileKey], list[FileKey]]  # an earlier version, files added since, files removed
+
+
+#: A table's checkpoint is written again once its journal holds this many entries or bytes.
+JOURNAL_LINES = 100
+JOURNAL_BYTES = 8 << 20
+
+
+class _State:
+    """One table's history as this process holds it: what its checkpoint file held (read at
+    ``stamp``) with the journal's entries applied up to ``journal_at`` bytes of the journal
+    file ``journal_id``."""
+
+    __slots__ = ("location", "table", "seq", "log", "current", "stamp", "journal_id", "journal_at", "journal_lines")
+
+    def __init__(self, location: str, doc: dict[str, Any] | None = None, stamp: tuple[int, int, int] | None = None):
+        doc = doc or {}
+        self.location = location
+        self.table = doc.get("table", "")
+        self.seq: int = doc.get("seq", len(doc.get("log", ())))
+        self.log: list[dict[str, Any]] = doc.get("log", [])
+        # (path, size, mtime_ns) -> None: the files of the last version recorded, in order
+        self.current: dict[FileKey, None] = dict.fromkeys(map(tuple, doc.get("current", ())))
+        self.stamp = stamp
+        self.journal_id: int | None = None
+        self.journal_at = 0
+        self.journal_lines = 0
+
+    def apply(self, entry: dict[str, Any], max_versions: int) -> None:
+        current = self.current
+        for key in entry["removed"]:
+            current.pop((key[0], key[1], key[2]), None)
+        for key in entry["added"]:
+            current[(key[0], key[1], key[2])] = None
+        self.log.append(entry)
+        del self.log[:-max_versions]
+        self.seq = entry["seq"]
+
+    def checkpoint(self) -> bytes:
+        return json.dumps({"location": self.location, "table": self.table, "seq": self.seq, "log": self.log,
+                           # sorted as tuples (lists compare several times slower), at once when
+                           # in path order, as listings give them
+                           "current": sorted(self.current)}, separators=(",", ":")).encode("utf-8")
 
 
 class VersionHistory:
     def __init__(self, state_dir: Path | None, max_versions: int = 1000):
         self.max_versions = max_versions
         self._lock = threading.Lock()
-        self._files = JsonPerTable(Path(state_dir) / "versions" if state_dir is not None else None,
-                                   lambda location: {"location": location, "current": [], "log": []})
+        self._folder = Path(state_dir) / "versions" if state_dir is not None else None
+        self._states: dict[str, _State] = {}
         self._waiting = threading.Condition()
-        self._to_record: deque[tuple[str, str, int, Iterable[FileKey]]] = deque()
+        self._to_record: deque[tuple[str, str, int, Iterable[FileKey], Change | None, int | None]] = deque()
         self._pending: dict[str, int] = {}  # location -> observations not recorded yet
         self._recorder: threading.Thread | None = None
 
-    def observe(self, table: str, location: str, version: int, files: Iterable[FileKey]) -> None:
+    def observe(self, table: str, location: str, version: int, files: Iterable[FileKey],
+                change: Change | None = None, count: int | None = None) -> None:
         """Record ``version`` of the table at ``location`` with its file set (iterated only
-        when the version is new), if it is new: on the history's own thread, in the order
-        observed."""
+        when needed), if it is new: on the history's own thread, in the order observed.
+        ``change``: (an earlier version, the files added since it, the files removed), and
+        ``count``: how many files ``files`` holds; when the history's last version is that
+        earlier one, the version is recorded from the change alone."""
         with self._waiting:
             self._pending[location] = self._pending.get(location, 0) + 1
-            self._to_record.append((table, location, version, files))
+            self._to_record.append((table, location, version, files, change, count))
             if self._recorder is None:
                 self._recorder = threading.Thread(target=self._record_pending, name="starscan-versions", daemon=True)
                 self._recorder.start()
@@ -71,10 +129,10 @@ class VersionHistory:
                 if not self._to_record:
                     self._recorder = None
                     return
-                table, location, version, files = self._to_record.popleft()
+                table, location, version, files, change, count = self._to_record.popleft()
             try:
                 with collector_paused():
-                    self._record(table, location, version, files)
+                    self._record(table, location, version, files, change, count)
             except Exception:  # noqa: BLE001 - the next listing observes its version again
                 log.warning("the version history of %s could not be recorded", table, exc_info=True)
             finally:
@@ -86,31 +144,134 @@ class VersionHistory:
                         self._pending.pop(location, None)
                     self._waiting.notify_all()
 
-    def _record(self, table: str, location: str, version: int, files: Iterable[FileKey]) -> None:
-        with self._lock, self._files.updating(location) as update:
-            state = update.doc
-            if state["log"] and state["log"][-1]["version"] == version:
+    def _record(self, table: str, location: str, version: int, files: Iterable[FileKey],
+                change: Change | None = None, count: int | None = None) -> None:
+        with self._lock, self._table_lock(location):
+            state = self._state(location)
+            if state.log and state.log[-1]["version"] == version:
                 return
-            now = dict.fromkeys(map(tuple, files))  # (path, size, mtime_ns), in the order given
-            before = set(map(tuple, state["current"])) if state["log"] else set()
-            current = now.keys()
-            entry = {"version": version, "at": round(time.time(), 3),
-                     "added": sorted(map(list, current - before)) if state["log"] else [],
-                     "removed": sorted(map(list, before - current))}
-            state["log"].append(entry)
-            del state["log"][:-self.max_versions]
-            # Sorted as tuples (lists compare several times slower), and at once when the files
-            # come in path order, as listings give them: a million took 7.6 s as lists.
-            state["current"] = sorted(current)  # tuples: JSON arrays all the same
-            state["table"] = table
-            update.changed = True
+            entry: dict[str, Any] = {"seq": state.seq + 1, "version": version, "at": round(time.time(), 3)}
+            current = state.current
+            if change is not None and state.log and state.log[-1]["version"] == change[0]:
+                _, added, removed = change
+                if all(k in current for k in removed) and not any(k in current for k in added) and \
+                        (count is None or len(current) - len(removed) + len(added) == count):
+                    for key in removed:
+                        del current[key]
+                    for key in added:
+                        current[key] = None
+                    entry.update(added=sorted([list(k) for k in added]), removed=sorted([list(k) for k in removed]))
+                else:  # not the file set the change was taken against: compared whole below
+                    log.warning("the version history of %s: a change did not add up; the file set is compared whole", table)
+            if "added" not in entry:
+                now: dict[FileKey, None] = dict.fromkeys(map(tuple, files))  # type: ignore[arg-type]  # in the order given
+                before = state.current
+                entry.update(added=sorted([list(k) for k in now if k not in before]) if state.log else [],
+                             removed=sorted([list(k) for k in before if k not in now]))
+                current = now
+            first = not state.log
+            state.table = table
+            state.log.append(entry)
+            del state.log[:-self.max_versions]
+            state.seq = entry["seq"]
+            state.current = current
+            paths = self._paths(location)
+            if paths is None:
+                return
+            checkpoint, journal = paths
+            if first or state.journal_lines >= JOURNAL_LINES or state.journal_at >= JOURNAL_BYTES:
+                # The checkpoint first: a crash between the two leaves lines it holds already,
+                # which are skipped by their numbers; a reader of the old journal reads again.
+                write_private(checkpoint, state.checkpoint())
+                journal.unlink(missing_ok=True)
+                state.stamp, state.journal_id, state.journal_at, state.journal_lines = _stamp(checkpoint), None, 0, 0
+                return
+            line = json.dumps(entry, separators=(",", ":")).encode("utf-8") + b"\n"
+            fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                st = os.fstat(fd)
+                if st.st_ino != state.journal_id:
+                    state.journal_at = state.journal_lines = 0  # a new journal (this state read none)
+                if st.st_size > state.journal_at:
+                    os.ftruncate(fd, state.journal_at)  # a line a crashed writer left torn: this one follows whole
+                os.write(fd, line)
+                state.journal_id = st.st_ino
+            finally:
+                os.close(fd)
+            state.journal_at += len(line)
+            state.journal_lines += 1
+
+    def _paths(self, location: str) -> tuple[Path, Path] | None:
+        if self._folder is None:
+            return None
+        name = hashlib.blake2b(location.encode("utf-8"), digest_size=16).hexdigest()
+        return self._folder / f"{name}.json", self._folder / f"{name}.journal"
+
+    @contextmanager
+    def _table_lock(self, location: str) -> Iterator[None]:
+        """Held across a table's read-change-write, against other processes."""
+        paths = self._paths(location)
+        if paths is None:
+            yield
+            return
+        paths[0].parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(paths[0].with_name(paths[0].name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _state(self, location: str) -> _State:
+        """The table's history as its files hold it now (under ``self._lock``): the
+        checkpoint read again when it was replaced, then the journal's new lines."""
+        paths = self._paths(location)
+        state = self._states.get(location)
+        if paths is None:
+            if state is None:
+                state = self._states[location] = _State(location)
+            return state
+        checkpoint, journal = paths
+        for _ in range(100):  # another process replacing the checkpoint meanwhile: read again
+            stamp = _stamp(checkpoint)
+            if state is None or state.stamp != stamp:
+                state = self._states[location] = _State(location, _read_checkpoint(checkpoint, location), stamp)
+            if self._replay(state, journal) and _stamp(checkpoint) == stamp:
+                return state
+            state = None
+        raise OSError(f"the version history of {location} keeps changing under this reader")
+
+    def _replay(self, state: _State, journal: Path) -> bool:
+        """Apply the journal's whole lines not applied yet; False when the journal is not the
+        one this state read (a checkpoint replaced it): then everything is read again."""
+        try:
+            fh = open(journal, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return state.journal_at == 0
+        with fh:
+            ino = os.fstat(fh.fileno()).st_ino
+            if state.journal_at and ino != state.journal_id:
+                return False
+            fh.seek(state.journal_at)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1  # a line being written is applied once whole
+        for line in data[:end].splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # not one of ours (a torn line after a crash): left out, as unknown
+            if entry.get("seq", 0) > state.seq:
+                state.apply(entry, self.max_versions)
+            state.journal_lines += 1
+        state.journal_id, state.journal_at = ino, state.journal_at + end
+        return True
 
     def added_since(self, location: str, since: int, current: int) -> list[FileKey]:
         """The files added after version ``since`` up to ``current`` (the table's version now,
         which ``observe`` has recorded)."""
         self.settled(location)
         with self._lock:
-            log = self._load(location)["log"]
+            log = self._log(location)
         versions = [e["version"] for e in log]
         if since not in versions:
             raise VersionUnknown(f"version {since} of this table is not known to this server: it was never observed "
@@ -140,10 +301,28 @@ class VersionHistory:
         not there."""
         self.settled(location)
         with self._lock:
-            versions = [e["version"] for e in self._load(location)["log"]]
+            versions = [e["version"] for e in self._log(location)]
         if version not in versions:
             return None
         return len(versions) - 1 - versions[::-1].index(version)
 
-    def _load(self, location: str) -> dict[str, Any]:
-        return self._files.load(location)
+    def _log(self, location: str) -> list[dict[str, Any]]:
+        return self._state(location).log
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _read_checkpoint(path: Path, location: str) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None  # unreadable: start again (what it held becomes unknown, never wrong)
+    return doc if isinstance(doc, dict) and doc.get("location") == location else None

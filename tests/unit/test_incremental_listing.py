@@ -91,6 +91,8 @@ def test_an_append_reads_only_its_folder_and_cuts_only_its_partition(table, read
     assert "day=2024-01-03/part-9.parquet" in {f.path for f in second.files}
     assert second.version != first.version
     _same_as_from_scratch(root, second)
+    new = next(f for f in second.files if f.path == "day=2024-01-03/part-9.parquet")
+    assert wh.history.added_since(second.location, first.version, second.version) == [(new.path, new.size, new.mtime_ns)]
     # The other partitions' tablets are the ones cut before, not cut again.
     before = {t.tablet_id: t for t in first.tablets}
     for tablet in second.tablets:
@@ -119,6 +121,11 @@ def test_new_removed_and_renamed_folders_and_files_are_seen(table, reads):
     assert not {"day=2024-01-04/part-0.parquet", "day=2024-01-01/part-1.parquet"} & paths
     assert not any(p.endswith("._COPYING_") or p.startswith("notes/") for p in paths)
     _same_as_from_scratch(root, snap)
+    wh.history.settled(snap.location)
+    [entry] = wh.history._log(snap.location)[1:]  # recorded from the listing's change
+    assert {p for p, _, _ in entry["added"]} == {"day=2024-01-05/hour=1/part-0.parquet", "day=2024-01-04/part-00.parquet"}
+    assert {p for p, _, _ in entry["removed"]} == {f"day=2024-01-02/part-{i}.parquet" for i in range(6)} | \
+        {"day=2024-01-04/part-0.parquet", "day=2024-01-01/part-1.parquet"}
 
 
 def test_a_file_replaced_under_its_name_in_a_changed_folder_is_seen_at_once(table):

@@ -120,3 +120,125 @@ def test_two_processes_sharing_the_state_folder_lose_no_change(tmp_path):
     expected = {f"{p}{i}": 2 if i % 2 else 1 for p in "xy" for i in range(25)}
     assert fe1[1].consumers(loc) == fe2[1].consumers(loc) == expected
     assert ConsumerPositions(tmp_path).consumers(loc) == expected  # and on disk
+
+
+def _files(n, extra=()):
+    return [(f"part-{i:05d}.parquet", 100, 1) for i in range(n)] + list(extra)
+
+
+def test_a_new_version_is_a_journal_line_and_the_checkpoint_is_written_now_and_then(tmp_path, monkeypatch):
+    """A version of a large table costs a line the size of its change; the file set is
+    written again only once the journal holds versions.JOURNAL_LINES entries; another
+    process (or a restart) reads checkpoint and journal to the same answers."""
+    from starscan.tables import versions
+
+    monkeypatch.setattr(versions, "JOURNAL_LINES", 3)
+    history = VersionHistory(tmp_path)
+    loc = "/wh/d.db/t"
+    history.observe("d.t", loc, 1, _files(10_000))
+    history.settled(loc)
+    [checkpoint] = (tmp_path / "versions").glob("*.json")
+    journal = checkpoint.with_suffix(".journal")
+    written = checkpoint.stat().st_mtime_ns, checkpoint.stat().st_ino
+    appended = []
+    for v in range(2, 5):
+        appended.append((f"new-{v}.parquet", 7, v))
+        history.observe("d.t", loc, v, _files(10_000, appended))
+        history.settled(loc)
+        assert (checkpoint.stat().st_mtime_ns, checkpoint.stat().st_ino) == written  # not rewritten
+        lines = journal.read_bytes().splitlines()
+        assert len(lines) == v - 1 and len(lines[-1]) < 200  # one small line per version
+    appended.append(("new-5.parquet", 7, 5))
+    history.observe("d.t", loc, 5, _files(10_000, appended))  # the journal is full: a checkpoint
+    history.settled(loc)
+    assert not journal.exists() and checkpoint.stat().st_ino != written[1]
+    appended.append(("new-6.parquet", 7, 6))
+    history.observe("d.t", loc, 6, _files(10_000, appended))
+    history.settled(loc)
+    for reader in (history, VersionHistory(tmp_path)):
+        assert reader.added_since(loc, 1, 6) == sorted(appended)
+        assert reader.added_since(loc, 4, 6) == appended[3:]
+        assert reader.position(loc, 3) == 2
+
+
+def test_two_processes_recording_in_turn_across_checkpoints_see_every_version(tmp_path, monkeypatch):
+    from starscan.tables import versions
+
+    monkeypatch.setattr(versions, "JOURNAL_LINES", 2)
+    fe1, fe2 = VersionHistory(tmp_path), VersionHistory(tmp_path)
+    loc = "/wh/d.db/t"
+    files = [("a", 1, 1)]
+    for v in range(1, 12):
+        fe = fe1 if v % 2 else fe2
+        fe.observe("d.t", loc, v, list(files))
+        fe.settled(loc)
+        files.append((f"f{v}", 1, v))
+    for reader in (fe1, fe2, VersionHistory(tmp_path)):
+        assert reader.added_since(loc, 1, 11) == sorted(files[1:-1])
+        assert reader.added_since(loc, 10, 11) == [("f10", 1, 10)]
+
+
+def test_a_torn_journal_line_is_left_out_and_the_next_version_is_kept_whole(tmp_path):
+    """A writer that died within a line leaves a part of it; that version is unknown, the
+    ones before and after are read whole."""
+    history = VersionHistory(tmp_path)
+    loc = "/wh/d.db/t"
+    history.observe("d.t", loc, 1, [A])
+    history.observe("d.t", loc, 2, [A, B])
+    history.settled(loc)
+    [journal] = (tmp_path / "versions").glob("*.journal")
+    with open(journal, "ab") as fh:
+        fh.write(b'{"seq":3,"version":3,"at":1,"add')  # a crash mid-line
+    other = VersionHistory(tmp_path)
+    assert other.added_since(loc, 1, 2) == [B]
+    other.observe("d.t", loc, 4, [A, B, C])
+    other.settled(loc)
+    for reader in (other, VersionHistory(tmp_path)):
+        assert reader.added_since(loc, 1, 4) == [B, C]
+        with pytest.raises(VersionUnknown):
+            reader.added_since(loc, 3, 4)
+
+
+def test_a_history_written_before_the_journal_is_read(tmp_path):
+    """The one-file layout of earlier versions (no sequence numbers) is the checkpoint."""
+    import hashlib
+    import json
+
+    loc = "/wh/d.db/t"
+    folder = tmp_path / "versions"
+    folder.mkdir()
+    name = hashlib.blake2b(loc.encode(), digest_size=16).hexdigest()
+    (folder / f"{name}.json").write_text(json.dumps({
+        "location": loc, "table": "d.t", "current": [list(A), list(B)],
+        "log": [{"version": 1, "at": 1.0, "added": [], "removed": []},
+                {"version": 2, "at": 2.0, "added": [list(B)], "removed": []}]}))
+    history = VersionHistory(tmp_path)
+    assert history.added_since(loc, 1, 2) == [B]
+    history.observe("d.t", loc, 3, [A, B, C])
+    history.settled(loc)
+    assert VersionHistory(tmp_path).added_since(loc, 1, 3) == [B, C]
+
+
+def test_a_version_recorded_from_its_change_is_the_one_recorded_from_its_files(tmp_path):
+    """What a listing made from the one before passes (the change since that version) gives
+    the same history as the whole file set; a change that does not fit the history's last
+    version, or does not add up, is not used."""
+    by_change, by_files = VersionHistory(tmp_path / "a"), VersionHistory(tmp_path / "b")
+    loc = "/wh/d.db/t"
+    v1, v2 = [A, B], [A, ("b.parquet", 21, 5), C]  # b rewritten, c added
+    for h in (by_change, by_files):
+        h.observe("d.t", loc, 1, list(v1))
+    by_change.observe("d.t", loc, 2, iter(()), change=(1, [("b.parquet", 21, 5), C], [B]), count=3)
+    by_files.observe("d.t", loc, 2, list(v2))
+    by_change.observe("d.t", loc, 3, list(v2 + [("d", 1, 1)]), change=(77, [("d", 1, 1)], []), count=4)  # not from 2
+    by_files.observe("d.t", loc, 3, list(v2 + [("d", 1, 1)]))
+    by_change.observe("d.t", loc, 4, list(v2), change=(3, [], [("zz", 1, 1)]), count=3)  # does not add up
+    by_files.observe("d.t", loc, 4, list(v2))
+    for h in (by_change, by_files):
+        h.settled(loc)
+    for since in (2, 3):
+        assert VersionHistory(tmp_path / "a").added_since(loc, since, 3) == by_files.added_since(loc, since, 3)
+    with pytest.raises(TableRewritten):
+        by_change.added_since(loc, 1, 4)
+    assert [e["removed"] for e in by_change._log(loc)] == [e["removed"] for e in by_files._log(loc)]
+    assert [e["added"] for e in by_change._log(loc)] == [e["added"] for e in by_files._log(loc)]
