@@ -647,8 +647,17 @@ def prune(
         types[key] = None if key in types else dt  # ambiguous by case: never evaluated
     ts_exact = is_fixed_offset_zone(time_zone)
     cache: dict[tuple, bool] = {}
+    # A partition's tablets share their first file's partition: one lookup each (a thousand
+    # tablets' partitions normalized one by one were most of a warm plan's 13 ms).
+    by_partition: dict[tuple, bool] = {}
     kept: list[Tablet] = []
     for tablet in tablets:
+        partition = tablet.files[0].partition if tablet.files else ()
+        known = by_partition.get(partition)
+        if known is not None:
+            if known:
+                kept.append(tablet)
+            continue
         raw: dict[str, str | None] = {}
         seen: set[str] = set()
         for col, value in tablet.raw_partition.items():
@@ -669,6 +678,7 @@ def prune(
             result = _Evaluator(columns, ts_exact).truth(predicate)
             keep = not result <= _DROPPABLE
             cache[signature] = keep
+        by_partition[partition] = keep
         if keep:
             kept.append(tablet)
     return kept
