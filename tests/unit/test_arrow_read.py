@@ -248,3 +248,28 @@ def test_a_file_with_deleted_rows_gives_the_kept_rows_in_batches_of_at_most_batc
     batches = list(read_split(read, split, batch_rows=100))
     assert max(b.num_rows for b in batches) <= 100
     assert [i for b in batches for i in b.column(0).to_pylist()] == sorted(set(range(10_000)) - set(deleted))
+
+
+@pytest.mark.parametrize("run_bytes", [16 << 20, 64 << 10])
+def test_a_predicate_runs_over_long_runs_and_the_batches_stay_within_batch_rows(tmp_path: Path, monkeypatch,
+                                                                                run_bytes):
+    """pyarrow runs an expression at a fixed cost per call: a filtered read runs it over runs
+    of up to FILTER_RUN_ROWS rows (fewer for wide rows: FILTER_RUN_BYTES), then hands the
+    rows on in batches of at most ``batch_rows``, the same rows in the same order."""
+    from starscan.arrow import read as read_mod
+
+    monkeypatch.setattr(read_mod, "FILTER_RUN_BYTES", run_bytes)
+    _write(tmp_path / "big.parquet", 0, [100_000, 60_000])
+    _write(tmp_path / "small.parquet", 160_000, [700])
+    pred = op(">", column("id"), literal("bigint", "5"))
+    read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id"), ("d", "d")], pred, "UTC", "parquet", set())
+    calls = []
+    real_finish = read_mod._finish
+    monkeypatch.setattr(read_mod, "_finish", lambda r, b: calls.append(b.num_rows) or real_finish(r, b))
+    batches = list(read_split(read, _split(tmp_path, ["big.parquet", "small.parquet"]), batch_rows=1000))
+    assert all(0 < b.num_rows <= 1000 for b in batches)
+    assert [v for b in batches for v in b.column(0).to_pylist()] == list(range(6, 160_700))
+    if run_bytes == 16 << 20:
+        assert max(calls) == read_mod.FILTER_RUN_ROWS and len(calls) <= 4  # not one per 1,000 rows
+    else:
+        assert 1000 <= max(calls) < read_mod.FILTER_RUN_ROWS  # wide rows for 64 KiB: shorter runs
