@@ -142,6 +142,7 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
     # modification time); a folder not read again keeps both. The table's version is a hash
     # of the folders' hashes, so of its whole file set: hashing a million files' identities
     # at every listing took 1.3 s of a streaming table's.
+    by_folder = {folder: kept for folder, kept in by_folder.items() if kept}  # a folder of no data file is no part of the set
     digests: dict[str, bytes] = {}
     for folder, kept in by_folder.items():
         if folder in read or before is None or folder not in before.digests:

@@ -179,3 +179,19 @@ def test_every_file_is_stat_ed_again_when_due(table, reads, monkeypatch):
     snap = wh.snapshot("d", "t")
     assert snap.version != first.version
     _same_as_from_scratch(root, snap)
+
+
+def test_folders_without_data_files_leave_the_version_as_it_is(table):
+    """The version is a function of the file set: a new empty partition folder, or one that
+    holds only hidden files, changes nothing, on a listing from scratch or from the one before."""
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    first = wh.snapshot("d", "t")
+    (t / "day=2024-01-09").mkdir()
+    (t / "day=2024-01-08").mkdir()
+    (t / "day=2024-01-08" / "_SUCCESS").write_text("")
+    now[0] += 20
+    again = wh.snapshot("d", "t")
+    assert again.version == first.version
+    _same_as_from_scratch(root, again)
