@@ -51,6 +51,33 @@ def write_private(path: Path, data: bytes, *, replace: bool = True) -> bool:
         tmp.unlink(missing_ok=True)
 
 
+def table_file(folder: Path, location: str, suffix: str) -> Path:
+    """The file of a table's state under ``folder``: named by a hash of its location."""
+    return folder / (hashlib.blake2b(location.encode("utf-8"), digest_size=16).hexdigest() + suffix)
+
+
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """(mtime, size, inode) of a file: another one once it was replaced; None when absent."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+@contextmanager
+def exclusive_lock(state_file: Path) -> Iterator[None]:
+    """An exclusive lock on ``state_file``'s lock file (``<name>.lock``), against other
+    processes sharing the folder, held across a read-change-write of it."""
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(state_file.with_name(state_file.name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 class JsonPerTable:
     """One small JSON document per table under ``folder`` (named by a hash of the table's
     location), replaced atomically on each save; ``folder`` None keeps them in memory only.
@@ -66,17 +93,7 @@ class JsonPerTable:
         self._docs: dict[str, tuple[tuple[int, int, int] | None, dict[str, Any]]] = {}
 
     def _path(self, location: str) -> Path | None:
-        if self.folder is None:
-            return None
-        return self.folder / (hashlib.blake2b(location.encode("utf-8"), digest_size=16).hexdigest() + ".json")
-
-    @staticmethod
-    def _stamp(path: Path) -> tuple[int, int, int] | None:
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        return table_file(self.folder, location, ".json") if self.folder is not None else None
 
     def load(self, location: str) -> dict[str, Any]:
         """The table's document as the folder holds it now (read again when it changed)."""
@@ -87,7 +104,7 @@ class JsonPerTable:
                 cached = (None, self.empty(location))
                 self._docs[location] = cached
             return cached[1]
-        stamp = self._stamp(path)
+        stamp = file_stamp(path)
         if cached is not None and cached[0] == stamp:
             return cached[1]
         doc = self.empty(location)
@@ -110,10 +127,7 @@ class JsonPerTable:
             update = Update(self.load(location))
             yield update
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path.with_name(path.name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive_lock(path):
             update = Update(self.load(location))
             try:
                 yield update
@@ -122,8 +136,6 @@ class JsonPerTable:
                 raise
             if update.changed:
                 self.save(location, update.doc)
-        finally:
-            os.close(fd)  # releases the lock
 
     def every(self) -> list[dict[str, Any]]:
         """Every table's document: those in memory and those only on disk."""
@@ -145,7 +157,7 @@ class JsonPerTable:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         write_private(path, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
-        self._docs[location] = (self._stamp(path), doc)
+        self._docs[location] = (file_stamp(path), doc)
 
 
 class Update:

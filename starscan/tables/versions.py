@@ -28,8 +28,6 @@ appended are then not the only change), or ``VersionUnknown``.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -43,7 +41,7 @@ from typing import Any
 
 from starscan.core.collector import collector_paused
 from starscan.core.errors import TableRewritten, VersionUnknown
-from starscan.storage.files import write_private
+from starscan.storage.files import exclusive_lock, file_stamp, table_file, write_private
 
 log = logging.getLogger("starscan.tables.versions")
 
@@ -184,7 +182,7 @@ class VersionHistory:
                 # which are skipped by their numbers; a reader of the old journal reads again.
                 write_private(checkpoint, state.checkpoint())
                 journal.unlink(missing_ok=True)
-                state.stamp, state.journal_id, state.journal_at, state.journal_lines = _stamp(checkpoint), None, 0, 0
+                state.stamp, state.journal_id, state.journal_at, state.journal_lines = file_stamp(checkpoint), None, 0, 0
                 return
             line = json.dumps(entry, separators=(",", ":")).encode("utf-8") + b"\n"
             fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -204,8 +202,7 @@ class VersionHistory:
     def _paths(self, location: str) -> tuple[Path, Path] | None:
         if self._folder is None:
             return None
-        name = hashlib.blake2b(location.encode("utf-8"), digest_size=16).hexdigest()
-        return self._folder / f"{name}.json", self._folder / f"{name}.journal"
+        return table_file(self._folder, location, ".json"), table_file(self._folder, location, ".journal")
 
     @contextmanager
     def _table_lock(self, location: str) -> Iterator[None]:
@@ -214,13 +211,8 @@ class VersionHistory:
         if paths is None:
             yield
             return
-        paths[0].parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(paths[0].with_name(paths[0].name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive_lock(paths[0]):
             yield
-        finally:
-            os.close(fd)
 
     def _state(self, location: str) -> _State:
         """The table's history as its files hold it now (under ``self._lock``): the
@@ -233,10 +225,10 @@ class VersionHistory:
             return state
         checkpoint, journal = paths
         for _ in range(100):  # another process replacing the checkpoint meanwhile: read again
-            stamp = _stamp(checkpoint)
+            stamp = file_stamp(checkpoint)
             if state is None or state.stamp != stamp:
                 state = self._states[location] = _State(location, _read_checkpoint(checkpoint, location), stamp)
-            if self._replay(state, journal) and _stamp(checkpoint) == stamp:
+            if self._replay(state, journal) and file_stamp(checkpoint) == stamp:
                 return state
             state = None
         raise OSError(f"the version history of {location} keeps changing under this reader")
@@ -308,14 +300,6 @@ class VersionHistory:
 
     def _log(self, location: str) -> list[dict[str, Any]]:
         return self._state(location).log
-
-
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def _read_checkpoint(path: Path, location: str) -> dict[str, Any] | None:
