@@ -95,8 +95,15 @@ case "$cmd" in
     venv
     python -m pip install -q -e '.[test]'
     checks || { echo "error: the checks failed (layers, ruff or mypy: see above)" >&2; exit 1; }
+    # The suite runs on up to 4 processes (STARSCAN_TEST_WORKERS: how many; 0 runs it in this
+    # one), each with its own SparkSession and shared server, a test file at a time on one of
+    # them (module fixtures are built once). On 2 cores a serial run leaves about a quarter
+    # of the CPU idle while tests wait on processes, sockets and Spark's JVM.
+    workers="${STARSCAN_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 2); echo $(( n < 4 ? n : 4 )))}"
+    parallel=()
+    if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
     set +e
-    python -m pytest "$@"
+    python -m pytest "${parallel[@]}" "$@"
     rc=$?
     set -e
     if [ "$rc" = 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi

@@ -28,7 +28,7 @@ def test_every_record_names_its_commit_versions_machine_and_conditions():
 
 
 def test_every_benchmark_history_shows_its_headline_figure_for_the_latest_run():
-    from tests.support.bench import bench_module
+    from support.bench import bench_module
 
     page = bench_module("results_page")
     latest: dict[str, dict] = {}
@@ -40,7 +40,7 @@ def test_every_benchmark_history_shows_its_headline_figure_for_the_latest_run():
 
 
 def test_a_headline_is_read_from_the_named_row_and_column():
-    from tests.support.bench import bench_module
+    from support.bench import bench_module
 
     page = bench_module("results_page")
     table = "| engine | rows | ratio |\n|---|---|---|\n| sql | 5 | 0.8 |\n| arrow (auto) | 5 | 0.9 |\n"
