@@ -46,6 +46,7 @@ from starscan.arrow.rebase import (
     read_column,
     zone_tables_available,
 )
+from starscan.arrow.statistics_use import StatisticsUse
 from starscan.core.errors import StarscanError
 from starscan.core.sql_types import SqlType
 from starscan.storage.stores import LOCAL, Storage
@@ -156,11 +157,12 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
         if read.filter is not None:
             yield from _filtered_in_runs(read, split, batch_rows, finish)
             return
+        statistics = StatisticsUse()
         for part in split.parts:
-            opened = _open_part(read, part)
+            opened = _open_part(read, part, statistics)
             if opened is None:
                 continue
-            for batch in _decode(read, opened, opened.row_groups, batch_rows):
+            for batch in _decode(read, opened, opened.row_groups, batch_rows, alone=True):
                 yield finish(batch) if finish is not None else batch
         return
     yield from _read_concurrently(read, split, batch_rows, threads, finish)
@@ -217,12 +219,13 @@ def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
                 piece = out.slice(start, batch_rows)
                 yield finish(piece) if finish is not None else piece
 
+    statistics = StatisticsUse()
     for part in split.parts:
-        opened = _open_part(read, part)
+        opened = _open_part(read, part, statistics)
         if opened is None:
             continue
         run_rows = _run_rows(opened, batch_rows)
-        for raw in _decode(read, opened, opened.row_groups, run_rows, unfiltered=True):
+        for raw in _decode(read, opened, opened.row_groups, run_rows, unfiltered=True, alone=True):
             if run and rows + raw.num_rows > run_rows:
                 yield from emit()
                 rows = 0
@@ -266,21 +269,27 @@ class _OpenPart:
     # order (ORC's footer does not say where each stripe's rows start). An Avro data file
     # is shown with the same interface (starscan.arrow.avro), as one stripe.
     orc: Any = None
+    # The reader the checks opened the Parquet file with, for a caller that reads the file
+    # alone (``_decode``'s ``alone``): threads reading row groups of one file side by side
+    # each make their own over ``source`` and ``metadata``.
+    parquet: Any = None
 
     @property
     def has_deletes(self) -> bool:
         return self.deleted is not None or bool(self.equality)
 
 
-def _open_part(read: ArrowRead, part: FilePart) -> _OpenPart | None:
-    """The file checked and opened; None when no row group of it can hold a matching row."""
+def _open_part(read: ArrowRead, part: FilePart, statistics: StatisticsUse | None = None) -> _OpenPart | None:
+    """The file checked and opened; None when no row group of it can hold a matching row.
+    ``statistics``: the split's record of whether small files' row-group statistics pay
+    (None: always consult them)."""
     try:
-        return _open_part_of_store(read, part)
+        return _open_part_of_store(read, part, statistics)
     except StarscanError as exc:  # the store refused or did not answer
         raise SplitReadError(f"table {read.table}: file {part.relative}: {exc.message}") from None
 
 
-def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
+def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsUse | None) -> _OpenPart | None:
     storage = read.storage
     identity = storage.file_identity(part.path)
     if identity is None:
@@ -345,7 +354,9 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
         if parquet is not None:
             counts = [parquet.metadata.row_group(i).num_rows for i in range(num_row_groups)]
             starts = tuple(int(x) for x in _running_starts(counts))
-    if read.pushdown is not None and exact_names and not rebase and row_groups and parquet is not None:
+    if (read.pushdown is not None and exact_names and not rebase and row_groups and parquet is not None
+            and (statistics is None or statistics.wanted(part.size, len(row_groups)))):
+        planned = len(row_groups)
         try:  # row-group statistics: skip the groups no row of which can match
             fs, fs_path = storage.arrow_path(part.path)
             fragment = _parquet_format().make_fragment(fs_path, filesystem=fs, row_groups=row_groups)
@@ -354,6 +365,8 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
             raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: "
                                  f"{_first_line(exc, part)}") from None
         row_groups = [rg.id for rg in kept.row_groups] if kept is not None else []
+        if statistics is not None:
+            statistics.record(part.size, planned, not row_groups)
     if not row_groups:
         return None
     position = {name: i for i, (name, _) in enumerate(read.needed)}  # = columns' order when all are present
@@ -363,7 +376,7 @@ def _open_part_of_store(read: ArrowRead, part: FilePart) -> _OpenPart | None:
         output_order = tuple(position[src] for _, src, _ in read.output)
     return _OpenPart(part, source, parquet.metadata if parquet is not None else None, columns, present, row_groups,
                      output_order, rebase, deleted if part.deletes is not None and len(deleted) else None, starts,
-                     equality, tuple(key_columns), orc)
+                     equality, tuple(key_columns), orc, parquet)
 
 
 def _file_fields(schema: pa.Schema) -> Callable[[str | int], pa.Field | None]:
@@ -565,11 +578,12 @@ def _calendar_of(read: ArrowRead, parquet: pq.ParquetFile, present: dict[str, pa
 
 
 def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_rows: int,
-            unfiltered: bool = False) -> Iterator[pa.RecordBatch]:
+            unfiltered: bool = False, alone: bool = False) -> Iterator[pa.RecordBatch]:
     """Row groups of one file as the plan's output, decoded on the calling thread alone
     (one ``iter_batches`` for all of them: a file of many small row groups still gives
     full batches). ``unfiltered``: the plan's columns before its predicate and output step
-    (``_finish``), which the caller runs."""
+    (``_finish``), which the caller runs. ``alone``: no other thread reads this file, so the
+    reader the checks opened is used (a second one costs ~50 µs, much of a small file's read)."""
     part = opened.part
     try:
         # A reader of its own over the shared open file and footer (reads are positional,
@@ -581,7 +595,8 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         elif opened.orc is not None:
             batches = (batch for _, batch in _orc_batches(opened, opened.columns, batch_rows))
         else:
-            parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
+            parquet = opened.parquet if alone and opened.parquet is not None else \
+                pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
             batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=opened.columns,
                                            use_threads=False)
         for raw in batches:
@@ -746,8 +761,9 @@ def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, thre
 def _units(read: ArrowRead, split: ArrowSplit) -> Iterator[tuple[_OpenPart, int]]:
     """(open file, row group; -1: all of an ORC file's) in the split's order, each file
     opened when first needed."""
+    statistics = StatisticsUse()
     for part in split.parts:
-        opened = _open_part(read, part)
+        opened = _open_part(read, part, statistics)
         if opened is not None:
             if opened.orc is not None:  # read whole, in order
                 yield opened, -1

@@ -273,3 +273,65 @@ def test_a_predicate_runs_over_long_runs_and_the_batches_stay_within_batch_rows(
         assert max(calls) == read_mod.FILTER_RUN_ROWS and len(calls) <= 4  # not one per 1,000 rows
     else:
         assert 1000 <= max(calls) < read_mod.FILTER_RUN_ROWS  # wide rows for 64 KiB: shorter runs
+
+
+class _CountedFormat:
+    """pyarrow.dataset's Parquet format, counting the fragments made for row-group statistics."""
+
+    def __init__(self, real):
+        self.real, self.fragments = real, 0
+
+    def make_fragment(self, *args, **kwargs):
+        self.fragments += 1
+        return self.real.make_fragment(*args, **kwargs)
+
+
+def test_small_files_statistics_are_consulted_while_they_skip_files(tmp_path: Path, monkeypatch):
+    """A split of small one-row-group files reads each footer once more for its statistics
+    only while that pays: always when they rule most files out, one file in RECHECK after
+    the first PROBE when they rule none out. Large files are always checked, and the rows
+    are those of a read that checks every file."""
+    from starscan.arrow import read as read_mod
+    from starscan.arrow import statistics_use
+
+    counted = _CountedFormat(read_mod._parquet_format())
+    monkeypatch.setattr(read_mod, "_parquet_format", lambda: counted)
+    names = []
+    for i in range(60):
+        names.append(f"s{i:02d}.parquet")
+        _write(tmp_path / names[-1], i * 10, [10])
+    _write(tmp_path / "big.parquet", 600, [20_000, 20_000])  # two row groups: always checked
+    split = _split(tmp_path, names + ["big.parquet"])
+
+    def read_with(predicate):
+        read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id")], predicate, "UTC", "parquet", set())
+        counted.fragments = 0
+        rows = _rows(read_split(read, split, batch_rows=1000))
+        checked = counted.fragments
+        counted.fragments = 0
+        everything = _rows(b for part in split.parts for b in read_split(read, ArrowSplit((part,)), batch_rows=1000))
+        assert rows == everything  # each file alone: its statistics checked (within PROBE)
+        return rows, checked
+
+    rows, checked = read_with(op(">=", column("id"), literal("bigint", "0")))  # every file has rows
+    assert sum(rows.values()) == 40_600
+    probe, recheck = statistics_use.PROBE, statistics_use.RECHECK
+    assert checked == probe + (60 - probe) // recheck + 1  # and the large file
+
+    rows, checked = read_with(op(">=", column("id"), literal("bigint", "30000")))  # only big.parquet's
+    assert sum(rows.values()) == 10_600 and checked == 61  # every small file ruled out by its statistics
+
+
+def test_statistics_use_follows_what_the_checks_skipped():
+    from starscan.arrow.statistics_use import PROBE, RECHECK, SMALL_FILE_BYTES, StatisticsUse
+
+    use = StatisticsUse()
+    assert use.wanted(SMALL_FILE_BYTES, 1) and use.wanted(100, 2)  # not small: always, not counted
+    for _ in range(PROBE):
+        assert use.wanted(100, 1)
+        use.record(100, 1, skipped=False)
+    asked = [use.wanted(100, 1) for _ in range(4 * RECHECK)]
+    assert asked.count(True) == 4 and asked[RECHECK - 1]
+    for _ in range(PROBE + 4):  # the files change: the statistics now rule them out
+        use.record(100, 1, skipped=True)
+    assert all(use.wanted(100, 1) for _ in range(10))
