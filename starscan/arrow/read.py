@@ -159,7 +159,7 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
             return
         statistics = StatisticsUse()
         for part in split.parts:
-            opened = _open_part(read, part, statistics)
+            opened = _open_part(read, part, statistics, alone=True)
             if opened is None:
                 continue
             for batch in _decode(read, opened, opened.row_groups, batch_rows, alone=True):
@@ -221,7 +221,7 @@ def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
 
     statistics = StatisticsUse()
     for part in split.parts:
-        opened = _open_part(read, part, statistics)
+        opened = _open_part(read, part, statistics, alone=True)
         if opened is None:
             continue
         run_rows = _run_rows(opened, batch_rows)
@@ -279,17 +279,23 @@ class _OpenPart:
         return self.deleted is not None or bool(self.equality)
 
 
-def _open_part(read: ArrowRead, part: FilePart, statistics: StatisticsUse | None = None) -> _OpenPart | None:
+def _open_part(read: ArrowRead, part: FilePart, statistics: StatisticsUse | None = None,
+               alone: bool = False) -> _OpenPart | None:
     """The file checked and opened; None when no row group of it can hold a matching row.
     ``statistics``: the split's record of whether small files' row-group statistics pay
-    (None: always consult them)."""
+    (None: always consult them). ``alone``: one thread reads the whole file, with the
+    reader the checks opened (``_OpenPart.parquet``); threads reading its row groups side
+    by side make readers of their own, and none is kept (a kept one, on the decoding
+    threads' path, made a reader thread that outlived the main thread abort the interpreter
+    at exit, now and then, in std::terminate)."""
     try:
-        return _open_part_of_store(read, part, statistics)
+        return _open_part_of_store(read, part, statistics, alone)
     except StarscanError as exc:  # the store refused or did not answer
         raise SplitReadError(f"table {read.table}: file {part.relative}: {exc.message}") from None
 
 
-def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsUse | None) -> _OpenPart | None:
+def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsUse | None,
+                        alone: bool) -> _OpenPart | None:
     storage = read.storage
     identity = storage.file_identity(part.path)
     if identity is None:
@@ -376,7 +382,7 @@ def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsU
         output_order = tuple(position[src] for _, src, _ in read.output)
     return _OpenPart(part, source, parquet.metadata if parquet is not None else None, columns, present, row_groups,
                      output_order, rebase, deleted if part.deletes is not None and len(deleted) else None, starts,
-                     equality, tuple(key_columns), orc, parquet)
+                     equality, tuple(key_columns), orc, parquet if alone else None)
 
 
 def _file_fields(schema: pa.Schema) -> Callable[[str | int], pa.Field | None]:
