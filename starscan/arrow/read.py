@@ -162,7 +162,7 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
             opened = _open_part(read, part, statistics, alone=True)
             if opened is None:
                 continue
-            for batch in _decode(read, opened, opened.row_groups, batch_rows, alone=True):
+            for batch in _decode(read, opened, opened.row_groups, batch_rows):
                 yield finish(batch) if finish is not None else batch
         return
     yield from _read_concurrently(read, split, batch_rows, threads, finish)
@@ -225,7 +225,7 @@ def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
         if opened is None:
             continue
         run_rows = _run_rows(opened, batch_rows)
-        for raw in _decode(read, opened, opened.row_groups, run_rows, unfiltered=True, alone=True):
+        for raw in _decode(read, opened, opened.row_groups, run_rows, unfiltered=True):
             if run and rows + raw.num_rows > run_rows:
                 yield from emit()
                 rows = 0
@@ -269,9 +269,10 @@ class _OpenPart:
     # order (ORC's footer does not say where each stripe's rows start). An Avro data file
     # is shown with the same interface (starscan.arrow.avro), as one stripe.
     orc: Any = None
-    # The reader the checks opened the Parquet file with, for a caller that reads the file
-    # alone (``_decode``'s ``alone``): threads reading row groups of one file side by side
-    # each make their own over ``source`` and ``metadata``.
+    # The reader the checks opened the Parquet file with, kept when one thread reads the
+    # whole file (``_open_part``'s ``alone``; a second reader over the same footer costs
+    # ~50 µs, much of a small file's read); None when threads read its row groups side by
+    # side, each with a reader of its own over ``source`` and ``metadata``.
     parquet: Any = None
 
     @property
@@ -584,16 +585,16 @@ def _calendar_of(read: ArrowRead, parquet: pq.ParquetFile, present: dict[str, pa
 
 
 def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_rows: int,
-            unfiltered: bool = False, alone: bool = False) -> Iterator[pa.RecordBatch]:
+            unfiltered: bool = False) -> Iterator[pa.RecordBatch]:
     """Row groups of one file as the plan's output, decoded on the calling thread alone
     (one ``iter_batches`` for all of them: a file of many small row groups still gives
     full batches). ``unfiltered``: the plan's columns before its predicate and output step
-    (``_finish``), which the caller runs. ``alone``: no other thread reads this file, so the
-    reader the checks opened is used (a second one costs ~50 µs, much of a small file's read)."""
+    (``_finish``), which the caller runs."""
     part = opened.part
     try:
-        # A reader of its own over the shared open file and footer (reads are positional,
-        # so threads do not disturb each other). ParquetFile streams a row group batch by
+        # The file's one reader when one thread reads it all, else a reader of its own over
+        # the shared open file and footer (reads are positional, so threads do not disturb
+        # each other). ParquetFile streams a row group batch by
         # batch (the dataset scanner decodes far ahead first: 0.1 s before the first batch
         # of a 500k-row group, against 7 ms).
         if opened.has_deletes:
@@ -601,7 +602,7 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         elif opened.orc is not None:
             batches = (batch for _, batch in _orc_batches(opened, opened.columns, batch_rows))
         else:
-            parquet = opened.parquet if alone and opened.parquet is not None else \
+            parquet = opened.parquet if opened.parquet is not None else \
                 pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
             batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=opened.columns,
                                            use_threads=False)
