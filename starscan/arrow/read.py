@@ -280,11 +280,11 @@ class _OpenPart:
         return self.deleted is not None or bool(self.equality)
 
 
-def _open_part(read: ArrowRead, part: FilePart, statistics: StatisticsUse | None = None,
+def _open_part(read: ArrowRead, part: FilePart, statistics: StatisticsUse,
                alone: bool = False) -> _OpenPart | None:
     """The file checked and opened; None when no row group of it can hold a matching row.
-    ``statistics``: the split's record of whether small files' row-group statistics pay
-    (None: always consult them). ``alone``: one thread reads the whole file, with the
+    ``statistics``: the split's record of whether small files' row-group statistics pay.
+    ``alone``: one thread reads the whole file, with the
     reader the checks opened (``_OpenPart.parquet``); threads reading its row groups side
     by side make readers of their own, and none is kept (a kept one, on the decoding
     threads' path, made a reader thread that outlived the main thread abort the interpreter
@@ -295,7 +295,7 @@ def _open_part(read: ArrowRead, part: FilePart, statistics: StatisticsUse | None
         raise SplitReadError(f"table {read.table}: file {part.relative}: {exc.message}") from None
 
 
-def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsUse | None,
+def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsUse,
                         alone: bool) -> _OpenPart | None:
     storage = read.storage
     identity = storage.file_identity(part.path)
@@ -362,7 +362,7 @@ def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsU
             counts = [parquet.metadata.row_group(i).num_rows for i in range(num_row_groups)]
             starts = tuple(int(x) for x in _running_starts(counts))
     if (read.pushdown is not None and exact_names and not rebase and row_groups and parquet is not None
-            and (statistics is None or statistics.wanted(part.size, len(row_groups)))):
+            and statistics.wanted(part.size, len(row_groups))):
         planned = len(row_groups)
         try:  # row-group statistics: skip the groups no row of which can match
             fs, fs_path = storage.arrow_path(part.path)
@@ -372,8 +372,7 @@ def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsU
             raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: "
                                  f"{_first_line(exc, part)}") from None
         row_groups = [rg.id for rg in kept.row_groups] if kept is not None else []
-        if statistics is not None:
-            statistics.record(part.size, planned, not row_groups)
+        statistics.record(part.size, planned, not row_groups)
     if not row_groups:
         return None
     position = {name: i for i, (name, _) in enumerate(read.needed)}  # = columns' order when all are present
