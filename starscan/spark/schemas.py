@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from cachetools import LRUCache
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from starscan.tables.tablets import DataFileLike
 
 _lock = threading.Lock()
+_path = attrgetter("path")  # a million files' paths gathered in C: 1.3 s in Python (issue 39)
 
 
 def schema_hash(schema: T.StructType) -> int:
@@ -113,7 +115,7 @@ class SchemaResolver:
         if not snap.tablets:
             raise SqlInvalid(f"table {snap.qualified_name} has no data files, so it has no schema yet")
         storage = snap.storage
-        check_openable(snap.qualified_name, storage.spark_path(snap.location), (f.path for f in snap.files))
+        check_openable(snap.qualified_name, storage.spark_path(snap.location), list(map(_path, snap.files)))
         try:
             if storage.is_local and self._merges_schemas():
                 spark_schema = self.spark.read.parquet(literal(snap.location)).schema  # every footer, merged

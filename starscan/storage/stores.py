@@ -357,34 +357,40 @@ def _walk_local(directory: str, rel: str, folders: dict[str, FolderStamp] | None
     million ``FileInfo`` objects' fields costs what it saves. A folder ``known`` with its
     present modification time is not read: (``rel``, None) (``Storage.walk_folders``)."""
     try:
-        mtime_ns = os.stat(directory).st_mtime_ns
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except (FileNotFoundError, NotADirectoryError):
-        return
-    before = known.get(directory) if known is not None else None
-    if before is not None and before.mtime_ns == mtime_ns:
-        if folders is not None:
-            folders[directory] = before
-        yield rel, None
-        for path, below in before.subfolders:
-            yield from _walk_local(path, below, folders, chunk, known)
         return
     try:
-        entries = os.scandir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    files: list[tuple[str, int, int]] = []
-    subfolders = []
-    with entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                if not is_hidden_folder(entry.name):
-                    subfolders.append((entry.path, f"{rel}{entry.name}/"))
-            elif entry.is_file():
-                st = entry.stat()
-                files.append((entry.name, st.st_size, st.st_mtime_ns))
-                if len(files) >= chunk:
-                    yield rel, files
-                    files = []
+        # Taken before the entries are read: a file added meanwhile moves it past this.
+        mtime_ns = os.fstat(fd).st_mtime_ns
+        before = known.get(directory) if known is not None else None
+        if before is not None and before.mtime_ns == mtime_ns:
+            os.close(fd)
+            fd = -1
+            if folders is not None:
+                folders[directory] = before
+            yield rel, None
+            for path, below in before.subfolders:
+                yield from _walk_local(path, below, folders, chunk, known)
+            return
+        files: list[tuple[str, int, int]] = []
+        subfolders = []
+        # Read through the folder's descriptor: each entry's stat is then an fstatat of its
+        # name, not a walk of its whole path (~10 % of a million files' walk here).
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if not is_hidden_folder(entry.name):
+                        subfolders.append((os.path.join(directory, entry.name), f"{rel}{entry.name}/"))
+                elif entry.is_file():
+                    st = entry.stat()
+                    files.append((entry.name, st.st_size, st.st_mtime_ns))
+                    if len(files) >= chunk:
+                        yield rel, files
+                        files = []
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if folders is not None:
         folders[directory] = FolderStamp(mtime_ns, tuple(subfolders))
     if files:

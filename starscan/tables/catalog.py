@@ -536,7 +536,8 @@ class Warehouse:
                         unchanged.setdefault(tablet.files[0].partition, []).append(tablet)
         if listed is not None:
             tablets = split_partitions(f"{db}.{table}", listed.by_partition(), self.sizing,
-                                       self._row_groups_of(location, storage), unchanged)
+                                       self._row_groups_of(location, storage), unchanged, listed.columns_by_partition())
+            listed.columns.clear()  # only for cutting these tablets
         else:
             tablets = self._tablets(f"{db}.{table}", location, storage, files)
         if schema_json is None:

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 
-from starscan.storage.files import is_hidden, is_hidden_folder
+from starscan.storage.files import is_hidden_folder
 from starscan.storage.hadoop_paths import partition_of
 from starscan.storage.stores import LOCAL, STALE, FolderStamp, Storage
+from starscan.tables.file_columns import FolderColumns, WalkedFolder
 from starscan.tables.tablets import hash_int
 
 __all__ = ["DataFile", "FolderFiles", "Partition", "RACY_FOLDER_NS", "list_folder_table", "list_table_files"]
@@ -68,6 +69,9 @@ class FolderFiles:
     partitions: dict[str, Partition | None] = field(default_factory=dict)  # relative folder -> partition (None: skipped)
     digests: dict[str, bytes] = field(default_factory=dict)  # relative folder -> a hash of its files' identities
     version: int = 0  # the table's version: a hash of every folder's, so of the whole file set
+    # The folders this listing read, as columns aligned with their files (file_columns): for
+    # cutting the tablets of this listing, then let go (``columns.clear()``).
+    columns: dict[str, FolderColumns] = field(default_factory=dict)
 
     def changes_since(self, before: FolderFiles) -> tuple[list[FileKey], list[FileKey]]:
         """The files added and the files removed (a rewritten file is both) since the
@@ -90,6 +94,17 @@ class FolderFiles:
             if partition is not None:
                 out[partition] = out[partition] + kept if partition in out else kept
         return out
+
+    def columns_by_partition(self) -> dict[Partition, FolderColumns]:
+        """The columns of each partition that is one folder's files (``by_partition``'s list
+        is that folder's own), for the folders this listing still holds columns of."""
+        folders_of: dict[Partition, list[str]] = {}
+        for folder in self.by_folder:
+            partition = self.partitions.get(folder)
+            if partition is not None:
+                folders_of.setdefault(partition, []).append(folder)
+        return {partition: self.columns[found[0]] for partition, found in folders_of.items()
+                if len(found) == 1 and found[0] in self.columns}
 
     def changed_partitions(self) -> set[Partition]:
         """The partitions of the folders this listing read: every other partition holds the
@@ -118,6 +133,7 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
     # worked out once for all its files.
     partitions: dict[str, Partition | None] = {}
     known = before.folders if before is not None else None
+    walked: dict[str, WalkedFolder] = {}
     for folder, listed in storage.walk_folders(str(location), folders if local else None, known):
         if folder in partitions:
             partition = partitions[folder]
@@ -133,18 +149,30 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
                 by_folder[folder] = kept
             continue
         read.add(folder)
-        # Hidden names (is_hidden) start with '.' or '_', or end in ._COPYING_: the rule
-        # itself runs only for those (a million calls took 1.9 s of a first plan).
-        by_folder.setdefault(folder, []).extend(
-            [DataFile(folder + name, size, mtime_ns, partition) for name, size, mtime_ns in listed
-             if not ((name[:1] in "._" or name.endswith("._COPYING_")) and is_hidden(name))])
+        if folder not in walked:
+            walked[folder] = WalkedFolder(folder)
+        walked[folder].add(listed)
     # Each folder's files in path order and a hash of their identities (path, size,
     # modification time); a folder not read again keeps both. The table's version is a hash
     # of the folders' hashes, so of its whole file set: hashing a million files' identities
     # at every listing took 1.3 s of a streaming table's.
-    by_folder = {folder: kept for folder, kept in by_folder.items() if kept}  # a folder of no data file is no part of the set
     digests: dict[str, bytes] = {}
+    columns: dict[str, FolderColumns] = {}
+    for folder, walk in walked.items():
+        paths, sizes, mtimes, found = walk.files()
+        if not paths:
+            continue  # a folder of no data file is no part of the set
+        partition = partitions[folder]
+        assert partition is not None  # (only the folders of partitions are walked)
+        by_folder[folder] = [DataFile(path, size, mtime_ns, partition) for path, size, mtime_ns in zip(paths, sizes, mtimes)]
+        if found is not None:
+            columns[folder] = found
+            digests[folder] = hashlib.blake2b(found.identities(), digest_size=16).digest()
+    del walked
+    by_folder = {folder: kept for folder, kept in by_folder.items() if kept}
     for folder, kept in by_folder.items():
+        if folder in digests:
+            continue
         if folder in read or before is None or folder not in before.digests:
             kept.sort(key=_path)
             digests[folder] = _digest(kept)
@@ -165,7 +193,7 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
                 part_cols.append(col)
     if local:
         _mark_racy(folders)
-    return FolderFiles(files, part_cols, folders, by_folder, read, partitions, digests, version)
+    return FolderFiles(files, part_cols, folders, by_folder, read, partitions, digests, version, columns)
 
 
 def _digest(files: list[DataFile]) -> bytes:

@@ -24,10 +24,11 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import numpy as np
 from cachetools import LRUCache
 
 from starscan.core.errors import StarscanError
@@ -36,6 +37,7 @@ from starscan.storage.hadoop_paths import unescape_path_name
 if TYPE_CHECKING:
     from starscan.settings.config import Settings
     from starscan.storage.stores import Storage
+    from starscan.tables.file_columns import FolderColumns
 
 #: Opening a small Parquet file and reading its footer with pyarrow takes about 0.3 ms here,
 #: the time it reads ~80 KB of column data (measured on 500 ten-row files against a 3M-row
@@ -221,34 +223,89 @@ def split_files(table: str, files: Iterable[DataFileLike], sizing: Sizing,
 
 def split_partitions(table: str, by_partition: Mapping[tuple[tuple[str, str | None], ...], Sequence[DataFileLike]],
                      sizing: Sizing, row_groups_of: Callable[[DataFileLike], tuple[RowGroup, ...] | None],
-                     unchanged: Mapping[tuple[tuple[str, str | None], ...], list[Tablet]] | None = None) -> list[Tablet]:
-    """``split_files`` of files already grouped by partition."""
-    splits: list[tuple[tuple[DataFileLike, ...], _Run | None]] = []
+                     unchanged: Mapping[tuple[tuple[str, str | None], ...], list[Tablet]] | None = None,
+                     columns: Mapping[tuple[tuple[str, str | None], ...], FolderColumns] | None = None) -> list[Tablet]:
+    """``split_files`` of files already grouped by partition. ``columns``: a partition's
+    files as a listing's columns (starscan.tables.file_columns), aligned with its list, which
+    is then in path order: its tablets are cut and named from them, not file by file."""
+    splits: list[tuple[tuple[DataFileLike, ...], _Run | None, int | None]] = []
     tablets = []
     for partition, members in by_partition.items():
         if unchanged and partition in unchanged:
             tablets.extend(unchanged[partition])
             continue
+        found = columns.get(partition) if columns else None
+        if found is not None and len(found) == len(members):
+            _split_by_columns(table, members, found, sizing, row_groups_of, splits)
+            continue
         target = sizing.target_bytes
         small: list[DataFileLike] = [f for f in members if f.size < target]
         for f in (f for f in members if f.size >= target):
-            groups = row_groups_of(f) if f.size > target else None
-            runs = cut_file(groups, target) if groups is not None and len(groups) > 1 else []
-            if len(runs) > 1:
-                splits.extend(((f,), run) for run in runs)
-            else:
-                splits.append(((f,), None))
+            splits.extend(_large_file(f, target, row_groups_of))
         small.sort(key=_path)
         # Packed by their places in path order: a group back in path order is a sort of
         # ints, not of paths (a million files' groups took 1.9 s sorted by path).
         sizes = [f.size for f in small]
-        splits.extend((tuple([small[i] for i in sorted(group)]), None)
+        splits.extend((tuple([small[i] for i in sorted(group)]), None, None)
                       for group in pack(range(len(small)), sizes.__getitem__, sizing.target_bytes,
                                         sizing.open_cost_bytes))
-    for members_of, run in splits:
-        tablets.append(Tablet(tablet_id(table, members_of, run), members_of, *(run or (None, None, None, None))))
+    for members_of, run, known_id in splits:
+        tablets.append(Tablet(tablet_id(table, members_of, run) if known_id is None else known_id, members_of,
+                              *(run or (None, None, None, None))))
     tablets.sort(key=lambda t: (t.files[0].path, t.first_row_group or 0))
     return tablets
+
+
+def _large_file(f: DataFileLike, target: int, row_groups_of: Callable[[DataFileLike], tuple[RowGroup, ...] | None]
+                ) -> list[tuple[tuple[DataFileLike, ...], _Run | None, None]]:
+    """A file of ``target`` bytes or more: runs of its row groups, or the whole file."""
+    groups = row_groups_of(f) if f.size > target else None
+    runs = cut_file(groups, target) if groups is not None and len(groups) > 1 else []
+    if len(runs) > 1:
+        return [((f,), run, None) for run in runs]
+    return [((f,), None, None)]
+
+
+def _split_by_columns(table: str, members: Sequence[DataFileLike], columns: FolderColumns, sizing: Sizing,
+                      row_groups_of: Callable[[DataFileLike], tuple[RowGroup, ...] | None],
+                      splits: list[tuple[tuple[DataFileLike, ...], _Run | None, int | None]]) -> None:
+    """The Python path's tablets of one partition, from its columns: sizes compared and
+    packed by numpy, each tablet's id hashed from the identity lines the listing made
+    (the same bytes ``tablet_id`` writes: a folder's files carry no deletes)."""
+    target = sizing.target_bytes
+    large = np.flatnonzero(columns.sizes >= target)
+    for place in large.tolist():
+        splits.extend(_large_file(members[place], target, row_groups_of))
+    small = np.flatnonzero(columns.sizes < target) if large.size else None  # None: every file
+    prefix = f"{table}/".encode()
+    for group in pack_places(columns.sizes if small is None else columns.sizes[small], target, sizing.open_cost_bytes):
+        places = np.sort(group) if small is None else small[np.sort(group)]
+        chosen = places.tolist()
+        files = (members[chosen[0]],) if len(chosen) == 1 else itemgetter(*chosen)(members)
+        splits.append((files, None, _hash_int_of(prefix, columns.identities(places))))
+
+
+def pack_places(sizes: np.ndarray, target_bytes: int, open_cost_bytes: int) -> list[np.ndarray]:
+    """``pack`` of items of these sizes by numpy: each group as the items' places (in
+    packing order). Largest first, ties in place order; a group closes before the item that,
+    with ``open_cost_bytes``, would take it past ``target_bytes``, and holds at least one."""
+    order = np.argsort(-sizes, kind="stable")
+    ends = np.cumsum(sizes[order] + open_cost_bytes)
+    groups: list[np.ndarray] = []
+    start, base = 0, 0
+    while start < len(order):
+        end = max(int(np.searchsorted(ends, base + target_bytes, side="right")), start + 1)
+        groups.append(order[start:end])
+        start, base = end, int(ends[end - 1])
+    return groups
+
+
+def _hash_int_of(prefix: bytes, text: memoryview, bits: int = 63) -> int:
+    """``hash_int`` of ``prefix`` followed by ``text`` (UTF-8), without joining them."""
+    h = hashlib.blake2b(prefix, digest_size=8)
+    h.update(text)
+    value = int.from_bytes(h.digest(), "big") & ((1 << bits) - 1)
+    return value or 1
 
 
 def row_range_problem(groups: tuple[RowGroup, ...] | None, first_row_group: int, row_groups: int,

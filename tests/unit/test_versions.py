@@ -242,3 +242,45 @@ def test_a_version_recorded_from_its_change_is_the_one_recorded_from_its_files(t
         by_change.added_since(loc, 1, 4)
     assert [e["removed"] for e in by_change._log(loc)] == [e["removed"] for e in by_files._log(loc)]
     assert [e["added"] for e in by_change._log(loc)] == [e["added"] for e in by_files._log(loc)]
+
+
+def test_a_restarted_history_reads_its_file_set_only_when_a_version_changes_it(tmp_path):
+    """A restart over the version last recorded reads the checkpoint's log, not its file
+    set; the journal's lines read meanwhile are applied when the file set is needed."""
+    loc = "/wh/d.db/t"
+    history = VersionHistory(tmp_path)
+    history.observe("d.t", loc, 1, [A, B])
+    history.observe("d.t", loc, 2, [A, B, C])  # a journal line
+    history.settled(loc)
+    again = VersionHistory(tmp_path)
+    again.observe("d.t", loc, 2, iter([("never", 1, 1)]))  # recorded already
+    again.settled(loc)
+    assert again._states[loc]._current is None
+    assert again.added_since(loc, 1, 2) == [C]
+    D = ("d.parquet", 40, 4)
+    # Recorded from the change alone, which adds up only with the journal's line applied
+    # (else the files given, which are not the table's, would be compared whole).
+    again.observe("d.t", loc, 3, iter([("not", 1, 1)]), change=(2, [D], []), count=4)
+    again.settled(loc)
+    for reader in (again, VersionHistory(tmp_path)):
+        assert reader.added_since(loc, 2, 3) == [D]
+        assert reader.added_since(loc, 1, 3) == [C, D]
+
+
+def test_an_unreadable_file_set_starts_the_history_again(tmp_path):
+    """Unknown, never wrong: a checkpoint whose file set does not parse is a history that
+    knows no version before the next one it records."""
+    loc = "/wh/d.db/t"
+    history = VersionHistory(tmp_path)
+    history.observe("d.t", loc, 1, [A, B])
+    history.settled(loc)
+    [checkpoint] = (tmp_path / "versions").glob("*.json")
+    text = checkpoint.read_bytes()
+    assert text.endswith(b"]]}")
+    checkpoint.write_bytes(text[:-3] + b",]]}")  # the log still parses, the file set does not
+    again = VersionHistory(tmp_path)
+    again.observe("d.t", loc, 2, [A, B, C])
+    again.settled(loc)
+    with pytest.raises(VersionUnknown):
+        again.added_since(loc, 1, 2)
+    assert VersionHistory(tmp_path).added_since(loc, 2, 2) == []
