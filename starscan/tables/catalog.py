@@ -45,6 +45,7 @@ from starscan.tables.iceberg import IcebergTables
 if TYPE_CHECKING:
     from starscan.arrow.nested import FileName
     from starscan.settings.config import Settings
+from starscan.tables.file_columns import RELEASE_FILES, release_unused
 from starscan.tables.tablets import FOOTERS, DataFileLike, RowGroup, Sizing, Tablet, split_files, split_partitions
 from starscan.tables.versions import VersionHistory
 
@@ -537,7 +538,10 @@ class Warehouse:
         if listed is not None:
             tablets = split_partitions(f"{db}.{table}", listed.by_partition(), self.sizing,
                                        self._row_groups_of(location, storage), unchanged, listed.columns_by_partition())
-            listed.columns.clear()  # only for cutting these tablets
+            if listed.columns:  # only for cutting these tablets
+                listed.columns.clear()
+                if len(files) >= RELEASE_FILES:
+                    release_unused()
         else:
             tablets = self._tablets(f"{db}.{table}", location, storage, files)
         if schema_json is None:

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from starscan.storage.files import is_hidden
 
-__all__ = ["FolderColumns", "WalkedFolder"]
+__all__ = ["FolderColumns", "RELEASE_FILES", "WalkedFolder", "release_unused"]
 
 _TEXT = pa.large_string()  # offsets of 64 bits: a folder's lines may pass 2 GB
 _EMPTY, _BAR, _NEWLINE = (pa.scalar(text, _TEXT) for text in ("", "|", "\n"))
@@ -103,8 +103,25 @@ class WalkedFolder:
             names, sizes, mtimes = names.filter(kept), sizes.filter(kept), mtimes.filter(kept)
         order = pc.sort_indices(names)
         names, sizes, mtimes = names.take(order), sizes.take(order), mtimes.take(order)
-        paths = pc.binary_join_element_wise(pa.scalar(self.folder, _TEXT), names, _EMPTY)
-        lines = pc.binary_join_element_wise(paths, pc.cast(sizes, _TEXT), pc.cast(mtimes, _TEXT), _BAR)
-        lines = pc.binary_join_element_wise(lines, _EMPTY, _NEWLINE)
-        columns = FolderColumns(lines, sizes.to_numpy())
-        return paths.to_pylist(), sizes.to_pylist(), mtimes.to_pylist(), columns
+        del order
+        paths = pc.binary_join_element_wise(pa.scalar(self.folder, _TEXT), names, _EMPTY) if self.folder else names
+        del names
+        # The newline goes on the shortest part first: one intermediate column the fewer.
+        ends = pc.binary_join_element_wise(pc.cast(mtimes, _TEXT), _EMPTY, _NEWLINE)
+        columns = FolderColumns(pc.binary_join_element_wise(paths, pc.cast(sizes, _TEXT), ends, _BAR), sizes.to_numpy())
+        del ends
+        out = paths.to_pylist(), sizes.to_pylist(), mtimes.to_pylist(), columns
+        if len(columns) >= RELEASE_FILES:
+            release_unused()
+        return out
+
+
+#: A folder of at least this many files gives the memory its columns' making freed back at once.
+RELEASE_FILES = 100_000
+
+
+def release_unused() -> None:
+    """Give the memory pyarrow's allocator holds free back to the system: the columns of a
+    million files pass through some 300 MB of temporary buffers, which the allocator would
+    otherwise keep (the FE's memory is bounded: issue 39)."""
+    pa.default_memory_pool().release_unused()
