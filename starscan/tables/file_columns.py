@@ -110,10 +110,9 @@ class WalkedFolder:
         ends = pc.binary_join_element_wise(pc.cast(mtimes, _TEXT), _EMPTY, _NEWLINE)
         columns = FolderColumns(pc.binary_join_element_wise(paths, pc.cast(sizes, _TEXT), ends, _BAR), sizes.to_numpy())
         del ends
-        out = paths.to_pylist(), sizes.to_pylist(), mtimes.to_pylist(), columns
         if len(columns) >= RELEASE_FILES:
-            release_unused()
-        return out
+            release_unused()  # the temporaries' memory, before the records' objects are made
+        return paths.to_pylist(), sizes.to_pylist(), mtimes.to_pylist(), columns
 
 
 #: A folder of at least this many files gives the memory its columns' making freed back at once.
