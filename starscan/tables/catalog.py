@@ -524,6 +524,7 @@ class Warehouse:
             version = listed.version
             if previous is not None and previous.kind == "folder" and previous.version == version and \
                     previous.partition_columns == tuple(part_cols):
+                _let_columns_go(listed)
                 return previous, listed if storage.is_local else None
             for hook in self.listed:
                 try:
@@ -538,10 +539,7 @@ class Warehouse:
         if listed is not None:
             tablets = split_partitions(f"{db}.{table}", listed.by_partition(), self.sizing,
                                        self._row_groups_of(location, storage), unchanged, listed.columns_by_partition())
-            if listed.columns:  # only for cutting these tablets
-                listed.columns.clear()
-                if len(files) >= RELEASE_FILES:
-                    release_unused()
+            _let_columns_go(listed)
         else:
             tablets = self._tablets(f"{db}.{table}", location, storage, files)
         if schema_json is None:
@@ -560,3 +558,12 @@ class Warehouse:
             # gather again from the tablets (1.2 s for a million files).
             snap.__dict__["files"] = files
         return snap, listed if listed is not None and storage.is_local else None
+
+
+def _let_columns_go(listed: FolderFiles) -> None:
+    """A listing's columns are for cutting its tablets only (starscan.tables.file_columns)."""
+    if listed.columns:
+        large = sum(len(found) for found in listed.columns.values()) >= RELEASE_FILES
+        listed.columns.clear()
+        if large:
+            release_unused()
