@@ -259,8 +259,9 @@ class SparkScan:
             number = sink.claim()
             if number is None:
                 return
-            batches = rechunk((converter.convert(b) for b in read_split(read, splits[number], self.batch_rows) if b.num_rows),
-                              self.batch_rows)
+            # Converted as decoded (runs of up to 64 Ki rows), then cut to the reader's batches.
+            decoded = read_split(read, splits[number], self.batch_rows, cut=False)
+            batches = rechunk((converter.convert(b) for b in decoded if b.num_rows), self.batch_rows)
             if not sink.serve_local(number, batches, self._local_failure):
                 return
             with self._lock:

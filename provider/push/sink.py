@@ -283,7 +283,11 @@ class PushSink:
                         batch = batch.slice(drop)
                         if batch.num_rows == 0:
                             continue
-                    if self._deliver(split, batch) is not None:
+                    # Serialized here, as a task's batch comes: the queue then holds (and
+                    # counts) the batch's own bytes, not the decoded run it was cut from,
+                    # and a reply of this one batch sends them as they are.
+                    ipc = batch.serialize()
+                    if self._deliver(split, pa.ipc.read_record_batch(ipc, batch.schema), ipc) is not None:
                         return False
             with lock, self._cond:
                 if split.generation != generation or split.yielded or self.stopped:

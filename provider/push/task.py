@@ -63,7 +63,7 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
 
         started = time.monotonic()
         ask = ANY_SPLIT
-        while push_split(target, lambda split: read_split(read, splits[split]), ask):
+        while push_split(target, lambda split: read_split(read, splits[split], cut=False), ask):
             # After its turn, the task gives its slot to a scan that waits for one (the BE
             # answers stop), at a split's end.
             ask = NEXT_SPLIT if time.monotonic() - started >= SLOT_TURN_S else KEEP_SPLIT

@@ -275,6 +275,29 @@ def test_a_predicate_runs_over_long_runs_and_the_batches_stay_within_batch_rows(
         assert 1000 <= max(calls) < read_mod.FILTER_RUN_ROWS  # wide rows for 64 KiB: shorter runs
 
 
+@pytest.mark.parametrize("filtered", [False, True])
+def test_uncut_batches_are_runs_of_the_same_rows_and_wide_rows_make_shorter_ones(tmp_path: Path, monkeypatch,
+                                                                                 filtered):
+    """``cut=False`` (a reader that converts and cuts the rows itself): a large file comes in
+    runs of up to FILTER_RUN_ROWS rows, fewer where FILTER_RUN_BYTES says the rows are wide;
+    a file of at most ``batch_rows`` rows as it is; the same rows in the same order."""
+    from starscan.arrow import read as read_mod
+
+    _write(tmp_path / "big.parquet", 0, [100_000, 60_000])
+    _write(tmp_path / "small.parquet", 160_000, [700])
+    pred = op(">", column("id"), literal("bigint", "5")) if filtered else None
+    read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id"), ("d", "d")], pred, "UTC", "parquet", set())
+    split = _split(tmp_path, ["big.parquet", "small.parquet"])
+    cut = list(read_split(read, split, batch_rows=1000))
+    whole = list(read_split(read, split, batch_rows=1000, cut=False))
+    assert [v for b in whole for v in b.column(0).to_pylist()] == [v for b in cut for v in b.column(0).to_pylist()]
+    assert max(b.num_rows for b in cut) == 1000
+    assert max(b.num_rows for b in whole) == read_mod.FILTER_RUN_ROWS and len(whole) <= 5
+    monkeypatch.setattr(read_mod, "FILTER_RUN_BYTES", 64 << 10)
+    narrow = list(read_split(read, split, batch_rows=1000, cut=False))
+    assert 1000 <= max(b.num_rows for b in narrow) < read_mod.FILTER_RUN_ROWS
+
+
 class _CountedFormat:
     """pyarrow.dataset's Parquet format, counting the fragments made for row-group statistics."""
 
