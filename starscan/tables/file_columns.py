@@ -65,6 +65,8 @@ class WalkedFolder:
         self._rows: list[tuple[str, int, int]] | None = None  # Python rows, once a name would not convert
 
     def add(self, listed: list[tuple[str, int, int]]) -> None:
+        if not listed:
+            return
         if self._rows is not None:
             self._rows.extend(listed)
             return
