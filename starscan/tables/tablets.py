@@ -47,9 +47,7 @@ DEFAULT_OPEN_COST_BYTES = 128 << 10
 
 def hash_int(text: str, bits: int) -> int:
     """A positive ``bits``-bit hash of ``text`` (never 0), the same on every host."""
-    value = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
-    value &= (1 << bits) - 1
-    return value or 1
+    return _hash_int_of(text.encode("utf-8"), b"", bits)
 
 
 class DataFileLike(Protocol):
@@ -300,7 +298,7 @@ def pack_places(sizes: np.ndarray, target_bytes: int, open_cost_bytes: int) -> l
     return groups
 
 
-def _hash_int_of(prefix: bytes, text: memoryview, bits: int = 63) -> int:
+def _hash_int_of(prefix: bytes, text: bytes | memoryview, bits: int = 63) -> int:
     """``hash_int`` of ``prefix`` followed by ``text`` (UTF-8), without joining them."""
     h = hashlib.blake2b(prefix, digest_size=8)
     h.update(text)
