@@ -29,6 +29,7 @@ from pathlib import Path
 import psutil
 import pyarrow as pa
 import pytest
+from support.holders import holders
 from support.proxies import FaultProxy
 from support.readers import Reader, arrow_rows, job_states, one_batch, plan_for, spark_rows
 from support.servers import start_serve
@@ -118,8 +119,9 @@ def assert_no_scan_left(spark, server, cids, what="scanners"):
 
 
 def scan_threads() -> list[threading.Thread]:
-    """Live scan producer threads (SparkScan names them scan-<8 hex digits of the context id>)."""
-    return [t for t in threading.enumerate() if re.fullmatch(r"scan-[0-9a-f]{8}", t.name)]
+    """Live threads of scans: SparkScan names its producer scan-<8 hex digits of the context
+    id>, and its BE-side reader and job threads after it (-local, -job_<n>)."""
+    return [t for t in threading.enumerate() if re.fullmatch(r"scan-[0-9a-f]{8}(-local|-job_\d+)?", t.name)]
 
 
 # ---- 1. lost reply ------------------------------------------------------------------------
@@ -258,7 +260,11 @@ def test_2_two_hundred_abandoned_scanners_are_all_reclaimed(rel_server, rel_clie
         gc.collect()
         return not any(r() is not None for r in refs)
 
-    wait_until(freed, timeout_s=60, interval_s=0.5, what="contexts, queues and scans to be garbage")
+    try:
+        wait_until(freed, timeout_s=60, interval_s=0.5, what="contexts, queues and scans to be garbage")
+    except AssertionError as exc:
+        alive = [o for r in refs if (o := r()) is not None]
+        raise AssertionError(f"{exc}: {len(alive)} left; what holds the first:\n{holders(alive[0])}") from None
     gc.collect()
     assert pa.total_allocated_bytes() <= arrow_before + MIB, "Arrow memory did not return to its baseline"
 
