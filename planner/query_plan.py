@@ -6,6 +6,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from operator import attrgetter
@@ -170,6 +171,9 @@ class QueryPlanner:
         # the listing cache has moved on, so the bound is in files of the snapshots held
         # (each counted per body): ~100 MB at most, whatever the tables.
         self._bodies: LRUCache = LRUCache(maxsize=QUICK_FILES_MAX, getsizeof=lambda body: body.files)
+        # Called as each plan that is not answered at once begins (the BE's warm-up in the same
+        # process stops: the plan needs the cores, and its reader's scan warms the JVM).
+        self.plan_listeners: list[Callable[[], None]] = []
 
     @property
     def settings(self) -> Settings:
@@ -188,6 +192,8 @@ class QueryPlanner:
         also for a whole read, the start of a reader that keeps its own cursor). ``direct``: name
         each tablet's files too (planner.direct_plans; the caller checked the grant)."""
         audit = {} if audit is None else audit
+        for listener in self.plan_listeners:
+            listener()
         snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
         if consumer is not None and since_version is None and self.consumers is not None:
             since_version = self.consumers.committed(snap.location, consumer)  # None: from the start

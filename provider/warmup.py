@@ -5,7 +5,8 @@ reader, whole-stage code generation and the Arrow writer are still being class-l
 JIT-compiled (bench/RESULTS.md, issue 6: the first SF1 full scan after start gave its first
 batch after 9.0 s and ran at 56.6 MB/s, the next one 1.3 s and 117.5 MB/s). So before the
 server says it is ready, it writes a small throw-away Parquet table with one column of each
-type family a StarRocks reader sees, and scans it back through the same path a scan takes
+type family a StarRocks reader sees (with pyarrow: Spark's writer is not what a reader
+runs, and would take the cores a first plan needs), and scans it back through the same path a scan takes
 (Parquet -> filter -> Arrow batches -> Spark's Python workers -> push into this process),
 which also starts the Python workers and their imports. The table lives under the warehouse (a
 hidden directory the catalog ignores) so that executors of a Spark cluster can read it too,
@@ -20,6 +21,12 @@ import shutil
 import threading
 import time
 import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from starscan.provider.push.listener import PushListener
 from starscan.provider.result_queue import EOS, ResultQueue
@@ -34,19 +41,7 @@ STOPPED_SCAN_WAIT_S = 30.0
 
 WARMUP_DIR = ".starscan-warmup"  # under the warehouse; hidden names are not tables (catalog.py)
 
-# Column expressions over spark.range's `id`: the type families of docs/protocol.md section 5.
-_COLUMNS = (
-    "cast(id as int) as c_int",
-    "id as c_bigint",
-    "cast(id % 100 as tinyint) as c_tinyint",
-    "cast(id * 1.5 as double) as c_double",
-    "cast(id * 0.25 as float) as c_float",
-    "cast(id / 100 as decimal(15,2)) as c_decimal",
-    "concat('warm-', cast(id % 1000 as string)) as c_string",
-    "date_add(date'1992-01-01', cast(id % 2500 as int)) as c_date",
-    "timestamp_seconds(id) as c_timestamp",
-    "id % 2 = 0 as c_boolean",
-)
+_DAYS_TO_1992 = 8035  # 1992-01-01, in days since 1970-01-01
 
 
 class WarmUpStopped(Exception):
@@ -63,10 +58,10 @@ def warm_up(spark, warehouse, rows: int, listener: PushListener, stop: threading
     path = parent / uuid.uuid4().hex[:12]
     sc = spark.sparkContext
     try:
-        sc.setJobGroup("starscan-warmup", "starscan warm-up: write", True)  # the scans' jobs join this group
+        sc.setJobGroup("starscan-warmup", "starscan warm-up", True)  # the scans' jobs join this group
         if stop.is_set():
             raise WarmUpStopped()
-        spark.range(rows, numPartitions=2).selectExpr(*_COLUMNS).write.mode("overwrite").parquet(str(path))
+        _write(path, rows)
         for _ in range(2):
             if stop.is_set():
                 raise WarmUpStopped()
@@ -83,6 +78,48 @@ def warm_up(spark, warehouse, rows: int, listener: PushListener, stop: threading
         except OSError:
             pass
     return time.monotonic() - started
+
+
+#: Rows the warm-up table's writer holds at once (a row group).
+_WRITE_CHUNK_ROWS = 1 << 20
+
+
+def _columns(ids: np.ndarray) -> dict[str, pa.Array]:
+    """The warm-up table's columns for row numbers ``ids``: one of each type family a
+    StarRocks reader sees (docs/protocol.md section 5)."""
+    return {
+        "c_int": pa.array(ids.astype(np.int32)),
+        "c_bigint": pa.array(ids),
+        "c_tinyint": pa.array((ids % 100).astype(np.int8)),
+        "c_double": pa.array(ids * 1.5),
+        "c_float": pa.array((ids * 0.25).astype(np.float32)),
+        "c_decimal": _hundredths(ids),
+        "c_string": pc.binary_join_element_wise("warm-", pc.cast(pa.array(ids % 1000), pa.string()), ""),
+        "c_date": pa.array((ids % 2500 + _DAYS_TO_1992).astype(np.int32)).cast(pa.date32()),
+        "c_timestamp": pa.array(ids * 1_000_000).cast(pa.timestamp("us", tz="UTC")),
+        "c_boolean": pa.array(ids % 2 == 0),
+    }
+
+
+def _hundredths(ids: np.ndarray) -> pa.Array:
+    """``ids / 100`` as decimal(15, 2): each id is the unscaled value (128 bits, low word
+    first; the ids are not negative)."""
+    words = np.zeros((len(ids), 2), dtype=np.int64)
+    words[:, 0] = ids
+    return pa.Array.from_buffers(pa.decimal128(15, 2), len(ids), [None, pa.py_buffer(words)])
+
+
+def _write(path: Path, rows: int) -> None:
+    """Write the warm-up table: two Parquet files (two splits), written by pyarrow in this
+    process. Spark's own writer would take seconds of both cores at the BE's start, and a
+    reader's first plan or scan needs them; its scans, not its writer, are what readers run."""
+    path.mkdir(parents=True, exist_ok=True)
+    halves = ((0, rows // 2), (rows // 2, rows))
+    for number, (first, end) in enumerate(halves):
+        schema = pa.table(_columns(np.arange(0, 1, dtype=np.int64))).schema
+        with pq.ParquetWriter(path / f"part-{number:05d}.parquet", schema) as writer:
+            for at in range(first, end, _WRITE_CHUNK_ROWS):
+                writer.write_table(pa.table(_columns(np.arange(at, min(at + _WRITE_CHUNK_ROWS, end), dtype=np.int64))))
 
 
 def _drain(spark, df, listener: PushListener, stop: threading.Event) -> int:

@@ -218,6 +218,8 @@ class StarscanServer:
             self.warmed.set()
             return
         self.service.open_listeners.append(self._warmup_stop.set)
+        if self.fe_enabled:  # an FE in this process: its plans need the cores more than the warm-up
+            self.planner.plan_listeners.append(self._warmup_stop.set)
         self._warmup_thread = threading.Thread(target=self._warm_up, name="starscan-warmup", daemon=True)
         self._warmup_thread.start()
 
@@ -232,7 +234,7 @@ class StarscanServer:
                                   self.service.push_listener(), self._warmup_stop)
             except WarmUpStopped:
                 if not self._stopping:
-                    log.info("BE warm-up stopped after %.1f s: a reader's scan came first and warms the JVM instead",
+                    log.info("BE warm-up stopped after %.1f s: a reader's plan or scan came first; its scan warms the JVM instead",
                              time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - a cold JVM is slower, not broken
                 if not self._stopping:
