@@ -378,8 +378,8 @@ def main(argv=None) -> int:
     ap.add_argument("--listing-ttl", type=float, default=None, help="listing_cache_ttl_s (default: the server's, 5 s)")
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--warmup-rows", type=int, default=None,
-                    help="warmup_rows of the server (default: the server's, 1,000,000: the BE's warm-up, a Spark job, "
-                         "runs beside the first call; 0: a quiet machine for it)")
+                    help="warmup_rows of the server (default: the server's, 1,000,000: the BE's warm-up, "
+                         "which the first plan stops; 0: none at all)")
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -454,7 +454,7 @@ def main(argv=None) -> int:
         "server": f"in-process StarscanServer (uvicorn FE + thriftpy2 BE), SparkSession {settings.spark_master}, "
                   f"spark.driver.memory={args.driver_memory}, listing_cache_ttl_s={settings.listing_cache_ttl_s}, "
                   f"plan_rate_per_user={settings.plan_rate_per_user:g} (no per-user cap: every caller is root), "
-                  f"warmup_rows={settings.warmup_rows:,} (the BE's warm-up job runs beside the first call unless 0); "
+                  f"warmup_rows={settings.warmup_rows:,} (the BE's warm-up, its table written by pyarrow, stops as the first plan begins; 0: none); "
                   f"server + Spark start {start_s:.1f} s",
         "tables": f"bench.wide: {args.tablets:,} Parquet files of {ROWS_PER_FILE} rows (id bigint, c_int int, "
                   f"c_str string, c_date date; {TEMPLATES:,} written by pyarrow, the others byte copies of them), no partitions; demo.lineitem: written by starscan.app.demo (reused if present)",
