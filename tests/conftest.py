@@ -112,15 +112,52 @@ def write_partitioned_table(spark, warehouse) -> None:
     warehouse.invalidate("db1", "sales")
 
 
-@pytest.fixture(scope="session")
-def server(spark, base_settings):
+def write_session_tables(spark, warehouse) -> None:
+    """The session server's tables: the demo, db1.t1 and db1.sales, written by Spark."""
     from starscan.app.demo import create_demo
+
+    create_demo(spark, warehouse, DEMO_SCALE, 256 << 10)  # small tablets: several per table
+    write_vector_table(spark, warehouse)
+    write_partitioned_table(spark, warehouse)
+
+
+_SESSION_DATABASES = ("demo.db", "db1.db")
+
+
+def session_tables(spark, warehouse, tmp_path_factory) -> None:
+    """The session tables in ``warehouse``. Under pytest-xdist the run's first worker writes
+    them (with Spark) into the run's shared temporary folder and every worker copies those
+    files, the same bytes: one Spark write of them per run, not one per worker."""
+    import fcntl
+    import shutil
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        write_session_tables(spark, warehouse)
+        return
+    from starscan.tables.catalog import Warehouse
+
+    shared = tmp_path_factory.getbasetemp().parent / "session-tables"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the writer holds it until the files are whole
+        done = shared / "written"
+        if not done.exists():
+            shutil.rmtree(shared / "warehouse", ignore_errors=True)  # a writer that failed left part of it
+            write_session_tables(spark, Warehouse(shared / "warehouse", 0))
+            done.touch()
+    for name in _SESSION_DATABASES:
+        shutil.copytree(shared / "warehouse" / name, Path(warehouse.location) / name, dirs_exist_ok=True)
+    for db in ("demo", "db1"):
+        for table in warehouse.tables(db):
+            warehouse.invalidate(db, table)
+
+
+@pytest.fixture(scope="session")
+def server(spark, base_settings, tmp_path_factory):
     from starscan.app.server import StarscanServer
 
     srv = StarscanServer(base_settings, spark)
-    create_demo(spark, srv.warehouse, DEMO_SCALE, 256 << 10)  # small tablets: several per table
-    write_vector_table(spark, srv.warehouse)
-    write_partitioned_table(spark, srv.warehouse)
+    session_tables(spark, srv.warehouse, tmp_path_factory)
     srv.start()
     yield srv
     srv.stop()
