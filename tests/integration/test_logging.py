@@ -101,7 +101,7 @@ def test_setup_logging_formats_and_quiets_py4j():
 
 
 @pytest.mark.slow
-def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path):
+def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path, server):
     """`starscan serve` as a user runs it: readers that close before eos (mid-partition, the
     JVM still writing) leave one INFO close line each and nothing from Spark; a task that
     really fails (a planned file corrupted in place) still shows in Spark's log."""
@@ -115,7 +115,8 @@ def test_an_early_close_leaves_spark_quiet_and_a_real_failure_does_not(tmp_path)
     from starscan.core.thrift_defs import wire
 
     # Spark's tasks read (not the BE itself): what Spark logs is what this test checks.
-    proc, http_port, be_port, log = start_serve(tmp_path, scan_local_reads="false", scan_local_read_slots="0")
+    proc, http_port, be_port, log = start_serve(tmp_path, demo_from=server.warehouse.location, scan_local_reads="false",
+                                                scan_local_read_slots="0")
     try:
         client = StarscanClient(f"127.0.0.1:{http_port}", retries=0, timeout_s=120)
         queries = ("select * from demo.lineitem", "select l_orderkey from demo.lineitem where l_quantity > 5")

@@ -755,8 +755,8 @@ def port_free(port: int) -> bool:
 
 
 @pytest.mark.slow
-def test_10_sigterm_stops_serve_cleanly(tmp_path):
-    proc, http_port, be_port, log = start_serve(tmp_path)
+def test_10_sigterm_stops_serve_cleanly(tmp_path, server):
+    proc, http_port, be_port, log = start_serve(tmp_path, demo_from=server.warehouse.location)
     try:
         java = [p for p in psutil.Process(proc.pid).children(recursive=True) if "java" in p.name()]
         assert java, "precondition: Spark's JVM is a child of serve"
@@ -815,13 +815,13 @@ def test_10_sigterm_stops_serve_cleanly(tmp_path):
 
 
 @pytest.mark.slow
-def test_11_a_dead_jvm_fails_health_and_scans_clearly(tmp_path):
+def test_11_a_dead_jvm_fails_health_and_scans_clearly(tmp_path, server):
     """Spark exits its JVM on an OutOfMemoryError in a task; after that every scan fails. The
     health check (Docker's HEALTHCHECK, a k8s probe) must say so, so the server is restarted,
     and a reader gets an error status, not a hang."""
     import httpx
 
-    proc, http_port, be_port, log = start_serve(tmp_path)
+    proc, http_port, be_port, log = start_serve(tmp_path, demo_from=server.warehouse.location)
     health = f"http://127.0.0.1:{http_port}/api/health"
     try:
         client = StarscanClient(f"127.0.0.1:{http_port}", retries=0, timeout_s=60)
