@@ -115,8 +115,8 @@ def _write(path: Path, rows: int) -> None:
     reader's first plan or scan needs them; its scans, not its writer, are what readers run."""
     path.mkdir(parents=True, exist_ok=True)
     halves = ((0, rows // 2), (rows // 2, rows))
+    schema = pa.table(_columns(np.arange(0, 1, dtype=np.int64))).schema
     for number, (first, end) in enumerate(halves):
-        schema = pa.table(_columns(np.arange(0, 1, dtype=np.int64))).schema
         with pq.ParquetWriter(path / f"part-{number:05d}.parquet", schema) as writer:
             for at in range(first, end, _WRITE_CHUNK_ROWS):
                 writer.write_table(pa.table(_columns(np.arange(at, min(at + _WRITE_CHUNK_ROWS, end), dtype=np.int64))))

@@ -89,10 +89,11 @@ def arrow_counts(batches, types: list[pa.DataType]) -> Counter:
     """Arrow batches' rows in the canonical form, counted."""
     canons = [(lambda v, t=t: canon_arrow(v, t)) if pa.types.is_floating(t) or pa.types.is_nested(t) else None
               for t in types]
-    counts: Counter = Counter()
+    columns: list[list] = [[] for _ in types]
     for b in batches:
-        counts += _columns_canon([col.to_pylist() for col in b.columns], canons)
-    return counts
+        for values, col in zip(columns, b.columns):
+            values.extend(col.to_pylist())
+    return _columns_canon(columns, canons)
 
 
 def differ(want: Counter, got: Counter) -> tuple[Counter, Counter] | None:
