@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from starscan.arrow.avro import MAGIC as AVRO_MAGIC
 from starscan.arrow.avro import AvroDataFile
 from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, EqualityKeys, IcebergDeletes, kept_mask, row_deletes
+from starscan.arrow.dictionary_reads import dictionary_columns, expanded
 from starscan.arrow.nested import (
     FileKey,
     FileName,
@@ -285,6 +286,8 @@ class _OpenPart:
     # ~50 µs, much of a small file's read); None when threads read its row groups side by
     # side, each with a reader of its own over ``source`` and ``metadata``.
     parquet: Any = None
+    # Text columns read as dictionary codes and expanded after (starscan.arrow.dictionary_reads).
+    dictionary: tuple[str, ...] = ()
 
     @property
     def has_deletes(self) -> bool:
@@ -386,6 +389,7 @@ def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsU
         statistics.record(part.size, planned, not row_groups)
     if not row_groups:
         return None
+    dictionary = dictionary_columns(parquet.metadata, physical, columns, row_groups) if parquet is not None else ()
     position = {name: i for i, (name, _) in enumerate(read.needed)}  # = columns' order when all are present
     output_order = None
     if (exact_names and not rebase and len(present) == len(read.needed) == len(set(columns)) and not read.partition_columns
@@ -393,7 +397,7 @@ def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsU
         output_order = tuple(position[src] for _, src, _ in read.output)
     return _OpenPart(part, source, parquet.metadata if parquet is not None else None, columns, present, row_groups,
                      output_order, rebase, deleted if part.deletes is not None and len(deleted) else None, starts,
-                     equality, tuple(key_columns), orc, parquet if alone else None)
+                     equality, tuple(key_columns), orc, parquet if alone and not dictionary else None, dictionary)
 
 
 def _file_fields(schema: pa.Schema) -> Callable[[str | int], pa.Field | None]:
@@ -612,10 +616,9 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         elif opened.orc is not None:
             batches = (batch for _, batch in _orc_batches(opened, opened.columns, batch_rows))
         else:
-            parquet = opened.parquet if opened.parquet is not None else \
-                pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
-            batches = parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=opened.columns,
-                                           use_threads=False)
+            parquet = opened.parquet if opened.parquet is not None else _parquet_reader(opened)
+            batches = _expanded(opened, parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups,
+                                                             columns=opened.columns, use_threads=False))
         for raw in batches:
             order = opened.output_order
             if order is not None and raw.schema.names == opened.columns:
@@ -631,6 +634,17 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         raise SplitReadError(f"table {read.table}: file {part.relative} cannot be read: {_first_line(exc, part)}") from None
 
 
+def _parquet_reader(opened: _OpenPart) -> pq.ParquetFile:
+    """A reader of its own over the part's open file and footer (reads are positional, so
+    threads reading row groups of one file side by side do not disturb each other)."""
+    return pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us",
+                          read_dictionary=opened.dictionary or None)
+
+
+def _expanded(opened: _OpenPart, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    return expanded(batches, opened.dictionary) if opened.dictionary else batches
+
+
 def _positioned(opened: _OpenPart, row_groups: list[int], columns: list[str],
                 batch_rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The row groups' batches, each with the position in the file of its first row: a
@@ -639,10 +653,11 @@ def _positioned(opened: _OpenPart, row_groups: list[int], columns: list[str],
     if opened.orc is not None:
         yield from _orc_batches(opened, columns, batch_rows)
         return
-    parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
+    parquet = _parquet_reader(opened)
     for rg in row_groups:
         position = opened.row_group_starts[rg]
-        for raw in parquet.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False):
+        for raw in _expanded(opened, parquet.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=columns,
+                                                          use_threads=False)):
             yield position, raw
             position += raw.num_rows
 
@@ -689,7 +704,7 @@ def _without_positions(opened: _OpenPart, row_groups: list[int], columns: list[s
     with more than ``batch_rows`` rows is sliced; a slice holds at most ``_WIDER`` batches'
     buffers. (One mask per batch in ``_without_deleted``'s loop instead, also wider, cost
     25 % more CPU on the bench's table: 0.90 s against 0.72 s.)"""
-    parquet = pq.ParquetFile(opened.source, metadata=opened.metadata, coerce_int96_timestamp_unit="us")
+    parquet = _parquet_reader(opened)
     deleted = opened.deleted
     assert deleted is not None
     for rg in row_groups:
@@ -701,7 +716,8 @@ def _without_positions(opened: _OpenPart, row_groups: list[int], columns: list[s
             continue
         size = min(rows, max(batch_rows, -(-batch_rows * rows // kept)), _WIDER * batch_rows)
         position = 0
-        for raw in parquet.iter_batches(batch_size=size, row_groups=[rg], columns=columns, use_threads=False):
+        for raw in _expanded(opened, parquet.iter_batches(batch_size=size, row_groups=[rg], columns=columns,
+                                                          use_threads=False)):
             n = raw.num_rows
             part = keep[position:position + n] if keep is not None else None
             position += n
