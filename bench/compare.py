@@ -414,7 +414,12 @@ def gen_official_client(out: Path) -> str | None:
 
 class ServerMeter:
     """Peak RSS (sum over the server's processes, sampled every 50 ms) and CPU seconds; also
-    the peak of each role when ``procs_fn`` gives ``(role, process)`` pairs."""
+    the peak of each role when ``procs_fn`` gives ``(role, process)`` pairs.
+
+    The sampling thread runs in this process, which is also starscan's server (in-process):
+    its own CPU (psutil walks /proc for the JVM's children at every sample: ~7 % of the
+    server process's samples in a py-spy profile of a warm full scan) is taken off this
+    process's figures, so they are the server's alone."""
 
     def __init__(self, procs_fn):
         self.procs_fn = procs_fn
@@ -423,6 +428,7 @@ class ServerMeter:
         self._stop = threading.Event()
         self._thread = None
         self._cpu0 = 0.0
+        self._own_cpu_s = 0.0  # the sampling thread's, in this process
 
     def _roles(self):
         out = []
@@ -451,7 +457,9 @@ class ServerMeter:
 
     def _loop(self):
         while not self._stop.is_set():
+            t = time.thread_time()
             self._sample()
+            self._own_cpu_s += time.thread_time() - t
             self._stop.wait(0.05)
 
     def _cpu_by_pid(self) -> dict[int, tuple[str, float]]:
@@ -481,7 +489,9 @@ class ServerMeter:
         self.cpu_by_role: dict[str, float] = {}
         for pid, (role, cpu) in self._cpu_by_pid().items():
             start = self._cpu_start.get(pid, (role, 0.0))[1]
-            self.cpu_by_role[role] = self.cpu_by_role.get(role, 0.0) + cpu - start
+            own = self._own_cpu_s if pid == os.getpid() else 0.0
+            self.cpu_by_role[role] = self.cpu_by_role.get(role, 0.0) + cpu - start - own
+            self.cpu_s -= own
 
 
 def tree(proc: psutil.Process | None, exclude: set[int] = frozenset()):
@@ -703,7 +713,8 @@ def main(argv=None) -> int:
                 "the readers (each reads the whole result); rows/s likewise; first batch from the request (plan "
                 "included for starscan; toArrow() has none: = its total); server RSS = peak of the sum over the "
                 "server's processes (starscan: this Python process + its JVM; Connect: the spark-submit tree; Flight: "
-                "its process), sampled every 50 ms; CPU s = the server's CPU seconds in the run (median); "
+                "its process), sampled every 50 ms; CPU s = the server's CPU seconds in the run (median; "
+                "starscan's without the bench's sampling thread, which runs in its process); "
                 "ratios = MB/s (rows/s) ÷ the same workload's Spark Connect or Flight MB/s (rows/s)",
         "data": notes.get("data", ""),
         "queries": f"full `{qs['full']['sql']}`; filter `{qs['filter']['sql']}` (same projection/filter for "
