@@ -851,6 +851,10 @@ def render(results: dict, systems: list[str], qs: dict, concurrency: list[int]) 
                      "start of the scan): " + ", ".join(f"{role} {cpu[role]:.0f} ms" for role in
                                                       ("python", "jvm", "workers", "reader") if role in cpu)
                      + f"; sum {sum(cpu.values()):.0f} ms")
+        if fl and fl.get("cpu_ms_per_m"):  # the peer on the same rows: its server and its reader's process
+            peer = fl["cpu_ms_per_m"]
+            lines.append("- the same for Arrow Flight: " + ", ".join(f"{role} {ms:.0f} ms" for role, ms in sorted(peer.items()))
+                         + f"; sum {sum(peer.values()):.0f} ms")
     f = g("starscan", "filter", "warm", 1)
     lines.append(f"- filtered scan, first batch p50 < 0.3 s: {verdict(f['ttfb50'] < 0.3 if f else None)}, "
                  f"p50 {common.fmt(f and f['ttfb50'], 2)} s, p95 {common.fmt(f and f['ttfb95'], 2)} s (warm, 1 reader)")
