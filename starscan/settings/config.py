@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from starscan.core.errors import ConfigError
-from starscan.storage.stores import StorageOptions, check_location, is_uri, local_path
+from starscan.storage.locations import StorageOptions, check_location, is_uri, local_path
 
 ENV_PREFIX = "STARSCAN_"
 # Marks a field that takes effect on a running server (POST /api/update_config); every other

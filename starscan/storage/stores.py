@@ -18,7 +18,7 @@ import functools
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,93 +26,14 @@ import pyarrow.fs as pafs
 
 from starscan.core.errors import StorageDenied, StorageUnavailable
 from starscan.storage.files import is_hidden_folder
+from starscan.storage.locations import SCHEMES, StorageOptions, check_location, is_uri, local_path
 
-__all__ = ["LOCAL", "STALE", "Entry", "FolderStamp", "Storage", "StorageOptions", "is_uri", "local_path", "open_storage", "store_error"]
+__all__ = ["LOCAL", "SCHEMES", "STALE", "Entry", "FolderStamp", "Storage", "StorageOptions", "check_location", "is_uri", "local_path",
+           "open_storage", "store_error"]
 
 _LOCAL_FS = pafs.LocalFileSystem()
 # Hadoop's name for each scheme, for the Spark SQL path (s3a is Hadoop's S3 client).
 _HADOOP_SCHEMES = {"s3": "s3a", "s3a": "s3a", "gs": "gs", "gcs": "gs", "hdfs": "hdfs", "viewfs": "viewfs"}
-
-
-SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "hdfs", "viewfs")
-
-
-def check_location(location: str) -> None:
-    """A warehouse location starscan can serve, or ValueError saying what to use instead."""
-    if not is_uri(location):
-        return
-    scheme = urlsplit(location).scheme.lower()
-    if scheme not in SCHEMES:
-        raise ValueError(f"{location!r}: starscan cannot serve the scheme {scheme}://; use a local folder, "
-                         "s3://bucket/prefix (S3 and S3-compatible stores), gs://bucket/prefix or hdfs://host/path")
-    if not urlsplit(location).netloc and scheme != "file":
-        raise ValueError(f"{location!r} names no bucket or host")
-
-
-def is_uri(location: str) -> bool:
-    """``scheme://...`` (a single letter is a Windows drive, not a scheme)."""
-    scheme = urlsplit(location).scheme
-    return len(scheme) > 1 and "://" in location
-
-
-@dataclass(frozen=True)
-class StorageOptions:
-    """How to reach an S3-compatible store; unset fields fall back to the AWS environment."""
-
-    endpoint: str | None = None          # http://127.0.0.1:9000 for MinIO or a test server
-    region: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = field(default=None, repr=False)
-    session_token: str | None = field(default=None, repr=False)
-    path_style: bool | None = None       # None: path-style when an endpoint is set
-
-    def __post_init__(self) -> None:
-        # As the AWS SDKs and CLI do: the S3 service's own variable, then the general one.
-        if not self.endpoint:
-            from_env = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-            if from_env:
-                object.__setattr__(self, "endpoint", from_env)
-
-    @property
-    def path_style_requests(self) -> bool:
-        """Path-style requests (bucket in the path): as set, else when an endpoint is set."""
-        return self.path_style if self.path_style is not None else bool(self.endpoint)
-
-    def s3_filesystem(self) -> pafs.S3FileSystem:
-        kwargs: dict[str, Any] = {}
-        if self.endpoint:
-            parts = urlsplit(self.endpoint if "://" in self.endpoint else f"https://{self.endpoint}")
-            kwargs["endpoint_override"] = parts.netloc + parts.path.rstrip("/")
-            kwargs["scheme"] = parts.scheme or "https"
-        if self.region:
-            kwargs["region"] = self.region
-        if self.access_key_id or self.secret_access_key:
-            kwargs["access_key"] = self.access_key_id or ""
-            kwargs["secret_key"] = self.secret_access_key or ""
-            if self.session_token:
-                kwargs["session_token"] = self.session_token
-        kwargs["force_virtual_addressing"] = not self.path_style_requests
-        # A table read must not wait minutes on a store that does not answer.
-        kwargs["connect_timeout"] = 10
-        kwargs["request_timeout"] = 60
-        return pafs.S3FileSystem(**kwargs)
-
-    def hadoop_conf(self) -> dict[str, str]:
-        """The same options for Hadoop's s3a client (the Spark SQL path)."""
-        conf: dict[str, str] = {}
-        if self.endpoint:
-            conf["fs.s3a.endpoint"] = self.endpoint
-            conf["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https")).lower()
-        if self.region:
-            conf["fs.s3a.endpoint.region"] = self.region
-        conf["fs.s3a.path.style.access"] = str(self.path_style_requests).lower()
-        if self.access_key_id:
-            conf["fs.s3a.access.key"] = self.access_key_id
-        if self.secret_access_key:
-            conf["fs.s3a.secret.key"] = self.secret_access_key
-        if self.session_token:
-            conf["fs.s3a.session.token"] = self.session_token
-        return conf
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,8 +381,3 @@ def _store(scheme: str, netloc: str, options: StorageOptions | None) -> Storage:
             raise type(error)(error.message + hint) from None
         raise StorageUnavailable(f"cannot open {scheme}://{netloc}: {exc}{hint}") from None
     return Storage(fs, scheme, netloc)
-
-
-def local_path(location: str) -> str:
-    """A local location as a plain path (``file:///x`` -> ``/x``)."""
-    return urlsplit(location).path if location.startswith("file:") else location  # file:///x and Hadoop's file:/x
