@@ -13,12 +13,12 @@ would, and turns each plan into the read instructions and splits exactly as the 
 (``plan_arrow``). Then it runs each stage over all of the scan's rows, one batch at a time,
 and reads the CPU clock of the thread (or threads) doing it:
 
-- read: ``read_split`` of every split on one thread, as a Spark task reads it, without the
-  predicate;
+- read: ``read_split`` of every split on one thread, as a Spark task or the BE's own reader
+  reads it (in runs of up to 64 Ki rows, ``cut=False``), without the predicate;
 - filter: the same read with the predicate, minus the read alone (the row groups the
   statistics skip are skipped in both);
-- convert: ``BatchConverter.convert`` to the wire types, and ``rechunk`` to ``batch_size``
-  rows, as the task does;
+- convert: ``BatchConverter.convert`` of each run to the wire types, and ``rechunk`` to
+  ``batch_size`` rows, as the task does;
 - ipc: ``RecordBatch.serialize`` of each batch, as the task sends it;
 - push: the task's ``sendall`` of each frame over a Unix socket (as tasks on the BE's machine
   push) plus the BE's receive into Arrow's memory pool and ``read_record_batch``, in a process
@@ -179,7 +179,7 @@ def profile(read, splits, batch_rows: int) -> dict:
     clock = time.thread_time
     unfiltered = dataclasses.replace(read, filter=None)
     for split in splits:  # read alone
-        batches = read_split(unfiltered, split, batch_rows)
+        batches = read_split(unfiltered, split, batch_rows, cut=False)  # runs, as tasks and the BE read
         while True:
             t = clock()
             batch = next(batches, None)
@@ -196,7 +196,7 @@ def profile(read, splits, batch_rows: int) -> dict:
     rows = wire_bytes = 0
     ok = wire.TStatus(status_code=wire.TStatusCode.OK)
     for split in splits:
-        batches = read_split(read, split, batch_rows)
+        batches = read_split(read, split, batch_rows, cut=False)
         while True:
             t = clock()
             batch = next(batches, None)
