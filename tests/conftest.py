@@ -21,6 +21,14 @@ for _key in [k for k in os.environ if k.startswith("STARSCAN_")]:
 # Servers the tests start as subprocesses (`starscan serve`) skip the start-up warm-up scan:
 # it is worth its seconds to a reader, not to a test. tests/integration/test_warmup.py checks it.
 os.environ["STARSCAN_WARMUP_ROWS"] = "0"
+# Every JVM the suite starts (its SparkSessions, `starscan serve` children, a standalone
+# cluster's master, workers and executors) compiles with C1 only. A test's JVM lives for
+# minutes, and C2's compilations were about 45 % of the machine's CPU over a test file
+# (tests/integration/test_predicates.py alone on 2 cores: 155 -> 85-96 s of CPU, 95 -> 78-88
+# s wall); the tier changes how fast Spark's code runs, never what it computes. The java
+# launcher reads this variable (it notes so on stderr). A test that times a server as users
+# run it starts that server without it (support.servers.start_serve(user_jvm=True)).
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 DEMO_SCALE = 0.005  # 30k lineitem rows: enough batches, quick to write
 

@@ -30,7 +30,8 @@ SQL = "select * from `demo`.`lineitem`"
 @pytest.fixture(scope="module")
 def flink_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("flink")
-    proc, http_port, _, log = start_serve(tmp, demo_scale="0.1", spark_master=None, warmup_rows="300000")
+    proc, http_port, _, log = start_serve(tmp, demo_scale="0.1", spark_master=None, warmup_rows="300000",
+                                          user_jvm=True)
     try:
         # The BE listens before its warm-up ends; these readers are timed against a warm one.
         wait_until(lambda: "BE warm-up done" in (tmp / "serve.log").read_text(errors="replace"), timeout_s=300,

@@ -81,13 +81,14 @@ def basic(user: str, password: str) -> str:
 
 
 def start_serve(tmp_path, demo_scale: str = "0.002", spark_master: str | None = "local[1]", warmup_rows: str = "0",
-                demo_from: Path | None = None, **settings: str):
+                demo_from: Path | None = None, user_jvm: bool = False, **settings: str):
     """`starscan serve` as a user runs it (own process, own JVM; by default a small demo, one
     task slot, no warm-up; ``spark_master=None``: starscan's default), waited for until
     /api/health answers; ``settings``: more keys, as environment variables. ``demo_from``: a
     warehouse whose demo database is copied in first (the session server's: Spark's files of
-    the demo, which serve then does not write again, half of its start). Returns (process,
-    http_port, be_port, log file)."""
+    the demo, which serve then does not write again, half of its start). ``user_jvm``: its
+    JVM with the JIT users get, not the suite's C1 only (tests/conftest.py). Returns
+    (process, http_port, be_port, log file)."""
     import shutil
 
     import httpx
@@ -96,6 +97,8 @@ def start_serve(tmp_path, demo_scale: str = "0.002", spark_master: str | None = 
         shutil.copytree(Path(demo_from) / "demo.db", tmp_path / "wh" / "demo.db")
     http_port, be_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
+    if user_jvm:
+        env.pop("JDK_JAVA_OPTIONS", None)
     env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS=warmup_rows, STARSCAN_QUERY_PORT=str(free_port()),
                **{f"STARSCAN_{key.upper()}": value for key, value in settings.items()})
     log = (tmp_path / "serve.log").open("w")
