@@ -84,16 +84,24 @@ class StorageOptions:
         if self.endpoint:
             conf["fs.s3a.endpoint"] = self.endpoint
             conf["fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https")).lower()
-        if self.region:
-            conf["fs.s3a.endpoint.region"] = self.region
         conf["fs.s3a.path.style.access"] = str(self.path_style_requests).lower()
-        if self.access_key_id:
-            conf["fs.s3a.access.key"] = self.access_key_id
-        if self.secret_access_key:
-            conf["fs.s3a.secret.key"] = self.secret_access_key
-        if self.session_token:
-            conf["fs.s3a.session.token"] = self.session_token
-        return conf
+        return conf | self._named("fs.s3a.endpoint.region", "fs.s3a.access.key", "fs.s3a.secret.key",
+                                  "fs.s3a.session.token")
+
+    def delta_options(self) -> dict[str, str]:
+        """The same options for ``deltalake`` (delta-rs names them as AWS does)."""
+        out: dict[str, str] = {}
+        if self.endpoint:
+            out["AWS_ENDPOINT_URL"] = self.endpoint
+            out["AWS_ALLOW_HTTP"] = str(self.endpoint.startswith("http://")).lower()
+        out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(not self.path_style_requests).lower()
+        return out | self._named("AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+    def _named(self, region: str, access_key_id: str, secret_access_key: str, session_token: str) -> dict[str, str]:
+        """The region and credentials that are set, under another client's names for them."""
+        values = {region: self.region, access_key_id: self.access_key_id,
+                  secret_access_key: self.secret_access_key, session_token: self.session_token}
+        return {name: value for name, value in values.items() if value}
 
 
 def local_path(location: str) -> str:

@@ -61,24 +61,8 @@ class Storage:
         return (Storage, (self.fs, self.scheme, self.authority, self.options))
 
     def delta_options(self) -> dict[str, str] | None:
-        """The same store for ``deltalake`` (delta-rs names its options as AWS does)."""
-        if self.scheme != "s3":
-            return None
-        options = self.options or StorageOptions()
-        out: dict[str, str] = {}
-        if options.endpoint:
-            out["AWS_ENDPOINT_URL"] = options.endpoint
-            out["AWS_ALLOW_HTTP"] = str(options.endpoint.startswith("http://")).lower()
-        out["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(not options.path_style_requests).lower()
-        if options.region:
-            out["AWS_REGION"] = options.region
-        if options.access_key_id:
-            out["AWS_ACCESS_KEY_ID"] = options.access_key_id
-        if options.secret_access_key:
-            out["AWS_SECRET_ACCESS_KEY"] = options.secret_access_key
-        if options.session_token:
-            out["AWS_SESSION_TOKEN"] = options.session_token
-        return out
+        """The same store for ``deltalake``; None for a store it reaches by its own defaults."""
+        return (self.options or StorageOptions()).delta_options() if self.scheme == "s3" else None
 
     @property
     def is_local(self) -> bool:
