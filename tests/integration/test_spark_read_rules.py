@@ -22,6 +22,7 @@ import pymysql
 import pytest
 from support.readers import engine_counts
 
+from starscan.arrow.dictionary_reads import dictionary_columns
 from starscan.client import ReadError, connect
 
 DB = "rulesdb"
@@ -331,7 +332,6 @@ def test_text_spark_stored_as_dictionary_codes_reads_as_spark_reads_it(server, s
     ).write.parquet(str(folder))
     data = next(folder.glob("*.parquet"))
     footer = pq.ParquetFile(data)
-    from starscan.arrow.dictionary_reads import dictionary_columns
     assert dictionary_columns(footer.metadata, footer.schema_arrow, ["id", "flag", "note"],
                               list(range(footer.num_row_groups))) == ("flag",)  # the note chunk fell back
     whole = [w for w in WAYS if w != "mysql"]  # the MySQL port caps a result at max_rows (10,000 here)
