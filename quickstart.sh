@@ -52,7 +52,7 @@ checks() {
   (cd "$tree" && PYTHONPATH="$tree" lint-imports --config "$repo/pyproject.toml" --no-cache) || rc=1
   (cd "$tree" && mypy --config-file "$repo/pyproject.toml" --cache-dir "$tree/.mypy_cache" -p starscan) || rc=1
   rm -rf "$tree"
-  ruff check starscan planner provider gc || rc=1
+  ruff check starscan planner provider gc tests bench || rc=1
   return "$rc"
 }
 

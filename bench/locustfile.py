@@ -20,6 +20,7 @@ import base64
 import json
 import os
 import time
+from functools import partial
 
 import httpx
 from locust import HttpUser, User, constant, task
@@ -99,14 +100,14 @@ class ThriftScanUser(User):
         try:
             for endpoint, tablets in self.tablets.items():
                 client = self._client(endpoint)
-                opened = self._call("open_scanner", lambda: client.open_scanner(wire.TScanOpenParams(
+                opened = self._call("open_scanner", partial(client.open_scanner, wire.TScanOpenParams(
                     cluster="default_cluster", database=DB, table=TABLE, tablet_ids=tablets,
                     opaqued_query_plan=self.plan["opaqued_query_plan"], batch_size=BATCH_SIZE,
                     user=USER, passwd=PASSWORD)))
                 offset = 0
                 try:
                     for _ in range(MAX_CALLS_PER_SCAN):
-                        res = self._call("get_next", lambda: client.get_next(wire.TScanNextBatchParams(
+                        res = self._call("get_next", partial(client.get_next, wire.TScanNextBatchParams(
                             context_id=opened.context_id, offset=offset)), lambda r: len(r.rows or b""))
                         if res.eos:
                             break
@@ -116,7 +117,7 @@ class ThriftScanUser(User):
                         raise RuntimeError(f"no eos after {MAX_CALLS_PER_SCAN} get_next calls")
                 finally:
                     if endpoint in self.clients:
-                        self._call("close_scanner", lambda: client.close_scanner(
+                        self._call("close_scanner", partial(client.close_scanner,
                             wire.TScanCloseParams(context_id=opened.context_id)))
         except _Reported as e:
             exc = e.__cause__

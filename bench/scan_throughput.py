@@ -123,7 +123,7 @@ def scan_in_subprocess(fe: str, sql: str, concurrency: int, batch_size: int, tim
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        raise RuntimeError(f"client process timed out after {timeout_s:.0f} s")
+        raise RuntimeError(f"client process timed out after {timeout_s:.0f} s") from None
     if proc.returncode != 0:
         raise RuntimeError(f"client process failed (rc={proc.returncode}): {err[-2000:]}")
     return json.loads(out.strip().splitlines()[-1])
@@ -178,7 +178,7 @@ def measure_reference(spark, path: str, filtered: bool) -> dict:
         wall = time.perf_counter() - t0
         nbytes, rows = table.nbytes, table.num_rows
         del table
-    except Exception as exc:  # toArrow collects the whole result in the driver: it can run out of heap
+    except Exception as exc:  # noqa: BLE001 - toArrow collects the whole result in the driver: it can run out of heap
         text = str(exc)
         reason = "TaskResultLost (driver out of memory)" if "TaskResultLost" in text else text.splitlines()[0][:120]
         return {"errors": [reason]}

@@ -12,6 +12,7 @@ import ast
 import inspect
 
 import pytest
+from pyspark.errors import PySparkException
 from pyspark.sql import types as T
 
 from starscan import expr as E
@@ -250,7 +251,7 @@ def test_too_large_numeric_literals_are_invalid_sql(sess):
     for text in ("123456789012345678901234567890123456789", "1.23456789012345678901234567890123456789", "1e400"):
         with pytest.raises(SqlInvalid):
             to_column(where(f"c_dbl = {text}"), resolve)
-        with pytest.raises(Exception):
+        with pytest.raises(PySparkException):
             sess.sql(f"select * from starscan_pred_v where c_dbl = {text}").collect()
 
 

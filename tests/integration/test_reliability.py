@@ -145,7 +145,7 @@ def test_1_lost_replies_are_answered_again_and_every_row_arrives_once(rel_server
                 conn.close()
                 drops += 1
                 # The server sent its reply and moved on; the reader got nothing.
-                wait_until(lambda: ctx.offset > offset, what="the server to account the lost batch")
+                wait_until(lambda sent_to=offset: ctx.offset > sent_to, what="the server to account the lost batch")
                 sent = ctx.prev_rows
                 conn = Reader(("127.0.0.1", proxy.port))
                 res = conn.next(cid, offset)  # the reader reconnects and repeats its offset

@@ -191,7 +191,7 @@ def test_sixteen_concurrent_scanners_each_get_exactly_their_rows(client, be_addr
     assert not any(t.is_alive() for t in threads), "a scanner hung"
     assert not errors, errors
 
-    for i, (db, table, cols, where, use, oracle, batch_size, plan, sql) in enumerate(prepared):
+    for i, (db, table, cols, where, use, oracle, _batch_size, _plan, sql) in enumerate(prepared):
         want = spark_rows(spark, server, db, table, oracle, cols, where)
         assert sum(want.values()) > 0, f"test data: {sql} should select rows"
         assert results[i] == want, f"scanner {i} ({sql}, tablets {use}) got other rows than Spark"

@@ -11,6 +11,7 @@ import httpx
 import pytest
 import trustme
 from support.servers import basic, running_server
+from thriftpy2.transport import TTransportException
 
 from starscan.app.server import StarscanServer
 from starscan.client import StarscanClient, thrift_client
@@ -59,7 +60,7 @@ def test_client_without_certificate_is_refused(tls_server, ca):
         httpx.post(f"https://127.0.0.1:{tls_server.http_port}/api/db1/t1/_query_plan", content='{"sql":"select k1 from db1.t1"}',
                    headers={"Authorization": basic("root", "")}, verify=ctx, timeout=30).raise_for_status()
     conn = None
-    with pytest.raises(Exception):
+    with pytest.raises((ssl.SSLError, OSError, TTransportException)):
         conn = thrift_client("127.0.0.1", tls_server.be_port, 30, ssl_context=ctx)
         conn.get_next(wire.TScanNextBatchParams(context_id="x", offset=0))
     if conn is not None:
