@@ -25,7 +25,7 @@ from starscan.planner.consumer_lag import ConsumerLag, consumer_lags
 from starscan.planner.direct_plans import direct_plan
 from starscan.planner.pruning import prune
 from starscan.plans import codec as plan_codec
-from starscan.plans.tablet_lists import TabletLists, digest_of, to_plan_tablets
+from starscan.plans.tablet_lists import TabletLists, digest_of, plan_tablets
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
 from starscan.spark.schemas import SchemaResolver
@@ -357,7 +357,7 @@ class QueryPlanner:
         # Each file packs to more bytes than its path: a list whose paths alone pass the bound
         # is named by its digest without being packed first (a million files took 5 s each time).
         too_large = _paths_pass(tablets, inline_max)
-        packed = b"" if too_large else plan_codec.pack_tablets(to_plan_tablets(tablets))
+        packed = b"" if too_large else plan_codec.pack_tablets(plan_tablets(tablets))
         if not too_large and len(packed) <= inline_max:
             value = TabletParts(packed, None, None, b"")
         else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
@@ -43,17 +43,20 @@ log = logging.getLogger("starscan.plans.tablet_lists")
 DIGEST_BYTES = 16
 
 
-def to_plan_tablets(tablets: Iterable[Tablet]) -> list[Any]:
-    """catalog ``Tablet``s -> ``TPlanTablet``s."""
-    return [
-        plan_idl.TPlanTablet(
+def plan_tablets(tablets: Iterable[Tablet]) -> Iterator[Any]:
+    """catalog ``Tablet``s -> ``TPlanTablet``s, one at a time (``plan_codec.pack_tablets``)."""
+    for t in tablets:
+        yield plan_idl.TPlanTablet(
             tablet_id=t.tablet_id,
             files=[plan_idl.TPlanFile(path=f.path, size=f.size, mtime_ns=f.mtime_ns, deletes=f.deletes,
                                       partition=f.recorded_partition) for f in t.files],
             first_row_group=t.first_row_group, row_groups=t.row_groups, first_row=t.first_row, rows=t.rows,
         )
-        for t in tablets
-    ]
+
+
+def to_plan_tablets(tablets: Iterable[Tablet]) -> list[Any]:
+    """catalog ``Tablet``s -> ``TPlanTablet``s."""
+    return list(plan_tablets(tablets))
 
 
 def digest_of(tablets: Iterable[Any]) -> bytes:
@@ -94,7 +97,7 @@ class TabletLists:
     def _pack(self, digest: bytes, by_id: dict[int, Tablet]) -> None:
         try:
             with collector_paused():
-                packed = plan_codec.pack_tablets(to_plan_tablets(by_id.values()))
+                packed = plan_codec.pack_tablets(plan_tablets(by_id.values()))
             with self._lock:
                 if len(packed) > self._packed.maxsize:
                     self._too_large[digest] = None

@@ -146,7 +146,6 @@ class Warehouse:
         self._listings: LRUCache[str, _Listing] = LRUCache(maxsize=4096)  # table location -> _Listing
         self._refreshing: dict[str, threading.Event] = {}  # table location -> set when listed
         self._generation = 0  # counts invalidations
-        self._listeners: list[Callable[[str, str], None]] = []
         # Called with a folder table's location, new version, files (in path order) and
         # storage as soon as it is listed, before its tablets are cut (the schema's footer
         # read starts there: starscan.spark.schemas.SchemaResolver.prefetch).

@@ -67,3 +67,20 @@ def test_a_list_larger_than_the_store_is_packed_once_and_not_kept(monkeypatch):
     _wait_packed(lists, digest)
     assert packs == [1]
     assert lists.planned(digest, [tablets[0].tablet_id]) is None  # rebuilt from a listing when asked
+
+
+def test_tablets_packed_one_at_a_time_are_the_whole_lists_bytes():
+    from starscan.core.thrift_defs import plan as plan_idl
+    from starscan.plans import codec
+
+    files = [DataFile(f"p={i % 3}/part-{i:04d}.parquet", 100 + i, 1_700_000_000_000_000_000 + i, (("p", str(i % 3)),),
+                      deletes="dv" if i % 5 == 0 else None, recorded_partition='{"p":"1"}' if i % 7 == 0 else None)
+             for i in range(40)]
+    tablets = split_files("d.t", files, Sizing(target_bytes=1000, open_cost_bytes=100), lambda f: None)
+    planned = tl.to_plan_tablets(tablets)
+    planned[0].first_row_group, planned[0].row_groups, planned[0].first_row, planned[0].rows = 2, 3, 4096, 100
+    for some in ([], planned[:1], planned):
+        whole = codec.serialize(plan_idl.TPlanTablets(tablets=some))
+        assert codec.pack_tablets(iter(some)) == codec.pack_tablets(list(some)) == whole
+        assert codec.unpack_tablets(whole) == some
+    assert codec.pack_tablets(tl.plan_tablets(tablets)) == codec.pack_tablets(tl.to_plan_tablets(tablets))
