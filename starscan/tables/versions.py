@@ -62,51 +62,76 @@ class _State:
     The last version's file set (``current``) is parsed from the checkpoint only when it is
     first needed, with the journal's entries read meanwhile applied then: a server started
     again over an unchanged table of a million files finds its version recorded from the
-    checkpoint's log alone (parsing the file set took ~2 s of CPU beside its first plan)."""
+    checkpoint's log alone (parsing the file set took ~2 s of CPU beside its first plan).
+    Until then the state holds where the file set's text is in the checkpoint (``_current_at``:
+    the file, from byte, to byte), not the text: a million files' is ~50 MB, held for as long
+    as the table's version did not change. It is read under the table's lock (``_record``),
+    which any process replacing the checkpoint holds too, so it is the text ``stamp`` saw."""
 
-    __slots__ = ("location", "table", "seq", "log", "_current", "_current_text", "_unapplied", "stamp", "journal_id",
-                 "journal_at", "journal_lines")
+    __slots__ = ("location", "table", "seq", "log", "_current", "_current_at", "_unapplied", "stamp", "journal_id",
+                 "journal_at", "journal_lines", "laid_out_old")
 
     def __init__(self, location: str, doc: dict[str, Any] | None = None, stamp: tuple[int, int, int] | None = None,
-                 current_text: bytes | None = None):
+                 current_at: tuple[Path, int, int] | None = None):
         doc = doc or {}
         self.location = location
         self.table = doc.get("table", "")
         self.seq: int = doc.get("seq", len(doc.get("log", ())))
         self.log: list[dict[str, Any]] = doc.get("log", [])
         # (path, size, mtime_ns) -> None: the files of the last version recorded, in order;
-        # None until parsed from ``_current_text`` (then ``_unapplied`` entries are applied).
+        # None until parsed from the checkpoint (then ``_unapplied`` entries are applied).
         self._current: dict[FileKey, None] | None = None
-        self._current_text = current_text
+        self._current_at = current_at
         self._unapplied: list[dict[str, Any]] = []
-        if current_text is None:
+        if current_at is None:
             self._current = dict.fromkeys(map(tuple, doc.get("current", ())))
         self.stamp = stamp
         self.journal_id: int | None = None
         self.journal_at = 0
         self.journal_lines = 0
+        # A checkpoint with its file set before its log (this writer's layout before the
+        # file set was read lazily) is read whole at every start: ~230 MB of objects for a
+        # million files. It is written again in this layout by the next record.
+        self.laid_out_old = current_at is None and "current" in doc and doc.get("current") != []
 
     @property
     def current(self) -> dict[FileKey, None]:
         if self._current is None:
             try:
-                listed = json.loads(self._current_text or b"[]")
+                listed = json.loads(self._read_current() or b"[]")
                 if not isinstance(listed, list):
                     raise ValueError("not a list")
                 self._current = dict.fromkeys(map(tuple, listed))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OSError):
                 # An unreadable file set: the history starts again (what it held becomes
                 # unknown, never wrong), as for an unreadable checkpoint.
                 log.warning("the version history of %s has an unreadable file set; it starts again", self.location)
                 self.log, self._current, self._unapplied = [], {}, []
             for entry in self._unapplied:
                 self._change(entry)
-            self._current_text, self._unapplied = None, []
+            self._current_at, self._unapplied = None, []
         return self._current
 
     @current.setter
     def current(self, files: dict[FileKey, None]) -> None:
-        self._current, self._current_text, self._unapplied = files, None, []
+        self._current, self._current_at, self._unapplied = files, None, []
+
+    def _read_current(self) -> bytes | None:
+        """The file set's text where the checkpoint read at ``stamp`` holds it; a checkpoint
+        that is not that one any more raises ValueError (read as unreadable: the history
+        starts again, which makes what it held unknown, never wrong)."""
+        if self._current_at is None:
+            return None
+        path, start, end = self._current_at
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if (st.st_mtime_ns, st.st_size, st.st_ino) != self.stamp:
+                raise ValueError("the checkpoint was replaced")
+            fh.seek(start)
+            text = fh.read(end - start)
+        if len(text) != end - start:
+            raise ValueError("the checkpoint is shorter than when it was read")
+        return text
 
     def apply(self, entry: dict[str, Any], max_versions: int) -> None:
         if self._current is None:
@@ -188,7 +213,10 @@ class VersionHistory:
                 change: Change | None = None, count: int | None = None) -> None:
         with self._lock, self._table_lock(location):
             state = self._state(location)
+            paths = self._paths(location)
             if state.log and state.log[-1]["version"] == version:
+                if state.laid_out_old and paths is not None:
+                    self._write_checkpoint(state, *paths)  # read lazily from now on
                 return
             entry: dict[str, Any] = {"seq": state.seq + 1, "version": version, "at": round(time.time(), 3)}
             current = state.current
@@ -215,16 +243,11 @@ class VersionHistory:
             del state.log[:-self.max_versions]
             state.seq = entry["seq"]
             state.current = current
-            paths = self._paths(location)
             if paths is None:
                 return
             checkpoint, journal = paths
-            if first or state.journal_lines >= JOURNAL_LINES or state.journal_at >= JOURNAL_BYTES:
-                # The checkpoint first: a crash between the two leaves lines it holds already,
-                # which are skipped by their numbers; a reader of the old journal reads again.
-                write_private(checkpoint, state.checkpoint())
-                journal.unlink(missing_ok=True)
-                state.stamp, state.journal_id, state.journal_at, state.journal_lines = file_stamp(checkpoint), None, 0, 0
+            if first or state.laid_out_old or state.journal_lines >= JOURNAL_LINES or state.journal_at >= JOURNAL_BYTES:
+                self._write_checkpoint(state, checkpoint, journal)
                 return
             line = json.dumps(entry, separators=(",", ":")).encode("utf-8") + b"\n"
             fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -240,6 +263,16 @@ class VersionHistory:
                 os.close(fd)
             state.journal_at += len(line)
             state.journal_lines += 1
+
+    @staticmethod
+    def _write_checkpoint(state: _State, checkpoint: Path, journal: Path) -> None:
+        """The checkpoint first, then the journal it holds is removed: a crash between the two
+        leaves lines it holds already, which are skipped by their numbers; a reader of the
+        old journal reads again."""
+        write_private(checkpoint, state.checkpoint())
+        journal.unlink(missing_ok=True)
+        state.stamp, state.journal_id, state.journal_at, state.journal_lines = file_stamp(checkpoint), None, 0, 0
+        state.laid_out_old = False
 
     def _paths(self, location: str) -> tuple[Path, Path] | None:
         if self._folder is None:
@@ -270,8 +303,8 @@ class VersionHistory:
             stamp = file_stamp(checkpoint)
             if state is None or state.stamp != stamp:
                 found = _read_checkpoint(checkpoint, location)
-                doc, current_text = found if found is not None else (None, None)
-                state = self._states[location] = _State(location, doc, stamp, current_text)
+                doc, current_at = found if found is not None else (None, None)
+                state = self._states[location] = _State(location, doc, stamp, current_at=current_at)
             if self._replay(state, journal) and file_stamp(checkpoint) == stamp:
                 return state
             state = None
@@ -349,9 +382,10 @@ class VersionHistory:
 _CURRENT_KEY = b',"current":'
 
 
-def _read_checkpoint(path: Path, location: str) -> tuple[dict[str, Any], bytes | None] | None:
-    """A checkpoint's document without its file set, and the file set's JSON text (None:
-    the document held none, or held it elsewhere than last, and it is in the document)."""
+def _read_checkpoint(path: Path, location: str) -> tuple[dict[str, Any], tuple[Path, int, int] | None] | None:
+    """A checkpoint's document without its file set, and where the file set's JSON text is in
+    the file: (path, from byte, to byte) (None: the document held none, or held it elsewhere
+    than last, and it is in the document)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -361,16 +395,16 @@ def _read_checkpoint(path: Path, location: str) -> tuple[dict[str, Any], bytes |
     # Quotes inside JSON strings are escaped, so ',"current":' is a key; the writer puts the
     # document's own one last, after the log (whose entries have no such key).
     doc: Any = None
-    current_text: bytes | None = None
+    current_at: tuple[Path, int, int] | None = None
     cut = data.rfind(_CURRENT_KEY)
     if cut > 0 and data.endswith(b"]}"):
         try:
-            doc, current_text = json.loads(data[:cut] + b"}"), data[cut + len(_CURRENT_KEY):-1]
+            doc, current_at = json.loads(data[:cut] + b"}"), (path, cut + len(_CURRENT_KEY), len(data) - 1)
         except ValueError:
             pass
     if not isinstance(doc, dict) or "log" not in doc:  # not this writer's layout: read whole
         try:
-            doc, current_text = json.loads(data), None
+            doc, current_at = json.loads(data), None
         except ValueError:
             return None  # unreadable: start again
-    return (doc, current_text) if isinstance(doc, dict) and doc.get("location") == location else None
+    return (doc, current_at) if isinstance(doc, dict) and doc.get("location") == location else None

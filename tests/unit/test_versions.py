@@ -284,3 +284,59 @@ def test_an_unreadable_file_set_starts_the_history_again(tmp_path):
     with pytest.raises(VersionUnknown):
         again.added_since(loc, 1, 2)
     assert VersionHistory(tmp_path).added_since(loc, 2, 2) == []
+
+
+def test_a_restarted_history_holds_where_its_file_set_is_not_the_text(tmp_path):
+    """The file set's text stays in the checkpoint until a version needs it (a million files'
+    is ~50 MB); it is read from the checkpoint the state was read from, and one replaced
+    behind the history's back (no writer does: they hold the table's lock) is unreadable,
+    so the history starts again rather than compare against another file set."""
+    loc = "/wh/d.db/t"
+    history = VersionHistory(tmp_path)
+    history.observe("d.t", loc, 1, [A, B])
+    history.settled(loc)
+    again = VersionHistory(tmp_path)
+    assert again.position(loc, 1) == 0
+    state = again._states[loc]
+    assert state._current is None and not any(isinstance(getattr(state, s), bytes) for s in state.__slots__)
+    assert dict(state.current) == {A: None, B: None}  # read where it is
+
+    third = VersionHistory(tmp_path)
+    assert third.position(loc, 1) == 0
+    [checkpoint] = (tmp_path / "versions").glob("*.json")
+    text = checkpoint.read_bytes()
+    replaced = text.replace(b'"a.parquet"', b'"x.parquet"')
+    assert replaced != text
+    checkpoint.with_suffix(".tmp").write_bytes(replaced)
+    checkpoint.with_suffix(".tmp").replace(checkpoint)  # another file (inode) from now on
+    assert dict(third._states[loc].current) == {}  # not the text this state read: unknown
+    assert third._states[loc].log == []
+
+
+def test_a_checkpoint_with_its_file_set_first_is_laid_out_again_by_the_next_record(tmp_path):
+    """Earlier writers put the file set before the log, which makes every start read the
+    whole file set (a million files': ~230 MB of objects): the next record, of the same
+    version too, writes it again with the file set last, and later starts hold only where
+    it is. Nothing the history knew is lost."""
+    import hashlib
+    import json
+
+    loc = "/wh/d.db/t"
+    folder = tmp_path / "versions"
+    folder.mkdir()
+    name = hashlib.blake2b(loc.encode(), digest_size=16).hexdigest()
+    checkpoint = folder / f"{name}.json"
+    checkpoint.write_text(json.dumps({
+        "location": loc, "current": [list(A), list(B)], "seq": 2,
+        "log": [{"seq": 1, "version": 1, "at": 1.0, "added": [], "removed": []},
+                {"seq": 2, "version": 2, "at": 2.0, "added": [list(B)], "removed": []}], "table": "d.t"}))
+    history = VersionHistory(tmp_path)
+    history.observe("d.t", loc, 2, [A, B])  # the version recorded last: no new entry
+    history.settled(loc)
+    assert checkpoint.read_bytes().endswith(b'"current":[["a.parquet",10,1],["b.parquet",20,2]]}')
+    again = VersionHistory(tmp_path)
+    assert again.added_since(loc, 1, 2) == [B]
+    assert again._states[loc]._current is None and not again._states[loc].laid_out_old
+    again.observe("d.t", loc, 3, [A, B, C])
+    again.settled(loc)
+    assert VersionHistory(tmp_path).added_since(loc, 1, 3) == [B, C]
