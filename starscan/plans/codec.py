@@ -186,16 +186,31 @@ _TABLETS_HEAD, _STRUCT_STOP = _EMPTY_TABLETS[:-5], _EMPTY_TABLETS[-1:]
 assert _EMPTY_TABLETS[-5:] == b"\x00" * 5
 
 
-def pack_tablets(tablets: Iterable[Any]) -> bytes:
+def pack_tablets(tablets: Iterable[Any], index: dict[int, tuple[int, int]] | None = None) -> bytes:
     """``TPlanTablet``s -> the bytes carried in ``TScanPlan.tablets``: ``TPlanTablets``.
 
     Written one tablet at a time, so that a generator's tablets are let go as they are
     written: packing a million files' list as a list of ``TPlanFile`` objects took 125-200 MB
     above the listing at its peak, one tablet at a time 80 MB (the packed bytes, ~49 MB). A
     Thrift list is its element type and count followed by its elements' own encodings, so the
-    bytes are those of serializing the whole list (tests/unit/test_tablet_lists.py)."""
-    written = [serialize(tablet) for tablet in tablets]
+    bytes are those of serializing the whole list (tests/unit/test_tablet_lists.py).
+    ``index``, when given, is filled with where each tablet is in the bytes (tablet id ->
+    from, to), for ``unpack_tablet``."""
+    written = []
+    at = len(_TABLETS_HEAD) + _LIST_COUNT.size
+    for tablet in tablets:
+        one = serialize(tablet)
+        written.append(one)
+        if index is not None:
+            index[tablet.tablet_id] = (at, at + len(one))
+        at += len(one)
     return b"".join([_TABLETS_HEAD, _LIST_COUNT.pack(len(written)), *written, _STRUCT_STOP])
+
+
+def unpack_tablet(packed: bytes, start: int, end: int) -> Any:
+    """The ``TPlanTablet`` at ``packed[start:end]`` (a place ``pack_tablets`` indexed), for
+    bytes the server packed itself."""
+    return deserialize(plan_idl.TPlanTablet(), packed[start:end])
 
 
 def unpack_tablets(packed: bytes) -> list[Any]:

@@ -24,6 +24,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
@@ -71,15 +72,36 @@ def digest_of(tablets: Iterable[Any]) -> bytes:
     return h.digest()
 
 
+@dataclass(frozen=True)
+class _PackedList:
+    """A packed tablet list and where each of its tablets is in it (tablet id -> from, to)."""
+
+    packed: bytes
+    index: dict[int, tuple[int, int]]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.packed) + _INDEX_ENTRY_BYTES * len(self.index)
+
+
+#: What one tablet's entry in a packed list's index costs (a dict slot, an int, a tuple of two).
+_INDEX_ENTRY_BYTES = 200
+
+
+def _nbytes(stored: _PackedList) -> int:
+    return stored.nbytes
+
+
 class TabletLists:
     """Tablet lists by digest: a version's tablets as listed (``hold``) until a background
     thread has packed them into the store, where the least recently used are dropped beyond
-    ``max_bytes``."""
+    ``max_bytes``. A scanner's tablets are decoded from the packed list alone, where the list's
+    index says they are: decoding whole lists, and keeping the last eight decoded, held a
+    million files' list as a million ``TPlanFile`` objects per version read."""
 
     def __init__(self, max_bytes: int):
         self._lock = threading.Lock()
-        self._packed: LRUCache[bytes, bytes] = LRUCache(maxsize=max(1, max_bytes), getsizeof=len)
-        self._decoded: LRUCache[bytes, dict[int, Any]] = LRUCache(maxsize=8)  # digest -> {tablet_id: TPlanTablet}
+        self._packed: LRUCache[bytes, _PackedList] = LRUCache(maxsize=max(1, max_bytes), getsizeof=_nbytes)
         self._held: dict[bytes, dict[int, Tablet]] = {}  # digest -> a version's tablets by id, until packed
         self._too_large: LRUCache[bytes, None] = LRUCache(maxsize=64)  # packed, and larger than the store
 
@@ -89,7 +111,7 @@ class TabletLists:
         a thread of its own, after which they are let go (a snapshot's objects take far more
         memory than its packed list)."""
         with self._lock:
-            if digest in self._held or digest in self._packed or digest in self._decoded or digest in self._too_large:
+            if digest in self._held or digest in self._packed or digest in self._too_large:
                 return  # (a list too large for the store is rebuilt from a listing when asked for)
             self._held[digest] = by_id
         threading.Thread(target=self._pack, args=(digest, by_id), name="starscan-tablet-list", daemon=True).start()
@@ -97,9 +119,10 @@ class TabletLists:
     def _pack(self, digest: bytes, by_id: dict[int, Tablet]) -> None:
         try:
             with collector_paused():
-                packed = plan_codec.pack_tablets(plan_tablets(by_id.values()))
+                index: dict[int, tuple[int, int]] = {}
+                packed = _PackedList(plan_codec.pack_tablets(plan_tablets(by_id.values()), index), index)
             with self._lock:
-                if len(packed) > self._packed.maxsize:
+                if packed.nbytes > self._packed.maxsize:
                     self._too_large[digest] = None
                 elif digest not in self._packed:
                     self._packed[digest] = packed
@@ -116,24 +139,11 @@ class TabletLists:
             held = self._held.get(digest)
         if held is not None:
             return to_plan_tablets(held[i] for i in tablet_ids if i in held)
-        by_id = self._tablets(digest)
-        if by_id is None:
-            return None
-        return [by_id[i] for i in tablet_ids if i in by_id]
-
-    def _tablets(self, digest: bytes) -> dict[int, Any] | None:
-        """``{tablet_id: TPlanTablet}`` of a packed list, or None when it is not stored."""
         with self._lock:
-            decoded = self._decoded.get(digest)
-            if decoded is not None:
-                return decoded
-            packed = self._packed.get(digest)
-        if packed is None:
+            stored = self._packed.get(digest)
+        if stored is None:
             return None
-        decoded = {t.tablet_id: t for t in plan_codec.unpack_tablets(packed)}
-        with self._lock:
-            self._decoded[digest] = decoded
-        return decoded
+        return [plan_codec.unpack_tablet(stored.packed, *stored.index[i]) for i in tablet_ids if i in stored.index]
 
 
 def planned_tablets(plan: Any, lists: TabletLists, warehouse: Warehouse | None = None) -> list[Any]:

@@ -42,7 +42,7 @@ def test_a_held_list_answers_at_once_and_the_same_once_packed(monkeypatch):
     lists = tl.TabletLists(1 << 20)
     gate = threading.Event()
     real_pack = tl.plan_codec.pack_tablets
-    monkeypatch.setattr(tl.plan_codec, "pack_tablets", lambda ts: gate.wait(10) and real_pack(ts))
+    monkeypatch.setattr(tl.plan_codec, "pack_tablets", lambda ts, *index: gate.wait(10) and real_pack(ts, *index))
     lists.hold(digest, by_id)
     ids = [tablets[3].tablet_id, tablets[0].tablet_id, 12345]
     held = lists.planned(digest, ids)  # before it is packed
@@ -60,7 +60,7 @@ def test_a_list_larger_than_the_store_is_packed_once_and_not_kept(monkeypatch):
     lists = tl.TabletLists(1)  # the store holds nothing this large (its floor: 1 byte)
     packs: list[int] = []
     real_pack = tl.plan_codec.pack_tablets
-    monkeypatch.setattr(tl.plan_codec, "pack_tablets", lambda ts: packs.append(1) or real_pack(ts))
+    monkeypatch.setattr(tl.plan_codec, "pack_tablets", lambda ts, *index: packs.append(1) or real_pack(ts, *index))
     lists.hold(digest, by_id)
     _wait_packed(lists, digest)
     lists.hold(digest, by_id)  # as each plan of the version does
@@ -84,3 +84,19 @@ def test_tablets_packed_one_at_a_time_are_the_whole_lists_bytes():
         assert codec.pack_tablets(iter(some)) == codec.pack_tablets(list(some)) == whole
         assert codec.unpack_tablets(whole) == some
     assert codec.pack_tablets(tl.plan_tablets(tablets)) == codec.pack_tablets(tl.to_plan_tablets(tablets))
+
+
+def test_a_packed_list_answers_a_scanners_tablets_without_decoding_the_rest(monkeypatch):
+    tablets = _tablets(300)
+    by_id = {t.tablet_id: t for t in tablets}
+    digest = tl.digest_of(tablets)
+    lists = tl.TabletLists(1 << 20)
+    lists.hold(digest, by_id)
+    _wait_packed(lists, digest)
+    monkeypatch.setattr(tl.plan_codec, "unpack_tablets", lambda packed: (_ for _ in ()).throw(AssertionError("whole list")))
+    decoded: list[int] = []
+    real_one = tl.plan_codec.unpack_tablet
+    monkeypatch.setattr(tl.plan_codec, "unpack_tablet", lambda *a: decoded.append(1) or real_one(*a))
+    some = [tablets[i] for i in (17, 3, len(tablets) - 1, 0)]
+    assert lists.planned(digest, [t.tablet_id for t in some] + [999]) == tl.to_plan_tablets(some)
+    assert len(decoded) == len(some) < len(tablets)
