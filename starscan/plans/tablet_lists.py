@@ -25,6 +25,7 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
@@ -88,10 +89,6 @@ class _PackedList:
 _INDEX_ENTRY_BYTES = 200
 
 
-def _nbytes(stored: _PackedList) -> int:
-    return stored.nbytes
-
-
 class TabletLists:
     """Tablet lists by digest: a version's tablets as listed (``hold``) until a background
     thread has packed them into the store, where the least recently used are dropped beyond
@@ -101,7 +98,7 @@ class TabletLists:
 
     def __init__(self, max_bytes: int):
         self._lock = threading.Lock()
-        self._packed: LRUCache[bytes, _PackedList] = LRUCache(maxsize=max(1, max_bytes), getsizeof=_nbytes)
+        self._packed: LRUCache[bytes, _PackedList] = LRUCache(maxsize=max(1, max_bytes), getsizeof=attrgetter("nbytes"))
         self._held: dict[bytes, dict[int, Tablet]] = {}  # digest -> a version's tablets by id, until packed
         self._too_large: LRUCache[bytes, None] = LRUCache(maxsize=64)  # packed, and larger than the store
 

@@ -59,9 +59,13 @@ def table_file(folder: Path, location: str, suffix: str) -> Path:
 def file_stamp(path: Path) -> tuple[int, int, int] | None:
     """(mtime, size, inode) of a file: another one once it was replaced; None when absent."""
     try:
-        st = path.stat()
+        return stat_stamp(path.stat())
     except OSError:
         return None
+
+
+def stat_stamp(st: os.stat_result) -> tuple[int, int, int]:
+    """``file_stamp`` of a file already stat-ed (an open one: ``os.fstat``)."""
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from starscan.core.collector import collector_paused
 from starscan.core.errors import TableRewritten, VersionUnknown
-from starscan.storage.files import exclusive_lock, file_stamp, table_file, write_private
+from starscan.storage.files import exclusive_lock, file_stamp, stat_stamp, table_file, write_private
 
 log = logging.getLogger("starscan.tables.versions")
 
@@ -124,8 +124,7 @@ class _State:
             return None
         path, start, end = self._current_at
         with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if (st.st_mtime_ns, st.st_size, st.st_ino) != self.stamp:
+            if stat_stamp(os.fstat(fh.fileno())) != self.stamp:
                 raise ValueError("the checkpoint was replaced")
             fh.seek(start)
             text = fh.read(end - start)
