@@ -26,6 +26,7 @@ import pyarrow.fs as pafs
 
 from starscan.core.errors import StorageDenied, StorageUnavailable
 from starscan.storage.files import is_hidden_folder
+from starscan.storage.folder_entries import FileColumns, FolderEntries, FolderReader
 from starscan.storage.locations import SCHEMES, StorageOptions, check_location, is_uri, local_path
 
 __all__ = ["LOCAL", "SCHEMES", "STALE", "Entry", "FolderStamp", "Storage", "StorageOptions", "check_location", "is_uri", "local_path",
@@ -131,16 +132,18 @@ class Storage:
         modification time, in no particular order; folders Spark's listing leaves out (starscan.storage.files.is_hidden_folder) are not entered."""
         if self.fs is None:
             for folder, files in _walk_local(location, ""):
-                for name, size, mtime_ns in files or ():
+                rows = files.rows() if isinstance(files, FileColumns) else files or ()
+                for name, size, mtime_ns in rows:
                     yield Entry(folder + name, False, size, mtime_ns)
             return
         yield from self._walk_store(location)
 
     def walk_folders(self, location: str, folders: dict[str, FolderStamp] | None = None,
                      known: dict[str, FolderStamp] | None = None
-                     ) -> Iterator[tuple[str, list[tuple[str, int, int]] | None]]:
+                     ) -> Iterator[tuple[str, Files]]:
         """``walk_files`` folder by folder: (the folder's relative path, '' or ending in '/';
-        its files' (name, size, modification time)), a folder perhaps in several parts. A
+        its files' (name, size, modification time), as ``FileColumns`` or Python rows), a
+        folder perhaps in several parts. A
         table of a million files is listed without an object per file on the way (their
         construction took seconds of a first plan: issue 39).
 
@@ -242,25 +245,32 @@ class Storage:
 @dataclass(slots=True)
 class FolderStamp:
     """A local folder as a walk found it: its modification time, taken before its entries
-    were read (``STALE``: read it again at the next walk), and the folders below it the
-    walk entered, as (absolute path, path relative to the walk's root)."""
+    were read (``STALE``: read it again at the next walk), the folders below it the walk
+    entered, as (absolute path, path relative to the walk's root), and its regular files
+    when there are many (the next walk stats only files it does not hold:
+    starscan.storage.folder_entries)."""
 
     mtime_ns: int
     subfolders: tuple[tuple[str, str], ...] = ()
+    entries: FolderEntries | None = None
 
 
 STALE = -1  # a FolderStamp.mtime_ns no folder has
 
+#: What a walk yields per folder part: its files as columns, as Python rows (a name Arrow
+#: cannot hold), or None (unchanged since the walk before).
+Files = FileColumns | list[tuple[str, int, int]] | None
+
 
 def _walk_local(directory: str, rel: str, folders: dict[str, FolderStamp] | None = None,
-                chunk: int = 4096, known: dict[str, FolderStamp] | None = None
-                ) -> Iterator[tuple[str, list[tuple[str, int, int]] | None]]:
+                chunk: int = 4096, known: dict[str, FolderStamp] | None = None) -> Iterator[tuple[str, Files]]:
     """The files below ``directory`` in the order the folder gives them (callers sort what
     they keep), as (``rel``, files) of up to ``chunk`` files at a time: a folder's entries
     are not all held at once, which for a folder of a million files was over a gigabyte of
     ``DirEntry`` objects (issue 39). pyarrow's local listing was no faster here: reading a
     million ``FileInfo`` objects' fields costs what it saves. A folder ``known`` with its
-    present modification time is not read: (``rel``, None) (``Storage.walk_folders``)."""
+    present modification time is not read: (``rel``, None) (``Storage.walk_folders``); one
+    known with other files stats only the files it did not hold (FolderReader)."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     except (FileNotFoundError, NotADirectoryError):
@@ -278,28 +288,19 @@ def _walk_local(directory: str, rel: str, folders: dict[str, FolderStamp] | None
             for path, below in before.subfolders:
                 yield from _walk_local(path, below, folders, chunk, known)
             return
-        files: list[tuple[str, int, int]] = []
-        subfolders = []
+        reader = FolderReader(fd, before.entries if before is not None else None, folders is not None, chunk)
         # Read through the folder's descriptor: each entry's stat is then an fstatat of its
         # name, not a walk of its whole path (~10 % of a million files' walk here).
         with os.scandir(fd) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    if not is_hidden_folder(entry.name):
-                        subfolders.append((os.path.join(directory, entry.name), f"{rel}{entry.name}/"))
-                elif entry.is_file():
-                    st = entry.stat()
-                    files.append((entry.name, st.st_size, st.st_mtime_ns))
-                    if len(files) >= chunk:
-                        yield rel, files
-                        files = []
+            for files in reader.read(entries):
+                yield rel, files
     finally:
         if fd >= 0:
             os.close(fd)
+    subfolders = tuple((os.path.join(directory, name), f"{rel}{name}/")
+                       for name in reader.subfolders if not is_hidden_folder(name))
     if folders is not None:
-        folders[directory] = FolderStamp(mtime_ns, tuple(subfolders))
-    if files:
-        yield rel, files
+        folders[directory] = FolderStamp(mtime_ns, subfolders, reader.entries())
     for path, below in subfolders:
         yield from _walk_local(path, below, folders, chunk, known)
 

@@ -544,7 +544,7 @@ class Warehouse:
         if schema_json is None:
             # A listing made from the one before says what changed since that one's version:
             # the history then needs no pass over every file.
-            change = (previous.version, *listed.changes_since(kept)) \
+            change = (previous.version, *listed.changes()) \
                 if listed is not None and kept is not None and previous is not None else None
             self.history.observe(f"{db}.{table}", location, version, ((f.path, f.size, f.mtime_ns) for f in files),
                                  change=change, count=len(files))

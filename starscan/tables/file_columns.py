@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from starscan.storage.files import is_hidden
+from starscan.storage.folder_entries import FileColumns
 
 __all__ = ["FolderColumns", "RELEASE_FILES", "WalkedFolder", "release_unused"]
 
@@ -51,9 +52,10 @@ class FolderColumns:
 
 
 class WalkedFolder:
-    """One folder's files as a walk gives them, in chunks of (name, size, mtime_ns), kept as
-    Arrow columns (a chunk's tuples are let go as soon as it is added). Names Arrow cannot
-    hold (undecodable bytes the file system gave as surrogates) keep the folder in Python."""
+    """One folder's files as a walk gives them, in chunks of Arrow columns or of (name, size,
+    mtime_ns) rows, kept as Arrow columns (a chunk's tuples are let go as soon as it is
+    added). Names Arrow cannot hold (undecodable bytes the file system gave as surrogates)
+    keep the folder in Python."""
 
     __slots__ = ("folder", "_names", "_sizes", "_mtimes", "_rows")
 
@@ -64,8 +66,16 @@ class WalkedFolder:
         self._mtimes: list[pa.Array] = []
         self._rows: list[tuple[str, int, int]] | None = None  # Python rows, once a name would not convert
 
-    def add(self, listed: list[tuple[str, int, int]]) -> None:
-        if not listed:
+    def add(self, listed: FileColumns | list[tuple[str, int, int]]) -> None:
+        if not len(listed):
+            return
+        if isinstance(listed, FileColumns):
+            if self._rows is not None:
+                self._rows.extend(listed.rows())
+            else:
+                self._names.append(listed.names)
+                self._sizes.append(listed.sizes)
+                self._mtimes.append(listed.mtimes)
             return
         if self._rows is not None:
             self._rows.extend(listed)

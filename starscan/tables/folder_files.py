@@ -8,7 +8,9 @@ A local table's listing also remembers, per folder, its modification time and it
 (``FolderFiles``). The next listing reads only the folders whose time moved (a file added,
 removed or renamed in it changes it) and takes the others' files from the listing before:
 a streaming job that appends to the partition of the hour re-lists that partition, not a
-table of a million files. A file rewritten in place under its name changes no folder; the
+table of a million files. A large folder read again stats only the files it did not hold
+before (starscan.storage.folder_entries), and keeps the listing before's objects of the files
+that are the same. A file rewritten in place under its name changes no folder; the
 warehouse stat-s every file now and then for that (starscan.tables.catalog,
 ``FILES_CHECK_SPACING``), as a full walk does.
 """
@@ -22,6 +24,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from starscan.storage.files import is_hidden_folder
+from starscan.storage.folder_entries import SETTLED_NS
 from starscan.storage.hadoop_paths import partition_of
 from starscan.storage.stores import LOCAL, STALE, FolderStamp, Storage
 from starscan.tables.file_columns import FolderColumns, WalkedFolder
@@ -31,7 +34,7 @@ __all__ = ["DataFile", "FolderFiles", "Partition", "RACY_FOLDER_NS", "list_folde
 
 #: A folder modified less than this before it was walked is read again at the next listing
 #: rather than trusted by its modification time (clocks of 1 s and coarse kernel ticks).
-RACY_FOLDER_NS = 2_000_000_000
+RACY_FOLDER_NS = SETTLED_NS
 
 Partition = tuple[tuple[str, "str | None"], ...]
 FileKey = tuple[str, int, int]  # path, size, mtime_ns
@@ -72,19 +75,15 @@ class FolderFiles:
     # The folders this listing read, as columns aligned with their files (file_columns): for
     # cutting the tablets of this listing, then let go (``columns.clear()``).
     columns: dict[str, FolderColumns] = field(default_factory=dict)
+    # What changed since the listing this one was made from (``changes``).
+    added: list[FileKey] = field(default_factory=list)
+    removed: list[FileKey] = field(default_factory=list)
 
-    def changes_since(self, before: FolderFiles) -> tuple[list[FileKey], list[FileKey]]:
+    def changes(self) -> tuple[list[FileKey], list[FileKey]]:
         """The files added and the files removed (a rewritten file is both) since the
-        listing ``before`` this one was made from: only the folders this one read, and those
-        gone, are compared."""
-        added: list[FileKey] = []
-        removed: list[FileKey] = []
-        for folder in self.read | (before.by_folder.keys() - self.by_folder.keys()):
-            old = {(f.path, f.size, f.mtime_ns) for f in before.by_folder.get(folder, ())}
-            new = {(f.path, f.size, f.mtime_ns) for f in self.by_folder.get(folder, ())}
-            added.extend(new - old)
-            removed.extend(old - new)
-        return added, removed
+        listing this one was made from (``list_folder_table``'s ``before``): only the folders
+        this one read, and those gone, differ. Empty for a listing made from none."""
+        return self.added, self.removed
 
     def by_partition(self) -> dict[Partition, list[DataFile]]:
         """The files of each partition (a partition's folder's list itself, not a copy)."""
@@ -158,18 +157,28 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
     # at every listing took 1.3 s of a streaming table's.
     digests: dict[str, bytes] = {}
     columns: dict[str, FolderColumns] = {}
+    added: list[FileKey] = []
+    removed: list[FileKey] = []
     for folder, walk in walked.items():
         paths, sizes, mtimes, found = walk.files()
         if not paths:
             continue  # a folder of no data file is no part of the set
         partition = partitions[folder]
         assert partition is not None  # (only the folders of partitions are walked)
-        by_folder[folder] = [DataFile(path, size, mtime_ns, partition) for path, size, mtime_ns in zip(paths, sizes, mtimes)]
+        if before is None:
+            by_folder[folder] = [DataFile(path, size, mtime_ns, partition)
+                                 for path, size, mtime_ns in zip(paths, sizes, mtimes, strict=True)]
+        else:
+            by_folder[folder] = _merged(before.by_folder.get(folder, []), paths, sizes, mtimes, partition,
+                                        added, removed)
         if found is not None:
             columns[folder] = found
             digests[folder] = hashlib.blake2b(found.identities(), digest_size=16).digest()
     del walked
     by_folder = {folder: kept for folder, kept in by_folder.items() if kept}
+    if before is not None:  # the files of folders gone, or read and now of no data file
+        for folder in (read | before.by_folder.keys()) - by_folder.keys():
+            removed.extend((f.path, f.size, f.mtime_ns) for f in before.by_folder.get(folder, ()))
     for folder, kept in by_folder.items():
         if folder in digests:
             continue
@@ -193,7 +202,34 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
                 part_cols.append(col)
     if local:
         _mark_racy(folders)
-    return FolderFiles(files, part_cols, folders, by_folder, read, partitions, digests, version, columns)
+    return FolderFiles(files, part_cols, folders, by_folder, read, partitions, digests, version, columns,
+                       added, removed)
+
+
+def _merged(old: list[DataFile], paths: list[str], sizes: list[int], mtimes: list[int], partition: Partition,
+            added: list[FileKey], removed: list[FileKey]) -> list[DataFile]:
+    """A folder read again: its files (paths, sizes, times in path order), each one the
+    listing before held with the same identity being that listing's object, and what was
+    added and removed appended to ``added`` and ``removed``. One pass over both lists, which
+    are in path order; a million files' sets compared took 4.4 s, new objects for them 1.5 s."""
+    files: list[DataFile] = []
+    i, count = 0, len(old)
+    for path, size, mtime_ns in zip(paths, sizes, mtimes, strict=True):
+        while i < count and old[i].path < path:
+            gone = old[i]
+            removed.append((gone.path, gone.size, gone.mtime_ns))
+            i += 1
+        if i < count and old[i].path == path:
+            was = old[i]
+            i += 1
+            if was.size == size and was.mtime_ns == mtime_ns:
+                files.append(was)
+                continue
+            removed.append((was.path, was.size, was.mtime_ns))
+        added.append((path, size, mtime_ns))
+        files.append(DataFile(path, size, mtime_ns, partition))
+    removed.extend((gone.path, gone.size, gone.mtime_ns) for gone in old[i:])
+    return files
 
 
 def _digest(files: list[DataFile]) -> bytes:
@@ -207,4 +243,4 @@ def _mark_racy(folders: dict[str, FolderStamp]) -> None:
     recent = time.time_ns() - RACY_FOLDER_NS
     for path, stamp in folders.items():
         if stamp.mtime_ns > recent:
-            folders[path] = FolderStamp(STALE, stamp.subfolders)
+            folders[path] = FolderStamp(STALE, stamp.subfolders, stamp.entries)

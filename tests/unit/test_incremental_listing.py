@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from starscan.storage import stores
+from starscan.storage import folder_entries, stores
 from starscan.tables.catalog import Warehouse
 from starscan.tables.tablets import Sizing
 
@@ -25,9 +25,10 @@ def _write(path, rows=3, start=0):
 
 
 def _settle(folder):
-    """Every folder below (and at) ``folder`` modified long ago: none is racily clean."""
-    for path in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
-        os.utime(path, ns=(LONG_AGO, LONG_AGO))
+    """Every folder and file below (and at) ``folder`` modified long ago: none is racily
+    clean, none may still be written."""
+    for path in [folder, *folder.rglob("*")]:
+        os.utime(path, ns=(LONG_AGO, LONG_AGO), follow_symlinks=False)
 
 
 @pytest.fixture()
@@ -41,6 +42,16 @@ def table(tmp_path):
     _write(t / "notes" / "skipped.parquet")  # not a partition folder: Spark skips it
     _settle(t)
     return root, t
+
+
+@pytest.fixture(autouse=True, params=["small folders", "folders remembered"])
+def entries_min(request, monkeypatch):
+    """Every test twice: with this table's folders too small to be remembered (each one read
+    again is stat-ed whole), and with every folder remembered (a folder read again stats
+    only the files it did not hold: starscan.storage.folder_entries)."""
+    if request.param == "folders remembered":
+        monkeypatch.setattr(folder_entries, "ENTRIES_MIN", 1)
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -130,8 +141,8 @@ def test_new_removed_and_renamed_folders_and_files_are_seen(table, reads):
 
 
 def test_a_file_replaced_under_its_name_in_a_changed_folder_is_seen_at_once(table):
-    """A folder that changed is read whole, every file stat-ed: a file renamed over another
-    (a writer's atomic replace) shows with its new size at the next listing."""
+    """A file renamed over another (a writer's atomic replace) shows with its new size at
+    the next listing: the name has another inode now."""
     root, t = table
     now = [0.0]
     wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
@@ -196,3 +207,106 @@ def test_folders_without_data_files_leave_the_version_as_it_is(table):
     again = wh.snapshot("d", "t")
     assert again.version == first.version
     _same_as_from_scratch(root, again)
+
+
+@pytest.fixture()
+def stats(monkeypatch):
+    """The files a walk stat-s by name after reading a folder remembered before (a stat
+    through the folder's descriptor)."""
+    seen: list[str] = []
+    real = folder_entries.os.stat
+
+    def stat(path, *args, **kwargs):
+        if kwargs.get("dir_fd") is not None:
+            seen.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(folder_entries.os, "stat", stat)
+    return seen
+
+
+def test_a_remembered_folder_stats_only_its_new_files(table, stats, entries_min):
+    """A folder read again after an append takes the others' sizes and times from the walk
+    before: one stat, the new file's (a small folder's are stat-ed as it is read)."""
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    first = wh.snapshot("d", "t")
+    _write(t / "day=2024-01-03" / "part-9.parquet", rows=50, start=900)
+    stats.clear()
+    now[0] += 20
+    second = wh.snapshot("d", "t")
+    assert stats == (["part-9.parquet"] if entries_min == "folders remembered" else [])
+    _same_as_from_scratch(root, second)
+    new = next(f for f in second.files if f.path == "day=2024-01-03/part-9.parquet")
+    assert wh.history.added_since(second.location, first.version, second.version) == [(new.path, new.size, new.mtime_ns)]
+    # The files the folder held before are the listing's own objects again.
+    old = {f.path: f for f in first.files}
+    assert all(f is old[f.path] for f in second.files if f.path in old)
+
+
+def test_a_file_just_written_is_stat_ed_again(table, stats, entries_min):
+    """A file modified moments before the walk that stat-ed it may still be written: the next
+    walk of its folder stats it again, and sees it grown."""
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    growing = t / "day=2024-01-02" / "part-8.parquet"
+    growing.write_bytes(b"PAR1")  # a writer's first bytes, written in place
+    wh.snapshot("d", "t")
+    _write(growing, rows=40)  # the rest of it: same name, same inode
+    _write(t / "day=2024-01-02" / "part-9.parquet")
+    stats.clear()
+    now[0] += 20
+    snap = wh.snapshot("d", "t")
+    assert set(stats) == ({"part-8.parquet", "part-9.parquet"} if entries_min == "folders remembered" else set())
+    assert {f.path: f.size for f in snap.files}["day=2024-01-02/part-8.parquet"] == growing.stat().st_size
+    _same_as_from_scratch(root, snap)
+
+
+def test_a_settled_file_rewritten_in_place_shows_when_the_files_are_due(table, monkeypatch, entries_min):
+    """A file rewritten in place (same name, same inode) in a folder that also changed
+    otherwise: in a remembered folder it shows, as a rewrite in a folder that did not
+    change does, once every file is due to be stat-ed again; the answer is then the one a
+    listing from scratch gives."""
+    from starscan.tables import catalog
+
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    wh.snapshot("d", "t")
+    path = t / "day=2024-01-03" / "part-2.parquet"
+    inode = path.stat().st_ino
+    with open(path, "r+b") as fh:  # in place: the inode stays
+        fh.seek(0, os.SEEK_END)
+        fh.write(b"\0" * 100)
+    assert path.stat().st_ino == inode
+    _write(t / "day=2024-01-03" / "part-9.parquet")
+    now[0] += 20
+    sizes = {f.path: f.size for f in wh.snapshot("d", "t").files}
+    assert (sizes["day=2024-01-03/part-2.parquet"] == path.stat().st_size) == (entries_min == "small folders")
+    monkeypatch.setattr(catalog, "FILES_CHECK_SPACING", 0)  # always due
+    now[0] += 20
+    snap = wh.snapshot("d", "t")
+    assert {f.path: f.size for f in snap.files}["day=2024-01-03/part-2.parquet"] == path.stat().st_size
+    _same_as_from_scratch(root, snap)
+
+
+def test_links_to_files_are_stat_ed_every_time(table, entries_min):
+    """A link's own inode says nothing of the file it points at: a link pointed elsewhere
+    shows the new file's size at once."""
+    root, t = table
+    now = [0.0]
+    wh = Warehouse(root, listing_ttl_s=5, sizing=SIZING, clock=lambda: now[0])
+    _write(t.parent / "small.parquet", rows=2)
+    _write(t.parent / "large.parquet", rows=400)
+    link = t / "day=2024-01-01" / "part-link.parquet"
+    link.symlink_to(t.parent / "small.parquet")
+    _settle(t)
+    wh.snapshot("d", "t")
+    (t.parent / "large.parquet").replace(t.parent / "small.parquet")
+    _write(t / "day=2024-01-01" / "part-9.parquet")
+    now[0] += 20
+    snap = wh.snapshot("d", "t")
+    assert {f.path: f.size for f in snap.files}["day=2024-01-01/part-link.parquet"] == link.stat().st_size
+    _same_as_from_scratch(root, snap)
