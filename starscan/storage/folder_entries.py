@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 __all__ = ["ENTRIES_MIN", "SETTLED_NS", "FileColumns", "FolderEntries", "FolderReader"]
 
@@ -62,19 +61,21 @@ class FileColumns:
 @dataclass(slots=True)
 class FolderEntries:
     """A folder's regular files as a walk found them, in the order of their inodes. Inode 0
-    marks a link (stat-ed every time)."""
+    marks a link (stat-ed every time). A name is held as its hash (Python's, of this process;
+    the entries are never written anywhere): two names taken for one would also need the
+    same inode. ~32 bytes a file."""
 
-    names: pa.LargeStringArray
+    name_hashes: np.ndarray  # int64
     inodes: np.ndarray   # uint64, ascending
     sizes: np.ndarray    # int64
     mtimes: np.ndarray   # int64
     settled_before_ns: int  # a file modified at or after this is not trusted by the next walk
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.inodes)
 
-    def known(self, names: pa.LargeStringArray, inodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For files read now (``names`` with ``inodes``): which ones this record holds
+    def known(self, name_hashes: np.ndarray, inodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For files read now (their names' hashes and inodes): which ones this record holds
         under the same name and inode, settled, and the size and time it holds for each
         (meaningless where not known)."""
         # Looked up in ascending order: each search starts where the one before ended
@@ -83,10 +84,7 @@ class FolderEntries:
         places = np.empty(len(inodes), np.intp)
         places[order] = np.searchsorted(self.inodes, inodes[order])
         np.minimum(places, len(self.inodes) - 1, out=places)
-        known = (self.inodes[places] == inodes) & (inodes != 0)
-        if known.any():
-            same_name = pc.equal(names, self.names.take(pa.array(places))).to_numpy(zero_copy_only=False)
-            known &= same_name
+        known = (self.inodes[places] == inodes) & (inodes != 0) & (self.name_hashes[places] == name_hashes)
         sizes, mtimes = self.sizes[places], self.mtimes[places]
         known &= mtimes < self.settled_before_ns
         return known, sizes, mtimes
@@ -104,7 +102,7 @@ class FolderReader:
         self._record = record
         self._chunk = chunk
         self._started_ns = time.time_ns()  # before any entry is read
-        self._kept: list[tuple[pa.LargeStringArray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # name hashes, inodes, sizes, times
         self.subfolders: list[str] = []
         self.python_rows = False  # a name Arrow cannot hold (undecodable bytes): no columns, no entries
 
@@ -170,6 +168,7 @@ class FolderReader:
         before where it holds the file, else stat-ed now (a file gone meanwhile is left out)."""
         sizes, mtimes = stats
         inodes = np.array(inodes_list, np.uint64)
+        hashes = np.fromiter(map(hash, names_list), np.int64, len(names_list))
         names: pa.LargeStringArray | None = None
         if not self.python_rows:
             try:
@@ -179,7 +178,7 @@ class FolderReader:
                 self._kept = []
         pending = sizes < 0
         if names is not None and self._before is not None and pending.any():
-            known, old_sizes, old_mtimes = self._before.known(names, inodes)
+            known, old_sizes, old_mtimes = self._before.known(hashes, inodes)
             sizes[known], mtimes[known] = old_sizes[known], old_mtimes[known]
             pending &= ~known
         there = np.ones(len(sizes), dtype=bool)
@@ -197,9 +196,10 @@ class FolderReader:
             return [(name, int(size), int(mtime))
                     for name, size, mtime, keep in zip(names_list, sizes, mtimes, there, strict=True) if keep]
         if not there.all():
-            names, inodes, sizes, mtimes = names.filter(pa.array(there)), inodes[there], sizes[there], mtimes[there]
+            names, hashes, inodes = names.filter(pa.array(there)), hashes[there], inodes[there]
+            sizes, mtimes = sizes[there], mtimes[there]
         if self._record:
-            self._kept.append((names, inodes, sizes, mtimes))
+            self._kept.append((hashes, inodes, sizes, mtimes))
         return FileColumns(names, pa.array(sizes, pa.int64()), pa.array(mtimes, pa.int64()))
 
     def entries(self) -> FolderEntries | None:
@@ -208,8 +208,6 @@ class FolderReader:
         kept, self._kept = self._kept, []
         if self.python_rows or not self._record or sum(len(k[0]) for k in kept) < ENTRIES_MIN:
             return None
-        inodes = np.concatenate([k[1] for k in kept])
+        hashes, inodes, sizes, mtimes = (np.concatenate([k[i] for k in kept]) for i in range(4))
         order = np.argsort(inodes, kind="stable")
-        names = pa.concat_arrays([k[0] for k in kept]).take(pa.array(order))
-        return FolderEntries(names, inodes[order], np.concatenate([k[2] for k in kept])[order],
-                             np.concatenate([k[3] for k in kept])[order], self._started_ns - SETTLED_NS)
+        return FolderEntries(hashes[order], inodes[order], sizes[order], mtimes[order], self._started_ns - SETTLED_NS)
