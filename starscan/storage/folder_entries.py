@@ -5,8 +5,8 @@ one call per thousands) and then each file's size and modification time (a ``sta
 a folder of a million files the stats were 6 of the 14 s a listing took after a streaming job
 appended one file to it (issue 39), although all but that one file were as before.
 
-A walk therefore remembers a large folder's regular files (``FolderEntries``: name, inode,
-size, time) and the next walk of it, once the folder changed, takes the size and time of each
+A walk therefore remembers a large folder's regular files (``FolderEntries``: a hash of the
+name, inode, size, time) and the next walk of it, once the folder changed, takes the size and time of each
 file it finds again under the same name *and* the same inode: the file was not replaced (an
 atomic replace, as rsync and most writers do it, gives the name a new inode) and not renamed
 onto. A file modified in the last moments before it was stat-ed (``SETTLED_NS``) may still
@@ -203,8 +203,8 @@ class FolderReader:
         return FileColumns(names, pa.array(sizes, pa.int64()), pa.array(mtimes, pa.int64()))
 
     def entries(self) -> FolderEntries | None:
-        """This folder's entries for the next walk (after the last ``take``), or None when it
-        is too small to remember or holds a name Arrow cannot."""
+        """This folder's entries for the next walk (once ``read`` is done), or None when it is
+        too small to remember or holds a name Arrow cannot."""
         kept, self._kept = self._kept, []
         if self.python_rows or not self._record or sum(len(k[0]) for k in kept) < ENTRIES_MIN:
             return None

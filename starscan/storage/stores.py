@@ -143,9 +143,8 @@ class Storage:
                      ) -> Iterator[tuple[str, Files]]:
         """``walk_files`` folder by folder: (the folder's relative path, '' or ending in '/';
         its files' (name, size, modification time), as ``FileColumns`` or Python rows), a
-        folder perhaps in several parts. A
-        table of a million files is listed without an object per file on the way (their
-        construction took seconds of a first plan: issue 39).
+        folder perhaps in several parts. A table of a million files is listed without an
+        object per file on the way (their construction took seconds of a first plan: issue 39).
 
         Local folders only: ``folders`` is filled with every folder entered (its absolute
         path -> ``FolderStamp``); ``known``, such a map from a walk before, lets the walk
