@@ -6,7 +6,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from operator import attrgetter
@@ -32,6 +32,7 @@ from starscan.spark.schemas import SchemaResolver
 from starscan.spark.types import starrocks_type
 from starscan.tables.catalog import TableSnapshot, Warehouse
 from starscan.tables.consumers import ConsumerPositions, check_consumer_name
+from starscan.tables.tablets import Tablet
 
 
 @dataclass
@@ -62,6 +63,7 @@ class ResolvedColumns:
 AUDIT_SQL_CHARS = 2000
 QUICK_INLINE_MAX_BYTES = 64 << 10  # a plan's inline tablet list signed on the FE's event loop, at most
 QUICK_FILES_MAX = 250_000          # files of the snapshots the quick plans keep, counted per plan body
+PRUNED_MAX = 64                    # pruning answers kept per table snapshot (one per predicate)
 _EMPTY_ANSWER = b'{"status":200,"opaqued_query_plan":"","partitions":{}'
 
 
@@ -89,7 +91,7 @@ class _PlanBody:
     files: int = dataclass_field(init=False)  # the snapshot's files: what keeping this body keeps alive
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "files", 1 + sum(len(t.files) for t in self.snap.tablets))
+        object.__setattr__(self, "files", 1 + self.snap.tablet_files)
 
     @property
     def partitions_json(self) -> bytes:
@@ -212,7 +214,7 @@ class QueryPlanner:
                 cols.field(name)
         part_types = {c: cols.field(c).dataType for c in snap.partition_columns if c.lower() in cols.by_lower}
         settings = self.settings
-        tablets = prune(predicate, candidates, part_types, time_zone=settings.time_zone)
+        tablets = self._pruned(snap, candidates, predicate, part_types, settings.time_zone)
         if len(tablets) > settings.max_tablets_per_plan:
             audit.update(columns=[c.name for c in columns], tablets=len(tablets), version=snap.version)
             raise BadRequest(
@@ -242,6 +244,22 @@ class QueryPlanner:
                                                     direct_row_deletes)
             tail += b',"direct":' + section
         return _answer(encoded, partitions_json, tail)
+
+    @staticmethod
+    def _pruned(snap: TableSnapshot, candidates: Sequence[Tablet], predicate: E.Expr | None,
+                part_types: dict[str, T.DataType], time_zone: str | None) -> list[Tablet]:
+        """``prune``, its answer for a snapshot's own tablets kept with the snapshot: pruning
+        a thousand partitions' tablets was three quarters of a warm plan's CPU (9.4 ms)."""
+        if predicate is None or not part_types or candidates is not snap.tablets:
+            return prune(predicate, candidates, part_types, time_zone=time_zone)
+        key = ("pruned", predicate, tuple(sorted((name, dt.json()) for name, dt in part_types.items())), time_zone)
+        kept = snap.memo.get(key)
+        if kept is None:
+            kept = tuple(prune(predicate, candidates, part_types, time_zone=time_zone))
+            if len(snap.memo) >= PRUNED_MAX:
+                snap.memo.clear()
+            snap.memo[key] = kept
+        return list(kept)
 
     def quick_plan_json(self, db: str, table: str, sql: str, user: str, audit: dict | None = None) -> bytes | None:
         """``query_plan_json`` of a plain plan (no since_version, consumer, cursor or direct)

@@ -89,6 +89,9 @@ class TableSnapshot:
     file_columns: tuple[tuple[str, FileName], ...] = ()
     # Columns left out of the schema, with why (starscan.tables.catalog_tables.CatalogTable).
     unread_columns: tuple[tuple[str, str], ...] = ()
+    # Answers worked out from this snapshot alone, kept as long as it is (the FE's partition
+    # pruning: planner.query_plan); whoever adds to it bounds it.
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def qualified_name(self) -> str:
@@ -104,6 +107,11 @@ class TableSnapshot:
         """Where a plan says the partition values are (TScanPlan.partition_columns): None in
         the folders, [] inside the files, the columns when each file carries them."""
         return None if self.partitions_in_folders else list(self.partition_columns)
+
+    @cached_property
+    def tablet_files(self) -> int:
+        """The files of its tablets, a file cut into several counted in each."""
+        return sum(len(t.files) for t in self.tablets)
 
     @cached_property
     def files(self) -> list[DataFileLike]:

@@ -197,3 +197,34 @@ def test_fixed_offset_zones():
         assert pruning.is_fixed_offset_zone(tz), tz
     for tz in (None, "", "Europe/Berlin", "America/New_York", "Asia/Shanghai"):
         assert not pruning.is_fixed_offset_zone(tz), tz
+
+
+def test_a_snapshot_keeps_its_pruning_answers_per_predicate_types_and_zone():
+    """The planner keeps prune's answer for a snapshot's own tablets with the snapshot
+    (QueryPlanner._pruned): the same answer as prune, one per predicate, partition types and
+    time zone, and never for other candidates (the tablets of an incremental plan)."""
+    from starscan.planner.query_plan import PRUNED_MAX, QueryPlanner
+    from starscan.tables.catalog import TableSnapshot
+
+    snap = TableSnapshot("db1", "t1", "/nowhere", 1, tuple(DATE_TABLETS), ("dt",))
+    ids = lambda tablets: [t.tablet_id for t in tablets]  # noqa: E731
+
+    def pruned(pred, types=DATE_TYPES, zone=None, candidates=None):
+        return ids(QueryPlanner._pruned(snap, snap.tablets if candidates is None else candidates, where(pred),
+                                        types, zone))
+
+    assert pruned("dt = '2020-01-01'") == [1, 5] == pruned("dt = '2020-01-01'")
+    assert pruned("dt >= '2020-01-02'") == [2, 3, 5]
+    assert pruned("dt = '2020-01-01'", {"dt": T.StringType()}) == [1]  # as text, "not-a-date" is a value
+    assert len(snap.memo) == 3
+    ts = {"dt": T.TimestampType()}
+    assert pruned("dt > timestamp '2020-01-02 00:00:00'", ts) == kept("dt > timestamp '2020-01-02 00:00:00'",
+                                                                      DATE_TABLETS, ts)
+    assert pruned("dt > timestamp '2020-01-02 00:00:00'", ts, "UTC") == \
+        kept("dt > timestamp '2020-01-02 00:00:00'", DATE_TABLETS, ts, time_zone="UTC")
+    assert len(snap.memo) == 5
+    assert pruned("dt = '2020-01-02'", candidates=tuple(DATE_TABLETS[:1])) == []  # not the snapshot's own: not kept
+    assert len(snap.memo) == 5
+    for day in range(PRUNED_MAX):
+        pruned(f"dt = '2020-02-{day % 28 + 1:02d}' or dt = '{day}'")
+    assert len(snap.memo) <= PRUNED_MAX
