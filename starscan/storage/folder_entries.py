@@ -70,6 +70,7 @@ class FolderEntries:
     sizes: np.ndarray    # int64
     mtimes: np.ndarray   # int64
     settled_before_ns: int  # a file modified at or after this is not trusted by the next walk
+    device: int  # the folder's file system (st_dev): inodes are another file system's elsewhere
 
     def __len__(self) -> int:
         return len(self.inodes)
@@ -96,9 +97,10 @@ class FolderReader:
     folder's entries from the walk before (stat only what they do not hold); ``record``:
     build this folder's entries for the next walk (``entries()``)."""
 
-    def __init__(self, fd: int, before: FolderEntries | None, record: bool, chunk: int = 4096):
+    def __init__(self, fd: int, device: int, before: FolderEntries | None, record: bool, chunk: int = 4096):
         self._fd = fd
-        self._before = before if before is not None and len(before) else None
+        self._device = device
+        self._before = before if before is not None and len(before) and before.device == device else None
         self._record = record
         self._chunk = chunk
         self._started_ns = time.time_ns()  # before any entry is read
@@ -210,4 +212,5 @@ class FolderReader:
             return None
         hashes, inodes, sizes, mtimes = (np.concatenate([k[i] for k in kept]) for i in range(4))
         order = np.argsort(inodes, kind="stable")
-        return FolderEntries(hashes[order], inodes[order], sizes[order], mtimes[order], self._started_ns - SETTLED_NS)
+        return FolderEntries(hashes[order], inodes[order], sizes[order], mtimes[order], self._started_ns - SETTLED_NS,
+                             self._device)

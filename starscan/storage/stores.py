@@ -276,7 +276,8 @@ def _walk_local(directory: str, rel: str, folders: dict[str, FolderStamp] | None
         return
     try:
         # Taken before the entries are read: a file added meanwhile moves it past this.
-        mtime_ns = os.fstat(fd).st_mtime_ns
+        folder_stat = os.fstat(fd)
+        mtime_ns = folder_stat.st_mtime_ns
         before = known.get(directory) if known is not None else None
         if before is not None and before.mtime_ns == mtime_ns:
             os.close(fd)
@@ -287,7 +288,8 @@ def _walk_local(directory: str, rel: str, folders: dict[str, FolderStamp] | None
             for path, below in before.subfolders:
                 yield from _walk_local(path, below, folders, chunk, known)
             return
-        reader = FolderReader(fd, before.entries if before is not None else None, folders is not None, chunk)
+        reader = FolderReader(fd, folder_stat.st_dev, before.entries if before is not None else None,
+                              folders is not None, chunk)
         # Read through the folder's descriptor: each entry's stat is then an fstatat of its
         # name, not a walk of its whole path (~10 % of a million files' walk here).
         with os.scandir(fd) as entries:

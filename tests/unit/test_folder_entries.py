@@ -14,7 +14,7 @@ from starscan.storage.folder_entries import FileColumns, FolderReader
 def _read(folder, before=None, chunk=3):
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        reader = FolderReader(fd, before, record=True, chunk=chunk)
+        reader = FolderReader(fd, os.fstat(fd).st_dev, before, record=True, chunk=chunk)
         with os.scandir(fd) as entries:
             rows = [row for part in reader.read(entries)
                     for row in (part.rows() if isinstance(part, FileColumns) else part)]
@@ -65,7 +65,7 @@ def test_a_file_gone_between_reading_the_folder_and_its_stat_is_left_out(tmp_pat
         try:
             listed = list(os.scandir(fd))  # read, then the file goes
             (tmp_path / "new").unlink(missing_ok=True)
-            parts = list(FolderReader(fd, before, record=False, chunk=100).read(iter(listed)))
+            parts = list(FolderReader(fd, os.fstat(fd).st_dev, before, record=False, chunk=100).read(iter(listed)))
         finally:
             os.close(fd)
         rows = sorted(row for part in parts for row in part.rows())
@@ -88,3 +88,16 @@ def test_a_small_folder_is_not_remembered(tmp_path, monkeypatch):
     _files(tmp_path, 5)
     _, reader = _read(tmp_path)
     assert reader.entries() is None
+
+
+def test_entries_of_another_file_system_are_not_used(tmp_path, monkeypatch):
+    """Inodes name files within one file system: a folder now on another (a mount in its
+    place) is stat-ed whole."""
+    _files(tmp_path, 5)
+    _, reader = _read(tmp_path)
+    entries = reader.entries()
+    assert entries is not None
+    entries.sizes[:] = 12345  # what the entries would answer
+    entries.device += 1
+    rows, _ = _read(tmp_path, entries)
+    assert rows == _truth(tmp_path)
