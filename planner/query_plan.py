@@ -6,6 +6,7 @@ import json
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -62,7 +63,7 @@ class ResolvedColumns:
 
 AUDIT_SQL_CHARS = 2000
 QUICK_INLINE_MAX_BYTES = 64 << 10  # a plan's inline tablet list signed on the FE's event loop, at most
-QUICK_FILES_MAX = 250_000          # files of the snapshots the quick plans keep, counted per plan body
+QUICK_BODIES_MAX_BYTES = 32 << 20  # what the plan bodies answered on the event loop hold, at most
 PRUNED_MAX = 64                    # pruning answers kept per table snapshot (one per predicate)
 _EMPTY_ANSWER = b'{"status":200,"opaqued_query_plan":"","partitions":{}'
 
@@ -76,9 +77,11 @@ def _answer(encoded: str, partitions_json: bytes, tail: bytes) -> bytes:
 class _PlanBody:
     """What every plain plan of one statement over one table version says alike, as planned
     under these settings and live BEs; each plan adds its query id, user and times, and is
-    signed (``QueryPlanner._signed``)."""
+    signed (``QueryPlanner._signed``). It names its snapshot without keeping it alive: a body
+    answers only while its snapshot is the table's listing now, and a snapshot the listing
+    cache moved on from (a million files' is hundreds of MB) is let go."""
 
-    snap: TableSnapshot
+    snap: weakref.ref[TableSnapshot]
     settings: Settings
     live: tuple[str, ...] | None
     sql: str
@@ -88,10 +91,11 @@ class _PlanBody:
     parts: TabletParts | None        # None: no tablet planned
     schema_json: str
     shash: int
-    files: int = dataclass_field(init=False)  # the snapshot's files: what keeping this body keeps alive
+    size: int = dataclass_field(init=False)  # bytes it holds, about (its answer's tablets)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "files", 1 + self.snap.tablet_files)
+        held = len(self.parts.partitions_json) + len(self.parts.tablets) if self.parts is not None else 0
+        object.__setattr__(self, "size", 1024 + held)
 
     @property
     def partitions_json(self) -> bytes:
@@ -169,10 +173,9 @@ class QueryPlanner:
         self._parts_cache: LRUCache = LRUCache(maxsize=64)
         self._digests: LRUCache = LRUCache(maxsize=64)  # (location, version, tablet ids) -> the list's digest
         self._parsed: LRUCache = LRUCache(maxsize=1024)  # (sql, db, table) -> ParsedQuery (immutable)
-        # (db, table, sql) -> the latest _PlanBody of it. A body keeps its snapshot alive after
-        # the listing cache has moved on, so the bound is in files of the snapshots held
-        # (each counted per body): ~100 MB at most, whatever the tables.
-        self._bodies: LRUCache = LRUCache(maxsize=QUICK_FILES_MAX, getsizeof=lambda body: body.files)
+        # (db, table, sql) -> the latest _PlanBody of it, bounded by the bytes the bodies hold
+        # (their snapshots are not kept alive by them).
+        self._bodies: LRUCache = LRUCache(maxsize=QUICK_BODIES_MAX_BYTES, getsizeof=attrgetter("size"))
         # Called as each plan that is not answered at once begins (the BE's warm-up in the same
         # process stops: the plan needs the cores, and its reader's scan warms the JVM).
         self.plan_listeners: list[Callable[[], None]] = []
@@ -229,13 +232,13 @@ class QueryPlanner:
         live = self._live()  # once: the routings and the body that keeps them name the same BEs
         if tablets:
             parts = self._tablet_parts(snap, tablets, shash, live, inline=since_version is not None)
-        body = _PlanBody(snap, settings, live, sql, columns,
+        body = _PlanBody(weakref.ref(snap), settings, live, sql, columns,
                          E.flatten(predicate) if predicate is not None else None, len(tablets), parts, schema_json, shash)
         if not tail and not direct and (parts is None or len(parts.tablets) <= QUICK_INLINE_MAX_BYTES) and \
-                body.files <= QUICK_FILES_MAX // 10:
+                body.size <= QUICK_BODIES_MAX_BYTES // 16:
             with self._parts_lock:
                 self._bodies[(db, table, sql)] = body
-        plan, encoded = self._signed(body, user, audit)
+        plan, encoded = self._signed(body, snap, user, audit)
         if plan is None:
             return _EMPTY_ANSWER + tail + b"}"
         partitions_json = body.partitions_json
@@ -274,18 +277,18 @@ class QueryPlanner:
             return None
         with self._parts_lock:
             body = self._bodies.get((db, table, sql))
-        if body is None or body.snap is not snap or body.settings is not self.settings or body.live != self._live():
+        if body is None or body.snap() is not snap or body.settings is not self.settings or body.live != self._live():
             return None
-        plan, encoded = self._signed(body, user, {} if audit is None else audit)
+        plan, encoded = self._signed(body, snap, user, {} if audit is None else audit)
         return _EMPTY_ANSWER + b"}" if plan is None else _answer(encoded, body.partitions_json, b"")
 
     def _live(self) -> tuple[str, ...] | None:
         return self.membership.live() if self.membership is not None else None
 
-    def _signed(self, body: _PlanBody, user: str, audit: dict) -> tuple[Any, str]:
-        """One plan of ``body`` for ``user`` (its own query id and times) and its signed
-        encoding; (None, "") when no tablet is planned."""
-        snap, parts = body.snap, body.parts
+    def _signed(self, body: _PlanBody, snap: TableSnapshot, user: str, audit: dict) -> tuple[Any, str]:
+        """One plan of ``body`` (of ``snap``) for ``user`` (its own query id and times) and its
+        signed encoding; (None, "") when no tablet is planned."""
+        parts = body.parts
         audit.update(columns=[c.name for c in body.columns], tablets=body.tablets, version=snap.version)
         if parts is None:
             return None, ""

@@ -109,11 +109,6 @@ class TableSnapshot:
         return None if self.partitions_in_folders else list(self.partition_columns)
 
     @cached_property
-    def tablet_files(self) -> int:
-        """The files of its tablets, a file cut into several counted in each."""
-        return sum(len(t.files) for t in self.tablets)
-
-    @cached_property
     def files(self) -> list[DataFileLike]:
         """Every data file once (a cut file is in several tablets), in path order; worked out
         once per snapshot (a million files took 1.3 s each time)."""

@@ -4,10 +4,12 @@ unguessable context ids, the audit trail, and secrets kept out of logs."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
 import uuid
+import weakref
 
 import httpx
 import jwt
@@ -335,9 +337,15 @@ def test_repeated_plans_are_new_plans_that_follow_the_table_settings_and_grants(
         result = open_scanner(srv, body, table="quick", user="quinn", passwd="quinn-pw")
         assert result.status.status_code == OK, message(result)
 
+    listed = weakref.ref(srv.warehouse.snapshot("db1", "quick"))
+    # Another statement over the same listing, not planned again after the change below.
+    assert plan(fe(srv), "db1", "quick", "select k from db1.quick where k > 0", auth).status_code == 200
+    full_plans.pop()  # (the counts below are of the statement above)
     pq.write_table(pa.table({"k": [2]}), folder / "part-2.parquet")  # the folder changes: seen at once
     third = planned()
     assert len(full_plans) == 2
+    gc.collect()
+    assert listed() is None  # the plans kept for the loop do not keep the table's old listing alive
     assert third["partitions"] != second["partitions"]
     assert decoded(third).version != decoded(second).version
 
