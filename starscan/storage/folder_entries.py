@@ -170,7 +170,10 @@ class FolderReader:
         before where it holds the file, else stat-ed now (a file gone meanwhile is left out)."""
         sizes, mtimes = stats
         inodes = np.array(inodes_list, np.uint64)
-        hashes = np.fromiter(map(hash, names_list), np.int64, len(names_list))
+        # The names' hashes: for the entries before and for this folder's own (a walk that
+        # keeps no entries, as ``Storage.walk_files``, has no use for them).
+        hashes = np.fromiter(map(hash, names_list), np.int64, len(names_list)) \
+            if self._record or self._before is not None else np.zeros(0, np.int64)
         names: pa.LargeStringArray | None = None
         if not self.python_rows:
             try:
@@ -198,8 +201,9 @@ class FolderReader:
             return [(name, int(size), int(mtime))
                     for name, size, mtime, keep in zip(names_list, sizes, mtimes, there, strict=True) if keep]
         if not there.all():
-            names, hashes, inodes = names.filter(pa.array(there)), hashes[there], inodes[there]
-            sizes, mtimes = sizes[there], mtimes[there]
+            names, inodes, sizes, mtimes = names.filter(pa.array(there)), inodes[there], sizes[there], mtimes[there]
+            if len(hashes):
+                hashes = hashes[there]
         if self._record:
             self._kept.append((hashes, inodes, sizes, mtimes))
         return FileColumns(names, pa.array(sizes, pa.int64()), pa.array(mtimes, pa.int64()))
