@@ -7,6 +7,7 @@ import os
 import threading
 import time
 
+from starscan.arrow.chunk_cache import ColumnChunkCache
 from starscan.arrow.wire import IpcStream
 from starscan.core.errors import (
     InternalError,
@@ -76,6 +77,8 @@ class ScanService:
         self.budget = QueueBudget(settings.total_queue_max_bytes)
         self.result_cache = ResultCache(settings.result_cache_max_bytes, settings.result_cache_max_entry_bytes,
                                         settings.result_cache_tables)
+        # Decoded Parquet column chunks of the files the BE's own readers read (its page cache).
+        self.chunk_cache = ColumnChunkCache(settings.page_cache_bytes)
         # `is None`, not `or`: an empty manager is falsy (it has __len__), and the server's
         # reaper and admin views must see the same manager the service registers in.
         self.contexts = contexts if contexts is not None else ScanContextManager()
@@ -276,7 +279,7 @@ class ScanService:
                          tasks_per_scanner=1 if ordered else self.settings.scan_tasks_per_scanner,
                          yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
                          engine=self.settings.scan_engine,
-                         local_reads=self.settings.scan_local_reads)
+                         local_reads=self.settings.scan_local_reads, chunk_cache=self.chunk_cache)
         scan.on_engine = lambda engine, ctx=ctx: self._engine_chosen(ctx, engine)
         scan.batch_rows = params.batch_size
         ctx.queue, ctx.scan = queue, scan

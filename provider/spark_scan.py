@@ -74,7 +74,7 @@ class SparkScan:
 
     def __init__(self, spark: Any, source: Source, queue: ResultQueue, context_id: str, listener: PushListener,
                  tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0, pool: str = "default",
-                 engine: str = "auto", local_reads: bool = False):
+                 engine: str = "auto", local_reads: bool = False, chunk_cache: Any = None):
         self.spark = spark
         self.source = source
         self.queue = queue
@@ -89,6 +89,7 @@ class SparkScan:
         self.log_fields = scan_fields(context_id=context_id, query_id=source.query_id, user=source.user,
                                       table=self.description)
         self.columns = source.columns
+        self.chunk_cache = chunk_cache  # the BE's decoded column chunks (starscan.arrow.chunk_cache), for its own reads
         self.converter = BatchConverter(list(self.columns))
         self.batch_rows = 4096  # the reader's batch_size: what the tasks send a batch of
         self.time_zone = conf_value(spark, "spark.sql.session.timeZone") or "UTC"  # no wait for a Spark still starting
@@ -260,7 +261,7 @@ class SparkScan:
             if number is None:
                 return
             # Converted as decoded (runs of up to 64 Ki rows), then cut to the reader's batches.
-            decoded = read_split(read, splits[number], self.batch_rows, cut=False)
+            decoded = read_split(read, splits[number], self.batch_rows, cut=False, chunks=self.chunk_cache)
             batches = rechunk((converter.convert(b) for b in decoded if b.num_rows), self.batch_rows)
             if not sink.serve_local(number, batches, self._local_failure):
                 return

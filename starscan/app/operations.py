@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from starscan.arrow.chunk_cache import ChunkCacheMetrics
 from starscan.planner.consumer_lag import ConsumerLag, ConsumerLagMetrics
 from starscan.provider.contexts import ScanContextManager
 from starscan.provider.instrumentation import BeInstrumentation
@@ -42,6 +43,7 @@ class Operations:
         self.metrics = ScanMetrics(contexts, lambda: service.budget)
         service.engine_listeners.append(lambda engine: self.metrics.scans_by_engine.labels(engine).inc())
         self.metrics.registry.register(CacheMetrics(lambda: service.result_cache))
+        self.metrics.registry.register(ChunkCacheMetrics(lambda: service.chunk_cache))
         self.metrics.registry.register(ConsumerLagMetrics(lambda: self.consumer_lags()))
         self.profiles = ProfileStore(live.current.profile_retention_s)
         self.jobs = SparkJobTracker(spark, self.metrics)

@@ -160,6 +160,7 @@ class StarscanServer:
         live.subscribe(["result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables"],
                        lambda s, _: self.service.result_cache.configure(s.result_cache_max_bytes,
                                                                          s.result_cache_max_entry_bytes, s.result_cache_tables))
+        live.subscribe(["page_cache_max_bytes"], lambda s, _: self.service.chunk_cache.configure(s.page_cache_bytes))
         live.subscribe(["tablet_target_bytes", "tablet_open_cost_bytes"],
                        lambda s, _: self.warehouse.set_sizing(Sizing.of(s)))
         live.subscribe(["login_max_failures", "login_lockout_s"],

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from starscan.arrow.avro import MAGIC as AVRO_MAGIC
 from starscan.arrow.avro import AvroDataFile
+from starscan.arrow.chunk_cache import ColumnChunkCache
 from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, EqualityKeys, IcebergDeletes, kept_mask, row_deletes
 from starscan.arrow.dictionary_reads import dictionary_columns, expanded
 from starscan.arrow.nested import (
@@ -145,7 +146,7 @@ class ArrowRead:
 
 def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS, threads: int = 1,
                finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None,
-               cut: bool = True) -> Iterator[pa.RecordBatch]:
+               cut: bool = True, chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
     """The split's rows in batches of at most ``batch_rows``.
 
     ``cut=False`` (one thread): a file of more than ``batch_rows`` rows in batches as long as a
@@ -160,10 +161,12 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
     interleaved. Whole row groups side by side use the cores better than one row group's
     columns in parallel: lineitem's 6 M rows take 0.52 s on 2 cores, against 0.68-0.87 s
     (docs/direct-reads.md). ``finish`` runs on each batch in the thread that decoded it
-    (the client's wire conversion, so that it is parallel too)."""
+    (the client's wire conversion, so that it is parallel too). ``chunks``: the process's
+    cache of decoded column chunks (the BE's; starscan.arrow.chunk_cache), asked before a
+    Parquet file's row groups are decoded and filled after."""
     if threads <= 1:
         if read.filter is not None:
-            yield from _filtered_in_runs(read, split, batch_rows, finish, cut)
+            yield from _filtered_in_runs(read, split, batch_rows, finish, cut, chunks)
             return
         statistics = StatisticsUse()
         for part in split.parts:
@@ -172,10 +175,10 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
                 continue
             rows = batch_rows if cut or opened.metadata is None or opened.metadata.num_rows <= batch_rows \
                 else _run_rows(opened, batch_rows)
-            for batch in _decode(read, opened, opened.row_groups, rows):
+            for batch in _decode(read, opened, opened.row_groups, rows, chunks=chunks):
                 yield finish(batch) if finish is not None else batch
         return
-    yield from _read_concurrently(read, split, batch_rows, threads, finish)
+    yield from _read_concurrently(read, split, batch_rows, threads, finish, chunks)
 
 
 #: Rows a predicate runs over at once (``_filtered_in_runs``): pyarrow runs an expression on a
@@ -205,7 +208,7 @@ def _run_rows(opened: _OpenPart, batch_rows: int) -> int:
 
 def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
                       finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None,
-                      cut: bool = True) -> Iterator[pa.RecordBatch]:
+                      cut: bool = True, chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
     """``read_split`` in one thread for a plan with a predicate: the files' batches, in order,
     are gathered into runs of up to ``_run_rows`` rows before the predicate and the output step run on them, then handed on in batches of at
     most ``batch_rows``. A predicate costs a fixed time per call whatever the rows, so a large
@@ -237,7 +240,7 @@ def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
         if opened is None:
             continue
         run_rows = _run_rows(opened, batch_rows)
-        for raw in _decode(read, opened, opened.row_groups, run_rows, unfiltered=True):
+        for raw in _decode(read, opened, opened.row_groups, run_rows, unfiltered=True, chunks=chunks):
             if run and rows + raw.num_rows > run_rows:
                 yield from emit()
                 rows = 0
@@ -599,7 +602,7 @@ def _calendar_of(read: ArrowRead, parquet: pq.ParquetFile, present: dict[str, pa
 
 
 def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_rows: int,
-            unfiltered: bool = False) -> Iterator[pa.RecordBatch]:
+            unfiltered: bool = False, chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
     """Row groups of one file as the plan's output, decoded on the calling thread alone
     (one ``iter_batches`` for all of them: a file of many small row groups still gives
     full batches). ``unfiltered``: the plan's columns before its predicate and output step
@@ -612,13 +615,11 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         # batch (the dataset scanner decodes far ahead first: 0.1 s before the first batch
         # of a 500k-row group, against 7 ms).
         if opened.has_deletes:
-            batches = _without_deleted(opened, row_groups, batch_rows)
+            batches = _without_deleted(opened, row_groups, batch_rows, chunks)
         elif opened.orc is not None:
             batches = (batch for _, batch in _orc_batches(opened, opened.columns, batch_rows))
         else:
-            parquet = opened.parquet if opened.parquet is not None else _parquet_reader(opened)
-            batches = _expanded(opened, parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups,
-                                                             columns=opened.columns, use_threads=False))
+            batches = _file_batches(opened, row_groups, opened.columns, batch_rows, chunks)
         for raw in batches:
             order = opened.output_order
             if order is not None and raw.schema.names == opened.columns:
@@ -645,8 +646,29 @@ def _expanded(opened: _OpenPart, batches: Iterator[pa.RecordBatch]) -> Iterator[
     return expanded(batches, opened.dictionary) if opened.dictionary else batches
 
 
+def _file_batches(opened: _OpenPart, row_groups: list[int], columns: list[str], batch_rows: int,
+                  chunks: ColumnChunkCache | None, parquet: pq.ParquetFile | None = None) -> Iterator[pa.RecordBatch]:
+    """A Parquet file's row groups, its ``columns`` as pyarrow decodes them (text read as
+    dictionary codes expanded), in batches of at most ``batch_rows`` (one ``iter_batches``
+    over all of them: a file of many small row groups still gives full batches): from
+    ``chunks`` where it holds them, else decoded from the file (``parquet``: a reader of it
+    already open)."""
+
+    def decode(groups: list[int]) -> Iterator[pa.RecordBatch]:
+        reader = parquet if parquet is not None else opened.parquet if opened.parquet is not None else \
+            _parquet_reader(opened)
+        return _expanded(opened, reader.iter_batches(batch_size=batch_rows, row_groups=groups, columns=columns,
+                                                     use_threads=False))
+
+    if chunks is None or not chunks.enabled or opened.metadata is None:
+        return decode(row_groups)
+    part, meta = opened.part, opened.metadata
+    return chunks.batches((part.path, part.size, part.mtime_ns), row_groups,
+                          [meta.row_group(rg).num_rows for rg in row_groups], columns, batch_rows, decode)
+
+
 def _positioned(opened: _OpenPart, row_groups: list[int], columns: list[str],
-                batch_rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+                batch_rows: int, chunks: ColumnChunkCache | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The row groups' batches, each with the position in the file of its first row: a
     Parquet file's row groups read one by one from where the footer says they start, an
     ORC file's stripes in order from its first row."""
@@ -656,8 +678,7 @@ def _positioned(opened: _OpenPart, row_groups: list[int], columns: list[str],
     parquet = _parquet_reader(opened)
     for rg in row_groups:
         position = opened.row_group_starts[rg]
-        for raw in _expanded(opened, parquet.iter_batches(batch_size=batch_rows, row_groups=[rg], columns=columns,
-                                                          use_threads=False)):
+        for raw in _file_batches(opened, [rg], columns, batch_rows, chunks, parquet):
             yield position, raw
             position += raw.num_rows
 
@@ -674,15 +695,16 @@ def _orc_batches(opened: _OpenPart, columns: list[str], batch_rows: int) -> Iter
             position += raw.num_rows
 
 
-def _without_deleted(opened: _OpenPart, row_groups: list[int], batch_rows: int) -> Iterator[pa.RecordBatch]:
+def _without_deleted(opened: _OpenPart, row_groups: list[int], batch_rows: int,
+                     chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
     """The row groups' batches with the file's deleted rows left out (by the positions of
     the batches' rows in the file); the rows whose keys an equality delete names are left
     out too."""
     columns = opened.columns + list(opened.key_columns)
     if opened.deleted is not None and opened.orc is None and not opened.equality:
-        yield from _without_positions(opened, row_groups, columns, batch_rows)
+        yield from _without_positions(opened, row_groups, columns, batch_rows, chunks)
         return
-    for position, raw in _positioned(opened, row_groups, columns, batch_rows):
+    for position, raw in _positioned(opened, row_groups, columns, batch_rows, chunks):
         n = raw.num_rows
         mask = kept_mask(opened.deleted, position, n) if opened.deleted is not None else None
         for keys, names in opened.equality:
@@ -695,7 +717,7 @@ def _without_deleted(opened: _OpenPart, row_groups: list[int], batch_rows: int) 
 
 
 def _without_positions(opened: _OpenPart, row_groups: list[int], columns: list[str],
-                       batch_rows: int) -> Iterator[pa.RecordBatch]:
+                       batch_rows: int, chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
     """A Parquet file's row groups without the rows at its deleted positions: the kept
     rows of a row group are marked once, and each row group is decoded in batches larger by
     its deleted share (at most ``_WIDER`` times), so that the batches left are about
@@ -716,8 +738,7 @@ def _without_positions(opened: _OpenPart, row_groups: list[int], columns: list[s
             continue
         size = min(rows, max(batch_rows, -(-batch_rows * rows // kept)), _WIDER * batch_rows)
         position = 0
-        for raw in _expanded(opened, parquet.iter_batches(batch_size=size, row_groups=[rg], columns=columns,
-                                                          use_threads=False)):
+        for raw in _file_batches(opened, [rg], columns, size, chunks, parquet):
             n = raw.num_rows
             part = keep[position:position + n] if keep is not None else None
             position += n
@@ -746,7 +767,8 @@ _END = object()
 
 
 def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, threads: int,
-                       finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None) -> Iterator[pa.RecordBatch]:
+                       finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None,
+                       chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
     """``read_split`` with up to ``threads`` row groups decoding at once, their batches
     handed out as they come (row groups interleave; a row group's own batches stay in
     order). One queue of ``threads x _AHEAD`` batches bounds the memory: the threads wait
@@ -767,7 +789,8 @@ def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, thre
                 if unit is None or stop.is_set():
                     break
                 opened, row_group = unit
-                for batch in _decode(read, opened, opened.row_groups if row_group < 0 else [row_group], batch_rows):
+                for batch in _decode(read, opened, opened.row_groups if row_group < 0 else [row_group], batch_rows,
+                                     chunks=chunks):
                     if not _put(out, finish(batch) if finish is not None else batch, stop):
                         return
             _put(out, _END, stop)

@@ -27,6 +27,24 @@ ENV_PREFIX = "STARSCAN_"
 RUNTIME: dict[str, Any] = {"runtime": True}
 
 
+#: page_cache_max_bytes' default: this share of the machine's memory (StarRocks' 20 %).
+PAGE_CACHE_SHARE = 5
+
+
+def machine_memory_bytes() -> int:
+    """The memory this process's machine has, or its cgroup's limit where that is lower."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+        break
+    return int(total)
+
+
 def user_state_dir(location: str) -> Path:
     """starscan's own files for a warehouse in object storage, in this user's state directory
     (``$XDG_STATE_HOME``, else ``~/.local/state``): one folder per warehouse, named after its
@@ -66,6 +84,7 @@ class Settings(BaseSettings):
     result_cache_max_bytes: int = Field(0, ge=0, description="bytes of get_next replies kept for repeated scans of the same plan content (0: no result cache)", json_schema_extra=RUNTIME)
     result_cache_max_entry_bytes: int = Field(256 << 20, ge=1, description="a scan whose replies pass this many bytes is not cached", json_schema_extra=RUNTIME)
     result_cache_tables: list[str] = Field(default_factory=lambda: ["*.*"], description="tables whose scans may be cached: db.table, db.* or *.*, comma-separated", json_schema_extra=RUNTIME)
+    page_cache_max_bytes: int | None = Field(None, ge=0, description="bytes of decoded Parquet column chunks the BE keeps in memory for later scans of the same files (StarRocks' Page Cache: a warm scan skips the decode); 0: off; default: 20 % of the machine's memory, as StarRocks' storage_page_cache_limit", json_schema_extra=RUNTIME)
     reply_fill_wait_s: float = Field(0.2, ge=0, le=60, description="how long a get_next reply that has rows but fewer than batch_size waits for the rest while the scan produces them (0: send what is there)", json_schema_extra=RUNTIME)
     scan_engine: str = Field("auto", pattern="^(auto|arrow|sql)$", description="how scans read: arrow (pyarrow in Spark's Python tasks, the JVM out of the data path), sql (Spark SQL), or auto (arrow for every plan it reads exactly as Spark SQL would, sql for the rest)", json_schema_extra=RUNTIME)
     sql_engine_reader: str = Field("auto", pattern="^(auto|starscan)$", description="which file reader the sql engine's Spark SQL reads its input with: auto (Spark's own Parquet and ORC readers for plain files in a local or Hadoop-reachable folder, starscan's reader for the rest: row-level deletes, mapped columns, object stores) or starscan (starscan's reader for every file; docs/architecture.md says what each costs)", json_schema_extra=RUNTIME)
@@ -201,6 +220,13 @@ class Settings(BaseSettings):
         if self.scan_context_gc_interval_s is not None:
             return self.scan_context_gc_interval_s
         return self.scan_context_gc_interval_min * 60.0
+
+    @property
+    def page_cache_bytes(self) -> int:
+        """``page_cache_max_bytes``, its default resolved: a fifth of the machine's memory."""
+        if self.page_cache_max_bytes is not None:
+            return self.page_cache_max_bytes
+        return machine_memory_bytes() // PAGE_CACHE_SHARE
 
     @property
     def routings(self) -> list[str]:

@@ -13,6 +13,8 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.readers import NOT_FOUND, OK, Reader, plan_for
 from support.servers import running_server
 
@@ -249,3 +251,49 @@ def test_a_scan_of_small_files_runs_on_sparks_tasks_whatever_slots_are_free(own_
     finally:
         reader.close()
     assert sorted(v for b in batches for v in b.column(0).to_pylist()) == list(range(4000))
+
+
+# ---- the page cache ---------------------------------------------------------------------------
+# Row groups the BE's page cache answered during the repeated random queries below.
+PAGE_CACHE: dict[str, int] = {"hits": 0, "queries": 0}
+
+
+@pytest.fixture(scope="module")
+def own_be_tables(spark, own_be):
+    from support.random_queries import TableInfo
+
+    from starscan.client import StarscanClient
+
+    reader = StarscanClient(f"http://127.0.0.1:{own_be.http_port}", "root", "")
+    return reader, [TableInfo(spark, own_be, "demo", "all_types", None), TableInfo(spark, own_be, "demo", "lineitem", 0.01)]
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@settings(max_examples=8, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_page_cache_answers_of_random_queries_match_spark(any_file_size, own_be, own_be_tables, spark, data):
+    """The BE's page cache (starscan.arrow.chunk_cache: decoded column chunks of the files its
+    own readers read, on by default): each random query runs twice, the second time from the
+    chunks the first kept (the suite's tables are settled by now), and both give Spark SQL's
+    rows, in random projections, predicates and batch sizes."""
+    from support.random_queries import columns_strategy, differ, predicate, run_both
+
+    reader, tables = own_be_tables
+    info = data.draw(st.sampled_from(tables), label="table")
+    columns = data.draw(columns_strategy(info.columns), label="columns")
+    where = data.draw(predicate(info.scalar, info.samples, info.zone), label="where")
+    batch_size = data.draw(st.integers(1 if info.table == "all_types" else 500, 8192), label="batch_size")
+    template = info.sql(columns, where)
+    for _ in range(2):
+        hits = own_be.service.chunk_cache.hits
+        got, want, sql = run_both(spark, reader, info, template, batch_size)
+        assert differ(want, got) is None, (sql, batch_size)
+    PAGE_CACHE["hits"] += own_be.service.chunk_cache.hits - hits
+    PAGE_CACHE["queries"] += 1
+
+
+def test_the_page_cache_answered_the_repeated_queries(own_be):
+    """(After the property above.) Its second runs read row groups from memory."""
+    assert PAGE_CACHE["queries"] and PAGE_CACHE["hits"] > 0, PAGE_CACHE
+    assert own_be.service.chunk_cache.nbytes > 0
