@@ -587,6 +587,8 @@ def main(argv=None) -> int:
     ap.add_argument("--local-read-slots", type=int, default=None,
                     help="scan_local_read_slots of the starscan server (default: starscan's default, the machine's "
                          "cores; 0: every split read by a Spark task, as before issue 39)")
+    ap.add_argument("--page-cache-bytes", type=int, default=None,
+                    help="starscan's page_cache_max_bytes (default: the server's, a fifth of the memory; 0: off)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds at most per measured run (default 900)")
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -616,6 +618,8 @@ def main(argv=None) -> int:
     extra = {} if args.tasks_per_scanner is None else {"scan_tasks_per_scanner": args.tasks_per_scanner}
     if args.local_read_slots is not None:
         extra["scan_local_read_slots"] = args.local_read_slots
+    if args.page_cache_bytes is not None:
+        extra["page_cache_max_bytes"] = args.page_cache_bytes
     server, spark, settings = common.start_server(warehouse_dir, driver_memory=args.driver_memory,
                                                   tablet_target_bytes=args.tablet_target_bytes, warmup_rows=0, **extra)
     start_s = time.perf_counter() - t0
@@ -724,7 +728,10 @@ def main(argv=None) -> int:
         "starscan": f"in-process StarscanServer, SparkSession {settings.spark_master}, spark.driver.memory="
                     f"{args.driver_memory}, starscan's Spark defaults, queue_max_bytes={settings.queue_max_bytes >> 20} "
                     f"MiB, scan_tasks_per_scanner={settings.scan_tasks_per_scanner}, scan_local_read_slots="
-                    f"{_own_slots(settings)}, per-user limits at their defaults; "
+                    f"{_own_slots(settings)}, page_cache_max_bytes={settings.page_cache_bytes / 1e9:.2f} GB"
+                    f"{' (the default: a fifth of the memory)' if args.page_cache_bytes is None else ''}: the BE "
+                    "keeps the decoded column chunks its own readers read, so warm runs do not decode (the cold run "
+                    "fills it; 0: off), per-user limits at their defaults; "
                     f"batch_size {args.batch_size}; start {start_s:.1f} s; thriftpy2 client with failovers=0 (a "
                     "scanner's tasks in parallel); read-arrow: starscan.client.connect defaults (ordered scanners, "
                     "one per tablet) with request_tablet_size=1; "

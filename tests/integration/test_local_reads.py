@@ -294,6 +294,12 @@ def test_page_cache_answers_of_random_queries_match_spark(any_file_size, own_be,
 
 
 def test_the_page_cache_answered_the_repeated_queries(own_be):
-    """(After the property above.) Its second runs read row groups from memory."""
+    """(After the property above.) Its second runs read row groups from memory, and
+    /metrics says so."""
+    from support.readers import scrape, value
+
     assert PAGE_CACHE["queries"] and PAGE_CACHE["hits"] > 0, PAGE_CACHE
-    assert own_be.service.chunk_cache.nbytes > 0
+    samples = scrape(f"http://127.0.0.1:{own_be.http_port}")
+    assert value(samples, "starscan_page_cache_hits_total") >= PAGE_CACHE["hits"]
+    assert value(samples, "starscan_page_cache_bytes") == own_be.service.chunk_cache.nbytes > 0
+    assert value(samples, "starscan_page_cache_max_bytes") == own_be.settings.page_cache_bytes > 0
