@@ -96,11 +96,12 @@ class ColumnChunkCache:
         """A new bound (0: off, every entry dropped); entries over it are evicted now."""
         with self._lock:
             self._max_bytes = max(0, int(max_bytes))
-            kept = list(self._entries.items()) if self._max_bytes else []
+            while self._entries and self._entries.currsize > self._max_bytes:
+                self._entries.popitem()  # the least recently used
+            kept = [(key, chunk) for key, chunk in self._entries.items() if chunk.nbytes <= self._entry_max()]
             self._entries = LRUCache(maxsize=max(1, self._max_bytes), getsizeof=lambda chunk: chunk.nbytes)
-            for key, chunk in kept:  # least recently used first: the most recent ones stay
-                if chunk.nbytes <= self._entry_max():
-                    self._entries[key] = chunk
+            for key, chunk in kept:
+                self._entries[key] = chunk
 
     def clear(self) -> None:
         with self._lock:
@@ -175,11 +176,11 @@ class ColumnChunkCache:
             if any(chunk.nbytes > self._entry_max() for chunk in chunks):
                 return
             for name, chunk in zip(columns, chunks):
-                before = len(self._entries)
                 key = (*file, row_group, name)
+                expected = len(self._entries) + (key not in self._entries)
                 self._entries[key] = chunk  # evicts the least recently used
                 self.inserts += 1
-                self.evictions += max(0, before + 1 - len(self._entries))
+                self.evictions += expected - len(self._entries)
 
 
 def _slices(chunks: list[_Chunk], batch_rows: int) -> Iterator[pa.RecordBatch]:

@@ -193,3 +193,46 @@ def test_reads_from_memory_property(tmp_path_factory, groups, batch_rows, column
     # Where row groups read from memory and from the file alternate, a batch ends at each switch.
     assert len(got) <= len(want) + (len(groups) if evict else 0)
     assert max(b.num_rows for b in got) <= (batch_rows if cut else FILTER_RUN_ROWS)
+
+
+@pytest.mark.parametrize("deleted", [range(0, 4500), range(0, 12_000, 7)], ids=["bunched", "spread"])
+def test_a_file_with_deleted_rows_reads_its_chunks_and_still_leaves_the_rows_out(tmp_path, deleted):
+    """The chunks are the file's rows before its deletes: the deleted positions are left out
+    of a read from memory as of a read from the file."""
+    import struct
+
+    from pyroaring import BitMap64
+
+    from starscan.arrow.deletes import PORTABLE_MAGIC, DeletionVector, z85_encode
+
+    path = _write(tmp_path / "d.parquet", [5000, 5000, 2000])
+    data = struct.pack("<I", PORTABLE_MAGIC) + BitMap64(deleted).serialize()
+    data += b"\0" * (-len(data) % 4)  # Z85 takes whole 4-byte groups
+    vector = DeletionVector.from_log({"storageType": "i", "pathOrInlineDv": z85_encode(data),
+                                      "sizeInBytes": len(data), "cardinality": len(deleted)})
+    stat = path.stat()
+    split = ArrowSplit((FilePart(str(path), path.name, stat.st_size, stat.st_mtime_ns, None, deletes=vector.to_json()),))
+    read = _read()
+    cache = ColumnChunkCache(64 << 20)
+    want = list(read_split(read, split, batch_rows=100))
+    for _ in range(2):
+        got = list(read_split(read, split, batch_rows=100, chunks=cache))
+        _same(got, want)
+        assert max(b.num_rows for b in got) <= 100
+    assert cache.hits == 3 and cache.misses == 3
+    assert [i for b in got for i in b.column(0).to_pylist()] == sorted(set(range(12_000)) - set(deleted))
+
+
+def test_a_smaller_bound_keeps_the_most_recently_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(chunk_cache_module, "ENTRY_SHARE", 1)  # any entry that fits the bound
+    paths = [_write(tmp_path / f"{n}.parquet", [1000], first=n * 1000) for n in range(4)]
+    read = _read(["id"])
+    cache = ColumnChunkCache(64 << 20)
+    for path in paths + paths[:2]:  # 0 and 1 read again: the most recently used
+        _batches(read, [path], cache)
+    size = next(iter(cache._entries.values())).nbytes
+    cache.configure(2 * size)
+    assert sorted(k[0].rsplit("/", 1)[1] for k in cache._entries) == ["0.parquet", "1.parquet"]
+    hits = cache.hits
+    _batches(read, paths[:2], cache)
+    assert cache.hits == hits + 2 and cache.evictions == 0
