@@ -163,6 +163,17 @@ def test_routings_default_to_advertise_host_and_be_port(clean):
     assert s.routings == ["a:1"]
 
 
+def test_the_page_cache_defaults_to_a_fifth_of_the_memory(clean, monkeypatch):
+    from starscan.settings import config
+
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert 0 < config.machine_memory_bytes() <= physical
+    monkeypatch.setattr(config, "machine_memory_bytes", lambda: 10 << 30)
+    assert load_settings().page_cache_bytes == 2 << 30
+    assert load_settings(page_cache_max_bytes=0).page_cache_bytes == 0
+    assert load_settings(page_cache_max_bytes=12345).page_cache_bytes == 12345
+
+
 # =====================================================================================
 # Errors name the key
 # =====================================================================================
