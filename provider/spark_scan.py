@@ -33,6 +33,7 @@ from pyspark.rdd import RDD
 from pyspark.serializers import NoOpSerializer
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from starscan.arrow.chunk_cache import ColumnChunkCache
 from starscan.arrow.filter import NotArrowable
 from starscan.arrow.wire import BatchConverter
 from starscan.core.errors import (
@@ -74,7 +75,8 @@ class SparkScan:
 
     def __init__(self, spark: Any, source: Source, queue: ResultQueue, context_id: str, listener: PushListener,
                  tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0, pool: str = "default",
-                 engine: str = "auto", local_reads: bool = False, chunk_cache: Any = None):
+                 engine: str = "auto", local_reads: bool = False,
+                 chunk_cache: ColumnChunkCache | None = None):
         self.spark = spark
         self.source = source
         self.queue = queue
