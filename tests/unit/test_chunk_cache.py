@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.splits import split_of
 
 from starscan.arrow import chunk_cache as chunk_cache_module
 from starscan.arrow.chunk_cache import ColumnChunkCache
@@ -55,20 +56,12 @@ def _write(path: Path, groups: list[int], first: int = 0, age_ns: int = SETTLED)
     return path
 
 
-def _split(paths: list[Path]) -> ArrowSplit:
-    parts = []
-    for path in paths:
-        stat = path.stat()
-        parts.append(FilePart(str(path), path.name, stat.st_size, stat.st_mtime_ns, None))
-    return ArrowSplit(tuple(parts))
-
-
 def _read(columns=NAMES, predicate=None):
     return plan_read("t.t", 1, Fields(SCHEMA), [(n, n) for n in columns], predicate, "UTC", "parquet", set())
 
 
 def _batches(read, paths, cache, **kwargs) -> list[pa.RecordBatch]:
-    return list(read_split(read, _split(paths), chunks=cache, **kwargs))
+    return list(read_split(read, split_of(paths), chunks=cache, **kwargs))
 
 
 def _same(got: list[pa.RecordBatch], want: list[pa.RecordBatch], ordered: bool = True) -> None:
@@ -165,7 +158,7 @@ def test_the_bound_in_bytes(files):
 
 def test_a_read_stopped_half_way_keeps_only_the_row_groups_it_finished(files):
     cache = ColumnChunkCache(256 << 20)
-    batches = read_split(_read(), _split(files[:1]), batch_rows=4096, chunks=cache)
+    batches = read_split(_read(), split_of(files[:1]), batch_rows=4096, chunks=cache)
     for _ in range(11):  # row group 0 (30,000 rows: 8 batches, the last one short) whole, then 3 of row group 1
         next(batches)
     batches.close()

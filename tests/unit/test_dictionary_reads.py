@@ -13,10 +13,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.splits import split_of
 
 from starscan.arrow import dictionary_reads
 from starscan.arrow.dictionary_reads import dictionary_columns, expanded
-from starscan.arrow.read import ArrowSplit, FilePart, read_split
+from starscan.arrow.read import read_split
 from starscan.arrow.scan import Fields, plan_read
 from starscan.core.sql_types import parse_schema
 from starscan.expr import column, literal, op
@@ -47,14 +48,6 @@ def _write(path: Path, groups: int, first: int = 0) -> None:
     with pq.ParquetWriter(path, _table(0, 1).schema, version="1.0", dictionary_pagesize_limit=64 << 10) as writer:
         for g in range(groups):
             writer.write_table(_table(first + g * ROWS_PER_GROUP, ROWS_PER_GROUP), row_group_size=ROWS_PER_GROUP)
-
-
-def _split(paths: list[Path]) -> ArrowSplit:
-    parts = []
-    for path in paths:
-        stat = path.stat()
-        parts.append(FilePart(str(path), path.name, stat.st_size, stat.st_mtime_ns, None))
-    return ArrowSplit(tuple(parts))
 
 
 def _rows(batches) -> Counter:
@@ -103,7 +96,7 @@ def test_the_reader_gives_the_plain_reads_rows(files, threads, cut):
         want.update(zip(*(c.to_pylist() for c in table.columns)))
     read = plan_read("t.t", 1, Fields(SCHEMA), [(n, n) for n in ("id", "flag", "note", "mode")], None, "UTC",
                      "parquet", set())
-    got = _rows(read_split(read, _split(files), batch_rows=4096, threads=threads, cut=cut))
+    got = _rows(read_split(read, split_of(files), batch_rows=4096, threads=threads, cut=cut))
     assert got == want
 
 
@@ -111,9 +104,9 @@ def test_a_predicate_on_a_column_of_codes(files, monkeypatch):
     """The same rows with the column read as codes and read plain."""
     pred = op("and", op("=", column("flag"), literal("string", "B")), op("!=", column("mode"), literal("string", "AIR")))
     read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id"), ("mode", "mode")], pred, "UTC", "parquet", set())
-    as_codes = _rows(read_split(read, _split(files), batch_rows=4096))
+    as_codes = _rows(read_split(read, split_of(files), batch_rows=4096))
     monkeypatch.setattr(dictionary_reads, "MIN_ROWS_PER_ROW_GROUP", 1 << 40)
-    plain = _rows(read_split(read, _split(files), batch_rows=4096))
+    plain = _rows(read_split(read, split_of(files), batch_rows=4096))
     assert as_codes == plain and sum(plain.values()) == 15_000  # i % 5 == 1 and i % 4 != 0, of 100,000
 
 
