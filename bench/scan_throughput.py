@@ -74,9 +74,10 @@ def table_of(sql: str) -> tuple[str, str]:
     return found.group(1), found.group(2)
 
 
-def run_scanners(fe: str, sql: str, concurrency: int, batch_size: int) -> dict:
+def run_scanners(fe: str, sql: str, concurrency: int, batch_size: int, ordered: bool = False) -> dict:
     """``concurrency`` threads, each reading the whole query through the protocol; batches are
-    counted and dropped."""
+    counted and dropped. ``ordered``: as the bundled client reads by default (rows in a fixed
+    order, failover on), else as a StarRocks connector does (no order asked, no failover)."""
     from starscan.client import ScanStats, StarscanClient
 
     barrier = threading.Barrier(concurrency + 1)
@@ -84,7 +85,8 @@ def run_scanners(fe: str, sql: str, concurrency: int, batch_size: int) -> dict:
 
     def scanner(i: int) -> None:
         stats = ScanStats()
-        client = StarscanClient(fe, "root", "", timeout_s=600.0, failovers=0)  # all of a scanner's tasks
+        client = (StarscanClient(fe, "root", "", timeout_s=600.0) if ordered
+                  else StarscanClient(fe, "root", "", timeout_s=600.0, failovers=0))
         barrier.wait()
         t0 = time.perf_counter()
         error = None
@@ -113,8 +115,9 @@ def run_scanners(fe: str, sql: str, concurrency: int, batch_size: int) -> dict:
 
 
 def scan_in_subprocess(fe: str, sql: str, concurrency: int, batch_size: int, timeout_s: float,
-                       sampler: common.PeakRSS) -> dict:
-    spec = json.dumps({"fe": fe, "sql": sql, "concurrency": concurrency, "batch_size": batch_size})
+                       sampler: common.PeakRSS, ordered: bool = False) -> dict:
+    spec = json.dumps({"fe": fe, "sql": sql, "concurrency": concurrency, "batch_size": batch_size,
+                       "ordered": ordered})
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", spec],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler.label(proc.pid, "client")
@@ -129,7 +132,7 @@ def scan_in_subprocess(fe: str, sql: str, concurrency: int, batch_size: int, tim
     return json.loads(out.strip().splitlines()[-1])
 
 
-def measure_starscan(server, sql: str, concurrency: int, args, batch_size: int) -> dict:
+def measure_starscan(server, sql: str, concurrency: int, args, batch_size: int, ordered: bool = False) -> dict:
     fe = f"127.0.0.1:{server.http_port}"
     jvm = common.jvm_process()
     me = psutil.Process()
@@ -137,11 +140,11 @@ def measure_starscan(server, sql: str, concurrency: int, args, batch_size: int) 
     sampler = common.PeakRSS().start()
     try:
         if args.client_in_process:
-            res = run_scanners(fe, sql, concurrency, batch_size)
+            res = run_scanners(fe, sql, concurrency, batch_size, ordered)
             res["client_cpu_s"] = 0.0  # counted with the server process
             res["client_max_rss"] = None
         else:
-            res = scan_in_subprocess(fe, sql, concurrency, batch_size, args.timeout, sampler)
+            res = scan_in_subprocess(fe, sql, concurrency, batch_size, args.timeout, sampler, ordered)
     finally:
         peaks = sampler.stop()
     cpu = common.cpu_seconds([me, jvm]) - cpu0 + res["client_cpu_s"]

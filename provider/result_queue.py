@@ -14,6 +14,17 @@ of passing the producer's IPC on) until the scan ended. A reply is also shorter 
 of the scan, when the producer waits for room (the queue cannot fill further), or when the
 rows there have waited ``fill_wait_s`` for the rest, so a slow producer never holds a
 reader's reply back for long.
+
+An ordered queue (``ordered=True``, a scan whose rows come in a fixed order) takes batches of
+several splits at once and hands them out split after split: a batch of the split being
+handed out (the lowest that has not ended) is queued as above; a batch of a later split is
+held until every split before it has ended (``end_split``). So a scan reads its splits in
+parallel, as an unordered one does, and its rows still come in split order, each split's in
+the order its reader sent them. Held batches take at most half of ``max_bytes`` (and one
+batch): a later split's reader waits for room there, while the reader of the split being
+handed out always finds room once the reader takes, so the two never wait on each other. A
+held batch's reader that waits only counts as "not read" (``put``'s timeout) while the reader
+of the scan does not take: it is not the reader's slowness that holds it back.
 """
 
 from __future__ import annotations
@@ -53,9 +64,10 @@ class QueueBudget:
 
 
 class ResultQueue:
-    def __init__(self, max_bytes: int, budget: QueueBudget | None = None):
+    def __init__(self, max_bytes: int, budget: QueueBudget | None = None, ordered: bool = False):
         self.max_bytes = max_bytes
         self.budget = budget
+        self.ordered = ordered
         # One lock, two conditions: producers wait for room, the reader for rows, and each
         # side wakes only the other (one shared condition woke every waiter on every put and
         # take: ~18 context switches per batch in the BE, bench/RESULTS.md, issue 15, third session).
@@ -65,7 +77,14 @@ class ResultQueue:
         self._items: deque[list] = deque()  # [batch, nbytes, rows_taken]
         self._bytes = 0
         self._rows = 0             # rows queued and not yet taken
-        self._puts_waiting = 0     # producers waiting for room
+        self._puts_waiting = 0     # producers waiting for room in what is handed out
+        # An ordered queue: the split being handed out, the splits after it that have ended,
+        # and the batches of later splits held until their turn (module docstring).
+        self._head = 0
+        self._ended: set[int] = set()
+        self._held: dict[int, list[list]] = {}
+        self._held_bytes = 0
+        self._last_take = time.monotonic()
         self._finished = False
         self._error: StarscanError | None = None
         self._closed = False
@@ -77,12 +96,16 @@ class ResultQueue:
         self.take_wait_s = 0.0
 
     # ---- producer side ----
-    def put(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None = None, ipc=None) -> bool | None:
+    def put(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None = None, ipc=None,
+            split: int = 0) -> bool | None:
         """Add a batch; blocks while full. False when the queue was closed or failed,
         PUT_TIMED_OUT (None) when ``timeout`` seconds passed with no room (nothing added).
         ``ipc``: the batch's IPC message as it arrived, handed out again when a reply is
-        exactly this batch (no serializing it a second time)."""
+        exactly this batch (no serializing it a second time). ``split``: the split the batch
+        belongs to (an ordered queue hands splits out in their order)."""
         with self._room:
+            if self.ordered and split != self._head:
+                return self._hold(batch, nbytes, timeout, ipc, split)
             waited_from = time.monotonic()
             deadline = None if timeout is None else waited_from + timeout
             self._puts_waiting += 1
@@ -109,13 +132,64 @@ class ResultQueue:
             if self._stopped:
                 return False
             self._items.append([batch, nbytes, 0, ipc])
-            self._account(nbytes)
+            self._added(batch, nbytes)
             self._rows += batch.num_rows
-            self.rows_in += batch.num_rows
-            self.peak_bytes = max(self.peak_bytes, self._bytes)
-            self.largest_batch = max(self.largest_batch, nbytes)
             self._rows_cv.notify()
             return True
+
+    def _hold(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None, ipc, split: int) -> bool | None:
+        """``put`` of a batch of a later split than the one handed out (an ordered queue;
+        the lock is held): held until its turn, waiting while the held batches fill their
+        half of the bound. It times out only while the reader takes nothing."""
+        waited_from = time.monotonic()
+        while not self._stopped and split != self._head and self._held_bytes and \
+                self._held_bytes + nbytes > self.max_bytes // 2:
+            wait = None
+            if timeout is not None:
+                left = max(waited_from, self._last_take) + timeout - time.monotonic()
+                if left <= 0:
+                    self.put_wait_s += time.monotonic() - waited_from
+                    return PUT_TIMED_OUT
+                wait = left
+            self._room.wait(wait)
+        self.put_wait_s += time.monotonic() - waited_from
+        if self._stopped:
+            return False
+        if split == self._head:  # its turn came while it waited: handed out as any batch of it
+            self._items.append([batch, nbytes, 0, ipc])
+            self._rows += batch.num_rows
+            self._rows_cv.notify()
+        else:
+            self._held.setdefault(split, []).append([batch, nbytes, 0, ipc])
+            self._held_bytes += nbytes
+        self._added(batch, nbytes)
+        return True
+
+    def _added(self, batch: pa.RecordBatch, nbytes: int) -> None:
+        self._account(nbytes)
+        self.rows_in += batch.num_rows
+        self.peak_bytes = max(self.peak_bytes, self._bytes)
+        self.largest_batch = max(self.largest_batch, nbytes)
+
+    def end_split(self, split: int) -> None:
+        """Every row of ``split`` has been put. In an ordered queue the splits after it whose
+        turn this is are handed out now: their held batches first, in the order they came."""
+        if not self.ordered:
+            return
+        with self._room:
+            self._ended.add(split)
+            moved = False
+            while self._head in self._ended:
+                self._ended.discard(self._head)
+                self._head += 1
+                for item in self._held.pop(self._head, ()):
+                    self._items.append(item)
+                    self._held_bytes -= item[1]
+                    self._rows += item[0].num_rows
+                    moved = True
+            if moved:
+                self._rows_cv.notify()
+            self._room.notify_all()  # a held split's reader may be the one handed out now
 
     @property
     def producers_waiting(self) -> int:
@@ -125,6 +199,12 @@ class ResultQueue:
 
     def finish(self) -> None:
         with self._room:
+            if self._held:  # every split ended (the scan is over): nothing may stay held
+                for split in sorted(self._held):
+                    for item in self._held.pop(split):
+                        self._items.append(item)
+                        self._held_bytes -= item[1]
+                        self._rows += item[0].num_rows
             self._finished = True
             self._wake_all()
 
@@ -194,6 +274,7 @@ class ResultQueue:
                     self._items.popleft()
                     self._account(-nbytes)
             self._rows -= max_rows - wanted
+            self._last_take = time.monotonic()
             self._room.notify_all()  # both producers may fit now; one that does not waits again
             if len(parts) == 1:
                 return parts[0], whole
@@ -217,6 +298,8 @@ class ResultQueue:
 
     def _drop(self) -> None:
         self._items.clear()
+        self._held.clear()
+        self._held_bytes = 0
         self._rows = 0
         self._account(-self._bytes)
 
@@ -232,6 +315,11 @@ class ResultQueue:
     @property
     def bytes(self) -> int:
         return self._bytes
+
+    @property
+    def ready_bytes(self) -> int:
+        """The bytes of what can be handed out now (an ordered queue's held batches not counted)."""
+        return self._bytes - self._held_bytes
 
     @property
     def depth(self) -> int:

@@ -271,12 +271,12 @@ class ScanService:
         limit = self.settings.queue_max_bytes
         if params.mem_limit and params.mem_limit > 0:
             limit = min(limit, params.mem_limit)
-        queue = ResultQueue(limit, self.budget)
+        queue = ResultQueue(limit, self.budget, ordered=ordered)
         source = PlannedRead(self.spark, plan, plan_tablets, tablet_ids, storage, ordered,
                              reader_always=self.settings.sql_engine_reader == "starscan",
                              open_cost_bytes=self.settings.tablet_open_cost_bytes)
         scan = SparkScan(self.spark, source, queue, ctx.context_id, self.push_listener(),
-                         tasks_per_scanner=1 if ordered else self.settings.scan_tasks_per_scanner,
+                         tasks_per_scanner=self.settings.scan_tasks_per_scanner,
                          yield_after_s=self.settings.scan_yield_after_s, pool=scan_pool(ctx.context_id),
                          engine=self.settings.scan_engine,
                          local_reads=self.settings.scan_local_reads, chunk_cache=self.chunk_cache)

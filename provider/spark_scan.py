@@ -103,9 +103,7 @@ class SparkScan:
         self._arrow_splits: list[Any] | None = None  # the arrow engine's splits (ArrowSplit), for messages
         self._arrow_read: Any = None                  # and its read instructions (ArrowRead)
         # Read the arrow engine's splits in this process until a Spark task connects (or a
-        # reader of the scan gets one of the BE's own slots); an ordered scan's first split,
-        # and more only while Spark is starting (the BE's splits and a task's would
-        # interleave), and its task starts after the BE's split ends.
+        # reader of the scan gets one of the BE's own slots).
         self.local_reads = local_reads
         self.local_splits = 0  # splits the BE read whole itself
         self.own_readers = 0   # readers of this scan in the BE's own slots, running now
@@ -194,8 +192,6 @@ class SparkScan:
                 while (not self.spark.ready.wait(0.05) and local.is_alive() and self._cancelled is None
                        and not sink.stopped):
                     pass
-            if local is not None and self.source.ordered:
-                local.join()  # it stops at its split's end now that Spark is up: then the tasks, in order
             if not (local is not None and (sink.all_ended() or sink.stopped)) and self._cancelled is None:
                 target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
                                     source_schema, self.columns, self.batch_rows, self.listener.local_path)
@@ -240,10 +236,7 @@ class SparkScan:
         readers take the splits left; a split this reader yields (its reader stopped
         reading) is read on by another from where it stopped."""
         def go_on() -> bool:
-            if sink.connections() or self.own_readers:
-                return False
-            # An ordered scan's splits after its first go to its one task, in order.
-            return not (self.source.ordered and started(self.spark) and self.local_splits)
+            return not (sink.connections() or self.own_readers)
 
         self._read_splits(sink, go_on)
 
@@ -296,7 +289,10 @@ class SparkScan:
         from the sink (push_task.push_arrow_splits); the ``sql`` engine one job per split."""
         if self.engine_setting in ("auto", "arrow"):
             try:
-                read, splits = self.source.arrow(self.time_zone, self.tasks_per_scanner, calendar_rules(self.spark))
+                # An ordered scan's rows come split after split, so its splits must not depend
+                # on this BE's settings: they are cut as for one task, whatever runs them.
+                split_for = 1 if self.source.ordered else self.tasks_per_scanner
+                read, splits = self.source.arrow(self.time_zone, split_for, calendar_rules(self.spark))
             except NotArrowable as why:
                 if self.engine_setting == "arrow":
                     raise InvalidArgument(f"scan_engine = arrow cannot run this scan: {why}; "
@@ -491,7 +487,7 @@ class _SplitJobs(_Jobs):
         self.yielded: set[int] = set()
 
     def can_start(self, queue: ResultQueue, sink: PushSink) -> bool:
-        return bool(self.pending) and not (self.pending[0] in self.yielded and queue.bytes > queue.max_bytes // 2)
+        return bool(self.pending) and not (self.pending[0] in self.yielded and queue.ready_bytes > queue.max_bytes // 2)
 
     def take(self) -> int:
         return self.pending.popleft()
@@ -530,7 +526,7 @@ class _ReaderJobs(_Jobs):
         self.free = deque(range(workers))
 
     def can_start(self, queue: ResultQueue, sink: PushSink) -> bool:
-        return bool(self.free) and sink.unclaimed() and not (sink.yields and queue.bytes > queue.max_bytes // 2)
+        return bool(self.free) and sink.unclaimed() and not (sink.yields and queue.ready_bytes > queue.max_bytes // 2)
 
     def take(self) -> int:
         return self.free.popleft()

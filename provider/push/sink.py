@@ -84,8 +84,9 @@ class PushSink:
 
     def claim(self) -> int | None:
         """The split for a task that names none (``ANY_SPLIT``): the first one that has not
-        ended and that no task reads (the lowest first, so an ordered scan's single task
-        reads its splits in order, a yielded one again first); None when there is none."""
+        ended and that no task reads (the lowest first, a yielded one again first, so the
+        split an ordered queue hands out is read before the ones it holds); None when there
+        is none."""
         with self._cond:
             if self.stopped:
                 return None
@@ -191,7 +192,7 @@ class PushSink:
                             ipc = None  # no longer the batch that arrived
                             if batch.num_rows == 0:
                                 continue
-                        outcome = self._deliver(split, batch, ipc)
+                        outcome = self._deliver(split_no, batch, ipc)
                         if outcome is not None:
                             send_quietly(sock, outcome)
                 elif kind == END:
@@ -206,6 +207,7 @@ class PushSink:
                                     f"split {split_no} ended with {reported} rows sent but {sent} received"))
                             else:
                                 split.ended = True
+                                self.queue.end_split(split_no)
                             self._cond.notify_all()
                     return
                 elif kind == ERROR:
@@ -232,16 +234,17 @@ class PushSink:
             except OSError:
                 pass
 
-    def _deliver(self, split: _Split, batch: pa.RecordBatch, ipc=None) -> bytes | None:
-        """Put a batch of ``split`` in the scanner's queue; what its reader is to be told:
-        None (go on), YIELD or STOP."""
+    def _deliver(self, split_no: int, batch: pa.RecordBatch, ipc=None) -> bytes | None:
+        """Put a batch of split ``split_no`` in the scanner's queue; what its reader is to be
+        told: None (go on), YIELD or STOP."""
+        split = self.splits[split_no]
         nbytes = batch.get_total_buffer_size()
         if nbytes > self.queue.max_bytes:
             self._fail(MemLimitExceeded(
                 f"one batch of {batch.num_rows} rows needs {nbytes} bytes, more than the scanner's memory limit of "
                 f"{self.queue.max_bytes} bytes; raise mem_limit"))
             return STOP
-        outcome = self.queue.put(batch, nbytes, timeout=self.yield_after_s, ipc=ipc)
+        outcome = self.queue.put(batch, nbytes, timeout=self.yield_after_s, ipc=ipc, split=split_no)
         if outcome is PUT_TIMED_OUT:
             # The reader has not read for a while: give the Spark slot back; the split is
             # read again later from where it stopped.
@@ -287,12 +290,13 @@ class PushSink:
                     # counts) the batch's own bytes, not the decoded run it was cut from,
                     # and a reply of this one batch sends them as they are.
                     ipc = batch.serialize()
-                    if self._deliver(split, pa.ipc.read_record_batch(ipc, batch.schema), ipc) is not None:
+                    if self._deliver(split_no, pa.ipc.read_record_batch(ipc, batch.schema), ipc) is not None:
                         return False
             with lock, self._cond:
                 if split.generation != generation or split.yielded or self.stopped:
                     return False
                 split.ended = True
+                self.queue.end_split(split_no)
                 self._cond.notify_all()
                 return True
         except StarscanError as exc:

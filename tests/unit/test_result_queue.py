@@ -11,6 +11,8 @@ import threading
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from starscan.core.errors import MemLimitExceeded, ScanCancelled, ScanTimeout
 from starscan.provider.result_queue import EOS, ResultQueue
@@ -296,3 +298,126 @@ def test_a_short_batch_does_not_cut_the_reply_sized_batches_after_it():
     assert replies == [(0, 10, "ipc-0"), (10, 3, "ipc-10"), (13, 10, "ipc-13"), (23, 10, "ipc-23"),
                        (33, 6, None),                      # two short batches joined: 2 + 4
                        (39, 10, "ipc-39")]
+
+
+# ---- an ordered queue: splits read at once, handed out split after split ---------------
+def _drain(q: ResultQueue, max_rows: int = 1000) -> list[int]:
+    got: list[int] = []
+    while (out := q.take(max_rows, timeout=JOIN_S)) is not EOS:
+        assert out is not None, "no rows came"
+        got += ids_of(out)
+    return got
+
+
+def test_an_ordered_queue_holds_a_later_split_until_the_earlier_ones_end():
+    q = ResultQueue(1 << 20, ordered=True)
+    assert q.put(batch(100, 2), 10, split=1)   # split 1 first: held
+    assert q.put(batch(200, 2), 10, split=2)
+    assert q.take(10, timeout=0.2) is None     # nothing of split 0 yet: nothing to hand out
+    assert q.put(batch(0, 3), 10, split=0)
+    assert ids_of(q.take(10)) == [0, 1, 2]     # split 0's rows only
+    q.end_split(2)                             # split 2 ended before split 1: still held
+    assert q.put(batch(102, 1), 10, split=1)
+    q.end_split(0)
+    assert ids_of(q.take(10, timeout=JOIN_S)) == [100, 101, 102]
+    q.end_split(1)                             # split 2 follows at once: it had ended
+    q.finish()
+    assert _drain(q) == [200, 201]
+    assert q.rows_in == 8 and q.bytes == 0
+
+
+def test_an_unordered_queue_hands_out_every_split_at_once():
+    q = ResultQueue(1 << 20)
+    q.put(batch(100, 2), 10, split=1)
+    q.put(batch(0, 2), 10, split=0)
+    q.finish()
+    assert _drain(q) == [100, 101, 0, 1]
+
+
+def test_held_batches_take_half_the_bound_and_never_block_the_split_handed_out():
+    q = ResultQueue(100, ordered=True)
+    assert q.put(batch(100, 1), 40, split=1)
+    assert q.put(batch(101, 1), 10, split=1)   # 50: half the bound
+    later = Call(q.put, batch(102, 1), 10, split=1)
+    assert later.blocked()                     # over half: waits for its turn
+    # The split handed out is not held back by what is held (50 of 100 bytes).
+    assert Call(q.put, batch(0, 1), 40, split=0).wait().result is True
+    assert q.ready_bytes == 40 and q.bytes == 90
+    q.end_split(0)                             # split 1's turn: its held batches are handed out
+    assert later.wait().result is True
+    assert ids_of(q.take(10)) == [0, 100, 101, 102]
+    assert q.ready_bytes == q.bytes == 0
+
+
+def test_a_held_batch_times_out_only_while_the_reader_takes_nothing():
+    q = ResultQueue(100, ordered=True)
+    q.put(batch(100, 1), 60, split=1)
+    for i in range(4):
+        q.put(batch(i, 1), 1, split=0)
+    held = Call(q.put, batch(101, 1), 10, timeout=0.6, split=1)
+    for _ in range(4):                         # the reader keeps taking: no timeout
+        threading.Event().wait(0.25)
+        assert ids_of(q.take(1)) is not None
+    assert held.blocked()
+    assert held.wait().result is None          # the reader stopped taking: timed out, nothing added
+    assert q.rows_in == 5
+
+
+def test_finish_hands_out_what_is_held_and_fail_drops_it():
+    q = ResultQueue(1 << 20, ordered=True)
+    q.put(batch(10, 1), 10, split=1)
+    q.put(batch(0, 1), 10, split=0)
+    q.end_split(0)
+    q.end_split(1)
+    q.finish()
+    assert _drain(q) == [0, 10]
+
+    failed = ResultQueue(1 << 20, ordered=True)
+    failed.put(batch(10, 1), 10, split=1)
+    failed.fail(ScanTimeout("too slow"))
+    assert failed.bytes == failed.ready_bytes == 0
+    with pytest.raises(ScanTimeout):
+        failed.take(10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(splits=st.lists(st.lists(st.integers(1, 7), max_size=6), min_size=1, max_size=6),
+       readers=st.integers(1, 3), max_bytes=st.integers(1, 120), reply=st.integers(1, 9))
+def test_an_ordered_queue_gives_every_row_once_in_split_order(splits, readers, max_bytes, reply):
+    """Readers claim the splits lowest first (as the sink's ``claim``) and put each split's
+    batches (bytes = rows * 10), a reader thread takes replies: the rows are the splits' rows
+    in split order, each split's in the order put, whatever the bound and the interleaving."""
+    first = 0
+    rows: list[list[tuple[int, int]]] = []
+    for sizes in splits:
+        rows.append([(first + sum(sizes[:i]), n) for i, n in enumerate(sizes)])
+        first += sum(sizes)
+    q = ResultQueue(max_bytes, ordered=True)
+    claims = iter(range(len(splits)))
+    claim_lock = threading.Lock()
+
+    def reader() -> None:
+        while True:
+            with claim_lock:
+                number = next(claims, None)
+            if number is None:
+                return
+            for start, n in rows[number]:
+                assert q.put(batch(start, n), n * 10, timeout=JOIN_S, split=number) is True
+            q.end_split(number)
+
+    threads = [threading.Thread(target=reader, daemon=True) for _ in range(readers)]
+    for t in threads:
+        t.start()
+    got: list[int] = []
+    while len(got) < first:
+        out = q.take(reply, timeout=JOIN_S)
+        assert out is not None, f"stuck after {len(got)} of {first} rows"
+        got += ids_of(out)
+    for t in threads:
+        t.join(JOIN_S)
+        assert not t.is_alive()
+    q.finish()
+    assert q.take(reply) is EOS
+    assert got == list(range(first))
+    assert q.bytes == 0
