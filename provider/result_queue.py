@@ -21,8 +21,9 @@ handed out (the lowest that has not ended) is queued as above; a batch of a late
 held until every split before it has ended (``end_split``). So a scan reads its splits in
 parallel, as an unordered one does, and its rows still come in split order, each split's in
 the order its reader sent them. Held batches take at most half of ``max_bytes`` (and one
-batch): a later split's reader waits for room there, while the reader of the split being
-handed out always finds room once the reader takes, so the two never wait on each other. A
+batch), and the queue as a whole stays within ``max_bytes`` as above: a later split's reader
+waits for room, while the reader of the split being handed out always finds room once the
+reader takes (the held half is never all of it), so the two never wait on each other. A
 held batch's reader that waits only counts as "not read" (``put``'s timeout) while the reader
 of the scan does not take: it is not the reader's slowness that holds it back.
 """
@@ -140,10 +141,12 @@ class ResultQueue:
     def _hold(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None, ipc, split: int) -> bool | None:
         """``put`` of a batch of a later split than the one handed out (an ordered queue;
         the lock is held): held until its turn, waiting while the held batches fill their
-        half of the bound. It times out only while the reader takes nothing."""
+        half of the bound or the queue its whole bound. It times out only while the reader
+        takes nothing."""
         waited_from = time.monotonic()
-        while not self._stopped and split != self._head and self._held_bytes and \
-                self._held_bytes + nbytes > self.max_bytes // 2:
+        while not self._stopped and split != self._head and (
+                (self._held_bytes and self._held_bytes + nbytes > self.max_bytes // 2)
+                or (self._bytes and self._bytes + nbytes > self.max_bytes)):
             wait = None
             if timeout is not None:
                 left = max(waited_from, self._last_take) + timeout - time.monotonic()

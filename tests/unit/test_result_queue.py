@@ -349,6 +349,16 @@ def test_held_batches_take_half_the_bound_and_never_block_the_split_handed_out()
     assert q.ready_bytes == q.bytes == 0
 
 
+def test_held_batches_keep_the_whole_queue_within_its_bound():
+    q = ResultQueue(100, ordered=True)
+    assert q.put(batch(0, 1), 90, split=0)     # the split handed out fills the queue
+    held = Call(q.put, batch(100, 1), 20, split=1)
+    assert held.blocked()                      # 90 + 20 > 100, though nothing is held yet
+    assert ids_of(q.take(10)) == [0]
+    assert held.wait().result is True
+    assert q.bytes == 20 and q.ready_bytes == 0
+
+
 def test_a_held_batch_times_out_only_while_the_reader_takes_nothing():
     q = ResultQueue(100, ordered=True)
     q.put(batch(100, 1), 60, split=1)
