@@ -7,8 +7,9 @@ reused while its shape is the same), starts an in-process starscan server, times
 first ``_query_plan`` of ``select id from small.t where v > 3`` and a second one, then reads
 that query through the BE (the bundled client in its own process, ``--scanners`` scanners
 asking no order as a StarRocks connector does, then one scanner asking for a fixed order as
-the bundled client does by default, each after a warm-up read) and with ``pyarrow.dataset`` (``to_table`` with the same filter, its
-own threads, after a warm-up), each ``--repeats`` times. Reported: wall time, rows/s, files/s
+the bundled client does by default, each after a warm-up read) and with ``pyarrow.dataset``
+(``to_table`` with the same filter, its own threads, after a warm-up), each ``--repeats``
+times. Reported: wall time, rows/s, files/s
 and starscan's rows/s over pyarrow.dataset's (issue 39's target: 0.8).
 
     python bench/small_files.py                              # 50,000 files of 10 rows
