@@ -85,8 +85,8 @@ def run_scanners(fe: str, sql: str, concurrency: int, batch_size: int, ordered: 
 
     def scanner(i: int) -> None:
         stats = ScanStats()
-        client = (StarscanClient(fe, "root", "", timeout_s=600.0) if ordered
-                  else StarscanClient(fe, "root", "", timeout_s=600.0, failovers=0))
+        no_order = {} if ordered else {"failovers": 0}  # failovers=0: no order asked, a scanner's tasks in parallel
+        client = StarscanClient(fe, "root", "", timeout_s=600.0, **no_order)
         barrier.wait()
         t0 = time.perf_counter()
         error = None

@@ -40,6 +40,7 @@ from starscan.core.errors import ScanCancelled, StarscanError
 
 EOS = object()  # returned by take() when the scan finished and everything was taken
 PUT_TIMED_OUT = None  # returned by put() when its timeout passed with the queue still full
+_ITS_TURN = object()  # _hold: the batch's split became the one handed out while it waited
 
 
 class QueueBudget:
@@ -106,7 +107,9 @@ class ResultQueue:
         belongs to (an ordered queue hands splits out in their order)."""
         with self._room:
             if self.ordered and split != self._head:
-                return self._hold(batch, nbytes, timeout, ipc, split)
+                held = self._hold(batch, nbytes, timeout, ipc, split)
+                if held is not _ITS_TURN:
+                    return held
             waited_from = time.monotonic()
             deadline = None if timeout is None else waited_from + timeout
             self._puts_waiting += 1
@@ -141,8 +144,8 @@ class ResultQueue:
     def _hold(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None, ipc, split: int) -> bool | None:
         """``put`` of a batch of a later split than the one handed out (an ordered queue;
         the lock is held): held until its turn, waiting while the held batches fill their
-        half of the bound or the queue its whole bound. It times out only while the reader
-        takes nothing."""
+        half of the bound or the queue its whole bound, or _ITS_TURN when the split became
+        the one handed out meanwhile. It times out only while the reader takes nothing."""
         waited_from = time.monotonic()
         while not self._stopped and split != self._head and (
                 (self._held_bytes and self._held_bytes + nbytes > self.max_bytes // 2)
@@ -158,13 +161,10 @@ class ResultQueue:
         self.put_wait_s += time.monotonic() - waited_from
         if self._stopped:
             return False
-        if split == self._head:  # its turn came while it waited: handed out as any batch of it
-            self._items.append([batch, nbytes, 0, ipc])
-            self._rows += batch.num_rows
-            self._rows_cv.notify()
-        else:
-            self._held.setdefault(split, []).append([batch, nbytes, 0, ipc])
-            self._held_bytes += nbytes
+        if split == self._head:
+            return _ITS_TURN  # its turn came while it waited: put as any batch of that split
+        self._held.setdefault(split, []).append([batch, nbytes, 0, ipc])
+        self._held_bytes += nbytes
         self._added(batch, nbytes)
         return True
 
@@ -185,14 +185,20 @@ class ResultQueue:
             while self._head in self._ended:
                 self._ended.discard(self._head)
                 self._head += 1
-                for item in self._held.pop(self._head, ()):
-                    self._items.append(item)
-                    self._held_bytes -= item[1]
-                    self._rows += item[0].num_rows
-                    moved = True
+                moved = self._release(self._head) or moved
             if moved:
                 self._rows_cv.notify()
             self._room.notify_all()  # a held split's reader may be the one handed out now
+
+    def _release(self, split: int) -> bool:
+        """Hand out ``split``'s held batches, in the order they came (the lock is held);
+        whether it had any."""
+        items = self._held.pop(split, ())
+        for item in items:
+            self._items.append(item)
+            self._held_bytes -= item[1]
+            self._rows += item[0].num_rows
+        return bool(items)
 
     @property
     def producers_waiting(self) -> int:
@@ -202,12 +208,8 @@ class ResultQueue:
 
     def finish(self) -> None:
         with self._room:
-            if self._held:  # every split ended (the scan is over): nothing may stay held
-                for split in sorted(self._held):
-                    for item in self._held.pop(split):
-                        self._items.append(item)
-                        self._held_bytes -= item[1]
-                        self._rows += item[0].num_rows
+            for split in sorted(self._held):  # every split ended (the scan is over): none stays held
+                self._release(split)
             self._finished = True
             self._wake_all()
 

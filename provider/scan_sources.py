@@ -96,7 +96,11 @@ class PlannedRead:
         return str(field.name)
 
     def arrow(self, time_zone: str, tasks: int, calendar: CalendarRules) -> tuple[ArrowRead, list[ArrowSplit]]:
-        """The arrow engine's read instructions and splits, or NotArrowable saying why not."""
+        """The arrow engine's read instructions and splits, or NotArrowable saying why not.
+        An ordered read's splits are cut as for one task, whatever ``tasks`` runs them: its
+        rows come split after split, so its splits must not depend on the BE's settings
+        (as ``scan_session(ordered=True)`` keeps the sql engine's from depending on Spark's)."""
+        tasks = 1 if self.ordered else tasks
         return plan_arrow(self.plan, self._plan_tablets, self._tablet_ids, time_zone, tasks, self.storage, calendar,
                           open_cost_bytes=self.open_cost_bytes)
 

@@ -289,10 +289,7 @@ class SparkScan:
         from the sink (push_task.push_arrow_splits); the ``sql`` engine one job per split."""
         if self.engine_setting in ("auto", "arrow"):
             try:
-                # An ordered scan's rows come split after split, so its splits must not depend
-                # on this BE's settings: they are cut as for one task, whatever runs them.
-                split_for = 1 if self.source.ordered else self.tasks_per_scanner
-                read, splits = self.source.arrow(self.time_zone, split_for, calendar_rules(self.spark))
+                read, splits = self.source.arrow(self.time_zone, self.tasks_per_scanner, calendar_rules(self.spark))
             except NotArrowable as why:
                 if self.engine_setting == "arrow":
                     raise InvalidArgument(f"scan_engine = arrow cannot run this scan: {why}; "
