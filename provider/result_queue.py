@@ -40,7 +40,13 @@ from starscan.core.errors import ScanCancelled, StarscanError
 
 EOS = object()  # returned by take() when the scan finished and everything was taken
 PUT_TIMED_OUT = None  # returned by put() when its timeout passed with the queue still full
-_ITS_TURN = object()  # _hold: the batch's split became the one handed out while it waited
+
+
+class _Turn:
+    """What ``_hold`` returns when the batch's split became the one handed out while it waited."""
+
+
+_ITS_TURN = _Turn()
 
 
 class QueueBudget:
@@ -108,7 +114,7 @@ class ResultQueue:
         with self._room:
             if self.ordered and split != self._head:
                 held = self._hold(batch, nbytes, timeout, ipc, split)
-                if held is not _ITS_TURN:
+                if not isinstance(held, _Turn):
                     return held
             waited_from = time.monotonic()
             deadline = None if timeout is None else waited_from + timeout
@@ -141,7 +147,8 @@ class ResultQueue:
             self._rows_cv.notify()
             return True
 
-    def _hold(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None, ipc, split: int) -> bool | None:
+    def _hold(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None, ipc,
+              split: int) -> bool | None | _Turn:
         """``put`` of a batch of a later split than the one handed out (an ordered queue;
         the lock is held): held until its turn, waiting while the held batches fill their
         half of the bound or the queue its whole bound, or _ITS_TURN when the split became
