@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import os
+import random
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -24,8 +28,39 @@ def wait_until(predicate: Callable[[], T], timeout_s: float = 60.0, interval_s: 
         time.sleep(interval_s)
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to sockets bound to port 0 (and to outgoing
+    connections)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+_BLOCK = 1000
+_picks = itertools.count(random.randrange(_BLOCK))
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server started later.
+
+    Taken below the kernel's ephemeral range: a port there is never handed to a socket bound
+    to port 0 or to an outgoing connection, so Spark's driver, block manager and workers (and
+    every client) cannot take it between this pick and the server's bind (a CI run lost
+    `starscan serve`'s query port that way). Each xdist worker picks from its own block of
+    ports, so two workers never pick the same one.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = 20000 + (int(worker) if worker.isdigit() else 0) * _BLOCK
+    if base + _BLOCK <= _ephemeral_low():
+        for _ in range(_BLOCK):
+            port = base + next(_picks) % _BLOCK
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue  # in use, or in TIME_WAIT
+                return port
+    with socket.socket() as s:  # no room below the ephemeral range: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pyarrow as pa
 import pytest
 from support.thrift_gen import official_thrift_client
+from support.waits import free_port
 
 from starscan.client import AuthenticationError, NetworkError, QueryError, connect
 
@@ -196,11 +197,7 @@ def test_a_starrocks_cluster_reads_exactly_in_parallel_and_in_native_types(gen):
 
 def test_a_dead_first_routing_is_skipped_before_any_row(gen):  # noqa: F811
     live = StandInBE(gen)
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    dead = f"127.0.0.1:{free_port()}"  # a port nobody listens on
     fe = StandInFE({tid: [dead, f"127.0.0.1:{live.port}"] for tid in TABLETS})
     got = connect(fe.url, max_workers=2, request_tablet_size=1, request_retries=1).read_arrow("sr.t")
     assert Counter(got.column("id").to_pylist()) == Counter(range(2000))
