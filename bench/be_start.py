@@ -34,17 +34,12 @@ from pathlib import Path
 
 import common
 import httpx
+from support.waits import free_port
 
 DB, TABLE = "demo", "lineitem"
 SQL = "select * from `demo`.`lineitem`"
 POLL_S = 0.2
 CALL_TIMEOUT_S = 1.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _serve(root: Path, name: str, warehouse: Path, *args: str) -> tuple[subprocess.Popen, Path]:
@@ -123,14 +118,14 @@ def _listening(port: int) -> bool:
 
 def measure(root: Path, warehouse: Path, role: str, fe_http: int | None, timeout_s: float,
             be_port: int | None = None) -> dict:
-    be_port = be_port or _free_port()
+    be_port = be_port or free_port()
     args = ["--role", role, "--be-port", str(be_port), "--demo-scale", "0"]
     own_http = None
     if role == "all":
-        own_http = _free_port()
-        args += ["--http-port", str(own_http), "--query-port", str(_free_port())]
+        own_http = free_port()
+        args += ["--http-port", str(own_http), "--query-port", str(free_port())]
     else:
-        args += ["--be-http-port", str(_free_port())]
+        args += ["--be-http-port", str(free_port())]
     started = time.monotonic()
     proc, log = _serve(root, f"{role}-{int(started)}", warehouse, *args)
     out = {"listening": None, "open": None, "first_row": None, "ready_line": None, "last_failure": ""}
@@ -178,9 +173,9 @@ def main(argv=None) -> int:
     rows = []
     try:
         # The warehouse, written once by an FE (which also plans for the BE runs).
-        fe_http, be_for_fe = _free_port(), _free_port()
+        fe_http, be_for_fe = free_port(), free_port()
         fe_proc, fe_log = _serve(root, "fe", warehouse, "--role", "fe", "--http-port", str(fe_http), "--query-port",
-                                 str(_free_port()), "--demo-scale", str(args.scale), "--be-endpoints",
+                                 str(free_port()), "--demo-scale", str(args.scale), "--be-endpoints",
                                  f"127.0.0.1:{be_for_fe}")
         deadline = time.monotonic() + 600
         while not _listening(fe_http) or "created demo tables" not in fe_log.read_text(errors="replace"):

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import common
 import psutil
+from support.waits import free_port
 
 DB, TABLE = "demo", "lineitem"
 FILTER_COLUMNS = ["l_orderkey", "l_quantity", "l_extendedprice", "l_shipdate"]
@@ -338,12 +339,6 @@ def flight_server(spec: dict) -> int:
 # ======================================================================================
 # the orchestrating process
 # ======================================================================================
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def wait_port(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,18 +29,13 @@ from pathlib import Path
 import common
 import httpx
 import psutil
+from support.waits import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SQL = "select * from demo.lineitem"
 HEADER = ["configuration", "readers", "runs", "rows/s (aggregate, best / median)", "MB/s (Arrow, best / median)",
           "wall s (median)", "failovers", "CPU s per M rows (BE Python / Spark: JVMs and Python workers / FE / readers)",
           "peak RSS per node (Python / JVM)"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Nodes:
@@ -185,24 +179,24 @@ def run_configuration(name: str, root: Path, warehouse: Path, bes: int, cluster:
         be_args: list[list[str]] = []
         extra: dict[str, str] = {"STARSCAN_WARMUP_ROWS": "0"}
         if cluster:
-            master_port = _free_port()
+            master_port = free_port()
             nodes.spark_class("spark-master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                              "--port", str(master_port), "--webui-port", str(_free_port()))
+                              "--port", str(master_port), "--webui-port", str(free_port()))
             nodes.spark_class("spark-worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                              "--cores", "2", "--memory", "2g", "--webui-port", str(_free_port()),
+                              "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()),
                               f"spark://127.0.0.1:{master_port}")
             nodes.wait_log("spark-worker", "Successfully registered with master")
             extra["STARSCAN_SPARK_CONF"] = "spark.executor.memory=1g; spark.cores.max=2"
             master = f"spark://127.0.0.1:{master_port}"
         else:
             master = "local[2]"
-        ports = [(_free_port(), _free_port()) for _ in range(bes)]
+        ports = [(free_port(), free_port()) for _ in range(bes)]
         for i, (be_port, http_port) in enumerate(ports):
             nodes.serve(f"be{i + 1}", warehouse, "--role", "be", "--be-port", str(be_port), "--be-http-port",
                         str(http_port), "--spark-master", master, env_extra=extra)
             be_args.append([f"127.0.0.1:{be_port}"])
-        fe_http = _free_port()
-        nodes.serve("fe", warehouse, "--role", "fe", "--http-port", str(fe_http), "--query-port", str(_free_port()),
+        fe_http = free_port()
+        nodes.serve("fe", warehouse, "--role", "fe", "--http-port", str(fe_http), "--query-port", str(free_port()),
                     "--be-endpoints", ",".join(a[0] for a in be_args))
         for i, (_, http_port) in enumerate(ports):
             nodes.wait_http(f"be{i + 1}", http_port)

@@ -42,7 +42,8 @@ _picks = itertools.count(random.randrange(_BLOCK))
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now, for a server started later.
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a server a test or a benchmark
+    starts later.
 
     Taken below the kernel's ephemeral range: a port there is never handed to a socket bound
     to port 0 or to an outgoing connection, so Spark's driver, block manager and workers (and
