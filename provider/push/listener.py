@@ -17,6 +17,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 
 from starscan.provider.push.scheduler import SlotScheduler
 from starscan.provider.push.sink import PushSink
@@ -163,10 +164,15 @@ LOCAL_PREFIX = "starscan-push-"  # the Unix socket's folder: tempfile.mkdtemp's 
 LOCAL_SOCKET = "push.sock"        # its name in the folder
 
 
+STARTING_FOLDER_S = 60.0  # a folder changed this recently may be a listener's still starting
+
+
 def _remove_dead_folders() -> None:
     """Folders of this user's earlier listeners whose server is gone (killed, so it could not
     remove its own): their socket refuses connections, or is not there. A live server's
-    socket accepts, and its folder stays."""
+    socket accepts, and its folder stays; so does a folder changed in the last
+    STARTING_FOLDER_S, which may be another server's between making it and listening (two
+    servers starting at once would otherwise remove each other's)."""
     root = tempfile.gettempdir()
     try:
         names = [n for n in os.listdir(root) if n.startswith(LOCAL_PREFIX)]
@@ -175,9 +181,10 @@ def _remove_dead_folders() -> None:
     for name in names:
         folder = os.path.join(root, name)
         try:
-            if os.stat(folder).st_uid != os.getuid():
-                continue
+            st = os.stat(folder)
         except OSError:
+            continue
+        if st.st_uid != os.getuid() or time.time() - st.st_mtime < STARTING_FOLDER_S:
             continue
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

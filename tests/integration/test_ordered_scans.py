@@ -8,7 +8,6 @@ or on Spark's tasks) give the same rows in the same order, equal to Spark SQL's 
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from collections import Counter
 
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.readers import Reader, plan_for
 from support.servers import running_server
+from support.waits import wait_until
 
 from starscan.core.protocol_extensions import ORDERED_PROPERTY
 
@@ -86,7 +86,8 @@ def _ordered_ids(be, plan, tablets, table: str, pause_after: int | None = None, 
         cid, ids, offset = opened.context_id, [], 0
         while True:
             if pause_after is not None and len(ids) >= pause_after * 1000:
-                time.sleep(1.0)
+                sink = be.contexts.get(cid).scan.sink  # away until a waiting reader gave its slot back
+                wait_until(lambda sink=sink: sink.yields > 0, 60, what="a reader to yield while the scan's reader is away")
                 pause_after = None
             res = reader.next(cid, offset)
             assert res.status.status_code == 0, res.status

@@ -10,7 +10,7 @@ from collections import Counter
 import httpx
 import pyarrow as pa
 import pytest
-from support.readers import OK, Reader, scrape, value
+from support.readers import OK, Reader, scrape, status_tracker, value
 from support.servers import basic, plan, running_server
 
 from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
@@ -76,7 +76,7 @@ def rows_of(replies: list[bytes]) -> Counter:
 
 
 def spark_jobs_of(spark, cid: str) -> list[int]:
-    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(cid))
+    return list(status_tracker(spark).getJobIdsForGroup(cid))
 
 
 def cache_numbers(srv) -> dict:

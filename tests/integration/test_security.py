@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import time
 import uuid
 import weakref
@@ -19,7 +20,7 @@ from support.waits import wait_until
 
 from starscan.client import StarscanClient, thrift_client
 from starscan.core.thrift_defs import wire
-from starscan.plans.secrets import RotatingPlanSigner, rotate_secret
+from starscan.plans.secrets import PREVIOUS, RotatingPlanSigner, rotate_secret
 
 OK = wire.TStatusCode.OK
 NOT_AUTHORIZED = wire.TStatusCode.NOT_AUTHORIZED
@@ -28,6 +29,7 @@ T1_SQL = "select k1, v1 from db1.t1"
 JWT_KEY = "jwt-test-key-" + "k" * 32
 ISSUER = "https://idp.example"
 ALICE_PW = "pässwörd✓ with spaces"
+GRACE_S = 600  # the previous plan secret's grace period (the test ages the rotation past it)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,7 @@ def secure(spark, base_settings, tmp_path_factory):
     path = own_warehouse(spark, tmp_path_factory.mktemp("secure-wh"))
     settings = base_settings.model_copy(update={
         "warehouse": path, "users_file": None, "audit_log": path / "audit.log",
-        "login_max_failures": 3, "login_lockout_s": 600.0, "plan_secret_grace_s": 4,
+        "login_max_failures": 3, "login_lockout_s": 600.0, "plan_secret_grace_s": GRACE_S,
         "jwt_key": __import__("pydantic").SecretStr(JWT_KEY), "jwt_issuer": ISSUER, "jwt_algorithms": ["HS256"],
     })
     with running_server(spark, settings) as srv:
@@ -205,9 +207,13 @@ def test_plan_secret_rotates_without_downtime(secure):
     wait_until(lambda: secure.signer.sign(b"x")[1] == new_kid, 10, what="the server to load the new secret")
     after = alice_plan(secure)
     assert open_scanner(secure, after).status.status_code == OK
-    # ... and a plan signed just before the rotation still opens during the grace period (4 s).
+    # ... and a plan signed just before the rotation still opens during the grace period.
     assert open_scanner(secure, before).status.status_code == OK
-    # After it, the old plan is refused with a clear reason.
+    # After it, the old plan is refused with a clear reason. The period counts from the
+    # rotation (the previous secret's file time): here the rotation is made older than it.
+    previous = secure.settings.state_path / PREVIOUS
+    long_ago = time.time() - GRACE_S - 1
+    os.utime(previous, (long_ago, long_ago))
     wait_until(lambda: open_scanner(secure, before).status.status_code != OK, 20, interval_s=0.5,
                what="the grace period to end")
     refused = open_scanner(secure, before)

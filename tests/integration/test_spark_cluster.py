@@ -94,7 +94,8 @@ def test_scans_on_the_cluster_equal_local_spark(cluster_node, engine, table, sql
         assert r.status_code == 200, r.text
     before = _executor_tasks(cluster_node["root"])
     on_cluster = StarscanClient(cluster_node["fe"], timeout_s=120).read("demo", table, sql)
-    assert _executor_tasks(cluster_node["root"]) > before  # the scan's tasks ran on the cluster's executor
+    # The scan's tasks ran on the cluster's executor (the worker copies its log a moment later).
+    wait_until(lambda: _executor_tasks(cluster_node["root"]) > before, 60, what="the executor's log of the scan's tasks")
     on_local = StarscanClient(cluster_node["local"], timeout_s=120).read("demo", table, sql)
     assert on_cluster.num_rows == on_local.num_rows > 0
     assert on_cluster.schema == on_local.schema

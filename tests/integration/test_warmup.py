@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def test_warm_up_scans_and_cleans_up(spark, warehouse_dir, server):
+    from support.readers import status_tracker
+
     from starscan.provider.warmup import warm_up
 
     before = set(p.name for p in warehouse_dir.iterdir())
@@ -12,7 +14,7 @@ def test_warm_up_scans_and_cleans_up(spark, warehouse_dir, server):
     seconds = warm_up(spark, warehouse_dir, 5000, server.service.push_listener())
     assert seconds > 0
     # It ran Spark jobs (two scans, a job per split) under its own job group ...
-    assert len(set(tracker.getJobIdsForGroup("starscan-warmup")) - jobs_before) >= 2
+    assert len(set(status_tracker(spark).getJobIdsForGroup("starscan-warmup")) - jobs_before) >= 2
     # ... removed its table, and no catalog listing ever shows it.
     assert set(p.name for p in warehouse_dir.iterdir()) == before
     assert not any(name.startswith(".starscan-warmup") for name in server.warehouse.databases())

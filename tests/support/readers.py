@@ -174,8 +174,16 @@ def spark_rows(spark, server, db, table, tablets, columns, where=None) -> Counte
     return Counter(tuple(canon(v, server.settings.time_zone) for v in r) for r in df.select(*columns).collect())
 
 
+def status_tracker(spark):
+    """Spark's status tracker once its listener bus is drained. Spark records a job's start
+    and end from that bus, a moment after the job's own thread went on, so a job a scan just
+    ran (or runs now) is surely in the tracker only then."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+    return spark.sparkContext.statusTracker()
+
+
 def job_states(spark, group: str) -> dict[int, str]:
-    tracker = spark.sparkContext.statusTracker()
+    tracker = status_tracker(spark)
     out = {}
     for job_id in tracker.getJobIdsForGroup(group):
         info = tracker.getJobInfo(job_id)

@@ -7,12 +7,16 @@ from __future__ import annotations
 import socket
 
 import pytest
+from support.waits import free_port
 
 from starscan.core.errors import NoLiveBackend
 from starscan.planner.be_membership import BeMembership
 
 
-def _listener(port: int = 0) -> socket.socket:
+def _listener(port: int | None = None) -> socket.socket:
+    """A listener on ``port``, or on a port no other socket is handed (B's is bound again
+    after it was closed)."""
+    port = free_port() if port is None else port
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", port))

@@ -14,6 +14,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -181,6 +182,7 @@ def test_an_idle_reader_makes_the_task_yield_and_the_split_resumes(listener):
     state = sink.splits[0]
     wait_until(lambda: state.yielded, timeout_s=10, interval_s=0.01)
     assert state.yielded and not state.ended
+    sink.yield_after_s = 30  # read on from here: a stalled reader thread must not make it yield again
     got: list[int] = []
     reader = threading.Thread(target=lambda: got.extend(drain(sink.queue)), daemon=True)
     reader.start()  # the reader reads again: the split is resumed and read to its end
@@ -274,7 +276,8 @@ def test_without_a_unix_socket_tasks_push_over_tcp(tmp_path, monkeypatch):
 
 def test_a_killed_servers_socket_folder_is_removed_by_the_next_listener(tmp_path, monkeypatch):
     """A server killed before it could remove its folder: the next listener removes folders
-    whose socket refuses connections or is gone, and keeps a live listener's."""
+    whose socket refuses connections or is gone, and keeps a live listener's, and a new
+    folder's without a socket yet (another server's, starting)."""
     from starscan.provider.push import listener as push_listener
 
     monkeypatch.setattr(push_listener.tempfile, "tempdir", str(tmp_path))
@@ -286,12 +289,17 @@ def test_a_killed_servers_socket_folder_is_removed_by_the_next_listener(tmp_path
     s.close()
     no_socket = tmp_path / "starscan-push-dead2"
     no_socket.mkdir(mode=0o700)
+    long_ago = time.time() - push_listener.STARTING_FOLDER_S - 1
+    for dead in (dead_socket, no_socket):
+        os.utime(dead, (long_ago, long_ago))
+    starting = tmp_path / "starscan-push-starting"
+    starting.mkdir(mode=0o700)
     other = tmp_path / "not-ours"
     other.mkdir()
     try:
         new = PushListener("127.0.0.1", 0, local=True)
         try:
-            assert not dead_socket.exists() and not no_socket.exists()
+            assert not dead_socket.exists() and not no_socket.exists() and starting.exists()
             assert os.path.exists(live.local_path) and other.exists() and os.path.exists(new.local_path)
             send_split(live, sink_for(live), 0, [batch(0, 2)])  # the live one still serves
         finally:
@@ -367,6 +375,7 @@ def test_a_yielded_split_is_the_first_one_given_again(listener):
         pass
     wait_until(lambda: sink.splits[0].yielded, timeout_s=10, interval_s=0.01)
     assert sink.yields == 1 and sink.lost() == [] and sink.unclaimed()
+    sink.yield_after_s = 30  # read on from here: a stalled reader thread must not make it yield again
     got: list[int] = []
     reader = threading.Thread(target=lambda: got.extend(drain(sink.queue)), daemon=True)
     reader.start()

@@ -364,8 +364,9 @@ def test_a_held_batch_times_out_only_while_the_reader_takes_nothing():
     q.put(batch(100, 1), 60, split=1)
     for i in range(4):
         q.put(batch(i, 1), 1, split=0)
-    held = Call(q.put, batch(101, 1), 10, timeout=0.6, split=1)
-    for _ in range(4):                         # the reader keeps taking: no timeout
+    # The reader takes every 0.25 s, for longer than the timeout: the put never times out then.
+    held = Call(q.put, batch(101, 1), 10, timeout=0.8, split=1)
+    for _ in range(4):
         threading.Event().wait(0.25)
         assert ids_of(q.take(1)) is not None
     assert held.blocked()
