@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
@@ -68,10 +69,21 @@ class HumanFormatter(logging.Formatter):
         return line
 
 
+_PY4J_DIR = f"{os.sep}py4j{os.sep}"
+
+
+def _not_py4j_chatter(record: logging.LogRecord) -> bool:
+    """py4j logs some lines on the root logger itself (``logging.info(..., exc_info=True)``
+    with a traceback each time it retries a call on a new connection, e.g. after Spark's JVM
+    died), past the level its own loggers are kept at: below WARNING they are dropped too."""
+    return record.levelno >= logging.WARNING or record.name != "root" or _PY4J_DIR not in record.pathname
+
+
 def setup_logging(fmt: str = "human", level: str = "INFO", stream: IO[str] | None = None) -> None:
     """Configure the root logger once for the process (the CLI calls this)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else HumanFormatter())
+    handler.addFilter(_not_py4j_chatter)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

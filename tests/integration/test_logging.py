@@ -7,7 +7,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+from pathlib import Path
 
+import py4j
 import pytest
 from support.readers import Reader, plan_for
 
@@ -89,6 +91,11 @@ def test_setup_logging_formats_and_quiets_py4j():
     try:
         setup_logging("json", "INFO", stream=stream)
         logging.getLogger("py4j.clientserver").info("chatter")
+        # py4j's own lines on the root logger (its retries, with a traceback each): INFO
+        # dropped, ERROR kept.
+        for level in (logging.INFO, logging.ERROR):
+            root.handle(root.makeRecord("root", level, str(Path(py4j.__file__).parent / "java_gateway.py"), 1056,
+                                        "Exception while sending command.", (), None))
         logging.getLogger("starscan.test").info("hello %s", "world", extra={"context_id": "c1"})
     finally:
         for h in list(root.handlers):
@@ -97,7 +104,9 @@ def test_setup_logging_formats_and_quiets_py4j():
             root.addHandler(h)
         root.setLevel(saved[1])
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert lines == [{**lines[0], "level": "INFO", "logger": "starscan.test", "msg": "hello world", "context_id": "c1"}]
+    assert [(line["level"], line["logger"], line["msg"]) for line in lines] == [
+        ("ERROR", "root", "Exception while sending command."), ("INFO", "starscan.test", "hello world")]
+    assert lines[1] == {**lines[1], "context_id": "c1"}
 
 
 @pytest.mark.slow
