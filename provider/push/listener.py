@@ -162,9 +162,7 @@ class PushListener:
 
 LOCAL_PREFIX = "starscan-push-"  # the Unix socket's folder: tempfile.mkdtemp's prefix
 LOCAL_SOCKET = "push.sock"        # its name in the folder
-
-
-STARTING_FOLDER_S = 60.0  # a folder changed this recently may be a listener's still starting
+STARTING_FOLDER_S = 60.0          # a folder changed this recently may be a listener's still starting
 
 
 def _remove_dead_folders() -> None:
