@@ -198,7 +198,7 @@ class Soak:
     def run(self) -> dict:
         """The workload for ``--minutes``, then the wait for the reaper and the leak check."""
         args, server, spark = self.args, self.server, self.spark
-        earlier = set(producer_threads())  # another server's in this process (the test suite's) ends in its own time
+        earlier = set(producer_threads())  # another server's in this process (the test suite's) end in their own time
         before = memory()
         peak = common.PeakRSS().start()
         common.log(f"soak: {args.readers} readers for {args.minutes:g} min")
@@ -249,7 +249,7 @@ def producer_threads() -> list[threading.Thread]:
 
 
 def leaks(server, spark, earlier: Collection[threading.Thread] = ()) -> dict:
-    """What the run left: the server's contexts, scan producer threads (but ``earlier``'s) and
+    """What the run left: the server's contexts, scan producer threads except ``earlier``, and
     Spark stages still running."""
     contexts = len(server.contexts)
     producers = [t for t in producer_threads() if t not in earlier]

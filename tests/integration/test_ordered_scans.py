@@ -8,6 +8,7 @@ or on Spark's tasks) give the same rows in the same order, equal to Spark SQL's 
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
 from collections import Counter
 
@@ -86,8 +87,11 @@ def _ordered_ids(be, plan, tablets, table: str, pause_after: int | None = None, 
         cid, ids, offset = opened.context_id, [], 0
         while True:
             if pause_after is not None and len(ids) >= pause_after * 1000:
-                sink = be.contexts.get(cid).scan.sink  # away until a waiting reader gave its slot back
+                # Away until a reader gave its slot back, then for longer than scan_yield_after_s
+                # again: the readers of later splits, waiting for their turn, yield too.
+                sink = be.contexts.get(cid).scan.sink
                 wait_until(lambda sink=sink: sink.yields > 0, 60, what="a reader to yield while the scan's reader is away")
+                time.sleep(1.0)
                 pause_after = None
             res = reader.next(cid, offset)
             assert res.status.status_code == 0, res.status

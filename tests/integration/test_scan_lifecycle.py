@@ -256,12 +256,12 @@ def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_s
         sink = wait_until(lambda: a_ctx.scan.sink, what="A's scan to start")
         # Whether a split of A was left that no task had taken when C's task got a slot (seen
         # at that moment: once C's job waits no more, A's other task may take the last one).
-        left_when_c_started: list[bool] = []
+        left_when_started: dict = {}  # another scan's sink -> whether A had a split left then
         scheduler, task_asked = a_ctx.scan.scheduler, a_ctx.scan.scheduler.task_asked
 
         def watched_task_asked(scan) -> None:
-            if scan is not sink and not left_when_c_started:
-                left_when_c_started.append(sink.unclaimed())
+            if scan is not sink:
+                left_when_started.setdefault(scan, sink.unclaimed())
             task_asked(scan)
 
         monkeypatch.setattr(scheduler, "task_asked", watched_task_asked)
@@ -280,7 +280,7 @@ def test_a_scanner_opened_while_another_holds_every_slot_gets_rows_before_that_s
         assert sink.yields == 0
         # A's task handed its slot over at a split's end: a split of A was left that no
         # task had taken (before, C's task started only when A's had none left to take).
-        assert left_when_c_started == [True], f"C's task started only when every split of A was taken: {sink.splits}"
+        assert left_when_started[c_ctx.scan.sink], f"C's task started only when every split of A was taken: {sink.splits}"
         batches, _ = c.drain_batches(c_cid)
         assert sum(b.num_rows for b in batches) == TURN_ROWS
     finally:

@@ -9,8 +9,7 @@ def test_warm_up_scans_and_cleans_up(spark, warehouse_dir, server):
     from starscan.provider.warmup import warm_up
 
     before = set(p.name for p in warehouse_dir.iterdir())
-    tracker = spark.sparkContext.statusTracker()
-    jobs_before = set(tracker.getJobIdsForGroup("starscan-warmup"))
+    jobs_before = set(status_tracker(spark).getJobIdsForGroup("starscan-warmup"))
     seconds = warm_up(spark, warehouse_dir, 5000, server.service.push_listener())
     assert seconds > 0
     # It ran Spark jobs (two scans, a job per split) under its own job group ...

@@ -7,6 +7,7 @@ import os
 import random
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -37,8 +38,8 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
-_BLOCK = 1000
-_picks = itertools.count(random.randrange(_BLOCK))
+_FIRST_PORT = 20000
+_picks = itertools.count(random.randrange(1 << 16))  # this process's next pick in its block
 
 
 def free_port() -> int:
@@ -49,19 +50,26 @@ def free_port() -> int:
     to port 0 or to an outgoing connection, so Spark's driver, block manager and workers (and
     every client) cannot take it between this pick and the server's bind (a CI run lost
     `starscan serve`'s query port that way). Each xdist worker picks from its own block of
-    ports, so two workers never pick the same one.
+    the ports from 20000 to the range, so two workers never pick the same one; a process picks
+    its block's ports in turn from a random one.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    base = 20000 + (int(worker) if worker.isdigit() else 0) * _BLOCK
-    if base + _BLOCK <= _ephemeral_low():
-        for _ in range(_BLOCK):
-            port = base + next(_picks) % _BLOCK
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
+    index = int(worker) if worker.isdigit() else 0
+    count = max(int(workers) if workers.isdigit() else 1, index + 1)
+    block = min(1000, (_ephemeral_low() - _FIRST_PORT) // count)
+    if block >= 16:
+        base = _FIRST_PORT + index * block
+        for _ in range(block):
+            port = base + next(_picks) % block
             with socket.socket() as s:
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
                     continue  # in use, or in TIME_WAIT
                 return port
-    with socket.socket() as s:  # no room below the ephemeral range: any free port
+    warnings.warn("no free port below the ephemeral range: a port bound to 0 may take the one picked here",
+                  stacklevel=2)
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

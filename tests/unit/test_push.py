@@ -290,8 +290,8 @@ def test_a_killed_servers_socket_folder_is_removed_by_the_next_listener(tmp_path
     no_socket = tmp_path / "starscan-push-dead2"
     no_socket.mkdir(mode=0o700)
     long_ago = time.time() - push_listener.STARTING_FOLDER_S - 1
-    for dead in (dead_socket, no_socket):
-        os.utime(dead, (long_ago, long_ago))
+    for old in (dead_socket, no_socket, os.path.dirname(live.local_path)):  # the live one is probed too
+        os.utime(old, (long_ago, long_ago))
     starting = tmp_path / "starscan-push-starting"
     starting.mkdir(mode=0o700)
     other = tmp_path / "not-ours"
