@@ -8,21 +8,23 @@ only where the answer is provably Spark's:
 
 * three-valued logic: ``and``/``or``/``not`` are Arrow's Kleene kernels, comparisons with a
   NULL are NULL, ``IN`` is NULL for a NULL value (it is written as ``if_else(is_null(x),
-  NULL, is_in(x))``, so ``NOT IN`` drops NULLs as Spark does), ``BETWEEN`` is the two
-  comparisons;
+  NULL, is_in(x))``, so ``NOT IN`` drops NULLs as Spark does) and where no item matched
+  and an item is NULL, ``BETWEEN`` is the two comparisons;
 * comparisons of integers with integers, of decimals (and integers) with decimals at a
   common exact scale, of strings byte-wise (Spark's default UTF8_BINARY collation), of
   booleans, of dates with dates and with ``'YYYY-MM-DD'`` strings (Spark casts the string);
 * ``LIKE`` with Spark's default escape (``\\``): Arrow's ``match_like`` has the same
   wildcards and also lets ``_``/``%`` match a newline;
-* a DOUBLE column compared with a number literal (integers, doubles, decimals a double holds
-  exactly): Spark casts the literal to double and orders NaN above every number, so
-  ``x > c`` and ``x >= c`` are also TRUE for NaN (``greater(x, c) or is_nan(x)``); ``=``, ``!=``,
-  ``<`` and ``<=`` already agree with IEEE for a literal that is not NaN, and -0.0 = 0.0 in both.
+* FLOAT and DOUBLE columns compared with number literals and with each other, in Spark's
+  order of floating-point values: NaN equals NaN and is above every other value, -0.0 =
+  0.0 (``_compare_floating``); the literal takes the type Spark compares in (an integer
+  against a FLOAT column rounds to the nearest float, anything else compares as DOUBLE).
 
-Not translated (the ``sql`` engine runs them): FLOAT columns, two floating-point columns
-compared (NaN = NaN is TRUE in Spark), NaN literals, timestamps (session time zone), casts, functions,
-arithmetic, CASE, ``<=>``, NULL literals, ``ILIKE``, explicit ``ESCAPE`` characters.
+Not translated (the ``sql`` engine runs them): a floating-point column against an integer or
+decimal column, NaN and infinity literals (they are casts), decimal literals whose nearest
+double Spark's rounding is not known to give here, timestamps (session time zone), casts,
+functions, arithmetic, CASE, ``<=>``, NULL literals outside an ``IN`` list, ``ILIKE``, explicit
+``ESCAPE`` characters.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, NoReturn
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -208,43 +211,100 @@ def _as_decimal(operand: _Typed, precision: int, scale: int) -> Any:
 _FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-def _double_literal(operand: _Typed) -> float:
-    """A number literal as the double Spark casts it to, when that cast is exact or is
-    Java's own rounding (integers); NotArrowable otherwise."""
+_FLOATING = ("float", "double")
+#: A decimal literal converts to the double nearest to it in Spark (Decimal.toDouble), as
+#: Python's float(Decimal) does, wherever both operands of its division are exact doubles.
+_EXACT_UNSCALED = 2**53
+_EXACT_SCALE = 22
+
+
+def _decimal_as_double(value: Decimal) -> float:
+    number = float(value)
+    if Decimal(number) == value:
+        return number
+    sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # a finite literal
+    unscaled = int("".join(map(str, digits)) or "0")
+    if unscaled < _EXACT_UNSCALED and -exponent <= _EXACT_SCALE:
+        return number  # the nearest double, as Spark's conversion gives it
+    raise NotArrowable(f"the decimal {value} has no double Spark is known to round it to here")
+
+
+def _integer_as_float(value: int) -> float:
+    """An integer literal cast to FLOAT as Java's (float) long does: the nearest float."""
+    return float(np.int64(value).astype(np.float32))
+
+
+def _floating_literal(operand: _Typed, column_kind: str) -> float:
+    """A number literal compared with a FLOAT or DOUBLE column, as the double holding the
+    value Spark compares: Spark's common type of a FLOAT column and an integer literal is
+    FLOAT (the integer rounds to the nearest float), of anything else with a float type
+    DOUBLE (integers round to the nearest double, decimals to the nearest double)."""
     value = operand.literal
     t = operand.spark_type
-    if t.kind == "double":
+    if t.kind in _FLOATING:
         return float(value)
     if t.is_integral:
-        return float(int(value))  # round to nearest, as Java's long -> double
+        return _integer_as_float(int(value)) if column_kind == "float" else float(int(value))
     if t.kind == "decimal" and value is not None:
-        number = float(value)
-        if Decimal(number) == Decimal(value):
-            return number
-        raise NotArrowable(f"the decimal {value} is not exactly a double")
-    raise NotArrowable(f"comparing a double with {t.simple_string()} has no exact Arrow translation")
+        return _decimal_as_double(Decimal(value))
+    raise NotArrowable(f"comparing a {column_kind} with {t.simple_string()} has no exact Arrow translation")
 
 
-def _compare_double(op: str, column: _Typed, literal: _Typed) -> pc.Expression:
-    """``column op literal`` for a DOUBLE column, NaN ordered above every number (Spark)."""
-    value = pc.scalar(_double_literal(literal))
-    out = pc.Expression._call(_COMPARE[op], [column.expr, value])
-    if op in (">", ">="):
-        out = out | pc.Expression._call("is_nan", [column.expr])
-    return out
+def _is_nan(e: pc.Expression) -> pc.Expression:
+    return pc.Expression._call("is_nan", [e])
+
+
+def _as_double(operand: _Typed) -> pc.Expression:
+    return operand.expr.cast(pa.float64()) if operand.spark_type.kind == "float" else operand.expr
+
+
+def _compare_floating(op: str, left: _Typed, right: _Typed) -> pc.Expression:
+    """``left op right`` where one side is FLOAT or DOUBLE, with Spark's order of floating
+    point values: NaN equals NaN and is above every other value (+infinity too), -0.0 equals
+    0.0. Arrow's comparisons are IEEE's (every comparison with NaN is false but ``!=``), so
+    each operator is written out for NaN. Nulls stay null (Arrow's Kleene ``and``/``or``
+    give null wherever an operand is null and the rest does not decide)."""
+    if left.literal is not None and right.literal is not None:
+        raise NotArrowable("comparing two literals has no Arrow translation here")
+    if left.literal is not None:
+        return _compare_floating(_FLIPPED[op], right, left)
+    if right.literal is not None:
+        if left.spark_type.kind not in _FLOATING:
+            raise NotArrowable(f"comparing {left.spark_type.simple_string()} with a {right.spark_type.simple_string()} "
+                               "has no exact Arrow translation")
+        return _compare_with_number(op, _as_double(left), pc.scalar(_floating_literal(right, left.spark_type.kind)))
+    if left.spark_type.kind not in _FLOATING or right.spark_type.kind not in _FLOATING:
+        raise NotArrowable(f"comparing {left.spark_type.simple_string()} with {right.spark_type.simple_string()} "
+                           "has no exact Arrow translation")
+    return _compare_floating_columns(op, _as_double(left), _as_double(right))
+
+
+def _compare_with_number(op: str, x: pc.Expression, c: pc.Expression) -> pc.Expression:
+    """``x op c`` for a floating-point ``x`` and a number ``c`` that is not NaN: NaN is above
+    ``c``, so ``x > c`` and ``x >= c`` hold for it, and IEEE's answer (false, but true for
+    ``!=``) is Spark's for every other operator."""
+    out = pc.Expression._call(_COMPARE[op], [x, c])
+    return out | _is_nan(x) if op in (">", ">=") else out
+
+
+def _compare_floating_columns(op: str, x: pc.Expression, y: pc.Expression) -> pc.Expression:
+    """``x op y`` for two floating-point values, either of which may be NaN."""
+    if op in ("=", "!="):
+        equal = pc.Expression._call("equal", [x, y]) | (_is_nan(x) & _is_nan(y))
+        return equal if op == "=" else ~equal
+    if op in ("<", ">="):
+        less = pc.Expression._call("less", [x, y]) | (~_is_nan(x) & _is_nan(y))
+        return less if op == "<" else ~less
+    greater = pc.Expression._call("less", [y, x]) | (~_is_nan(y) & _is_nan(x))
+    return greater if op == ">" else ~greater
 
 
 def _compare(op: str, left: _Typed, right: _Typed) -> pc.Expression:
     a, b = left.spark_type, right.spark_type
     fn = _COMPARE[op]
-    if a.kind == "double" or b.kind == "double":
-        if a.kind == "double" and left.literal is None and right.literal is not None:
-            return _compare_double(op, left, right)
-        if b.kind == "double" and right.literal is None and left.literal is not None:
-            return _compare_double(_FLIPPED[op], right, left)
-        if left.literal is not None and right.literal is not None:
-            raise NotArrowable("comparing two literals has no Arrow translation here")
-        raise NotArrowable(f"comparing {a.simple_string()} with {b.simple_string()} has no exact Arrow translation")
+    if a.kind in _FLOATING or b.kind in _FLOATING:
+        return _compare_floating(op, left, right)
     if a.is_integral and b.is_integral:
         return pc.Expression._call(fn, [left.expr, right.expr])
     if (a.kind == "decimal" or a.is_integral) and (b.kind == "decimal" or b.is_integral):
@@ -275,15 +335,44 @@ def _as_date(operand: _Typed) -> _Typed:
     raise NotArrowable(f"comparing a date with {operand.spark_type.simple_string()} has no exact Arrow translation")
 
 
+#: A boolean NULL (``pa.scalar(None, ...)`` would load pandas, which a direct reader never needs).
+_NULL_BOOL = pc.scalar(pa.nulls(1, pa.bool_())[0])
+
+
 def _in(e: Expr, operands: _ArrowOperand) -> pc.Expression:
+    """``x [NOT] IN (items)`` as Spark answers it: NULL for a NULL ``x``, and NULL rather
+    than FALSE when no item matched and an item is NULL (so ``NOT IN`` with a NULL item
+    holds for no row)."""
     value = operands.visit(e.children[0])
-    items = [operands.visit(c) for c in e.children[1:]]
+    literals = e.children[1:]
+    null_item = any(c.kind is Kind.LITERAL and c.literal_type is LiteralType.NULL for c in literals)
+    items = [operands.visit(c) for c in literals if not (c.kind is Kind.LITERAL and c.literal_type is LiteralType.NULL)]
     if any(item.literal is None for item in items):
         raise NotArrowable("IN with a non-literal item has no exact Arrow translation")
+    matched = _matched(value, items) if items else None
+    out = matched if matched is not None else _NULL_BOOL
+    if null_item and matched is not None:
+        out = out | _NULL_BOOL  # TRUE where an item matched, else NULL
+    return ~out if e.negated else out
+
+
+def _matched(value: _Typed, items: list[_Typed]) -> pc.Expression:
+    """Whether ``value`` equals one of ``items`` (literals), NULL for a NULL value."""
     # Each item must compare with the value exactly: reuse the comparison's rules.
     for item in items:
         _compare("=", value, item)
     t = value.spark_type
+    if t.kind in _FLOATING:
+        # Spark widens the value and all items to one type: FLOAT only when every item is an
+        # integer, DOUBLE otherwise. Compared one by one, not with is_in: -0.0 = 0.0.
+        kind = "float" if t.kind == "float" and all(i.spark_type.is_integral for i in items) else "double"
+        x = _as_double(value)
+        out = None
+        for item in items:
+            eq = pc.Expression._call("equal", [x, pc.scalar(_floating_literal(item, kind))])
+            out = eq if out is None else (out | eq)
+        assert out is not None
+        return out
     if t.is_integral:
         values = pa.array([int(i.literal) for i in items if i.spark_type.is_integral], pa.int64())
         if len(values) != len(items):
@@ -299,10 +388,9 @@ def _in(e: Expr, operands: _ArrowOperand) -> pc.Expression:
             eq = _compare("=", value, item)
             out = eq if out is None else (out | eq)
         assert out is not None  # IN has at least one item
-        return ~out if e.negated else out
+        return out
     # is_in is false for a NULL value; Spark's IN is NULL there (it matters under NOT).
-    out = pc.Expression._call("if_else", [value.expr.is_null(), pc.scalar(pa.scalar(None, pa.bool_())), matched])
-    return ~out if e.negated else out
+    return pc.Expression._call("if_else", [value.expr.is_null(), _NULL_BOOL, matched])
 
 
 def _like(e: Expr, operands: _ArrowOperand) -> pc.Expression:

@@ -15,6 +15,7 @@ read into starscan.core.sql_types), so the client needs no Spark.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import unquote
 
@@ -184,11 +185,31 @@ def _file_conjuncts(predicate: Expr, fields: Fields, partition_columns: set[str]
         if e.kind == "op" and e.name == "and":
             stack.extend(e.children)
         elif not any(c.lower() in partition_columns for c in e.columns()):
-            conjuncts.append(to_arrow_filter(e, fields))
+            condition = to_arrow_filter(e, fields)
+            if _statistics_see_all_rows(e, condition, fields):
+                conjuncts.append(condition)
     out = None
     for c in conjuncts:
         out = c if out is None else (out & c)
     return out
+
+
+def _statistics_see_all_rows(e: Expr, condition: pc.Expression, fields: Fields) -> bool:
+    """Whether skipping row groups by ``condition`` (the conjunct ``e``) and the files'
+    statistics keeps every row that meets it. Parquet's min and max of a FLOAT or DOUBLE
+    column leave NaN out, and pyarrow takes them for the bounds of every value, so a row group
+    whose numbers all fail ``not (x < 499)`` is skipped although its NaN rows meet it (NaN is
+    above every number in Spark). A condition on one floating-point column is used only when
+    a NaN row fails it; one that reads such a column and another is not used at all."""
+    used = {fields(name).name: fields(name) for name in e.columns()}
+    floating = [f for f in used.values() if f.type.kind in ("float", "double")]
+    if not floating:
+        return True
+    if len(used) > 1:
+        return False
+    (f,) = floating
+    probe = pa.table({f.name: pa.array([math.nan], f.type.spark_arrow_type("UTC"))})
+    return bool(probe.filter(condition).num_rows == 0)
 
 
 def _holds_datetime(kind: SqlType) -> bool:

@@ -83,7 +83,8 @@ def test_auto_picks_arrow_where_exact_and_sql_elsewhere(server, client, spark, e
         ("select l_orderkey from demo.lineitem where l_comment like '%ly%'", "arrow"),
         ("select l_orderkey from demo.lineitem where upper(l_shipmode) = 'AIR'", "sql"),      # a function
         ("select l_orderkey from demo.lineitem where l_discount > 0.05", "arrow"),            # decimal
-        ("select c_float from demo.all_types where c_float > 0", "sql"),                       # NaN ordering
+        ("select c_float from demo.all_types where c_float > 0", "arrow"),                     # NaN ordering
+        ("select c_float from demo.all_types where c_double > cast('NaN' as double)", "sql"),  # a NaN literal
         ("select c_array from demo.all_types", "sql"),                                         # nested
     ]:
         before = engine_counts(server)
