@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from starscan.core.errors import ContextNotFound
 
 if TYPE_CHECKING:
+    from starscan.arrow.wire import IpcStream
     from starscan.provider.result_cache import CachedResult, CacheFill
     from starscan.provider.result_queue import ResultQueue
     from starscan.provider.spark_scan import SparkScan
@@ -37,53 +38,113 @@ class ScanInfo:
 
 
 @dataclass
+class Replies:
+    """Where the reader is in the scan's replies: the offset protocol's state, written by
+    the Thrift front (provider/replies.py) only."""
+
+    batch_size: int = 0               # rows per reply, at most
+    report_rows: bool = False         # the reader asked for the row count at eos
+    offset: int = 0                   # rows handed out
+    # The previous reply, kept so a repeated offset (lost reply) is answered again.
+    prev_offset: int | None = None
+    prev_rows: bytes | IpcStream | None = None
+    eos: bool = False
+    rows_sent: int = 0
+    bytes_sent: int = 0
+    # A scan resumed here from another BE: the rows to pass over before its first reply
+    # (the reader had them from the BE that held it before), and what is left of the batch
+    # the skip ended in.
+    skip_to: int = 0
+    carry: Any = None
+
+
+@dataclass
+class ScanRun:
+    """The scan that produces the rows: Spark's (or the BE's own) readers, the bounded queue
+    they fill and the query-timeout timer; made by provider/scan_start.py, once."""
+
+    scan: SparkScan
+    queue: ResultQueue
+    timer: threading.Timer
+
+
+@dataclass
+class CachedReplies:
+    """The result cache's part in a scan (provider/cached_replies.py): the cached replies
+    it answers from, or the fill its replies go to."""
+
+    replay: CachedResult | None = None     # a scan answered from the result cache
+    index: int = 0                         # next reply of ``replay`` to hand out
+    fill: CacheFill | None = None          # this scan's replies on their way to the cache
+
+
+@dataclass
+class Resumption:
+    """A resumable scan's part (provider/resumable.py, starscan.plans.scan_records): its
+    record's last time stamp written by this BE (None: not recorded)."""
+
+    recorded: float | None = None
+
+
+@dataclass
 class ScanContext:
+    """One scanner: who opened it and when, and one part per step that writes it (the
+    replies, the scan, the result cache, the resumable record); each part is written only
+    by its step's module."""
+
     context_id: str
     keep_alive_s: float
     user: str = ""
     table: str = ""
-    batch_size: int = 0
+    client: str = ""                 # peer address of the connection that opened it
+    report_kinds: bool = False       # the client asked for error kinds in statuses (protocol_extensions)
     created: float = field(default_factory=time.monotonic)
     last_access: float = field(default_factory=time.monotonic)
-    offset: int = 0
-    # The previous reply, kept so a repeated offset (lost reply) is answered again.
-    prev_offset: int | None = None
-    prev_rows: bytes | None = None
-    scan: SparkScan | None = None          # when open succeeded
-    queue: ResultQueue | None = None
-    replay: CachedResult | None = None     # a scan answered from the result cache
-    replay_index: int = 0                  # next reply of `replay` to hand out
-    cache_fill: CacheFill | None = None    # this scan's replies on their way to the cache
-    open_error: Exception | None = None
-    eos: bool = False
-    report_rows: bool = False         # the client asked for the row count at eos
-    report_kinds: bool = False        # the client asked for error kinds in statuses (protocol_extensions)
-    rows_sent: int = 0
-    bytes_sent: int = 0
     in_use: int = 0
     admitted: bool = False           # counted against the scanner caps
-    client: str = ""                 # peer address of the connection that opened it
-    # Resumable scans (starscan.plans.scan_records): the record's last time stamp written
-    # by this BE (None: not recorded), and for a scan resumed here, the rows to pass over
-    # before its first reply (the reader had them from the BE that held it before) and
-    # what is left of the batch the skip ended in.
-    recorded: float | None = None
-    skip_to: int = 0
-    carry: Any = None
+    open_error: Exception | None = None
+    replies: Replies = field(default_factory=Replies)
+    run: ScanRun | None = None       # when the scan started (not for a result-cache hit)
+    cached: CachedReplies = field(default_factory=CachedReplies)
+    resumption: Resumption = field(default_factory=Resumption)
     info: ScanInfo = field(default_factory=ScanInfo, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    timer: threading.Timer | None = field(default=None, repr=False)
+
+    # What the admin page, metrics, profiles and the audit read of the parts.
+    @property
+    def scan(self) -> SparkScan | None:
+        return self.run.scan if self.run is not None else None
+
+    @property
+    def queue(self) -> ResultQueue | None:
+        return self.run.queue if self.run is not None else None
+
+    @property
+    def eos(self) -> bool:
+        return self.replies.eos
+
+    @property
+    def rows_sent(self) -> int:
+        return self.replies.rows_sent
+
+    @property
+    def bytes_sent(self) -> int:
+        return self.replies.bytes_sent
+
+    @property
+    def batch_size(self) -> int:
+        return self.replies.batch_size
 
     def release(self, reason=None) -> None:
         """Cancel the scan and free the queue (``reason``: the error a waiting reader gets). Idempotent."""
-        if self.timer is not None:
-            self.timer.cancel()
-        if self.scan is not None:
-            self.scan.cancel(reason)
-        if self.queue is not None:
-            if reason is not None:
-                self.queue.fail(reason)
-            self.queue.close()
+        run = self.run
+        if run is None:
+            return
+        run.timer.cancel()
+        run.scan.cancel(reason)
+        if reason is not None:
+            run.queue.fail(reason)
+        run.queue.close()
 
 
 # Context ids are random UUIDs (docs/protocol.md 4.1) that also say which server run issued them:

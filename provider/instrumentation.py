@@ -13,7 +13,7 @@ from starscan.core.thrift_defs import wire
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.metrics import ScanMetrics
 from starscan.provider.profile import ProfileStore
-from starscan.provider.service import scan_outcome
+from starscan.provider.scan_audit import scan_outcome
 from starscan.provider.spark_jobs import SparkJobTracker
 
 log = logging.getLogger("starscan.ops")

@@ -145,8 +145,8 @@ def test_1_lost_replies_are_answered_again_and_every_row_arrives_once(rel_server
                 conn.close()
                 drops += 1
                 # The server sent its reply and moved on; the reader got nothing.
-                wait_until(lambda sent_to=offset: ctx.offset > sent_to, what="the server to account the lost batch")
-                sent = ctx.prev_rows
+                wait_until(lambda sent_to=offset: ctx.replies.offset > sent_to, what="the server to account the lost batch")
+                sent = ctx.replies.prev_rows
                 conn = Reader(("127.0.0.1", proxy.port))
                 res = conn.next(cid, offset)  # the reader reconnects and repeats its offset
                 assert res.status.status_code == OK and not res.eos
@@ -297,7 +297,7 @@ def test_3_a_killed_client_is_reclaimed_and_other_scanners_are_unaffected(rel_se
         assert line, proc.stderr.read()
         cid = line
         ctx = rel_server.contexts.get(cid)
-        assert ctx.offset == 100 and not ctx.scan.done.is_set()
+        assert ctx.replies.offset == 100 and not ctx.scan.done.is_set()
         # Another reader is mid-scan when the client dies.
         other_cols = ["l_orderkey", "l_linenumber", "l_quantity"]
         other = rel_client.batches("demo", "lineitem", f"select {', '.join(other_cols)} from `demo`.`lineitem`",

@@ -447,8 +447,8 @@ def test_lost_reply_is_answered_again_on_a_new_connection(client, be_addr, spark
         assert part == b"\x80\x01\x00\x02"  # versioned REPLY header
     finally:
         raw.close()  # ... but the client never read the reply
-    wait_until(lambda: ctx.offset > 0, what="the server to account the lost batch")
-    lost_rows = ctx.prev_rows
+    wait_until(lambda: ctx.replies.offset > 0, what="the server to account the lost batch")
+    lost_rows = ctx.replies.prev_rows
 
     conn = Reader(be_addr)
     try:
@@ -456,7 +456,7 @@ def test_lost_reply_is_answered_again_on_a_new_connection(client, be_addr, spark
         assert retry.status.status_code == OK and not retry.eos
         assert retry.rows == bytes(lost_rows)  # the same reply again (kept as its parts: wire_arrow.IpcStream)
         first = one_batch(retry.rows)
-        assert first.num_rows == ctx.offset == 2500
+        assert first.num_rows == ctx.replies.offset == 2500
         rest, end = conn.drain_batches(cid, first.num_rows)
         conn.close_scanner(cid)
     finally:

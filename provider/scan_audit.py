@@ -1,0 +1,33 @@
+"""A scanner's audit line, written once when its context goes (close, GC, shutdown), and
+the outcome the audit, the profile and the metrics give it."""
+
+from __future__ import annotations
+
+import time
+
+from starscan.core.errors import ScanCancelled
+from starscan.provider.contexts import ScanContext
+from starscan.security.audit import AuditLog
+
+
+def scan_outcome(ctx: ScanContext, how: str) -> tuple[str, str | None]:
+    if ctx.open_error is not None:
+        err = ctx.open_error
+        return "refused", getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+    if ctx.eos:
+        return "complete", None
+    error = getattr(ctx.queue, "error", None)
+    if error is not None and not isinstance(error, ScanCancelled):  # a cancel is how close/GC stop a scan
+        return "failed", getattr(error, "message", str(error))
+    return {"closed": "closed_before_eos", "reaped": "reaped_idle", "shutdown": "server_shutdown"}.get(how, how), None
+
+
+def audit_scan(audit: AuditLog, ctx: ScanContext, how: str) -> None:
+    outcome, error = scan_outcome(ctx, how)
+    info = ctx.info
+    audit.record(
+        "scan", context_id=ctx.context_id, query_id=info.query_id, user=info.user, client=ctx.client,
+        table=info.table, columns=info.columns if info.columns or info.table else None, sql=info.sql,
+        tablets=info.tablets, engine=info.engine,
+        rows=ctx.rows_sent, bytes=ctx.bytes_sent, duration_ms=round((time.monotonic() - ctx.created) * 1000, 1),
+        outcome=outcome, error=error, result_cache=info.result_cache, profile=info.profile)
