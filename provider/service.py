@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 
 from starscan.arrow.chunk_cache import ColumnChunkCache
@@ -30,13 +29,13 @@ from starscan.provider.cached_replies import look_up, scan_gone
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.open_checks import MAX_BATCH_SIZE, check_open, check_text, flag, read_plan
 from starscan.provider.push.listener import PushListener
-from starscan.provider.push.scheduler import SlotScheduler
 from starscan.provider.replies import NextResult, next_reply
 from starscan.provider.result_cache import ResultCache
 from starscan.provider.result_queue import QueueBudget
 from starscan.provider.resumable import ResumableScans
 from starscan.provider.scan_audit import audit_scan, scan_outcome
 from starscan.provider.scan_start import start_scan
+from starscan.provider.scheduler import SlotScheduler, own_slots_for
 from starscan.security.audit import AuditLog
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
@@ -100,8 +99,7 @@ class ScanService:
             if self._push is None:
                 # Spark on this machine (local[N]): its tasks push through a Unix socket.
                 local = self.settings.spark_master.startswith("local")
-                slots = self.settings.scan_local_read_slots
-                own_slots = (os.cpu_count() or 1) if slots is None else slots
+                own_slots = own_slots_for(self.settings.scan_local_read_slots)
                 self._push = PushListener(self.settings.bind_host, self.settings.push_port,
                                           self.settings.advertise_host, local=local,
                                           scheduler=SlotScheduler(own_slots=own_slots))

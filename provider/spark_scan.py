@@ -5,14 +5,11 @@ Each split (a Spark partition of the scan) is read by one Spark task that pushes
 over TCP straight into this BE process (provider/push/wire.py), a batch at a time as Spark
 produces them: the first rows arrive within a fraction of a second of the task starting,
 no partition is ever collected whole (in the JVM or here), and the JVM never holds a
-reader's rows. A scanner keeps at most ``tasks_per_scanner`` tasks running (one until its
-first rows arrive), each a Spark job of its own, in a FAIR pool of the scanner's
-(starscan.spark.session.scan_pool), so concurrent scanners share the task slots and no scanner waits
-for another's whole scan. An ``arrow`` engine task reads split after split as the BE
-assigns them (_drive_readers), and ends at a split's end when another scan's job waits for
-a slot (the driver then starts it again, behind that scan); a ``sql`` engine task reads its
-own partition, one job per split (_drive). A reader that stops reading makes its task yield
-its slot after ``yield_after_s``; the split is read again later, from where it stopped.
+reader's rows. Every decision of when a reader starts, where (a Spark job, or one of the
+BE's own read slots) and on which split is the BE's scheduler's (provider/scheduler.py); a
+scan's split states are its board's (provider/splits.py). This module runs what they decide:
+the scan's Spark jobs, each in a FAIR pool of the scanner's (starscan.spark.session.scan_pool),
+its readers in the BE's own slots, and its reader before Spark's first task (``_drive``).
 
 The jobs run under a job group named after the scan context. Close, GC and timeouts stop
 the scan: the push connections say stop, the tasks end normally (no error in Spark's
@@ -23,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from queue import Empty, SimpleQueue
@@ -50,6 +46,7 @@ from starscan.provider.push.sink import PushSink
 from starscan.provider.push.task import PushTarget, push_arrow_splits, push_spark_arrow
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.scan_sources import Source
+from starscan.provider.scheduler import SLOT_TURN_S, ArrowReaders, Ask, ScanReaders, SqlSplitReaders, Start
 from starscan.provider.spark_failures import spark_reason
 from starscan.spark.later import calendar_rules, conf_value, started
 
@@ -57,14 +54,6 @@ log = logging.getLogger("starscan.provider.scan")
 
 #: Seconds a stopped scan's tasks get to notice the stop before their jobs are cancelled.
 STOP_GRACE_S = 2.0
-
-#: The smallest mean file size of a scan whose readers run in the BE's own read slots. A
-#: large file's time is pyarrow's decoding, which does not hold the interpreter lock; a small
-#: file's is Python around it (opening it, its footer, its batches), which does: two readers
-#: in the BE's one process then read half as fast as two Spark tasks in two processes
-#: (bench/small_files.py: 50,000 files of 10 rows, 0.43x pyarrow.dataset in the BE's slots).
-OWN_READ_MIN_FILE_BYTES = 1 << 20
-
 
 class SparkScan:
     """One scanner's Spark work over a ``source`` (provider/scan_sources.py), checked when
@@ -178,11 +167,10 @@ class SparkScan:
             if cancelled:
                 return
             self.listener.register(sink)
-            # One of the BE's own slots for the scan's first reader, if one is free: then no
-            # reader waits for Spark, and no reader before it is needed.
-            own_slot = jobs.own_reads and self.scheduler.take_own_slot()
+            own_slot, read_first = self.scheduler.opening(jobs, self.local_reads and self.engine == "arrow"
+                                                          and bool(self._arrow_splits))
             local = None
-            if self.local_reads and self.engine == "arrow" and self._arrow_splits and not own_slot:
+            if read_first:
                 local = threading.Thread(target=self._read_locally, args=(sink,),
                                          name=f"scan-{self.context_id[:8]}-local", daemon=True)
                 local.start()
@@ -194,7 +182,8 @@ class SparkScan:
                     pass
             if not (local is not None and (sink.all_ended() or sink.stopped)) and self._cancelled is None:
                 target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
-                                    source_schema, self.columns, self.batch_rows, self.listener.local_path)
+                                    source_schema, self.columns, self.batch_rows, self.listener.local_path,
+                                    turn_s=SLOT_TURN_S)
                 made: list[tuple[Any, Any]] = []
                 making = threading.Lock()
 
@@ -235,14 +224,11 @@ class SparkScan:
         would otherwise wait seconds (beyond a Flink reader's 1 s timeout). The scan's other
         readers take the splits left; a split this reader yields (its reader stopped
         reading) is read on by another from where it stopped."""
-        def go_on() -> bool:
-            return not (sink.connections() or self.own_readers)
-
-        self._read_splits(sink, go_on)
+        self._read_splits(sink, lambda: self.scheduler.reads_before_spark(sink, self.own_readers))
 
     def _read_splits(self, sink: PushSink, go_on: Callable[[], bool]) -> None:
         """Split after split of an arrow-engine scan (``claim``, as a task gets them), read
-        with the kernel's reader in this process and put in the queue (``serve_local``),
+        with the kernel's reader in this process and put in the queue (``SplitBoard.read_here``),
         while ``go_on()`` says so before each, until none is left, the scan stops, or a split
         yields (its reader stopped reading: the split is read on later, from where it stopped)."""
         from starscan.arrow.read import read_split
@@ -252,13 +238,13 @@ class SparkScan:
         assert read is not None and splits is not None
         converter = BatchConverter(list(self.columns))
         while self._cancelled is None and not sink.stopped and go_on():
-            number = sink.claim()
+            number = self.scheduler.split_for(sink, Ask.IN_TURN)
             if number is None:
                 return
             # Converted as decoded (runs of up to 64 Ki rows), then cut to the reader's batches.
             decoded = read_split(read, splits[number], self.batch_rows, cut=False, chunks=self.chunk_cache)
             batches = rechunk((converter.convert(b) for b in decoded if b.num_rows), self.batch_rows)
-            if not sink.serve_local(number, batches, self._local_failure):
+            if not sink.read_here(number, batches, self._local_failure):
                 return
             with self._lock:
                 self.local_splits += 1
@@ -282,7 +268,7 @@ class SparkScan:
 
         return run
 
-    def _choose_engine(self) -> tuple[Callable[[Any], Any], Any, Any, _Jobs]:
+    def _choose_engine(self) -> tuple[Callable[[Any], Any], Any, Any, ScanReaders]:
         """For the engine this scan runs on: the RDD of its tasks, the Arrow schema they
         produce, the partition function's factory, and how its jobs go: the ``arrow`` engine
         runs one partition per task the scanner runs at once, each reading split after split
@@ -299,21 +285,18 @@ class SparkScan:
                 self._set_engine("arrow")
                 self._arrow_splits, self._arrow_read = splits, read
                 readers = min(self.tasks_per_scanner, len(splits))
-                files = sum(len(split.parts) for split in splits)
-                own_reads = bool(files) and sum(part.size for split in splits for part in split.parts) \
-                    >= OWN_READ_MIN_FILE_BYTES * files
 
                 def readers_rdd(sc: Any) -> Any:
                     return sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
 
                 return (readers_rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),
-                        _ReaderJobs(len(splits), readers, own_reads))
+                        ArrowReaders.for_splits(splits, readers))
         self._set_engine("sql")
         df = self.source.dataframe()
         schema = to_arrow_schema(df.schema, timezone=self.time_zone, prefers_large_types=False)
         rdd = RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), self.spark.sparkContext, NoOpSerializer())
         partitions = rdd.getNumPartitions()
-        return lambda _sc: rdd, schema, push_spark_arrow, _SplitJobs(partitions, self.tasks_per_scanner, self.source.ordered)
+        return lambda _sc: rdd, schema, push_spark_arrow, SqlSplitReaders(partitions, self.tasks_per_scanner, self.source.ordered)
 
     def _set_engine(self, engine: str) -> None:
         self.engine = engine
@@ -354,7 +337,7 @@ class SparkScan:
 
         return run
 
-    def _drive(self, spark_work: Callable[[], tuple[Any, Any]], sink: PushSink, jobs: _Jobs,
+    def _drive(self, spark_work: Callable[[], tuple[Any, Any]], sink: PushSink, jobs: ScanReaders,
                own_slot: bool = False) -> None:
         """Run the scan's readers, at most ``jobs.workers`` at once (one until the first
         rows arrive, or a reader ends without rows: scanners opened together get their first
@@ -375,18 +358,19 @@ class SparkScan:
         with ThreadPoolExecutor(jobs.workers, thread_name_prefix=f"scan-{self.context_id[:8]}-job") as pool:
             try:
                 while True:
-                    allowed = jobs.workers if self.queue.rows_in or any_finished else 1
+                    allowed = jobs.allowed(bool(self.queue.rows_in) or any_finished)
                     while True:
                         wants = self._cancelled is None and in_flight < allowed and jobs.can_start(self.queue, sink)
-                        if wants and jobs.own_reads and (own_slot or self.scheduler.take_own_slot()):
+                        start = self.scheduler.next_reader(sink, wants, jobs.own_reads, own_slot, self.own_readers,
+                                                           started(self.spark))
+                        if start is Start.OWN_SLOT:
                             own_slot = False
                             in_flight += 1
                             with self._lock:
                                 self.own_readers += 1
                                 self.own_reader_runs += 1
                             pool.submit(self._own_reader(sink, finished, jobs.take()))
-                        elif self.scheduler.turn(sink, wants and (not self.own_readers or started(self.spark))):
-                            # (while Spark starts, a scan whose own reader runs waits for no Spark job)
+                        elif start is Start.SPARK:
                             in_flight += 1
                             spark_jobs += 1
                             pool.submit(run, jobs.take())
@@ -446,105 +430,6 @@ class SparkScan:
             return ScanFailed(f"Spark scan failed: {reason}")
         return ScanFailed(f"Spark scan of table {self.description} failed: {reason}")
 
-
-
-class _Jobs:
-    """How a scan's Spark jobs go, for ``SparkScan._drive``: ``workers`` jobs at most at once."""
-
-    splits: int   # the splits the sink counts
-    workers: int  # jobs at once, at most
-    own_reads = False  # whether its readers may run in the BE's own slots (SparkScan._own_reader)
-
-    def can_start(self, queue: ResultQueue, sink: PushSink) -> bool:
-        """Whether another job would have something to read now."""
-        raise NotImplementedError
-
-    def take(self) -> int:
-        """The partition of the next job."""
-        raise NotImplementedError
-
-    def finished(self, partition: int, exc: BaseException | None, sink: PushSink,
-                 failure: Callable[..., StarscanError]) -> None:
-        """A job ended (``exc``: how it failed): raise what the scan fails with, if anything."""
-        raise NotImplementedError
-
-    def all_read(self, sink: PushSink) -> bool:
-        """With no job running: whether the scan is read (raise what is wrong if it cannot be)."""
-        raise NotImplementedError
-
-
-class _SplitJobs(_Jobs):
-    """The ``sql`` engine: one job per split (a partition of Spark's own scan), in order. A
-    split that yielded (its reader stopped reading) goes again, when the queue has room:
-    before any later split in an ordered scan."""
-
-    def __init__(self, splits: int, workers: int, ordered: bool):
-        self.splits, self.workers, self.ordered = splits, workers, ordered
-        self.pending = deque(range(splits))
-        self.yielded: set[int] = set()
-
-    def can_start(self, queue: ResultQueue, sink: PushSink) -> bool:
-        return bool(self.pending) and not (self.pending[0] in self.yielded and queue.ready_bytes > queue.max_bytes // 2)
-
-    def take(self) -> int:
-        return self.pending.popleft()
-
-    def finished(self, partition: int, exc: BaseException | None, sink: PushSink,
-                 failure: Callable[..., StarscanError]) -> None:
-        state = sink.state(partition)
-        if exc is not None:
-            raise failure(exc, sink, state.failure)
-        if state.ended:
-            return
-        if sink.error is not None:
-            raise sink.error
-        if state.yielded:
-            self.yielded.add(partition)
-            if self.ordered:
-                self.pending.appendleft(partition)  # it goes on before any later split starts
-            else:
-                self.pending.append(partition)
-            return
-        raise ScanFailed(f"Spark finished split {partition} of the scan, but its rows did not all reach the BE")
-
-    def all_read(self, sink: PushSink) -> bool:
-        return not self.pending
-
-
-class _ReaderJobs(_Jobs):
-    """The ``arrow`` engine: ``workers`` jobs of one task each, over the RDD's partitions,
-    each task reading the splits the sink assigns it until none is left. A task whose split
-    yielded ends; another starts when a split is unclaimed and (once a split has yielded)
-    the queue has room: a task started into a full queue would only hold a slot and yield.
-    A reader in one of the BE's own slots takes a worker's place the same way."""
-
-    def __init__(self, splits: int, workers: int, own_reads: bool = True):
-        self.splits, self.workers, self.own_reads = splits, workers, own_reads
-        self.free = deque(range(workers))
-
-    def can_start(self, queue: ResultQueue, sink: PushSink) -> bool:
-        return bool(self.free) and sink.unclaimed() and not (sink.yields and queue.ready_bytes > queue.max_bytes // 2)
-
-    def take(self) -> int:
-        return self.free.popleft()
-
-    def finished(self, partition: int, exc: BaseException | None, sink: PushSink,
-                 failure: Callable[..., StarscanError]) -> None:
-        self.free.append(partition)
-        if exc is not None:
-            raise failure(exc, sink, sink.failure())
-        if sink.error is not None:
-            raise sink.error
-
-    def all_read(self, sink: PushSink) -> bool:
-        if sink.all_ended():
-            return True
-        if sink.error is not None:
-            raise sink.error
-        lost = sink.lost()
-        if lost:
-            raise ScanFailed(f"Spark finished the scan's tasks, but the rows of split {lost[0]} did not all reach the BE")
-        return False
 
 
 def _run_job(sc, mapped, split: int) -> None:

@@ -4,8 +4,7 @@ The listener accepts a connection, reads the hello and hands the connection to t
 (provider/push/sink.py) whose token it names; anything else (a wrong magic, an unknown or
 expired token, a split out of range) is closed at once, so no one can add rows to a scan
 without its token, and a token stops working when its scan ends. A task that names no split
-gets one from its sink; one whose turn on its slot is over (``NEXT_SPLIT``) is told to stop
-when the BE's scheduler (provider/push/scheduler.py) gives its slot to another scan.
+gets the one the BE's scheduler (provider/scheduler.py) gives it, or is told to stop.
 """
 
 from __future__ import annotations
@@ -19,22 +18,24 @@ import tempfile
 import threading
 import time
 
-from starscan.provider.push.scheduler import SlotScheduler
 from starscan.provider.push.sink import PushSink
 from starscan.provider.push.wire import (
     ANY_SPLIT,
-    ASSIGNED,
     HELLO,
+    KEEP_SPLIT,
     MAGIC,
     NEXT_SPLIT,
     STOP,
     recv_exact,
     send_quietly,
 )
+from starscan.provider.scheduler import Ask, SlotScheduler
 
 log = logging.getLogger("starscan.provider.push")
 
 HELLO_TIMEOUT_S = 10.0
+#: The hello's split numbers that ask the scheduler for a split, and how they ask.
+_ASKS = {ANY_SPLIT: Ask.FIRST, KEEP_SPLIT: Ask.IN_TURN, NEXT_SPLIT: Ask.TURN_OVER}
 SOCKET_BUFFER_BYTES = 1 << 20
 
 
@@ -123,14 +124,9 @@ class PushListener:
             return
         magic, token, split, _attempt = HELLO.unpack(hello)
         sink = self._find(token) if hmac.compare_digest(magic, MAGIC) else None
-        if sink is not None and split in ASSIGNED:
-            if split == ANY_SPLIT:
-                self.scheduler.task_asked(sink)
-            # A task whose turn is over ends when another scan's job waits for a slot: its
-            # slot goes to that scan, and this scan's driver starts a task again (after it).
-            handed_over = split == NEXT_SPLIT and self.scheduler.hands_over(sink)
-            claimed = None if handed_over else sink.claim()
-            if claimed is None:  # every split is read, or the scan stopped
+        if sink is not None and split in _ASKS:
+            claimed = self.scheduler.split_for(sink, _ASKS[split])
+            if claimed is None:  # every split is read, the scan stopped, or the slot goes to another scan
                 send_quietly(sock, STOP)
                 sock.close()
                 return

@@ -23,6 +23,7 @@ class PushTarget:
     columns: tuple                # (name, SqlType, nullable) of the wire columns
     batch_rows: int = 4096        # the reader's batch_size: the task sends batches of that many rows
     local_path: str | None = None  # the BE's Unix socket, used by tasks on the BE's machine
+    turn_s: float = 0.0           # the task's turn on its Spark slot (the BE's scheduler says how long)
 
 
 def push_spark_arrow(target: PushTarget):
@@ -49,8 +50,8 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
     """The partition function of the ``arrow`` engine. Its task is one of the scanner's
     ``tasks_per_scanner`` readers, not one split: it asks the BE for a split nobody reads
     yet, reads it with pyarrow (starscan/arrow/read.py) and pushes it, then asks again, until
-    none is left or the BE says stop or yield (or, after its turn, that another scan waits
-    for a slot: push_wire.SLOT_TURN_S). So a scan is one Spark job per task, not per
+    none is left or the BE says stop or yield (or, after its turn, ``target.turn_s``, that
+    another scan waits for a slot: provider/scheduler.py). So a scan is one Spark job per task, not per
     split: in the JVM each job costs scheduling, serializing and JIT-compiling work, and a
     split's end no longer waits for the driver to start the next one (bench/RESULTS.md,
     issue 15, third session: the JVM's CPU per million rows fell from ~77 ms to ~30 ms)."""
@@ -59,14 +60,14 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
         import time
 
         from starscan.arrow.read import read_split
-        from starscan.provider.push.wire import ANY_SPLIT, KEEP_SPLIT, NEXT_SPLIT, SLOT_TURN_S
+        from starscan.provider.push.wire import ANY_SPLIT, KEEP_SPLIT, NEXT_SPLIT
 
         started = time.monotonic()
         ask = ANY_SPLIT
         while push_split(target, lambda split: read_split(read, splits[split], cut=False), ask):
             # After its turn, the task gives its slot to a scan that waits for one (the BE
             # answers stop), at a split's end.
-            ask = NEXT_SPLIT if time.monotonic() - started >= SLOT_TURN_S else KEEP_SPLIT
+            ask = NEXT_SPLIT if time.monotonic() - started >= target.turn_s else KEEP_SPLIT
         return iter(())
 
     return run

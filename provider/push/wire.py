@@ -8,10 +8,10 @@ split (partition) it reads and its attempt. The BE answers one byte: ``G`` (go o
 ``arrow`` engine names no split (``ANY_SPLIT``): the BE picks the next split nobody reads
 and answers ``G`` and its number (4 bytes), or ``S`` when none is left; the task reads that
 split, and asks again on a new connection when the split is done (provider/push/task.py),
-then naming ``KEEP_SPLIT`` during its first ``SLOT_TURN_S`` on its Spark slot and
-``NEXT_SPLIT`` after: the BE answers ``S`` to ``NEXT_SPLIT`` while another scan's job waits
-for a Spark slot, so the task ends and its slot goes round, as it did at each split's end
-when every split was a job of its own.
+then naming ``KEEP_SPLIT`` during its turn on its Spark slot and ``NEXT_SPLIT`` after: the
+BE's scheduler (provider/scheduler.py) decides which split each gets, and answers ``S`` to
+``NEXT_SPLIT`` while another scan's job waits for a Spark slot, so the task ends and its slot
+goes round.
 Then the task sends frames, each a kind byte and a 4-byte length before the payload:
 
 * ``B``: one Arrow record batch in the wire types (an IPC message without the schema;
@@ -53,11 +53,6 @@ ANY_SPLIT = 0xFFFFFFFF               # the hello's split: the BE assigns one
 NEXT_SPLIT = 0xFFFFFFFE              # the same, from a task whose turn on its slot is over
 KEEP_SPLIT = 0xFFFFFFFD              # the same, from a task still in its turn: never handed over
 ASSIGNED = (ANY_SPLIT, NEXT_SPLIT, KEEP_SPLIT)  # the hellos the BE picks a split for
-#: A task's turn on its Spark slot: after it, the task asks with NEXT_SPLIT and hands its slot
-#: over at the next split's end when another scan waits. Each hand-over costs a Spark job
-#: (~50-80 ms of a slot, and JVM work); a turn of half a second keeps that under about a
-#: tenth of a slot while a waiting scan waits at most a turn and a split.
-SLOT_TURN_S = 0.5
 SPLIT_NO = struct.Struct(">I")      # the split the BE assigned
 
 BATCH, END, ERROR = b"B", b"E", b"X"

@@ -29,9 +29,9 @@ QUERIES = [
 def any_file_size(monkeypatch):
     """The suite's tables are of small files: let their scans into the BE's own slots too (a
     scan of files under OWN_READ_MIN_FILE_BYTES on average runs on Spark's tasks)."""
-    from starscan.provider import spark_scan
+    from starscan.provider import scheduler
 
-    monkeypatch.setattr(spark_scan, "OWN_READ_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(scheduler, "OWN_READ_MIN_FILE_BYTES", 0)
 
 
 @pytest.fixture(scope="module")
@@ -232,14 +232,14 @@ def test_a_scan_of_small_files_runs_on_sparks_tasks_whatever_slots_are_free(own_
     """Files under OWN_READ_MIN_FILE_BYTES on average: a reader's time is Python around each
     file, under the BE's one interpreter lock, so the scan's readers are Spark tasks (the BE
     still reads its first split while none has connected)."""
-    from starscan.provider import spark_scan
+    from starscan.provider import scheduler
 
     name = f"small_{uuid.uuid4().hex[:8]}"
     folder = own_be.warehouse.table_path("demo", name)
     folder.mkdir(parents=True)
     for i in range(40):
         pq.write_table(pa.table({"id": list(range(i * 100, i * 100 + 100))}), folder / f"part-{i:02d}.parquet")
-    assert sum(f.stat().st_size for f in folder.iterdir()) < 40 * spark_scan.OWN_READ_MIN_FILE_BYTES
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 40 * scheduler.OWN_READ_MIN_FILE_BYTES
     plan, tablets = plan_for(client, "demo", name, f"select id from demo.{name}")
     reader = Reader(("127.0.0.1", own_be.be_port))
     try:

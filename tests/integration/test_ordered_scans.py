@@ -28,9 +28,9 @@ FILES, ROWS, ROW_GROUP = 6, 8_000, 1_000
 def any_file_size(monkeypatch):
     """The table's files are small: let its scans into the BE's own slots too (a scan of files
     under OWN_READ_MIN_FILE_BYTES on average runs on Spark's tasks)."""
-    from starscan.provider import spark_scan
+    from starscan.provider import scheduler
 
-    monkeypatch.setattr(spark_scan, "OWN_READ_MIN_FILE_BYTES", 0)
+    monkeypatch.setattr(scheduler, "OWN_READ_MIN_FILE_BYTES", 0)
 
 
 @pytest.fixture

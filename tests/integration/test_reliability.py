@@ -264,7 +264,9 @@ def test_2_two_hundred_abandoned_scanners_are_all_reclaimed(rel_server, rel_clie
         wait_until(freed, timeout_s=60, interval_s=0.5, what="contexts, queues and scans to be garbage")
     except AssertionError as exc:
         alive = [o for r in refs if (o := r()) is not None]
-        raise AssertionError(f"{exc}: {len(alive)} left; what holds the first:\n{holders(alive[0])}") from None
+        held = "\n".join(f"{holders(o, depth=6)}" for o in alive[:3])
+        threads = ", ".join(sorted(t.name for t in threading.enumerate()))
+        raise AssertionError(f"{exc}: {len(alive)} left; what holds them:\n{held}\nthreads: {threads}") from None
     gc.collect()
     assert pa.total_allocated_bytes() <= arrow_before + MIB, "Arrow memory did not return to its baseline"
 
@@ -722,7 +724,9 @@ def test_eos_row_count_is_opt_in_and_verified_by_the_client(rel_server, rel_clie
     assert stats.verified == stats.scanners == 1
 
     # A server whose count disagrees with what arrived: the client raises instead of returning.
-    monkeypatch.setattr(rel_server.service, "_rows_scanned", lambda ctx: ctx.queue.rows_in + 5)
+    from starscan.provider import replies
+
+    monkeypatch.setattr(replies, "rows_scanned", lambda ctx: ctx.queue.rows_in + 5)
     with pytest.raises(ScanIntegrityError, match="405 .*5 rows missing|received but the server produced 405"):
         rel_client.read("db1", "sales", "select id from `db1`.`sales`")
 

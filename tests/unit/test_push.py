@@ -450,7 +450,7 @@ def test_a_job_that_finished_without_asking_leaves_no_waiting_count(listener):
 def test_a_job_that_cannot_start_holds_the_other_scans_back_for_a_while_only():
     """A job that has waited WAIT_COUNTS_S for a slot (a cluster without free executors)
     no longer makes the other scans hand their slots over or hold their jobs back."""
-    from starscan.provider.push.scheduler import WAIT_COUNTS_S, SlotScheduler
+    from starscan.provider.scheduler import WAIT_COUNTS_S, SlotScheduler
 
     now = [100.0]
     turns = SlotScheduler(clock=lambda: now[0])
@@ -474,7 +474,7 @@ def test_scans_start_their_jobs_in_turns_first_come_first():
     """While a scan's job waits for a Spark slot, no other scan queues one (Spark would pick
     between them by pool name); the scans that asked meanwhile go next in the order they
     asked, and a scan in line leaves it when it wants no job any more."""
-    from starscan.provider.push.scheduler import SlotScheduler
+    from starscan.provider.scheduler import SlotScheduler
 
     turns = SlotScheduler()
     a, b, c, d = (Scan() for _ in range(4))
