@@ -16,7 +16,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,6 @@ import pyarrow.parquet as pq
 
 from starscan.arrow.avro import MAGIC as AVRO_MAGIC
 from starscan.arrow.avro import AvroDataFile
-from starscan.arrow.chunk_cache import ColumnChunkCache
 from starscan.arrow.deletes import DeletesUnreadable, DeletionVector, EqualityKeys, IcebergDeletes, kept_mask, row_deletes
 from starscan.arrow.dictionary_reads import dictionary_columns, expanded
 from starscan.arrow.nested import (
@@ -52,6 +51,9 @@ from starscan.arrow.statistics_use import StatisticsUse
 from starscan.core.errors import StarscanError
 from starscan.core.sql_types import SqlType
 from starscan.storage.stores import LOCAL, Storage
+
+if TYPE_CHECKING:  # the BE's page cache (cachetools): passed in by the BE, never loaded by a client
+    from starscan.arrow.chunk_cache import ColumnChunkCache
 
 BATCH_ROWS = 4096
 # INT96 timestamps (Spark's default) as microseconds, Spark's unit: as nanoseconds, years

@@ -100,6 +100,31 @@ print(json.dumps({{"absent": absent, "rows": sorted(table.to_pylist(), key=lambd
     assert doc["rows"][0]["v1"] == "a" and doc["rows"][0]["d"] == "2024-01-02"
 
 
+def test_a_fresh_environment_reads_a_direct_plan_from_the_files(client_venv, server, fe_url):
+    """``pip install starscan`` alone reads direct plans (docs/direct-reads.md): the tablets
+    of a table without row-level deletes come from the files, in the reader's process, with
+    none of the server's packages (the BE's page cache and its cachetools among them)."""
+    py, _ = client_venv
+    name = "bare_direct"
+    if not server.users.exists(name):
+        server.users.set_password(name, "pw", create=True)
+    server.users.grant(name, "db1.*")
+    server.users.grant(name, "direct_read:db1.*")
+    script = f"""
+import importlib.util, json, sys
+from starscan.client import connect
+conn = connect({fe_url!r}, {name!r}, "pw")
+table = conn.read_arrow("db1.t1", ["k1", "v1"], direct=True)
+loaded = sorted(m for m in ("cachetools", "pyroaring", "fastavro", "thriftpy2") if m in sys.modules)
+print(json.dumps({{"direct": conn.direct_tablets, "loaded": loaded, "k1": sorted(table.column("k1").to_pylist())}}))
+"""
+    out = subprocess.run([str(py), "-c", script], capture_output=True, text=True, timeout=300, cwd=py.parent)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["direct"] > 0 and doc["k1"] == [1, 2, 3]
+    assert doc["loaded"] == []
+
+
 def test_the_command_line_says_what_to_install(client_venv):
     py, _ = client_venv
     out = subprocess.run([str(py.parent / "starscan"), "serve"], capture_output=True, text=True, timeout=120)
