@@ -56,6 +56,7 @@ from typing import Protocol
 
 from starscan.core.errors import ScanFailed, StarscanError
 from starscan.provider.result_queue import ResultQueue
+from starscan.provider.spark_failures import lost_task
 from starscan.provider.splits import SplitBoard
 
 #: How long a scan's job waiting for a Spark slot holds the other scans back.
@@ -71,6 +72,10 @@ SLOT_TURN_S = 0.5
 #: in the BE's one process then read half as fast as two Spark tasks in two processes
 #: (bench/small_files.py: 50,000 files of 10 rows, 0.43x pyarrow.dataset in the BE's slots).
 OWN_READ_MIN_FILE_BYTES = 1 << 20
+#: Times one split's reader may be lost (a Python worker that crashed or was killed, an
+#: executor lost) before the scan fails: as ``spark.task.maxFailures`` (4 attempts), which
+#: only a cluster's Spark applies to its tasks.
+MAX_SPLIT_LOSSES = 3
 
 
 class Ask(Enum):
@@ -281,8 +286,9 @@ class ScanReaders:
         raise NotImplementedError
 
     def finished(self, partition: int, exc: BaseException | None, board: SplitBoard,
-                 failure: Callable[..., StarscanError]) -> None:
-        """A reader ended (``exc``: how it failed): raise what the scan fails with, if anything."""
+                 failure: Callable[..., StarscanError]) -> str | None:
+        """A reader ended (``exc``: how it failed): raise what the scan fails with, if anything;
+        the reason, when the reader was lost and the scan reads on without it."""
         raise NotImplementedError
 
     def all_read(self, board: SplitBoard) -> bool:
@@ -307,12 +313,12 @@ class SqlSplitReaders(ScanReaders):
         return self.pending.popleft()
 
     def finished(self, partition: int, exc: BaseException | None, board: SplitBoard,
-                 failure: Callable[..., StarscanError]) -> None:
+                 failure: Callable[..., StarscanError]) -> str | None:
         state = board.state(partition)
         if exc is not None:
             raise failure(exc, board, state.failure)
         if state.ended:
-            return
+            return None
         if board.error is not None:
             raise board.error
         if state.yielded:
@@ -321,7 +327,7 @@ class SqlSplitReaders(ScanReaders):
                 self.pending.appendleft(partition)  # it goes on before any later split starts
             else:
                 self.pending.append(partition)
-            return
+            return None
         raise ScanFailed(f"Spark finished split {partition} of the scan, but its rows did not all reach the BE")
 
     def all_read(self, board: SplitBoard) -> bool:
@@ -338,6 +344,7 @@ class ArrowReaders(ScanReaders):
     def __init__(self, splits: int, workers: int, own_reads: bool = True):
         self.splits, self.workers, self.own_reads = splits, workers, own_reads
         self.free = deque(range(workers))
+        self.lost = 0  # readers lost (their Spark task died without an error of its own)
 
     @classmethod
     def for_splits(cls, splits: list, workers: int) -> ArrowReaders:
@@ -355,12 +362,24 @@ class ArrowReaders(ScanReaders):
         return self.free.popleft()
 
     def finished(self, partition: int, exc: BaseException | None, board: SplitBoard,
-                 failure: Callable[..., StarscanError]) -> None:
+                 failure: Callable[..., StarscanError]) -> str | None:
+        """A reader whose Spark task died without an error of its own (its Python worker
+        crashed or was killed, its executor was lost: local Spark retries no task) is a lost
+        reader, not a failed scan: the split it left half-read is free again, and the next
+        reader reads it on from where its rows stopped (its attempt skips what arrived). The
+        scan fails when one split was lost ``MAX_SPLIT_LOSSES`` times, or its readers were
+        lost more than that many times each, or a task raised an error of its own."""
         self.free.append(partition)
         if exc is not None:
+            reason = lost_task(exc)
+            if (reason is not None and board.failure() is None and board.error is None
+                    and board.most_losses() < MAX_SPLIT_LOSSES and self.lost < MAX_SPLIT_LOSSES * self.workers):
+                self.lost += 1
+                return reason
             raise failure(exc, board, board.failure())
         if board.error is not None:
             raise board.error
+        return None
 
     def all_read(self, board: SplitBoard) -> bool:
         if board.all_ended():

@@ -50,3 +50,13 @@ def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     return first[:500]
+
+
+def lost_task(exc: BaseException) -> str | None:
+    """Why Spark lost a task, when ``exc`` (a Spark job's failure, from the JVM) says its task
+    died without an exception of its own: its Python worker crashed or was killed, its
+    executor was lost. None for any other failure, and for one that is not Spark's."""
+    if getattr(exc, "java_exception", None) is None:
+        return None
+    reason, raised = spark_reason(exc)
+    return None if raised else reason

@@ -97,6 +97,7 @@ class SparkScan:
         self.local_splits = 0  # splits the BE read whole itself
         self.own_readers = 0   # readers of this scan in the BE's own slots, running now
         self.own_reader_runs = 0  # and ever started
+        self.readers_lost = 0  # readers whose Spark task died and whose splits others read on
         self._cancelled: StarscanError | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -391,7 +392,12 @@ class SparkScan:
                         self.scheduler.jobs_unfinished(sink, spark_jobs)
                     any_finished = True
                     if self._cancelled is None:
-                        jobs.finished(partition, exc, sink, self._failure)
+                        lost = jobs.finished(partition, exc, sink, self._failure)
+                        if lost is not None:
+                            self.readers_lost += 1
+                            log.warning("scan %s: a reader's Spark task was lost (%s); its split is read on by "
+                                        "another from where its rows stopped", self.context_id, lost,
+                                        extra=self.log_fields)
             except BaseException:
                 sink.stop()  # the other tasks stop now, not after reading every split left
                 raise

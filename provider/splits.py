@@ -38,6 +38,7 @@ class SplitState:
     yielded: bool = False       # the split gave its reader's slot back
     generation: int = 0         # bumped by every new attempt
     failure: str | None = None  # what a task reported when it failed
+    losses: int = 0             # attempts that left it without its end, a yield or a report (lost)
 
 
 class Offer(Enum):
@@ -176,6 +177,11 @@ class SplitBoard:
             return [n for n, s in enumerate(self.splits)
                     if s.generation and s.failure is None and self._free(n, s) and not s.yielded]
 
+    def most_losses(self) -> int:
+        """The most times one split's reader was lost (the split read again each time)."""
+        with self._cond:
+            return max((s.losses for s in self.splits), default=0)
+
     def unended(self) -> list[int]:
         """Splits a reader began that have not ended (being read, or left by a task that died)."""
         with self._cond:
@@ -204,6 +210,8 @@ class SplitBoard:
             if self.stopped or state.ended:
                 return None, None
             superseded = self._holders.get(split)
+            if state.generation and not state.yielded and superseded is None and state.failure is None:
+                state.losses += 1  # the attempt before left it half-read without a word (a lost reader)
             state.generation += 1
             state.yielded = False
             state.failure = None  # an earlier attempt's report; this attempt may yet succeed

@@ -333,14 +333,13 @@ def push_workers_of(server, port: int) -> list:
     return found
 
 
-def test_a_task_killed_mid_split_never_ends_in_a_partial_result(server, client, be_addr, engine_setting, no_yield,
-                                                               monkeypatch):
-    """SIGKILL to a Spark Python worker while it pushes a split: the scan either delivers
-    exactly its rows or fails naming the table, and the file when a split was left half-read;
-    never eos after part of them. The tasks keep their slots while the reader waits (no
-    yield), so they are there to kill. (A worker can also die after its split's last frame
-    and end, which its socket still delivers, and before it asks for the next split: nothing
-    was half-read then.)"""
+def test_a_python_worker_killed_mid_split_loses_the_scan_no_row(server, client, be_addr, engine_setting, no_yield,
+                                                                monkeypatch):
+    """SIGKILL to a Spark Python worker while it pushes a split: local Spark retries no task
+    and fails the job, but the scan reads on. The reader whose task died is lost, the split
+    it left half-read is read on by another reader from where its rows stopped, and the scan
+    ends with exactly its rows, none twice. The tasks keep their slots while the reader waits
+    (no yield), so they are there to kill."""
     import signal
     import time
 
@@ -361,16 +360,13 @@ def test_a_task_killed_mid_split_never_ends_in_a_partial_result(server, client, 
             time.sleep(0.05)
         victims[0].send_signal(signal.SIGKILL)
         ids, status = read_ids(reader, cid, len(ids), ids)
-        sink = server.contexts.get(cid).scan.sink
+        scan = server.contexts.get(cid).scan
         reader.close_scanner(cid)
     finally:
         reader.close()
-    if status.status_code == OK:
-        assert sorted(ids) == list(range(80_000)), "eos after a partial result"
-    else:  # the table, and the file the killed task was reading (the sink stopped as the scan failed)
-        assert "arrowdb.killed" in status.error_msgs[0], status
-        half_read = sink.lost() or sink.unended()
-        assert (".parquet" in status.error_msgs[0]) == bool(half_read), (status, sink.splits)
+    assert status.status_code == OK, status
+    assert sorted(ids) == list(range(80_000)) and len(ids) == 80_000, "rows lost or repeated"
+    assert scan.readers_lost >= 1, "the killed worker's reader was not lost: the test killed nothing"
     assert_the_server_goes_on(client)
 
 
