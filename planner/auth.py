@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from starscan.core.errors import PrivilegeMissing, SelectPrivilegeMissing, TooManyRequests, Unauthorized
+from starscan.core.errors import DirectReadDenied, SelectPrivilegeMissing, TooManyRequests, Unauthorized
 from starscan.security.ratelimit import LoginGuard
 from starscan.security.tokens import TokenVerifier
 from starscan.security.users import UserStore
@@ -78,7 +78,7 @@ class Authenticator:
     def require_direct_read(self, user: str, client: str, db: str, table: str) -> None:
         """A direct plan names the table's files: only for holders of DIRECT_READ on it."""
         if not self.users.can_direct_read(user, db, table, reload=False):
-            raise PrivilegeMissing(
+            raise DirectReadDenied(
                 f"Access denied; a direct plan (\"direct\": true) of TABLE {db}.{table} needs the DIRECT_READ privilege "
                 f"for {user}@{client}: an administrator grants it with `starscan user grant {user} {db}.{table} "
                 "--direct-read`; without \"direct\" the same plan reads through the BE")

@@ -13,15 +13,18 @@ Python, without Spark or a server's modules: pyarrow, numpy, thriftpy2 and httpx
 
 from starscan.client.errors import (
     AuthenticationError,
+    DirectReadDenied,
     DirectReadError,
     FailoverMismatch,
     NetworkError,
+    OptionError,
     PermissionDenied,
     PlanError,
     QueryError,
     ReadError,
     ScanError,
     ScanIntegrityError,
+    ServerError,
     SnapshotGoneError,
 )
 from starscan.client.options import ReadOptions
@@ -29,7 +32,8 @@ from starscan.client.protocol import Followed, ScanStats, StarscanClient, thrift
 from starscan.client.reader import Connection, connect
 
 __all__ = [
-    "AuthenticationError", "Connection", "DirectReadError", "FailoverMismatch", "Followed", "NetworkError", "PermissionDenied", "PlanError", "QueryError",
-    "ReadError", "ReadOptions", "ScanError", "ScanIntegrityError", "ScanStats", "SnapshotGoneError", "StarscanClient",
+    "AuthenticationError", "Connection", "DirectReadDenied", "DirectReadError", "FailoverMismatch", "Followed",
+    "NetworkError", "OptionError", "PermissionDenied", "PlanError", "QueryError", "ReadError", "ReadOptions",
+    "ScanError", "ScanIntegrityError", "ScanStats", "ServerError", "SnapshotGoneError", "StarscanClient",
     "connect", "thrift_client",
 ]

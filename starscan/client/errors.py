@@ -57,6 +57,21 @@ class DirectReadError(ReadError):
     ``direct="auto"`` such a tablet is read through the BE instead."""
 
 
+class DirectReadDenied(PermissionDenied, DirectReadError):
+    """A direct plan was refused: the user lacks DIRECT_READ on the table. The same read
+    without ``direct`` goes through the BE (``direct="auto"`` does that by itself)."""
+
+
+class ServerError(ReadError):
+    """The server failed to answer a query it accepted: Spark's scan failed (a corrupt or
+    unreadable file, a lost executor it could not recover from), or an internal error. The
+    message says what; reading again may succeed, or an operator must look."""
+
+
+class OptionError(ReadError, ValueError):
+    """A read option or argument of the client is not valid (also a ``ValueError``)."""
+
+
 class ScanIntegrityError(ReadError):
     """The server's end-of-scan row count differs from the rows this client received."""
 
@@ -103,13 +118,22 @@ class PlanError(ReadError):
         super().__init__(f"_query_plan answered HTTP {http_status}: {body}", http_status, kind)
 
 
-#: Kinds a starscan server names (starscan.core.errors' class names), by what a caller does next.
+#: Kinds a starscan server names (starscan.core.errors' class names), by what a caller does
+#: next. Every kind is named here (a test enumerates the server's classes); a kind the client
+#: does not know (a newer server) is classified by its status code.
 _BY_KIND: dict[str, type[ReadError]] = {
     **dict.fromkeys(("Unauthorized", "CredentialsRejected"), AuthenticationError),
     **dict.fromkeys(("SelectPrivilegeMissing", "PrivilegeMissing", "NotAuthorized", "StorageDenied"), PermissionDenied),
-    **dict.fromkeys(("SnapshotGone", "PlanExpired", "TableRewritten", "VersionUnknown"), SnapshotGoneError),
+    "DirectReadDenied": DirectReadDenied,
+    **dict.fromkeys(("SnapshotGone", "PlanExpired", "TableRewritten", "VersionUnknown", "PositionBehind"),
+                    SnapshotGoneError),
     **dict.fromkeys(("ContextNotFound", "ServerShuttingDown", "SparkUnavailable", "NoLiveBackend", "StorageUnavailable",
                      "TooManyRequests", "TooManyTasks", "ScanTimeout", "ScanCancelled"), NetworkError),
+    **dict.fromkeys(("BadRequest", "DatabaseNotFound", "TableNotFound", "SqlInvalid", "PlanInvalid", "InvalidArgument",
+                     "NotFound", "UnknownUser", "InvalidInput", "MemLimitExceeded", "RequestTooLarge",
+                     "ConfigChangeRefused"), QueryError),
+    **dict.fromkeys(("StarscanError", "InternalError", "ScanFailed", "TableUnreadable", "ConfigError",
+                     "JavaMissingError"), ServerError),
 }
 
 #: Lost scanners: the BE no longer holds it, or cannot scan now; it may go on on another routing.
@@ -134,6 +158,8 @@ def from_http(status: int, body: str, kind: str | None = None) -> ReadError:
             cls = SnapshotGoneError
         elif status in (429, 502, 503, 504):
             cls = NetworkError
+        elif status >= 500:
+            cls = ServerError
         else:
             cls = QueryError
     return cls(message, status, kind)
@@ -157,6 +183,8 @@ def from_status(call: str, code: int, error_msgs: list[str] | None, kind: str | 
         elif code in (codes.SERVICE_UNAVAILABLE, codes.TIMEOUT, codes.CANCELLED, codes.TOO_MANY_TASKS) or (
                 kind is None and code == codes.NOT_FOUND and call == "get_next"):
             cls = NetworkError
+        elif code == codes.INTERNAL_ERROR:
+            cls = ServerError
         else:
             cls = QueryError
     return cls(message, name, kind)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from starscan.client.errors import OptionError
+
 #: StarRocks name -> field
 NAMES = {
     "starrocks.request.retries": "request_retries",
@@ -41,11 +43,11 @@ class ReadOptions:
         for key, value in given.items():
             name = NAMES.get(key, key.removeprefix("starrocks.").replace(".", "_"))
             if name not in known:
-                raise ValueError(f"unknown read option {key!r}; the options are {', '.join(sorted(NAMES))}")
+                raise OptionError(f"unknown read option {key!r}; the options are {', '.join(sorted(NAMES))}")
             try:
                 values[name] = None if value is None else int(value)
             except (TypeError, ValueError):
-                raise ValueError(f"read option {key!r} must be an integer, not {value!r}") from None
+                raise OptionError(f"read option {key!r} must be an integer, not {value!r}") from None
             if values[name] is not None and values[name] < (0 if name == "request_retries" else 1):
-                raise ValueError(f"read option {key!r} must be positive, not {value!r}")
+                raise OptionError(f"read option {key!r} must be positive, not {value!r}")
         return cls(**values)

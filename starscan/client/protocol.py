@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 import pyarrow as pa
 
-from starscan.client.errors import FailoverMismatch, PlanError, ScanError, ScanIntegrityError, is_lost
+from starscan.client.errors import FailoverMismatch, NetworkError, PlanError, ScanError, ScanIntegrityError, is_lost
 from starscan.core import thrift_defs
 from starscan.core.protocol_extensions import (
     EOS_ROWS_PREFIX,
@@ -223,6 +223,13 @@ class StarscanClient:
             return self.ssl_context
         return self.fe.startswith("https:")
 
+    def _http(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """One FE call; a connection that fails (refused, reset, timed out) is a NetworkError."""
+        try:
+            return httpx.request(method, url, timeout=self._http_timeout, verify=self._verify, **kwargs)
+        except httpx.HTTPError as exc:
+            raise NetworkError(f"cannot reach the FE at {self.fe}: {type(exc).__name__}: {exc}") from None
+
     def _auth(self) -> str:
         if self.token:
             return f"Bearer {self.token}"
@@ -244,13 +251,9 @@ class StarscanClient:
             request["since_version"] = since_version
         if consumer is not None:
             request["consumer"] = consumer
-        r = httpx.post(
-            f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_query_plan",
-            content=json.dumps(request),
-            headers={"Authorization": self._auth(), "Content-Type": "application/json; charset=UTF-8"},
-            timeout=self._http_timeout,
-            verify=self._verify,
-        )
+        r = self._http("POST", f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_query_plan",
+                       content=json.dumps(request),
+                       headers={"Authorization": self._auth(), "Content-Type": "application/json; charset=UTF-8"})
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
         body: dict[str, Any] = r.json()
@@ -261,9 +264,8 @@ class StarscanClient:
     def schema(self, db: str, table: str) -> list[dict[str, Any]]:
         """The table's columns as `_schema` describes them (name, StarRocks type, precision
         and scale of decimals), in table order."""
-        r = httpx.get(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_schema",
-                      headers={"Authorization": self._auth()}, timeout=self._http_timeout,
-                      verify=self._verify)
+        r = self._http("GET", f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_schema",
+                       headers={"Authorization": self._auth()})
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
         properties: list[dict[str, Any]] = r.json().get("properties", [])
@@ -272,10 +274,9 @@ class StarscanClient:
     def commit(self, db: str, table: str, consumer: str, version: int) -> dict[str, Any]:
         """Record ``version`` (a plan's ``"version"``) as the consumer's position: call it once
         the rows of that plan are handled. Returns the server's answer (consumer, version)."""
-        r = httpx.post(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/"
+        r = self._http("POST", f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/"
                        f"{quote(consumer, safe='')}/commit", content=json.dumps({"version": version}),
-                       headers={"Authorization": self._auth(), "Content-Type": "application/json"},
-                       timeout=self._http_timeout, verify=self._verify)
+                       headers={"Authorization": self._auth(), "Content-Type": "application/json"})
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
         answer: dict[str, Any] = r.json()
@@ -283,9 +284,8 @@ class StarscanClient:
 
     def position(self, db: str, table: str, consumer: str) -> int | None:
         """The consumer's committed version (None: nothing committed yet)."""
-        r = httpx.get(f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/{quote(consumer, safe='')}",
-                      headers={"Authorization": self._auth()}, timeout=self._http_timeout,
-                      verify=self._verify)
+        r = self._http("GET", f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/"
+                       f"{quote(consumer, safe='')}", headers={"Authorization": self._auth()})
         if r.status_code != 200:
             raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
         version = r.json().get("version")

@@ -35,9 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from starscan.client.errors import (
+    DirectReadDenied,
     DirectReadError,
     NetworkError,
-    PermissionDenied,
+    OptionError,
     PlanError,
     QueryError,
     ReadError,
@@ -79,7 +80,7 @@ def connect(fe: str, user: str = "root", password: str = "", *, max_workers: int
     ``storage``: how this reader reaches an S3 store for direct reads (endpoint, region,
     keys: ``StorageOptions`` or a dict of its fields; unset, the AWS environment)."""
     if max_workers < 1:
-        raise ValueError(f"max_workers must be at least 1, not {max_workers}")
+        raise OptionError(f"max_workers must be at least 1, not {max_workers}")
     read_options = ReadOptions.of({**(options or {}), **keyword_options})
     conn = Connection(fe, user, password, read_options, max_workers, native_types, be_host_mapping, ssl_context, token)
     conn.direct = _direct_mode(direct)
@@ -92,7 +93,7 @@ def connect(fe: str, user: str = "root", password: str = "", *, max_workers: int
 
 def _direct_mode(value: Direct) -> Direct:
     if not (isinstance(value, bool) or value == "auto"):  # 0 and 1 are not modes
-        raise ValueError(f'direct must be True, False or "auto", not {value!r}')
+        raise OptionError(f'direct must be True, False or "auto", not {value!r}')
     return value
 
 
@@ -132,7 +133,7 @@ class Connection:
         a direct plan and reads each tablet the plan names files for from those files, the
         rest (and any whose file changed or cannot be reached) through the BEs; without the
         DIRECT_READ grant it reads through the BEs. True reads every tablet from its files,
-        or fails (DirectReadError, PermissionDenied)."""
+        or fails (DirectReadError; DirectReadDenied without the grant)."""
         db, name = _split(table)
         sql = select_sql(db, name, columns, where)
         mode = self.direct if direct is None else _direct_mode(direct)
@@ -195,8 +196,8 @@ class Connection:
             return self.plan(db, table, sql, since_version)
         try:
             return self.plan(db, table, sql, since_version, direct=True)
-        except PermissionDenied as exc:
-            if mode is True or "DIRECT_READ" not in exc.message:
+        except DirectReadDenied:
+            if mode is True:
                 raise
             with self._lock:
                 self._no_direct.add((db, table))
@@ -276,7 +277,7 @@ class Connection:
 def _split(table: str) -> tuple[str, str]:
     db, dot, name = table.partition(".")
     if not dot or not db or not name:
-        raise ValueError(f"table must be db.table, not {table!r}")
+        raise OptionError(f"table must be db.table, not {table!r}")
     return db, name
 
 

@@ -157,6 +157,11 @@ class PrivilegeMissing(NotAuthorized):
     operations pages, SELECT revoked after the plan was issued."""
 
 
+class DirectReadDenied(PrivilegeMissing):
+    """A direct plan asked by a user without DIRECT_READ on the table: the same plan without
+    ``direct`` reads through the BE (a reader in ``direct="auto"`` falls back to that)."""
+
+
 class TooManyTasks(StarscanError):
     http_status = 429
     status_code = "TOO_MANY_TASKS"

@@ -22,7 +22,7 @@ import pytest
 from support.s3 import moto_bucket, upload_folder
 from support.servers import basic, running_server
 
-from starscan.client import DirectReadError, PermissionDenied, SnapshotGoneError, connect
+from starscan.client import DirectReadDenied, DirectReadError, PermissionDenied, SnapshotGoneError, connect
 from starscan.security.users import UserStore
 
 BUCKET = "direct"
@@ -151,8 +151,9 @@ def test_without_the_grant_a_direct_plan_is_a_403_and_auto_reads_through_the_be(
                    headers={"Authorization": basic(PLAIN, "pw")}, timeout=60)
     assert r.status_code == 403 and "DIRECT_READ" in r.text and "--direct-read" in r.text
     conn = connect(_fe(local_server), PLAIN, "pw")
-    with pytest.raises(PermissionDenied, match="DIRECT_READ"):
+    with pytest.raises(DirectReadDenied, match="DIRECT_READ") as denied:  # its own kind, not the message's words
         conn.read_arrow("demo.lineitem", direct=True)
+    assert isinstance(denied.value, PermissionDenied) and denied.value.kind == "DirectReadDenied"
     assert conn.read_arrow("demo.lineitem", ["l_orderkey"], direct="auto").num_rows == \
         conn.read_arrow("demo.lineitem", ["l_orderkey"]).num_rows
     assert conn.direct_tablets == 0

@@ -88,3 +88,46 @@ def test_a_lost_scanner_is_told_by_its_kind_or_code():
     assert is_lost("get_next", status(CODES.NOT_FOUND, "context_id: x not found"))  # a BE that names no kind
     assert is_lost("open_scanner", status(CODES.SERVICE_UNAVAILABLE, "no Spark"))
     assert not is_lost("open_scanner", status(CODES.NOT_FOUND, "tablet_id: 3 not found"))
+
+
+def _server_kinds() -> list[type]:
+    """Every error kind a starscan server can name: the classes of starscan.core.errors."""
+    import inspect
+
+    return [cls for _, cls in inspect.getmembers(server_errors, inspect.isclass)
+            if issubclass(cls, server_errors.StarscanError) and cls.__module__ == server_errors.__name__]
+
+
+@pytest.mark.parametrize("kind", _server_kinds(), ids=lambda cls: cls.__name__)
+def test_every_kind_the_server_names_has_a_class_of_its_own_choosing(kind):
+    """A kind the client has no entry for would fall back to the status code: each of the
+    server's kinds is classified by name, and the class is the same over HTTP and Thrift."""
+    from starscan.client.errors import _BY_KIND
+
+    assert kind.__name__ in _BY_KIND, f"{kind.__name__} has no class in starscan.client.errors._BY_KIND"
+    expected = _BY_KIND[kind.__name__]
+    assert type(from_http(kind.http_status, "{}", kind.__name__)) is expected
+    status = wire.TStatus(status_code=getattr(CODES, kind.status_code), error_msgs=["x", ERROR_KIND_PREFIX + kind.__name__])
+    assert type(from_scan_error(ScanError("get_next", status))) is expected
+
+
+def test_server_failures_are_not_the_callers_query_and_direct_read_refusals_are_their_own():
+    from starscan.client import DirectReadDenied, DirectReadError, ServerError
+
+    for failure in (server_errors.InternalError("boom"), server_errors.ScanFailed("Spark scan of t failed")):
+        assert type(from_http(failure.http_status, "{}", failure.kind)) is ServerError
+    assert type(from_status("get_next", CODES.INTERNAL_ERROR, ["x"])) is ServerError  # a StarRocks BE's failure
+    assert type(from_http(500, '{"exception": "x"}')) is ServerError
+    denied = from_http(403, "{}", server_errors.DirectReadDenied("needs DIRECT_READ").kind)
+    assert isinstance(denied, DirectReadDenied) and isinstance(denied, DirectReadError)
+    assert isinstance(denied, PermissionDenied)
+
+
+def test_option_errors_are_the_clients_and_value_errors():
+    from starscan.client import OptionError, ReadOptions, connect
+
+    for bad in (lambda: ReadOptions.of({"starrocks.batch.size": "many"}), lambda: connect("h:1", "u", "", max_workers=0),
+                lambda: ReadOptions.of({"no.such.option": 1})):
+        with pytest.raises(OptionError) as caught:
+            bad()
+        assert isinstance(caught.value, ValueError) and isinstance(caught.value, ReadError)
