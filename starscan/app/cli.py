@@ -26,7 +26,8 @@ from starscan.core.errors import (
 )
 from starscan.settings.config import Settings, load_settings
 
-app = typer.Typer(add_completion=False, help="Serve Spark tables to StarRocks readers.", no_args_is_help=True)
+app = typer.Typer(add_completion=False, help="Serve Spark tables to StarRocks readers.", no_args_is_help=True,
+                  rich_markup_mode="markdown")  # `code` in help renders as code, not backticks
 user_app = typer.Typer(help="Manage users and grants in the users file.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
 secret_app = typer.Typer(help="Manage the plan-signing secret.", no_args_is_help=True)
@@ -457,7 +458,7 @@ def plan(
 def follow(
     table: str = typer.Argument(..., help="db.table"),
     consumer: str = typer.Option(..., "--consumer", help="the consumer's name: the server keeps its position"),
-    into: Path = typer.Option(..., "--into", help="folder for one Parquet file per step, named <since>-<version>"),
+    into: Path = typer.Option(..., "--into", help="folder for one Parquet file per step, named SINCE-VERSION.parquet"),
     columns: str = typer.Option("*", "--columns", help="comma-separated columns"),
     where: str | None = typer.Option(None, "--where", help="WHERE predicate"),
     fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt,
@@ -466,7 +467,7 @@ def follow(
 ) -> None:
     """Write what is appended to a table into Parquet files, exactly once across crashes.
 
-    Each step's rows go to a file renamed into place (<since>-<version>.parquet, `start` for
+    Each step's rows go to a file renamed into place (SINCE-VERSION.parquet, `start` for
     the first read), then the position is committed. After a crash, a file whose range starts
     at the committed position is the step that was written but not committed: its version is
     committed first, so no row is written twice or lost."""

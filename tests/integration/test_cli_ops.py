@@ -35,12 +35,13 @@ def test_version_and_help():
     from starscan.app.cli import app
 
     runner = CliRunner()
-    for command in (["serve"], ["fe"], ["be"], ["load"], ["tables"], ["plan"], ["scan"], ["follow"],
+    for command in ([], ["serve"], ["fe"], ["be"], ["load"], ["tables"], ["plan"], ["scan"], ["follow"],
                     ["scanners", "list"], ["scanners", "close"], ["user", "add"], ["user", "passwd"],
                     ["user", "grant"], ["user", "revoke"], ["config"], ["config", "set"], ["version"]):
         helped = runner.invoke(app, [*command, "--help"])
         assert helped.exit_code == 0, (command, helped.output)
         assert "Usage" in helped.output
+        assert "`" not in helped.output, (command, "help text shows its markup", helped.output)
 
 
 def test_scanners_list_and_close(server, fe, be_addr, client):
