@@ -316,6 +316,10 @@ class SqlSplitReaders(ScanReaders):
                  failure: Callable[..., StarscanError]) -> str | None:
         state = board.state(partition)
         if exc is not None:
+            # Not retried here, unlike the arrow engine's readers: when one job's worker
+            # died, Spark cancelled a sibling job's stage, and the sibling's task (fed by the
+            # JVM) was seen to end its split short without an error; its end would be taken
+            # for the split's.
             raise failure(exc, board, state.failure)
         if state.ended:
             return None

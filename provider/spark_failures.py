@@ -52,11 +52,29 @@ def first_line(exc: BaseException) -> str:
     return first[:500]
 
 
+#: The root causes under which Spark reports a task whose Python worker died (crashed, was
+#: killed, or was OOM-killed): the JVM read the end of the worker's stream.
+_WORKER_GONE = frozenset({"java.io.EOFException", "java.net.SocketException"})
+#: A Python task's own exception (Spark's error condition PYTHON_EXCEPTION).
+_PYTHON_RAISED = "org.apache.spark.api.python.PythonException"
+
+
 def lost_task(exc: BaseException) -> str | None:
-    """Why Spark lost a task, when ``exc`` (a Spark job's failure, from the JVM) says its task
-    died without an exception of its own: its Python worker crashed or was killed, its
-    executor was lost. None for any other failure, and for one that is not Spark's."""
-    if getattr(exc, "java_exception", None) is None:
+    """Why Spark lost a task, when ``exc`` (a Spark job's failure, from the JVM) says by its
+    exception types that the task's Python worker died under it (crashed or was killed: the
+    root cause is the end of the worker's stream, and no Python exception is in the chain).
+    None for any other failure, and for one that is not Spark's."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
         return None
-    reason, raised = spark_reason(exc)
-    return None if raised else reason
+    classes: list[str] = []
+    try:
+        cause = java
+        while cause is not None and len(classes) < 20:
+            classes.append(str(cause.getClass().getName()))
+            cause = cause.getCause()
+    except Exception:  # noqa: BLE001 - the gateway may be gone
+        return None
+    if not classes or _PYTHON_RAISED in classes or classes[-1] not in _WORKER_GONE:
+        return None
+    return spark_reason(exc)[0]
