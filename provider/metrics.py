@@ -69,6 +69,9 @@ class ScanMetrics:
         self.opened = Counter("starscan_scanners_opened", "Scanners opened", registry=r)
         self.scans_by_engine = Counter("starscan_scans_by_engine", "Scans started on Spark, by the engine they ran on "
                                        "(arrow: pyarrow in Spark's Python tasks; sql: Spark SQL)", ["engine"], registry=r)
+        self.readers_lost = Counter("starscan_scan_readers_lost", "Readers of a scan whose Spark task died without an "
+                                    "error of its own (a Python worker killed or crashed); their splits were read on by "
+                                    "others", registry=r)
         self.closed = Counter("starscan_scanners_closed", "Scanners closed by close_scanner or the admin page", registry=r)
         self.reaped = Counter("starscan_scanners_reaped", "Scanners reaped by the idle-context GC", registry=r)
         self.failed = Counter("starscan_scanners_failed", "Scanners refused at open or failed while scanning, by status code",

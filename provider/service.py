@@ -82,6 +82,7 @@ class ScanService:
         self._push: PushListener | None = None
         self.engine_listeners: list = []  # called with "arrow" or "sql" as each scan's engine is chosen
         self.open_listeners: list = []    # called as each open_scanner arrives
+        self.reader_lost_listeners: list = []  # called as a scan's reader is lost (its Spark task died)
         self._push_lock = threading.Lock()
         # Resumable scans (starscan.plans.scan_records): every scan is recorded where every
         # BE of the deployment finds it, and read in a fixed order; None: not resumable.
@@ -111,6 +112,10 @@ class ScanService:
         ctx.info.engine = engine
         for listener in self.engine_listeners:
             listener(engine)
+
+    def _reader_lost(self) -> None:
+        for listener in self.reader_lost_listeners:
+            listener()
 
     def stop(self) -> None:
         with self._push_lock:
@@ -176,6 +181,7 @@ class ScanService:
             return request.columns
         run = start_scan(self.spark, settings, request, ctx.context_id, storage, self.budget, self.push_listener(),
                          self.chunk_cache, functools.partial(self._engine_chosen, ctx))
+        run.scan.on_reader_lost = self._reader_lost
         ctx.run = run
         run.scan.start()
         run.timer.start()

@@ -98,6 +98,7 @@ class SparkScan:
         self.own_readers = 0   # readers of this scan in the BE's own slots, running now
         self.own_reader_runs = 0  # and ever started
         self.readers_lost = 0  # readers whose Spark task died and whose splits others read on
+        self.on_reader_lost: Callable[[], None] | None = None  # called as each is lost (metrics)
         self._cancelled: StarscanError | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -395,6 +396,8 @@ class SparkScan:
                         lost = jobs.finished(partition, exc, sink, self._failure)
                         if lost is not None:
                             self.readers_lost += 1
+                            if self.on_reader_lost is not None:
+                                self.on_reader_lost()
                             log.warning("scan %s: a reader's Spark task was lost (%s); its split is read on by "
                                         "another from where its rows stopped", self.context_id, lost,
                                         extra=self.log_fields)

@@ -42,6 +42,7 @@ class Operations:
         self._bound_ports = bound_ports
         self.metrics = ScanMetrics(contexts, lambda: service.budget)
         service.engine_listeners.append(lambda engine: self.metrics.scans_by_engine.labels(engine).inc())
+        service.reader_lost_listeners.append(self.metrics.readers_lost.inc)
         self.metrics.registry.register(CacheMetrics(lambda: service.result_cache))
         self.metrics.registry.register(ChunkCacheMetrics(lambda: service.chunk_cache))
         self.metrics.registry.register(ConsumerLagMetrics(lambda: self.consumer_lags()))

@@ -344,6 +344,7 @@ def test_a_python_worker_killed_mid_split_loses_the_scan_no_row(server, client, 
     import time
 
     engine_setting("arrow")
+    lost_before = (server.ops.metrics.registry.get_sample_value("starscan_scan_readers_lost_total") or 0)
     fresh_table(server, "killed", padded_files(4, 20_000))
     listener = server.service.push_listener()
     monkeypatch.setattr(listener, "local_path", None)  # TCP, so the task's process can be found by its connection
@@ -367,6 +368,7 @@ def test_a_python_worker_killed_mid_split_loses_the_scan_no_row(server, client, 
     assert status.status_code == OK, status
     assert sorted(ids) == list(range(80_000)) and len(ids) == 80_000, "rows lost or repeated"
     assert scan.readers_lost >= 1, "the killed worker's reader was not lost: the test killed nothing"
+    assert (server.ops.metrics.registry.get_sample_value("starscan_scan_readers_lost_total") or 0) - lost_before == scan.readers_lost  # starscan_scan_readers_lost
     assert_the_server_goes_on(client)
 
 

@@ -150,13 +150,19 @@ def test_pyproject_ships_the_folders_and_idl():
 
 def test_the_kernels_folders_are_its_layers():
     """Every module of the kernel lives in a sub-package, every sub-package is a layer of
-    import-linter's layers contract (so no module list is kept by hand), and every layer but
-    the wiring is type-checked strictly."""
+    import-linter's layers contract over the whole package (exhaustive: a folder it does not
+    name fails the checks, so no module list is kept by hand), with the three sides (planner/,
+    provider/, gc/, installed into the package) side by side and independent between the
+    wiring and the kernel, and every layer but the wiring is type-checked strictly."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     contracts = config["tool"]["importlinter"]["contracts"]
     layers = next(c for c in contracts if c["type"] == "layers")
-    named = {name.strip() for layer in layers["layers"] for name in layer.split("|")}
-    assert named == KERNEL_PACKAGES, "a folder of starscan/ is a layer: name it in the layers contract"
+    assert layers["containers"] == ["starscan"] and layers["exhaustive"] is True
+    named = {f"starscan.{name.strip()}" for layer in layers["layers"] for name in layer.split("|")}
+    sides = {"starscan.planner", "starscan.provider", "starscan.gc"}
+    assert "planner | provider | gc" in [layer.strip() for layer in layers["layers"]], "the sides are independent"
+    assert named - sides - {"starscan.__main__"} == KERNEL_PACKAGES | {"starscan.idl"}, \
+        "a folder of starscan/ is a layer: name it in the layers contract"
     loose = sorted(p.name for p in (REPO / "starscan").glob("*.py"))
     assert loose == ["__init__.py", "__main__.py"], "a kernel module belongs in the sub-package of its layer"
     strict = next(o for o in config["tool"]["mypy"]["overrides"] if o.get("disallow_untyped_defs"))
