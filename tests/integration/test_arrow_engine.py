@@ -10,7 +10,7 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from support.readers import Reader, engine_counts, plan_for
+from support.readers import Reader, engine_counts, plan_for, scan_engine_setting
 from support.sockets import closed_without_a_word
 
 from starscan.client import PlanError
@@ -21,13 +21,8 @@ OK = wire.TStatusCode.OK
 
 @pytest.fixture
 def engine_setting(server):
-    saved = server.service.settings.scan_engine
-
-    def set_engine(value: str) -> None:
-        server.ops.update_config({"scan_engine": value})
-
-    yield set_engine
-    server.ops.update_config({"scan_engine": saved})
+    with scan_engine_setting(server) as set_engine:
+        yield set_engine
 
 
 def fresh_table(server, name: str, files: dict[str, pa.Table]):

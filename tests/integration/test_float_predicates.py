@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.random_queries import TableInfo, arrow_counts, differ, quoted, spark_counts
-from support.readers import engine_counts
+from support.readers import engine_counts, scan_engine_setting
 
 COLUMNS = {"x": pa.float64(), "y": pa.float64(), "f": pa.float32(), "g": pa.float32()}
 GROUP_ROWS = 8
@@ -128,13 +128,8 @@ def direct_conn(server, fe_url):
 
 @pytest.fixture(scope="module")
 def scan_engine(server):
-    saved = server.service.settings.scan_engine
-
-    def run_on(engine: str) -> None:
-        server.ops.update_config({"scan_engine": engine})
-
-    yield run_on
-    server.ops.update_config({"scan_engine": saved})
+    with scan_engine_setting(server) as run_on:
+        yield run_on
 
 
 def spark_answer(info: TableInfo, where: str) -> Counter:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -190,6 +192,17 @@ def job_states(spark, group: str) -> dict[int, str]:
         if info is not None:
             out[job_id] = str(info.status)
     return out
+
+
+@contextmanager
+def scan_engine_setting(server) -> Iterator[Callable[[str], None]]:
+    """A setter of the server's ``scan_engine`` through the run-time config path; the engine
+    it had is set again afterwards."""
+    saved = server.service.settings.scan_engine
+    try:
+        yield lambda engine: server.ops.update_config({"scan_engine": engine})
+    finally:
+        server.ops.update_config({"scan_engine": saved})
 
 
 def engine_counts(server) -> dict[str, float]:
