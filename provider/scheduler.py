@@ -271,6 +271,7 @@ class ScanReaders:
     splits: int   # the splits the board counts
     workers: int  # readers at once, at most
     own_reads = False  # whether its readers may run in the BE's own slots
+    lost = 0      # readers lost (their Spark task died without an error of its own), the scan read on
 
     def allowed(self, rows_arrived: bool) -> int:
         """Readers at once now: one until the first rows arrive or a reader ends without rows
@@ -348,7 +349,6 @@ class ArrowReaders(ScanReaders):
     def __init__(self, splits: int, workers: int, own_reads: bool = True):
         self.splits, self.workers, self.own_reads = splits, workers, own_reads
         self.free = deque(range(workers))
-        self.lost = 0  # readers lost (their Spark task died without an error of its own)
 
     @classmethod
     def for_splits(cls, splits: list, workers: int) -> ArrowReaders:

@@ -97,7 +97,7 @@ class SparkScan:
         self.local_splits = 0  # splits the BE read whole itself
         self.own_readers = 0   # readers of this scan in the BE's own slots, running now
         self.own_reader_runs = 0  # and ever started
-        self.readers_lost = 0  # readers whose Spark task died and whose splits others read on
+        self._readers: ScanReaders | None = None  # how its readers go, once the engine is chosen
         self.on_reader_lost: Callable[[], None] | None = None  # called as each is lost (metrics)
         self._cancelled: StarscanError | None = None
         self._lock = threading.Lock()
@@ -151,6 +151,11 @@ class SparkScan:
         return self._sink
 
     @property
+    def readers_lost(self) -> int:
+        """Readers whose Spark task died and whose splits others read on (the scheduler counts)."""
+        return self._readers.lost if self._readers is not None else 0
+
+    @property
     def rows_produced(self) -> int:
         sink = self._sink
         return sum(s.delivered for s in sink.splits) if sink is not None else 0
@@ -161,6 +166,7 @@ class SparkScan:
         own_slot = False  # one of the BE's own read slots, taken for the first reader
         try:
             rdd_of, source_schema, task_function, jobs = self._choose_engine()
+            self._readers = jobs
             self.splits = jobs.splits
             sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_after_s)
             with self._lock:
@@ -395,7 +401,6 @@ class SparkScan:
                     if self._cancelled is None:
                         lost = jobs.finished(partition, exc, sink, self._failure)
                         if lost is not None:
-                            self.readers_lost += 1
                             if self.on_reader_lost is not None:
                                 self.on_reader_lost()
                             log.warning("scan %s: a reader's Spark task was lost (%s); its split is read on by "
