@@ -78,6 +78,7 @@ def _head(columns) -> str:
 STYLE = """
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.3em} h2{font-size:1.1em;margin-top:1.5em}
+#spark.recovering,#spark.failed{color:#a40;font-weight:600}
 table{border-collapse:collapse;width:100%} th,td{border-bottom:1px solid #ddd;padding:4px 8px;text-align:left}
 th{background:#f4f4f4} td.num{text-align:right;font-variant-numeric:tabular-nums} td.cid{font-family:monospace}
 tr.empty td{color:#888;font-style:italic} button.close{color:#a00}
@@ -134,6 +135,7 @@ function drawChart(points){
 async function refresh(){
   try{const r=await fetch("/api/admin/state",{credentials:"same-origin"});if(!r.ok)throw new Error("HTTP "+r.status);
     const s=await r.json();renderScanners(s.scanners);renderPlans(s.recent_plans);renderConsumers(s.consumers||[]);drawChart(s.throughput);
+    if(s.spark){const e=document.getElementById("spark");e.textContent="Spark: "+s.spark.state+" \u00b7 "+s.spark.message;e.className=s.spark.state.toLowerCase()}
     document.getElementById("status").textContent="updated "+new Date().toLocaleTimeString();
   }catch(e){document.getElementById("status").textContent="refresh failed: "+e.message}
 }
@@ -147,6 +149,14 @@ refresh();setInterval(refresh,2000);
 """
 
 
+def _spark_line(spark: dict | None) -> str:
+    """The node's Spark: UP, or RECOVERING while a new SparkSession starts after its JVM died."""
+    if spark is None:
+        return '<p id="spark"></p>'
+    return (f'<p id="spark" class="{escape(spark["state"].lower())}">Spark: {escape(spark["state"])} &middot; '
+            f'{escape(spark["message"])}</p>')
+
+
 def render_page(user: str | None, state: dict | None, refused: str | None = None) -> str:
     if refused is not None:
         return (f"<!doctype html><html><head><meta charset=utf-8><title>starscan admin</title><style>{STYLE}</style></head>"
@@ -157,6 +167,7 @@ def render_page(user: str | None, state: dict | None, refused: str | None = None
 <html><head><meta charset="utf-8"><title>starscan admin</title><style>{STYLE}</style></head>
 <body>
 <h1>starscan admin <span class="muted">{escape(__version__)} &middot; signed in as {escape(user or '')}</span></h1>
+{_spark_line(state.get("spark"))}
 <p class="muted">Scan profiles are {profiles}. <a href="/metrics">/metrics</a> &middot; <a href="/varz">/varz</a>
 &middot; <span id="status"></span></p>
 <h2>Scanners</h2>

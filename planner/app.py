@@ -21,7 +21,7 @@ from starscan.planner.query_plan import QueryPlanner, read_plan_body, table_vers
 from starscan.security.audit import AuditLog
 from starscan.security.ratelimit import TokenBuckets
 from starscan.settings.runtime import LiveSettings
-from starscan.spark.session import spark_problem
+from starscan.spark.session import spark_health, spark_problem
 from starscan.tables.consumers import check_consumer_name
 
 log = logging.getLogger("starscan.planner")
@@ -197,12 +197,10 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
     app.add_api_route("/api/{db:seg}/{table:seg}/_consumers/{name}/commit", consumer_commit, methods=["POST"],
                       summary="Commit a consumer's version (idempotent, never backwards)")
 
-    @app.get("/api/health", summary="Liveness, as StarRocks' BE answers it; 503 when Spark is gone")
+    @app.get("/api/health", summary="Liveness, as StarRocks' BE answers it; RECOVERING while a new SparkSession starts, 503 when Spark is gone for good")
     async def health() -> JSONResponse:
-        problem = await run_in_threadpool(spark_problem, planner.schemas.spark)
-        if problem is not None:
-            return JSONResponse({"status": "FAILED", "msg": problem}, status_code=503)
-        return JSONResponse({"status": "OK", "msg": "To Be Added"})
+        status, message, code = await run_in_threadpool(spark_health, planner.schemas.spark)
+        return JSONResponse({"status": status, "msg": message}, status_code=code)
 
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         from starscan.core.errors import InternalError, SparkUnavailable

@@ -97,7 +97,7 @@ def install_routes(app: FastAPI, ops) -> None:
     def state() -> dict:
         return {"scanners": scanners(), "recent_plans": list(ops.recent_plans), "throughput": ops.metrics.throughput(),
                 "profiles_enabled": ops.settings.enable_profile_for_external_plan,
-                "consumers": [lag.as_dict() for lag in ops.consumer_lags()]}
+                "consumers": [lag.as_dict() for lag in ops.consumer_lags()], "spark": ops.spark_status()}
 
     @app.get("/metrics", summary="Prometheus metrics", include_in_schema=True)
     async def metrics() -> Response:

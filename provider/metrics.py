@@ -53,6 +53,35 @@ class _LiveCollector:
             yield g
 
 
+class SparkLifeCollector:
+    """The node's Spark at scrape time: its state, and the new sessions started after its JVM
+    died (starscan.spark.handle). Nothing for a bare SparkSession (embedded uses)."""
+
+    def __init__(self, spark):
+        self.spark = spark
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        from starscan.spark.handle import SparkHandle, SparkState
+
+        spark = self.spark
+        if not isinstance(spark, SparkHandle):
+            return
+        state = GaugeMetricFamily("starscan_spark_state", "The node's Spark: 1 for its current state "
+                                  "(STARTING, UP, RECOVERING after its JVM died, FAILED, STOPPED)", labels=["state"])
+        for one in SparkState:
+            state.add_metric([one.value], 1 if spark.state is one else 0)
+        yield state
+        yield CounterMetricFamily("starscan_spark_restarts", "New SparkSessions started after the JVM died",
+                                  value=spark.restarts)
+        yield CounterMetricFamily("starscan_spark_restart_failures", "Attempts to start a new SparkSession that failed",
+                                  value=spark.restart_failures)
+        if spark.last_recovery_s is not None:
+            yield GaugeMetricFamily("starscan_spark_last_recovery_seconds", "Seconds from the JVM seen dead to the "
+                                    "new SparkSession up, at the last restart", value=spark.last_recovery_s)
+
+
 class ScanMetrics:
     def __init__(self, contexts, budget_of=lambda: None):
         self.registry = CollectorRegistry(auto_describe=True)

@@ -349,6 +349,9 @@ class ArrowReaders(ScanReaders):
     def __init__(self, splits: int, workers: int, own_reads: bool = True):
         self.splits, self.workers, self.own_reads = splits, workers, own_reads
         self.free = deque(range(workers))
+        #: Why a reader's failure lost it (None: the failure is the scan's): a task whose
+        #: Python worker died; the scan adds a JVM that died (spark_failures.jvm_gone).
+        self.lost_reason: Callable[[BaseException], str | None] = lost_task
 
     @classmethod
     def for_splits(cls, splits: list, workers: int) -> ArrowReaders:
@@ -375,7 +378,7 @@ class ArrowReaders(ScanReaders):
         lost more than that many times each, or a task raised an error of its own."""
         self.free.append(partition)
         if exc is not None:
-            reason = lost_task(exc)
+            reason = self.lost_reason(exc)
             if (reason is not None and board.failure() is None and board.error is None
                     and board.most_losses() < MAX_SPLIT_LOSSES and self.lost < MAX_SPLIT_LOSSES * self.workers):
                 self.lost += 1

@@ -4,6 +4,8 @@ and a Python task's own exception inside Spark's text of it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def spark_reason(exc: BaseException) -> tuple[str, bool]:
     """The root cause of a Py4J error (its own text is only "An error occurred while calling
@@ -78,3 +80,17 @@ def lost_task(exc: BaseException) -> str | None:
     if not classes or _PYTHON_RAISED in classes or classes[-1] not in _WORKER_GONE:
         return None
     return spark_reason(exc)[0]
+
+
+def jvm_gone(exc: BaseException, spark: Any) -> str | None:
+    """Why a Spark call failed, when it failed because this process's Spark JVM is gone
+    (killed, crashed, exited on an OutOfMemoryError): Py4J lost its connection, or the node's
+    SparkHandle already knows. None for any other failure."""
+    from py4j.protocol import Py4JError
+
+    if not isinstance(exc, (Py4JError, ConnectionError, EOFError)):
+        return None
+    from starscan.spark.session import spark_problem
+
+    problem = spark_problem(spark)
+    return None if problem is None else f"Spark's JVM died under the scan ({problem})"

@@ -11,6 +11,7 @@ import time
 
 from starscan.provider.metrics import ScanMetrics
 from starscan.provider.profile import ScanProfile, spark_jobs
+from starscan.spark.handle import started
 
 log = logging.getLogger("starscan.ops")
 
@@ -31,6 +32,8 @@ class SparkJobTracker:
             pass
 
     def live_jobs(self, context_id: str) -> list[int]:
+        if not started(self.spark):  # none while Spark (re)starts; the admin page waits for nothing
+            return []
         try:
             return sorted(self.spark.sparkContext.statusTracker().getJobIdsForGroup(context_id))
         except Exception:  # noqa: BLE001 - Spark stopping, or the gateway gone

@@ -38,6 +38,7 @@ from starscan.core.errors import (
     ScanFailed,
     ScanTimeout,
     SnapshotGone,
+    SparkUnavailable,
     StarscanError,
 )
 from starscan.core.logs import scan_fields
@@ -47,8 +48,8 @@ from starscan.provider.push.task import PushTarget, push_arrow_splits, push_spar
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.scan_sources import Source
 from starscan.provider.scheduler import SLOT_TURN_S, ArrowReaders, Ask, ScanReaders, SqlSplitReaders, Start
-from starscan.provider.spark_failures import spark_reason
-from starscan.spark.later import calendar_rules, conf_value, started
+from starscan.provider.spark_failures import jvm_gone, lost_task, spark_reason
+from starscan.spark.handle import calendar_rules, conf_value, started
 
 log = logging.getLogger("starscan.provider.scan")
 
@@ -199,9 +200,9 @@ class SparkScan:
                     """The SparkContext and the tasks' RDD, made by the scan's first Spark job
                     (a scan read in the BE's own slots needs neither, nor a started Spark)."""
                     with making:
-                        if not made:
-                            sc = self.spark.sparkContext
-                            made.append((sc, rdd_of(sc).mapPartitions(task_function(target))))
+                        sc = self.spark.sparkContext  # waits while a new SparkSession starts
+                        if not made or made[0][0] is not sc:  # none yet, or of a JVM that died
+                            made[:] = [(sc, rdd_of(sc).mapPartitions(task_function(target)))]
                         return made[0]
 
                 handed, own_slot = own_slot, False  # the driver gives it back if unused
@@ -297,8 +298,12 @@ class SparkScan:
                 def readers_rdd(sc: Any) -> Any:
                     return sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
 
+                readers_of_scan = ArrowReaders.for_splits(splits, readers)
+                # A reader lost with Spark's JVM is read on by the next one: in the BE's own
+                # slots, or as a Spark job once the node's new SparkSession is up.
+                readers_of_scan.lost_reason = lambda exc: lost_task(exc) or jvm_gone(exc, self.spark)
                 return (readers_rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),
-                        ArrowReaders.for_splits(splits, readers))
+                        readers_of_scan)
         self._set_engine("sql")
         df = self.source.dataframe()
         schema = to_arrow_schema(df.schema, timezone=self.time_zone, prefers_large_types=False)
@@ -421,6 +426,10 @@ class SparkScan:
         files were removed or rewritten under the scan, else the task's own reason."""
         if sink is not None and sink.error is not None:
             return sink.error
+        jvm = jvm_gone(exc, self.spark)
+        if jvm is not None:
+            return SparkUnavailable(f"the scan of {self.description} stopped: {jvm}; read it again (a new "
+                                    "SparkSession is starting)")
         try:
             self.source.check_files()
         except SnapshotGone as gone:

@@ -32,26 +32,24 @@ def run_node(settings: Settings, fe: bool, be: bool) -> None:
     StarscanError (a store that cannot be opened) or CannotListen (a port cannot be bound)."""
     from starscan.app.server import StarscanServer
     from starscan.core.logs import quiet_spark
-    from starscan.spark.later import SparkLater
+    from starscan.spark.handle import SparkHandle
     from starscan.spark.session import build_session, check_java, spark_conf
 
     if fe and not be:
         settings = settings.model_copy(update={"spark_master": FE_SPARK_MASTER})
-    spark: Any
-    if be and not fe:
-        # A BE listens at once and reads arrow-engine scans itself while Spark starts
-        # (starscan.spark.later); an FE needs Spark for its schemas and the demo.
-        check_java()
+    # Every node holds its Spark through a handle that starts a new session when the JVM dies
+    # (starscan.spark.handle). A BE listens at once and reads arrow-engine scans itself while
+    # Spark starts; an FE waits for it: its schemas and the demo need it.
+    check_java()
 
-        def start_spark() -> Any:
-            session = build_session(settings)
-            quiet_spark(session)
-            return session
+    def start_spark() -> Any:
+        session = build_session(settings)
+        quiet_spark(session)
+        return session
 
-        spark = SparkLater(start_spark, spark_conf(settings))
-    else:
-        spark = build_session(settings)
-        quiet_spark(spark)
+    spark = SparkHandle(start_spark, spark_conf(settings), restart_attempts=settings.spark_restart_attempts)
+    if fe:
+        spark.session()  # raises what kept Spark from starting
     server = StarscanServer(settings, spark, fe=fe, be=be)
     _prepare_warehouse(server, spark, settings, fe)
     try:

@@ -16,7 +16,7 @@ from starscan.arrow.chunk_cache import ChunkCacheMetrics
 from starscan.planner.consumer_lag import ConsumerLag, ConsumerLagMetrics
 from starscan.provider.contexts import ScanContextManager
 from starscan.provider.instrumentation import BeInstrumentation
-from starscan.provider.metrics import ScanMetrics
+from starscan.provider.metrics import ScanMetrics, SparkLifeCollector
 from starscan.provider.profile import ProfileStore
 from starscan.provider.result_cache import CacheMetrics
 from starscan.provider.service import ScanService
@@ -25,6 +25,7 @@ from starscan.security.audit import AuditLog
 from starscan.security.users import UserStore
 from starscan.settings.config import Settings
 from starscan.settings.runtime import RUNTIME_KEYS, LiveSettings
+from starscan.spark.handle import SparkHandle, SparkState
 
 RECENT_PLANS = 50
 _PLAN_KEYS = ("ts", "user", "client", "table", "query_id", "status", "duration_ms", "tablets", "columns", "error", "sql")
@@ -37,6 +38,7 @@ class Operations:
                  consumer_lags: Callable[[], list[ConsumerLag]] = list):
         self.live = live
         self.consumer_lags = consumer_lags  # incremental readers' lag (the admin page, /metrics)
+        self.spark = spark
         self.users = users
         self.contexts = contexts
         self._bound_ports = bound_ports
@@ -46,6 +48,7 @@ class Operations:
         self.metrics.registry.register(CacheMetrics(lambda: service.result_cache))
         self.metrics.registry.register(ChunkCacheMetrics(lambda: service.chunk_cache))
         self.metrics.registry.register(ConsumerLagMetrics(lambda: self.consumer_lags()))
+        self.metrics.registry.register(SparkLifeCollector(spark))
         self.profiles = ProfileStore(live.current.profile_retention_s)
         self.jobs = SparkJobTracker(spark, self.metrics)
         self.be = BeInstrumentation(contexts, self.metrics, self.profiles, self.jobs,
@@ -65,6 +68,13 @@ class Operations:
         if isinstance(entry["sql"], str) and len(entry["sql"]) > 300:
             entry["sql"] = entry["sql"][:300] + "..."
         self.recent_plans.appendleft(entry)
+
+    def spark_status(self) -> dict[str, str]:
+        """The node's Spark for the admin page, asked of nobody (no call into the JVM)."""
+        if isinstance(self.spark, SparkHandle):
+            state, message = self.spark.status()
+            return {"state": state.value, "message": message}
+        return {"state": SparkState.UP.value, "message": "a SparkSession of the embedding process"}
 
     def live_spark_jobs(self, context_id: str) -> list[int]:
         return self.jobs.live_jobs(context_id)

@@ -39,7 +39,7 @@ from starscan.security.tokens import TokenVerifier
 from starscan.security.users import UserStore
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
-from starscan.spark.later import SparkLater
+from starscan.spark.handle import SparkHandle
 from starscan.spark.schemas import SchemaResolver
 from starscan.tables.catalog import Warehouse
 from starscan.tables.consumers import ConsumerPositions
@@ -57,18 +57,16 @@ def be_app(spark, ops: Operations, auth: Authenticator):
 
     from starscan import __version__
     from starscan.planner.errors import handle_starscan_error
-    from starscan.spark.session import spark_problem
+    from starscan.spark.session import spark_health
 
     app = FastAPI(title="starscan BE", version=__version__)
     app.add_exception_handler(StarscanError, handle_starscan_error)  # type: ignore[arg-type]
     app.state.auth = auth
 
-    @app.get("/api/health", summary="Liveness; 503 when Spark is gone")
+    @app.get("/api/health", summary="Liveness; RECOVERING while a new SparkSession starts, 503 when Spark is gone for good")
     async def health() -> JSONResponse:
-        problem = await run_in_threadpool(spark_problem, spark)
-        if problem is not None:
-            return JSONResponse({"status": "FAILED", "msg": problem}, status_code=503)
-        return JSONResponse({"status": "OK", "msg": "To Be Added"})
+        status, message, code = await run_in_threadpool(spark_health, spark)
+        return JSONResponse({"status": status, "msg": message}, status_code=code)
 
     install_routes(app, ops)
     return app
@@ -102,7 +100,7 @@ class StarscanServer:
                 for key, value in settings.storage_options.hadoop_conf().items():
                     hadoop.set(key, value)
 
-            if isinstance(spark, SparkLater):
+            if isinstance(spark, SparkHandle):
                 spark.when_ready(hadoop_keys)
             else:
                 hadoop_keys(spark)

@@ -197,8 +197,9 @@ class ScanFailed(StarscanError):
 
 
 class SparkUnavailable(StarscanError):
-    """This process's Spark is gone (its JVM died or the context stopped): nothing can run
-    until starscan is restarted. Health checks answer 503 for the same reason."""
+    """This process's Spark is gone (its JVM died or the context stopped): a new SparkSession
+    is starting (health answers RECOVERING), or none could be started (health answers 503
+    and starscan must be restarted). Retryable: a reader reads again, here or elsewhere."""
 
     http_status = 503
     status_code = "SERVICE_UNAVAILABLE"

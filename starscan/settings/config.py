@@ -163,6 +163,7 @@ class Settings(BaseSettings):
     # ---- Spark ----
     spark_master: str = Field("local[16]", description="Spark master URL: local[N], spark://, k8s://, yarn. Locally, N is the number of Spark task slots, not cores: every open scanner keeps scan_tasks_per_scanner tasks running (the OS shares the cores among them), so N should be that many times the scanners read at once")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
+    spark_restart_attempts: int = Field(5, ge=0, le=100, description="attempts to start a new SparkSession when Spark's JVM dies under a running node (with a backoff of up to 20 s between them); 0: none, health answers 503 and the node must be restarted")
 
     @field_validator("warehouse", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from starscan.core.errors import JavaMissingError
 from starscan.expr import Expr
 from starscan.settings.config import Settings
+from starscan.spark import pyspark_internals
 from starscan.storage.hadoop_paths import literal
 from starscan.storage.stores import open_storage
 
@@ -132,22 +133,54 @@ def spark_conf(settings: Settings) -> dict[str, str]:
 
 
 def spark_problem(spark: SparkSession) -> str | None:
-    """Why this process's Spark cannot run scans, or None when it can. A JVM that died (an
-    OutOfMemoryError in a task makes Spark exit it) or a stopped SparkContext fails every
-    later scan, so health checks must see it and let the orchestrator restart us."""
-    from starscan.spark.later import SparkLater
+    """Why this process's Spark cannot run scans now, or None when it can (or is still
+    starting). A node's Spark is a SparkHandle (starscan.spark.handle), which starts a new
+    session when the JVM dies (killed, crashed, exited on an OutOfMemoryError): meanwhile this
+    says so. A bare SparkSession (embedded uses, tests) cannot be restarted."""
+    from starscan.spark.handle import SparkHandle, SparkState
 
-    if isinstance(spark, SparkLater):  # a BE's Spark still starting is no problem; one that failed is
-        if not spark.ready.is_set():
+    if isinstance(spark, SparkHandle):
+        state, text = spark.status()
+        if state is SparkState.STARTING:
             return None
-        if spark._error is not None:
-            return f"Spark did not start: {spark._error}"
+        if state is not SparkState.UP:
+            return text
+        session = spark._session
+        if session is None:  # given up a moment ago
+            return spark.status()[1]
+        # The JVM's process first: asking a dead JVM makes Py4J log a traceback.
+        problem = "Spark's JVM exited" if pyspark_internals.jvm_exited(session) else _session_problem(session)
+        if problem is None:
+            return None
+        spark.check()  # the watcher looks now, and restarts it
+        return f"{problem}: a new SparkSession is starting"
+    problem = _session_problem(spark)
+    return None if problem is None else f"{problem}: restart starscan"
+
+
+def spark_health(spark: SparkSession) -> tuple[str, str, int]:
+    """A health check's status, message and HTTP code: OK (200), RECOVERING (200: a new
+    SparkSession is starting after the JVM died, and the node serves what it can meanwhile;
+    an orchestrator must not restart it) or FAILED (503: only a restart helps)."""
+    from starscan.spark.handle import SparkHandle, SparkState
+
+    if isinstance(spark, SparkHandle) and spark.state is SparkState.RECOVERING:
+        return "RECOVERING", spark.status()[1], 200
+    problem = spark_problem(spark)
+    if problem is None:
+        return "OK", "To Be Added", 200
+    if isinstance(spark, SparkHandle) and spark.state is not SparkState.FAILED:
+        return "RECOVERING", problem, 200
+    return "FAILED", problem, 503
+
+
+def _session_problem(session: SparkSession) -> str | None:
     try:
-        jsc = spark.sparkContext._jsc
+        jsc = session.sparkContext._jsc
         if jsc is None or jsc.sc().isStopped():
-            return "the SparkContext is stopped: restart starscan"
+            return "the SparkContext is stopped"
     except Exception as exc:  # noqa: BLE001 - py4j cannot reach the JVM
-        return f"Spark's JVM does not answer ({type(exc).__name__}): restart starscan"
+        return f"Spark's JVM does not answer ({type(exc).__name__})"
     return None
 
 
@@ -228,8 +261,11 @@ def scan_session(spark: SparkSession, ordered: bool = False, exact_floats: bool 
       Spark SQL gives that row only with pushdown off, which is the answer both engines give."""
     if not ordered and not exact_floats:
         return spark
-    key = (id(spark.sparkContext), ordered, exact_floats)
+    sc = spark.sparkContext
+    key = (id(sc), ordered, exact_floats)
     with _SESSIONS_LOCK:
+        for old in [k for k, s in _SESSIONS.items() if s.sparkContext._jsc is None]:
+            del _SESSIONS[old]  # of a SparkContext stopped (a JVM that died and was replaced)
         session = _SESSIONS.get(key)
         if session is None:
             session = spark.newSession()

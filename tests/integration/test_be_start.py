@@ -1,5 +1,5 @@
 """A BE serves scans from its first second (issue 38): it listens before its SparkSession is
-up (starscan.spark.later), reads arrow-engine scans itself in the meantime, and holds the
+up (starscan.spark.handle), reads arrow-engine scans itself in the meantime, and holds the
 scans that need Spark until Spark is there (slower, not refused).
 
 The BE under test is an in-process BE-only server whose Spark "starts" when the test opens a
@@ -18,7 +18,7 @@ from starscan.client import StarscanClient
 @pytest.fixture
 def gated_be(spark, base_settings):
     from starscan.app.server import StarscanServer
-    from starscan.spark.later import SparkLater
+    from starscan.spark.handle import SparkHandle
     from starscan.spark.session import spark_conf
 
     gate = threading.Event()
@@ -27,7 +27,7 @@ def gated_be(spark, base_settings):
         assert gate.wait(300), "the test never let Spark start"
         return spark
 
-    later = SparkLater(start_spark, spark_conf(base_settings))
+    later = SparkHandle(start_spark, spark_conf(base_settings), watch=False)  # the suite's session: not ours to restart
     settings = base_settings.model_copy(update={"be_http_port": 0, "scan_engine": "auto", "scan_local_reads": True})
     srv = StarscanServer(settings, later, fe=False, be=True).start()
     try:

@@ -819,49 +819,6 @@ def test_10_sigterm_stops_serve_cleanly(tmp_path, server):
         log.close()
 
 
-@pytest.mark.slow
-def test_11_a_dead_jvm_fails_health_and_scans_clearly(tmp_path, server):
-    """Spark exits its JVM on an OutOfMemoryError in a task; after that every scan fails. The
-    health check (Docker's HEALTHCHECK, a k8s probe) must say so, so the server is restarted,
-    and a reader gets an error status, not a hang."""
-    import httpx
-
-    proc, http_port, be_port, log = start_serve(tmp_path, demo_from=server.warehouse.location)
-    health = f"http://127.0.0.1:{http_port}/api/health"
-    try:
-        client = StarscanClient(f"127.0.0.1:{http_port}", retries=0, timeout_s=60)
-        sql = "select * from `demo`.`lineitem`"
-        plan, tablets = plan_for(client, "demo", "lineitem", sql)
-        java = [p for p in psutil.Process(proc.pid).children(recursive=True) if "java" in p.name()]
-        assert java, "precondition: Spark's JVM is a child of serve"
-        for p in java:
-            p.kill()
-        wait_until(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in java),
-                   timeout_s=30, what="Spark's JVM to die")
-        resp = httpx.get(health, timeout=10)
-        assert resp.status_code == 503
-        assert resp.json()["status"] == "FAILED" and "restart starscan" in resp.json()["msg"]
-        conn = Reader(("127.0.0.1", be_port))
-        try:
-            res = conn.open("demo", "lineitem", plan, tablets, batch_size=1024)
-            assert res.status.status_code == wire.TStatusCode.SERVICE_UNAVAILABLE
-            assert "Spark is unavailable" in res.status.error_msgs[0] and "restart starscan" in res.status.error_msgs[0]
-        finally:
-            conn.close()
-        # Planning a table the FE has not resolved yet needs Spark too: 503 with the reason.
-        resp = httpx.post(f"http://127.0.0.1:{http_port}/api/demo/all_types/_query_plan", auth=("root", ""),
-                          json={"sql": "select * from demo.all_types"}, timeout=30)
-        assert resp.status_code == 503, resp.text
-        assert "Spark is unavailable" in resp.text
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-        log.close()
-
-
 # ---- the soak, briefly ---------------------------------------------------------------------
 def test_soak_smoke(server, spark, base_settings):
     """bench/soak.py's workload for a few seconds on its own server (keep-alive 3 s): every
