@@ -62,7 +62,10 @@ class Admission:
         """Call with ``self.lock`` held, then mark the context admitted before releasing it."""
         total = mine = 0
         for ctx in open_contexts:
-            if ctx.admitted and ctx.open_error is None:
+            # A scan that failed holds nothing (its queue dropped its rows, its readers are
+            # gone) while it waits for its reader's next call or the reaper: it takes no place.
+            failed = ctx.queue is not None and ctx.queue.error is not None
+            if ctx.admitted and ctx.open_error is None and not failed:
                 total += 1
                 mine += ctx.user == user
         if mine >= self.settings.max_scanners_per_user:

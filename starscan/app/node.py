@@ -38,8 +38,10 @@ def run_node(settings: Settings, fe: bool, be: bool) -> None:
     if fe and not be:
         settings = settings.model_copy(update={"spark_master": FE_SPARK_MASTER})
     # Every node holds its Spark through a handle that starts a new session when the JVM dies
-    # (starscan.spark.handle). A BE listens at once and reads arrow-engine scans itself while
-    # Spark starts; an FE waits for it: its schemas and the demo need it.
+    # (starscan.spark.handle), and listens at once: a BE reads arrow-engine scans itself while
+    # Spark starts; an FE's calls that need Spark (a schema not known yet, the MySQL port's
+    # SELECTs, writing the demo) wait for it. A restarted FE is back in seconds, not after
+    # Spark's 10-30 s start.
     check_java()
 
     def start_spark() -> Any:
@@ -48,8 +50,6 @@ def run_node(settings: Settings, fe: bool, be: bool) -> None:
         return session
 
     spark = SparkHandle(start_spark, spark_conf(settings), restart_attempts=settings.spark_restart_attempts)
-    if fe:
-        spark.session()  # raises what kept Spark from starting
     server = StarscanServer(settings, spark, fe=fe, be=be)
     _prepare_warehouse(server, spark, settings, fe)
     try:

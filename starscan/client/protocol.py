@@ -12,6 +12,7 @@ import functools
 import json
 import ssl
 import threading
+import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -224,11 +225,19 @@ class StarscanClient:
         return self.fe.startswith("https:")
 
     def _http(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        """One FE call; a connection that fails (refused, reset, timed out) is a NetworkError."""
-        try:
-            return httpx.request(method, url, timeout=self._http_timeout, verify=self._verify, **kwargs)
-        except httpx.HTTPError as exc:
-            raise NetworkError(f"cannot reach the FE at {self.fe}: {type(exc).__name__}: {exc}") from None
+        """One FE call; a connection that fails (refused, reset, timed out) is a NetworkError.
+        A refused connection (nothing was sent: an FE restarting, back in seconds) is tried
+        again ``retries`` times, 1, 2, 4 ... s apart."""
+        for attempt in range(self.retries + 1):
+            try:
+                return httpx.request(method, url, timeout=self._http_timeout, verify=self._verify, **kwargs)
+            except httpx.ConnectError as exc:
+                if attempt == self.retries:
+                    raise NetworkError(f"cannot reach the FE at {self.fe}: {type(exc).__name__}: {exc}") from None
+                time.sleep(min(2.0 ** attempt, 8.0))
+            except httpx.HTTPError as exc:
+                raise NetworkError(f"cannot reach the FE at {self.fe}: {type(exc).__name__}: {exc}") from None
+        raise AssertionError("unreachable")
 
     def _auth(self) -> str:
         if self.token:

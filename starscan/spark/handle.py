@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from starscan.arrow.rebase import CalendarRules, machine_zone
+from starscan.core.errors import JavaMissingError
 from starscan.spark import pyspark_internals
 
 log = logging.getLogger("starscan.spark")
@@ -145,21 +146,27 @@ class SparkHandle:
 
     def _start(self, first: bool) -> bool:
         """Build a session (attempts with backoff after a restart); True once one is up."""
-        attempts = 1 if first else max(1, self.restart_attempts)
+        # The first start is tried as often as a restart: its JVM can die while starting too
+        # (killed, or out of memory on a busy machine).
+        attempts = max(1, self.restart_attempts)
         for attempt in range(attempts):
-            if not first:
-                pause = self.backoff_s[min(attempt, len(self.backoff_s) - 1)]
-                if self._stopped.wait(pause):
-                    return False
+            pause = self.backoff_s[min(attempt, len(self.backoff_s) - 1)]
+            if (attempt or not first) and self._stopped.wait(pause):
+                return False
             try:
                 session = self._build_session()
             except BaseException as exc:  # noqa: BLE001 - handed to whoever uses the session
                 self._error = exc
-                if first:
-                    log.error("Spark did not start: %s", exc)
-                else:
+                if not first:
                     self.restart_failures += 1
-                    log.error("Spark restart attempt %d of %d failed: %s", attempt + 1, attempts, exc)
+                log.error("Spark %s attempt %d of %d failed: %s", "start" if first else "restart", attempt + 1,
+                          attempts, exc)
+                if isinstance(exc, JavaMissingError):
+                    break  # no attempt can succeed
+                try:  # a JVM launched by the attempt and dead (or deaf) since: the next one launches anew
+                    pyspark_internals.forget_gateway()
+                except Exception:  # noqa: BLE001
+                    log.exception("forgetting the failed attempt's JVM failed")
                 continue
             with self._lock:
                 if self._stopped.is_set():

@@ -81,6 +81,50 @@ def forget_session(session: Any) -> None:
         except Exception as exc:  # noqa: BLE001 - an unanswering JVM is dropped below
             log.info("the old SparkSession does not answer (%s): its JVM is dropped", exc)
             exited = True
+    _drop_context(sc)
+    with SparkContext._lock:
+        if SparkContext._active_spark_context is sc:
+            SparkContext._active_spark_context = None
+    if exited:
+        forget_gateway()
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+
+
+def forget_gateway() -> None:
+    """Drop pyspark's JVM gateway and everything started on it (after a start that failed
+    half-way: a JVM that was launched, then died or never answered), so that the next start
+    launches a new JVM instead of calling the dead one again. A JVM still running is killed."""
+    from pyspark.core.context import SparkContext
+    from pyspark.sql.context import SQLContext
+    from pyspark.sql.session import SparkSession
+
+    with SparkContext._lock:
+        gateway = SparkContext._gateway
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        active = SparkContext._active_spark_context
+        SparkContext._active_spark_context = None
+    if active is not None:
+        _drop_context(active)
+    if gateway is not None:
+        try:
+            gateway.close(keep_callback_server=False)
+        except Exception:  # noqa: BLE001 - its sockets lead nowhere now
+            pass
+        proc = getattr(gateway, "proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+
+
+def _drop_context(sc: Any) -> None:
+    """Close a dead SparkContext's Python side: its accumulator server (a socket server
+    thread) and its handle of the JVM's context."""
     server = getattr(sc, "_accumulatorServer", None)
     if server is not None:
         try:
@@ -90,21 +134,3 @@ def forget_session(session: Any) -> None:
             pass
         sc._accumulatorServer = None
     sc._jsc = None
-    with SparkContext._lock:
-        if SparkContext._active_spark_context is sc:
-            SparkContext._active_spark_context = None
-        if exited:
-            gateway = SparkContext._gateway
-            SparkContext._gateway = None
-            SparkContext._jvm = None
-            if gateway is not None:
-                try:
-                    gateway.close(keep_callback_server=False)
-                except Exception:  # noqa: BLE001 - its sockets lead nowhere now
-                    pass
-                proc = getattr(gateway, "proc", None)
-                if proc is not None and proc.poll() is None:
-                    proc.kill()  # it did not answer: make sure it is gone
-    SparkSession._instantiatedSession = None
-    SparkSession._activeSession = None
-    SQLContext._instantiatedContext = None

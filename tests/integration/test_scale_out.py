@@ -6,17 +6,13 @@ leaves the routings and comes back when started again, and serves plans made bef
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.nodes import Node
 from support.servers import basic
 from support.waits import free_port, wait_until
 
@@ -24,44 +20,6 @@ pytestmark = pytest.mark.slow  # starts `starscan serve` processes of its own
 
 FILES, ROWS_PER_FILE = 6, 40_000
 SECRET = "scale-out-test-secret-0123456789abcdef"
-
-
-class Node:
-    """One `starscan serve --role ...` process."""
-
-    def __init__(self, root: Path, name: str, *args: str):
-        self.root, self.name, self.args = root, name, args
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> Node:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_PLAN_SECRET=SECRET,
-                   STARSCAN_TABLET_TARGET_BYTES=str(256 << 10),  # a tablet per file or so: both BEs get some
-                   STARSCAN_STATE_DIR=str(self.root / "state"))
-        log = (self.root / f"{self.name}.log").open("a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "starscan", "serve", "--warehouse", str(self.root / "wh"),
-                                      "--bind-host", "127.0.0.1", "--demo-scale", "0", *self.args],
-                                     cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        return self
-
-    def log(self) -> str:
-        return (self.root / f"{self.name}.log").read_text()[-3000:]
-
-    def wait_healthy(self, http_port: int) -> None:
-        def ready() -> bool:
-            assert self.proc is not None and self.proc.poll() is None, self.log()
-            try:
-                return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, timeout_s=300, interval_s=0.5, what=f"{self.name} to start")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(60)
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +34,13 @@ def cluster(tmp_path_factory):
     be_ports = [free_port(), free_port()]
     be_http = [free_port(), free_port()]
     fe_http, fe_query = free_port(), free_port()
+    env = {"STARSCAN_PLAN_SECRET": SECRET,
+           "STARSCAN_TABLET_TARGET_BYTES": str(256 << 10)}  # a tablet per file or so: both BEs get some
     bes = [Node(root, f"be{i}", "--role", "be", "--be-port", str(be_ports[i]), "--be-http-port", str(be_http[i]),
-                "--spark-master", "local[2]") for i in range(2)]
+                "--spark-master", "local[2]", env=env) for i in range(2)]
     endpoints = ",".join(f"127.0.0.1:{p}" for p in be_ports)
     fe = Node(root, "fe", "--role", "fe", "--http-port", str(fe_http), "--query-port", str(fe_query),
-              "--be-endpoints", endpoints)
+              "--be-endpoints", endpoints, env=env)
     nodes = [*bes, fe]
     for node in nodes:
         node.start()

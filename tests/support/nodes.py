@@ -1,0 +1,68 @@
+"""`starscan serve --role ...` processes, as a user deploys them (separate FE and BE nodes on
+127.0.0.1 sharing a warehouse, the users file, the state folder and the plan secret), for the
+scale-out tests and the chaos soak (bench/chaos.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from support.waits import wait_until
+
+
+class Node:
+    """One `starscan serve` process under ``root`` (its warehouse ``root/wh``, its state
+    ``root/state``), started with ``args`` and ``env`` (STARSCAN_* settings)."""
+
+    def __init__(self, root: Path, name: str, *args: str, env: dict[str, str] | None = None):
+        self.root, self.name, self.args = root, name, args
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Node:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
+        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_STATE_DIR=str(self.root / "state"))
+        env.update(self.env)
+        log = (self.root / f"{self.name}.log").open("a")
+        self.proc = subprocess.Popen([sys.executable, "-m", "starscan", "serve", "--warehouse", str(self.root / "wh"),
+                                      "--bind-host", "127.0.0.1", "--demo-scale", "0", *self.args],
+                                     cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        return self
+
+    def log(self) -> str:
+        return (self.root / f"{self.name}.log").read_text()[-3000:]
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_healthy(self, http_port: int, timeout_s: float = 300) -> None:
+        def ready() -> bool:
+            assert self.alive(), self.log()
+            try:
+                return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout_s=timeout_s, interval_s=0.5, what=f"{self.name} to start")
+
+    def kill(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(60)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a minute."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
