@@ -317,10 +317,12 @@ class SqlSplitReaders(ScanReaders):
                  failure: Callable[..., StarscanError]) -> str | None:
         state = board.state(partition)
         if exc is not None:
-            # Not retried here, unlike the arrow engine's readers: when one job's worker
-            # died, Spark cancelled a sibling job's stage, and the sibling's task (fed by the
-            # JVM) was seen to end its split short without an error; its end would be taken
-            # for the split's.
+            # Not run again here, unlike the arrow engine's readers: Spark retries a task
+            # whose worker died (spark.task.maxFailures; local Spark as local[N,F],
+            # starscan.spark.session), and the retry reads the split on past the rows that
+            # arrived. A job that fails has failed that many times. (Running the job again
+            # here was tried: when one job failed, Spark cancelled a sibling job's stage,
+            # and the sibling's task, fed by the JVM, ended its split short without an error.)
             raise failure(exc, board, state.failure)
         if state.ended:
             return None

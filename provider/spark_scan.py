@@ -153,8 +153,12 @@ class SparkScan:
 
     @property
     def readers_lost(self) -> int:
-        """Readers whose Spark task died and whose splits others read on (the scheduler counts)."""
-        return self._readers.lost if self._readers is not None else 0
+        """Readers whose Spark task died and whose splits others read on: those the scheduler
+        started again, or the split board's count where Spark retried the task itself (a
+        cluster, local[N,F])."""
+        counted = self._readers.lost if self._readers is not None else 0
+        sink = self._sink
+        return max(counted, sink.total_losses() if sink is not None else 0)
 
     @property
     def rows_produced(self) -> int:
@@ -223,6 +227,9 @@ class SparkScan:
                 self.scheduler.give_own_slot()  # taken, and no reader ran in it
             if sink is not None:
                 self.listener.unregister(sink)
+                if self.on_reader_lost is not None and self._readers is not None:
+                    for _ in range(sink.total_losses() - self._readers.lost):  # Spark retried these tasks
+                        self.on_reader_lost()
             self.done.set()
 
     def _read_locally(self, sink: PushSink) -> None:

@@ -182,6 +182,12 @@ class SplitBoard:
         with self._cond:
             return max((s.losses for s in self.splits), default=0)
 
+    def total_losses(self) -> int:
+        """Readers lost in all: attempts that left a split half-read without a word, each read
+        on by a later attempt (the scan's next reader, or Spark's retry of the task)."""
+        with self._cond:
+            return sum(s.losses for s in self.splits)
+
     def unended(self) -> list[int]:
         """Splits a reader began that have not ended (being read, or left by a task that died)."""
         with self._cond:
@@ -210,8 +216,11 @@ class SplitBoard:
             if self.stopped or state.ended:
                 return None, None
             superseded = self._holders.get(split)
-            if state.generation and not state.yielded and superseded is None and state.failure is None:
-                state.losses += 1  # the attempt before left it half-read without a word (a lost reader)
+            if state.generation and not state.yielded and state.failure is None:
+                # The attempt before left it half-read without a word (a lost reader), or
+                # holds it still: a task Spark runs again whose first attempt's connection
+                # is not seen closed yet.
+                state.losses += 1
             state.generation += 1
             state.yielded = False
             state.failure = None  # an earlier attempt's report; this attempt may yet succeed

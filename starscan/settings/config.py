@@ -161,7 +161,7 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="application log level", json_schema_extra=RUNTIME)
 
     # ---- Spark ----
-    spark_master: str = Field("local[16]", description="Spark master URL: local[N], spark://, k8s://, yarn. Locally, N is the number of Spark task slots, not cores: every open scanner keeps scan_tasks_per_scanner tasks running (the OS shares the cores among them), so N should be that many times the scanners read at once")
+    spark_master: str = Field("local[16]", description="Spark master URL: local[N], spark://, k8s://, yarn. Locally, N is the number of Spark task slots, not cores: every open scanner keeps scan_tasks_per_scanner tasks running (the OS shares the cores among them), so N should be that many times the scanners read at once. local[N] runs as local[N,F]: a failed task is run again up to spark.task.maxFailures (4) times, as on a cluster")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="extra Spark configuration")
     spark_restart_attempts: int = Field(5, ge=0, le=100, description="attempts to start a new SparkSession when Spark's JVM dies under a running node (with a backoff of up to 20 s between them); 0: none, health answers 503 and the node must be restarted")
 

@@ -184,6 +184,23 @@ def _session_problem(session: SparkSession) -> str | None:
     return None
 
 
+_LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)\])?")
+
+
+def master_with_task_retries(master: str, conf: dict[str, str]) -> str:
+    """``master``, with task retries when it is local Spark. A cluster's Spark runs a failed
+    task again up to ``spark.task.maxFailures`` (4) times; local Spark reads that number from
+    its master URL only (``local[N,F]``) and retries nothing with ``local`` or ``local[N]``:
+    a Python worker that crashed, or was killed, failed the whole scan. So ``local[N]`` runs
+    as ``local[N,F]`` with F = ``spark.task.maxFailures`` (4 unless set). The push sink reads
+    a retried task's split on from where its rows stopped (provider/splits.py)."""
+    match = _LOCAL_MASTER.fullmatch(master.strip())
+    if match is None:
+        return master
+    failures = int(conf.get("spark.task.maxFailures", "4"))
+    return f"local[{match.group(1) or 1},{failures}]"
+
+
 def build_session(settings: Settings) -> SparkSession:
     """Start (or join) the process's SparkSession with starscan's settings."""
     check_java()
@@ -194,8 +211,9 @@ def build_session(settings: Settings) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(settings.spark_master).appName("starscan")
-    for key, value in spark_conf(settings).items():
+    conf = spark_conf(settings)
+    builder = SparkSession.builder.master(master_with_task_retries(settings.spark_master, conf)).appName("starscan")
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

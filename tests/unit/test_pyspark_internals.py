@@ -20,3 +20,14 @@ def test_the_installed_pyspark_is_in_the_tested_range():
     assert installed in SpecifierSet(pyspark_internals.TESTED_ON), (
         f"pyspark {installed} is outside {pyspark_internals.TESTED_ON}: check starscan.spark.pyspark_internals "
         "against it (a killed JVM must be replaced: tests/integration/test_spark_restart.py) and widen the range")
+
+
+def test_local_spark_retries_a_failed_task_as_a_cluster_does():
+    """local[N] retries no task; starscan runs it as local[N,F] (spark.task.maxFailures, 4)."""
+    from starscan.spark.session import master_with_task_retries
+
+    assert master_with_task_retries("local[16]", {}) == "local[16,4]"
+    assert master_with_task_retries("local", {}) == "local[1,4]"
+    assert master_with_task_retries("local[*]", {"spark.task.maxFailures": "2"}) == "local[*,2]"
+    assert master_with_task_retries("local[2,1]", {}) == "local[2,1]"  # the user's own count stands
+    assert master_with_task_retries("spark://10.0.0.5:7077", {}) == "spark://10.0.0.5:7077"  # a cluster retries anyway
