@@ -46,9 +46,8 @@ import common
 import httpx
 import psutil
 import pyarrow as pa
-import pyarrow.parquet as pq
 from support.balancer import TcpBalancer  # after common: it puts tests/ on the path
-from support.nodes import Node
+from support.nodes import Node, write_id_table
 from support.waits import free_port
 
 MAX_MINUTES = 120.0
@@ -72,12 +71,7 @@ def expected_rows(where) -> Counter:
 
 
 def write_table(root: Path) -> None:
-    table = root / "wh" / "chaos.db" / "events"
-    table.mkdir(parents=True)
-    for n in range(FILES):
-        ids = pa.array(range(n * ROWS_PER_FILE, (n + 1) * ROWS_PER_FILE), pa.int64())
-        pq.write_table(pa.table({"id": ids, "v": pa.compute.cast(ids, pa.string())}), table / f"part-{n}.parquet",
-                       row_group_size=10_000)
+    write_id_table(root / "wh" / "chaos.db" / "events", FILES, ROWS_PER_FILE)
 
 
 class Cluster:
@@ -105,6 +99,8 @@ class Cluster:
             node.start()
         for node, port in zip((*self.bes, self.fe), (*self.be_http, self.fe_http), strict=True):
             node.wait_healthy(port)
+        # The FE listens before its Spark is up; the table's first plan waits for it (its schema).
+        _plan(self.fe_url, QUERIES["full"][0], 300, 1)
 
     def stop(self) -> None:
         for node in (self.fe, *self.bes):

@@ -10,9 +10,8 @@ from collections import Counter
 
 import httpx
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from support.nodes import Node
+from support.nodes import Node, write_id_table
 from support.servers import basic
 from support.waits import free_port, wait_until
 
@@ -25,12 +24,7 @@ SECRET = "scale-out-test-secret-0123456789abcdef"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("scale_out")
-    table = root / "wh" / "big.db" / "events"
-    table.mkdir(parents=True)
-    for i in range(FILES):
-        ids = pa.array(range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE), pa.int64())
-        pq.write_table(pa.table({"id": ids, "v": pa.compute.cast(ids, pa.string())}), table / f"part-{i}.parquet",
-                       row_group_size=10_000)
+    write_id_table(root / "wh" / "big.db" / "events", FILES, ROWS_PER_FILE)
     be_ports = [free_port(), free_port()]
     be_http = [free_port(), free_port()]
     fe_http, fe_query = free_port(), free_port()

@@ -66,3 +66,17 @@ class Node:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def write_id_table(folder: Path, files: int, rows_per_file: int) -> None:
+    """A table of ``files`` Parquet files (row groups of 10,000) whose rows are known without
+    any engine: ``id`` 0.. and ``v = str(id)``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    for n in range(files):
+        ids = pa.array(range(n * rows_per_file, (n + 1) * rows_per_file), pa.int64())
+        pq.write_table(pa.table({"id": ids, "v": pc.cast(ids, pa.string())}), folder / f"part-{n}.parquet",
+                       row_group_size=10_000)
