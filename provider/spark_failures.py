@@ -66,20 +66,41 @@ def lost_task(exc: BaseException) -> str | None:
     exception types that the task's Python worker died under it (crashed or was killed: the
     root cause is the end of the worker's stream, and no Python exception is in the chain).
     None for any other failure, and for one that is not Spark's."""
-    java = getattr(exc, "java_exception", None)
-    if java is None:
-        return None
-    classes: list[str] = []
-    try:
-        cause = java
-        while cause is not None and len(classes) < 20:
-            classes.append(str(cause.getClass().getName()))
-            cause = cause.getCause()
-    except Exception:  # noqa: BLE001 - the gateway may be gone
-        return None
+    classes = [name for name, _message in java_causes(exc)]
     if not classes or _PYTHON_RAISED in classes or classes[-1] not in _WORKER_GONE:
         return None
     return spark_reason(exc)[0]
+
+
+#: Hadoop's exception for a URI scheme it has no FileSystem class for (s3a:// without the
+#: S3A connector's jars), and the JVM's for a configured FileSystem class it cannot load.
+_NO_FILESYSTEM = "org.apache.hadoop.fs.UnsupportedFileSystemException"
+_CLASS_MISSING = "java.lang.ClassNotFoundException"
+
+
+def missing_filesystem(exc: BaseException) -> bool:
+    """Whether a Spark job failed because this Spark has no Hadoop FileSystem for the files'
+    store, told by the exception types in the Java cause chain."""
+    return any(name == _NO_FILESYSTEM or (name == _CLASS_MISSING and "FileSystem" in message)
+               for name, message in java_causes(exc))
+
+
+def java_causes(exc: BaseException) -> list[tuple[str, str]]:
+    """The Java cause chain of a Py4J error, outermost first, as (class name, message); empty
+    for an error that is not Java's, or when the JVM cannot be asked (it died)."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return []
+    chain: list[tuple[str, str]] = []
+    try:
+        cause = java
+        while cause is not None and len(chain) < 20:
+            message = cause.getMessage()
+            chain.append((str(cause.getClass().getName()), "" if message is None else str(message)))
+            cause = cause.getCause()
+    except Exception:  # noqa: BLE001 - the gateway may be gone
+        return []
+    return chain
 
 
 def jvm_gone(exc: BaseException, spark: Any) -> str | None:

@@ -48,7 +48,7 @@ from starscan.provider.push.task import PushTarget, push_arrow_splits, push_spar
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.scan_sources import Source
 from starscan.provider.scheduler import SLOT_TURN_S, ArrowReaders, Ask, ScanReaders, SqlSplitReaders, Start
-from starscan.provider.spark_failures import jvm_gone, lost_task, spark_reason
+from starscan.provider.spark_failures import jvm_gone, lost_task, missing_filesystem, spark_reason
 from starscan.spark.handle import calendar_rules, conf_value, started
 
 log = logging.getLogger("starscan.provider.scan")
@@ -450,8 +450,7 @@ class SparkScan:
             reason, raised = spark_reason(exc)
             if not raised:  # Spark lost the task: say what it was reading
                 reason += self._reading(sink)
-        no_filesystem = "No FileSystem for scheme" in reason or ("ClassNotFoundException" in reason and "FileSystem" in reason)
-        if no_filesystem and not self.source.storage.is_local:
+        if missing_filesystem(exc) and not self.source.storage.is_local:
             return ScanFailed(f"this scan of {self.description} needs the sql engine ({self.engine_reason}), and this "
                               f"server's Spark has no filesystem for {self.source.table_location()}: "
                               "add Hadoop's cloud connector jars to Spark (docs/storage.md), or ask for a scan the arrow "
