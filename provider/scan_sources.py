@@ -166,10 +166,10 @@ class PlannedRead:
             frames.append(read_parquet_files(spark, self._table_schema, storage.spark_path(location), whole,
                                              folders, plan.file_format or "parquet"))
         for path, first_row, rows in cuts:
-            index = F.col("_metadata.row_index")
-            frames.append(read_parquet_files(spark, self._table_schema, storage.spark_path(location), [path],
-                                             folders, plan.file_format or "parquet")
-                          .filter((index >= first_row) & (index < first_row + rows)))
+            frame = read_parquet_files(spark, self._table_schema, storage.spark_path(location), [path],
+                                       folders, plan.file_format or "parquet")
+            index = F.col("_metadata.row_index")  # after the read: that waits for a session (re)starting
+            frames.append(frame.filter((index >= first_row) & (index < first_row + rows)))
         df = frames[0]
         for more in frames[1:]:
             df = df.unionByName(more)

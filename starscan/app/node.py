@@ -80,6 +80,8 @@ def _prepare_warehouse(server: Any, spark: Any, settings: Settings, fe: bool) ->
     elif fe and settings.demo_scale > 0 and not any(server.warehouse.tables(db) for db in server.warehouse.databases()):
         from starscan.app.demo import create_demo
 
+        # Written with Spark (pyspark's functions need a started session, not a handle's wait).
+        spark.session()
         started = time.monotonic()
         created = create_demo(spark, server.warehouse, settings.demo_scale, settings.tablet_target_bytes)
         log.info("created demo tables %s in %.1f s", ", ".join(created), time.monotonic() - started)

@@ -249,12 +249,14 @@ def read_metastore_files(spark: SparkSession, db: str, table: str, locations: li
     def quoted(name: str) -> str:
         return "`" + name.replace("`", "``") + "`"
 
+    name = f"{quoted(db)}.{quoted(table)}"
+    # Spark keeps a table's file listing: the plan's files may be newer. (First, too: through
+    # a node's SparkHandle this waits for a session starting; pyspark's functions below do not.)
+    spark.catalog.refreshTable(name)
     wanted = sorted({urlsplit(p).path if "://" in p else p for p in locations})
     # input_file_name is a URI (file:/tmp/x, s3a://bucket/key; %-encoded by some readers):
     # its path, as it is and decoded.
     path = F.regexp_replace(F.input_file_name(), "^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?", "")
-    name = f"{quoted(db)}.{quoted(table)}"
-    spark.catalog.refreshTable(name)  # Spark keeps a table's file listing: the plan's files may be newer
     return (spark.table(name)
             .where(path.isin(wanted) | F.expr("url_decode(regexp_replace(input_file_name(), "
                                                "'^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?', ''))").isin(wanted)))
