@@ -74,6 +74,10 @@ class SparkHandle:
         self._stopped = threading.Event()
         self._started = time.monotonic()
         self._watch = watch
+        missing = pyspark_internals.check()
+        if missing:  # a restart would not start a new JVM: say so now, not at the first death
+            log.error("this pyspark lacks %s: a JVM that dies will not be replaced (tested on pyspark %s)",
+                      ", ".join(missing), pyspark_internals.TESTED_ON)
         threading.Thread(target=self._life, name="spark-session", daemon=True).start()
 
     # ---- state ----

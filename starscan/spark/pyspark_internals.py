@@ -3,8 +3,8 @@ one in the same process. pyspark has no public way to do either: a SparkSession 
 gone keeps its objects, and ``SparkSession.builder.getOrCreate`` hands them out again.
 
 Tested on pyspark 4.3 (``TESTED_ON``). ``check()`` says which of the names used here is
-missing, so a pyspark that changed them fails loudly at a node's start (and in the unit
-tests) instead of a restart that silently does nothing.
+missing: a node logs it as an error when it starts, and the unit tests fail on it, instead
+of a restart that silently does nothing.
 """
 
 from __future__ import annotations
