@@ -95,6 +95,9 @@ class ScanMetrics:
                                    ["method", "status_code"], registry=r)
         self.rows_sent = Counter("starscan_rows_sent", "Rows sent to readers by get_next", registry=r)
         self.bytes_sent = Counter("starscan_bytes_sent", "Arrow IPC bytes sent to readers by get_next", registry=r)
+        self.replies_begun = Counter("starscan_be_replies_begun_early", "BE replies not ready within reply_keepalive_s, "
+                                     "begun early and kept alive until ready (a reader's read timeout does not fire)",
+                                     registry=r)
         self.opened = Counter("starscan_scanners_opened", "Scanners opened", registry=r)
         self.scans_by_engine = Counter("starscan_scans_by_engine", "Scans started on Spark, by the engine they ran on "
                                        "(arrow: pyarrow in Spark's Python tasks; sql: Spark SQL)", ["engine"], registry=r)

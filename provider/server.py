@@ -13,15 +13,17 @@ import socket
 import ssl
 import struct
 import threading
+from collections.abc import Callable
 
 from thriftpy2.protocol import TCyBinaryProtocolFactory
 from thriftpy2.server import TThreadedServer
-from thriftpy2.thrift import TMessageType, TProcessor
+from thriftpy2.thrift import TApplicationException, TMessageType, TProcessor
 from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer, TServerSocket, TSocket, TTransportException
 
 from starscan.arrow.wire import IpcStream
 from starscan.core.thrift_defs import wire
 from starscan.provider.peer import set_peer
+from starscan.provider.reply_keepalive import ReplyKeepAlive
 from starscan.provider.request_protocol import request_protocol_factory
 
 log = logging.getLogger("starscan.provider")
@@ -56,42 +58,82 @@ _STOPS = b"\x00\x00"                 # the ends of TScanBatchResult and of get_n
 
 
 class _Processor(TProcessor):
-    """thriftpy2's processor, except that a ``get_next`` reply's rows (the Arrow IPC stream,
-    ~1 MB) go from their buffers to the socket in one scatter-gather send.
+    """thriftpy2's processor, except that
 
-    thriftpy2 copies a binary field into its write buffer and the buffer into a new bytes
-    object before sending, and the rows were joined once before that. Writing lineitem's
-    replies alone took ~165 ms of CPU per million rows that way, ~48 ms this way (in a
-    scan, where other stages share the cores, the server's CPU fell by ~4 %; bench/RESULTS.md).
-    The bytes on the wire are the same: everything but the rows is written by thriftpy2's own writer,
-    and ``rows`` is the struct's last field, so it is spliced in where that writer puts it
-    (tests/unit/test_reply_writer.py compares the two)."""
+    * a ``get_next`` reply's rows (the Arrow IPC stream, ~1 MB) go from their buffers to the
+      socket in one scatter-gather send. thriftpy2 copies a binary field into its write
+      buffer and the buffer into a new bytes object before sending, and the rows were joined
+      once before that. Writing lineitem's replies alone took ~165 ms of CPU per million rows
+      that way, ~48 ms this way (in a scan, where other stages share the cores, the server's
+      CPU fell by ~4 %; bench/RESULTS.md). The bytes on the wire are the same: everything but
+      the rows is written by thriftpy2's own writer, and ``rows`` is the struct's last field,
+      so it is spliced in where that writer puts it (tests/unit/test_reply_writer.py compares
+      the two);
+    * a reply not ready within the keep-alive interval is begun early and kept alive with
+      fields the reader skips (provider/reply_keepalive.py), so a reader's socket read
+      timeout does not fire while the BE works on the answer."""
 
-    def __init__(self, service, handler, oprot_factory):
+    def __init__(self, service, handler, oprot_factory, keepalive: ReplyKeepAlive | None = None):
         super().__init__(service, handler)
         self.oprot_factory = oprot_factory
+        self.keepalive = keepalive
 
-    def send_result(self, oprot, api, result, seqid):
+    def process(self, iprot, oprot):
+        api, seqid, result, call = self.process_in(iprot)
+        if isinstance(result, TApplicationException):
+            return self.send_exception(oprot, api, result, seqid)
+        assert call is not None
+        pending = None
+        if self.keepalive is not None:
+            pending = self.keepalive.begin(oprot.trans.sock, lambda: self._written(
+                lambda p: p.write_message_begin(api, TMessageType.REPLY, seqid)))
+        try:
+            result.success = call()
+        except Exception as exc:
+            if pending is not None and self.keepalive.end(pending) is not None:
+                raise  # a begun reply cannot become an exception message: the connection is dropped
+            pending = None
+            if isinstance(exc, TApplicationException):
+                return self.send_exception(oprot, api, exc, seqid)
+            if not self.handle_exception(exc, result):
+                raise
+        begun = self.keepalive.end(pending) if pending is not None else None
+        if not result.oneway:
+            self.send_result(oprot, api, result, seqid, begun)
+
+    def _written(self, write) -> bytes:
+        """What ``write(protocol)`` writes, as bytes (the replies' own writer)."""
+        buffer = TCyMemoryBuffer()
+        write(self.oprot_factory.get_protocol(buffer))
+        return buffer.getvalue()
+
+    def send_result(self, oprot, api, result, seqid, begun: bytes | None = None):
+        """The reply; ``begun``: None, or the reply was begun early (its header sent) and these
+        bytes of it are still to go before the rest."""
         batch = result.success if api == "get_next" else None
         rows = getattr(batch, "rows", None)
         sock = oprot.trans.sock
-        if rows is None or sock is None:
-            if rows is not None and not isinstance(rows, bytes):
+        if (rows is None and begun is None) or sock is None:
+            if batch is not None and rows is not None and not isinstance(rows, bytes):
                 batch.rows = bytes(rows)
             return super().send_result(oprot, api, result, seqid)
-        parts = rows.parts if isinstance(rows, IpcStream) else (rows,)
-        head = TCyMemoryBuffer()
-        proto = self.oprot_factory.get_protocol(head)
-        batch.rows = None
+        parts = rows.parts if isinstance(rows, IpcStream) else (rows,) if rows is not None else ()
+        if batch is not None:
+            batch.rows = None
         try:
-            proto.write_message_begin(api, TMessageType.REPLY, seqid)
-            result.write(proto)
-            proto.write_message_end()
+            written = self._written(lambda p: (p.write_message_begin(api, TMessageType.REPLY, seqid), result.write(p),
+                                               p.write_message_end()))
         finally:
-            batch.rows = rows
-        written = head.getvalue()
-        assert written.endswith(_STOPS)
+            if batch is not None:
+                batch.rows = rows
+        if begun is not None:  # the header went out already
+            written = begun + written[len(self._written(lambda p: p.write_message_begin(api, TMessageType.REPLY,
+                                                                                        seqid))):]
         oprot.trans.flush()  # nothing is pending between calls; if it were, it goes first
+        if rows is None:
+            send_parts(sock, (written,))
+            return
+        assert written.endswith(_STOPS)
         send_parts(sock, (written[:-2] + _ROWS_FIELD.pack(11, 3, len(rows)), *parts, _STOPS))
 
 
@@ -176,14 +218,16 @@ class _ExclusiveServerSocket(TServerSocket):
 
 class ThriftServer:
     def __init__(self, handler: object, host: str, port: int, client_timeout_s: float | None = None,
-                 max_read_bytes: int = 64 << 20, ssl_context: ssl.SSLContext | None = None):
+                 max_read_bytes: int = 64 << 20, ssl_context: ssl.SSLContext | None = None,
+                 reply_keepalive_s: float = 0.0, on_reply_begun: Callable[[], None] | None = None):
         self.socket = _ExclusiveServerSocket(host=host, port=port)  # timeouts are set per connection
         self.tls = ssl_context is not None
         # Java's TBinaryProtocol.Factory default: strict write, lenient read (docs/protocol.md 3),
         # so old-style requests without the 0x8001 version word are served too.
         replies = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
+        self.keepalive = ReplyKeepAlive(reply_keepalive_s, on_reply_begun)
         self.server = _Server(
-            _Processor(wire.TStarrocksExternalService, handler, replies),
+            _Processor(wire.TStarrocksExternalService, handler, replies, self.keepalive),
             self.socket,
             iprot_factory=request_protocol_factory(),
             oprot_factory=replies,

@@ -154,6 +154,8 @@ class StarscanServer:
         live.subscribe(["scan_context_gc_interval_s", "scan_context_gc_interval_min"],
                        lambda s, _: self.reaper.set_interval(s.gc_interval_s) if self.reaper is not None else None)
         live.subscribe(["total_queue_max_bytes"], lambda s, _: setattr(self.service.budget, "max_bytes", s.total_queue_max_bytes))
+        live.subscribe(["reply_keepalive_s"], lambda s, _: setattr(self.thrift.keepalive, "interval_s", s.reply_keepalive_s)
+                       if self.thrift is not None else None)
         live.subscribe(["log_level"], lambda s, _: logs.set_level(s.log_level))
         live.subscribe(["result_cache_max_bytes", "result_cache_max_entry_bytes", "result_cache_tables"],
                        lambda s, _: self.service.result_cache.configure(s.result_cache_max_bytes,
@@ -170,7 +172,9 @@ class StarscanServer:
             self.thrift = ThriftServer(self.ops.be.wrap(ExternalServiceHandler(self.service)), self.settings.bind_host,
                                        self.settings.be_port, self.settings.thrift_client_timeout_s,
                                        max_read_bytes=self.settings.max_thrift_message_bytes,
-                                       ssl_context=tls.server_context(self.settings) if self.settings.be_tls else None)
+                                       ssl_context=tls.server_context(self.settings) if self.settings.be_tls else None,
+                                       reply_keepalive_s=self.settings.reply_keepalive_s,
+                                       on_reply_begun=self.ops.metrics.replies_begun.inc)
             self.thrift.start()
             self.be_port = self.thrift.port
             if self.settings.be_port == 0 and not self.settings.be_endpoints:
