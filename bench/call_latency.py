@@ -14,6 +14,13 @@ reply after open, errors.
 
     python bench/call_latency.py                                   # scale 0.1 and 1; 1, 4 and 8 readers
     python bench/call_latency.py --scales 0.1 --readers 1,4 --no-append
+
+``--shape cluster``: the Flink connector's deployment instead (bench/flink_shape.py): an FE and
+two BEs, 40 tablets, jobs of parallelism 8 with a 1 s timeout: cold, warm, first runs of
+selective filters, and with the machine loaded; ``--flink-run`` runs the real connector.
+
+    python bench/call_latency.py --shape cluster
+    python bench/call_latency.py --shape cluster --flink-run /path/to/flink-read.sh
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
@@ -120,8 +128,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scales", default="0.1,1", help="lineitem scales (default 0.1,1)")
     ap.add_argument("--readers", default="1,4,8", help="concurrent readers (default 1,4,8)")
-    ap.add_argument("--timeout", type=float, default=30.0,
-                    help="client socket timeout in s (default 30: latencies are measured, not cut at Flink's 1 s)")
+    ap.add_argument("--shape", choices=["single", "cluster"], default="single",
+                    help="single: one in-process server, full scans; cluster: the Flink connector's deployment "
+                         "(bench/flink_shape.py)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="client socket timeout in s (default 30 for single: latencies are measured, not cut at "
+                         "Flink's 1 s; 1 for cluster, the Flink connector's default)")
+    ap.add_argument("--cold-starts", type=int, default=1, help="cluster: jobs right after the BEs (re)start (default 1)")
+    ap.add_argument("--warm-runs", type=int, default=4, help="cluster: warm full-scan jobs (default 4)")
+    ap.add_argument("--loaded-runs", type=int, default=3, help="cluster: jobs with the machine loaded (default 3)")
+    ap.add_argument("--load", type=int, default=6, help="cluster: busy processes during the loaded runs (default 6)")
+    ap.add_argument("--flink-run", default=None,
+                    help="cluster: a script that runs the real StarRocks Flink connector's job (bench/flink_shape.py)")
     ap.add_argument("--master", default=None, help="Spark master (default: starscan's default)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a starscan setting for the server (repeatable), e.g. scan_tasks_per_scanner=1")
@@ -131,6 +149,20 @@ def main(argv=None) -> int:
     ap.add_argument("--warehouse", default="/tmp/starscan-bench-latency-wh", help="warehouse dir, reused across runs")
     ap.add_argument("--no-append", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = ap.parse_args(argv)
+    if args.shape == "cluster":
+        import flink_shape
+
+        args.timeout = args.timeout or 1.0
+        env = common.environment()
+        table, conditions = flink_shape.run(args)
+        title = "call_latency: the Flink connector's shape" + (" (real connector)" if args.flink_run else "")
+        table_md = common.markdown_table(flink_shape.HEADER, table) + "\n"
+        conditions["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        common.print_section(title, conditions, table_md, env)
+        if not args.no_append:
+            common.log(f"recorded in {common.write_record(title, conditions, table_md, env, benchmark='flink_shape')}")
+        return 0
+    args.timeout = args.timeout or 30.0
 
     from starscan.settings.config import Settings
 

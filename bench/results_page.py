@@ -46,6 +46,8 @@ HEADLINES: dict[str, list[tuple[str, dict[str, str], str]]] = {
     "plan_latency": [("cold p50 ms", {"phase": "cold"}, "p50 ms")],
     "scan_throughput": [("M rows/s", {"reader": "starscan", "scan": "full"}, "M rows/s median (aggregate)")],
     "soak": [("verdict", {}, "verdict"), ("wrong rows", {}, "wrong rows")],
+    "flink_shape": [("exact runs", {"run": "all"}, "exact"), ("BE calls > 1 s", {"run": "all"}, "BE calls > 1 s"),
+                    ("slowest get_next ms", {"run": "all"}, "slowest get_next ms")],
     "chaos": [("verdict", {}, "verdict"), ("exact", {}, "exact"), ("wrong", {}, "wrong")],
     "load": [("_query_plan p99 ms", {"call": "_query_plan"}, "p99 ms")],
     "object_storage": [("S3 full M rows/s", {"case": "full", "source": "moto"}, "M rows/s (best / median)")],
