@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import common
@@ -109,19 +110,21 @@ class FlinkCluster:
         for node in (self.fe, *self.bes):
             node.kill()
 
-    def begun_and_slow(self) -> tuple[int, int]:
-        """Replies the BEs began early, and BE calls that took over 1 s, so far."""
-        begun = slow = 0
+    def begun_and_slow(self) -> tuple[int, dict[str, int]]:
+        """Replies the BEs began early, and BE calls that took over 1 s by method, so far."""
+        begun, slow = 0, {"open_scanner": 0, "get_next": 0, "close_scanner": 0}
         for port in self.be_http:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
             for line in text.splitlines():
                 if line.startswith("starscan_be_replies_begun_early_total"):
                     begun += int(float(line.split()[-1]))
-                elif line.startswith("starscan_rpc_duration_seconds_count{") and "_query_plan" not in line:
-                    slow += int(float(line.split()[-1]))
-                elif line.startswith("starscan_rpc_duration_seconds_bucket{") and 'le="1.0"' in line \
-                        and "_query_plan" not in line:
-                    slow -= int(float(line.split()[-1]))
+                for method in slow:
+                    if f'method="{method}"' not in line:
+                        continue
+                    if line.startswith("starscan_rpc_duration_seconds_count{"):
+                        slow[method] += int(float(line.split()[-1]))
+                    elif line.startswith("starscan_rpc_duration_seconds_bucket{") and 'le="1.0"' in line:
+                        slow[method] -= int(float(line.split()[-1]))
         return begun, slow
 
 
@@ -226,7 +229,7 @@ def real_job(runner: str, cluster: FlinkCluster, where: str | None) -> dict:
         got = json.loads(line)
     except json.JSONDecodeError:
         got = {"ok": False, "error": (proc.stderr or proc.stdout)[-300:]}
-    return {"rows": int(got.get("rows") or 0), "sum": int(got.get("sum") or 0),
+    return {"rows": int(got.get("rows") or 0), "sum": int(Decimal(str(got.get("sum") or 0))),
             "errors": [] if got.get("ok") else [str(got.get("error"))[:300]],
             "max_open_s": None, "max_next_s": None, "over_1s": None, "scanners": PARALLELISM,
             "seconds": time.monotonic() - started}
@@ -278,8 +281,10 @@ def run(args) -> tuple[list[list], dict]:
         begun, slow = cluster.begun_and_slow()
         want = expected(where)
         exact = not got["errors"] and (got["rows"], got["sum"]) == want
+        over = {m: slow[m] - slow0[m] for m in slow}
         rows.append([len(rows) + 1, phase, where or "none", "yes" if exact else "NO", got["scanners"],
-                     _s(got["max_open_s"]), _s(got["max_next_s"]), slow - slow0, begun - begun0,
+                     _s(got["max_open_s"]), _s(got["max_next_s"]), sum(over.values()),
+                     ", ".join(f"{m} {n}" for m, n in over.items() if n) or "–", begun - begun0,
                      common.fmt(load_avg, 1), common.fmt(got["seconds"], 1),
                      "; ".join(sorted(set(got["errors"])))[:200] or (
                          "" if exact else f"rows {got['rows']} sum {got['sum']}, expected {want[0]} / {want[1]}")])
@@ -301,8 +306,8 @@ def run(args) -> tuple[list[list], dict]:
         cluster.stop()
     exact = sum(1 for r in rows if r[3] == "yes")
     rows.append(["all", "", "", f"{exact}/{len(rows)}", "", max((r[5] for r in rows), key=_ms, default="–"),
-                 max((r[6] for r in rows), key=_ms, default="–"), sum(r[7] for r in rows), sum(r[8] for r in rows),
-                 "", "", ""])
+                 max((r[6] for r in rows), key=_ms, default="–"), sum(r[7] for r in rows), "",
+                 sum(r[9] for r in rows), "", "", ""])
     conditions = {
         "what": "the StarRocks Flink connector's shape: parallelism 8 over a table of 40 tablets on two BEs (20 and 20, "
                 "4 scanners of 5 tablets per BE), Thrift calls with a "
@@ -329,4 +334,4 @@ def _s(x: float | None) -> str:
 
 
 HEADER = ["run", "phase", "filter", "exact", "scanners", "slowest open_scanner ms", "slowest get_next ms",
-          "BE calls > 1 s", "replies begun early", "load avg", "job s", "errors"]
+          "BE calls > 1 s", "which", "replies begun early", "load avg", "job s", "errors"]

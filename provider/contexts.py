@@ -101,6 +101,9 @@ class ScanContext:
     created: float = field(default_factory=time.monotonic)
     last_access: float = field(default_factory=time.monotonic)
     in_use: int = 0
+    # Set when the connection that last named it ended before its eos or close: the reader
+    # most likely abandoned it, and it goes after this many idle seconds (ScanService.connection_closed).
+    abandoned_keep_alive_s: float | None = None
     admitted: bool = False           # counted against the scanner caps
     open_error: Exception | None = None
     replies: Replies = field(default_factory=Replies)
@@ -232,6 +235,7 @@ class ScanContextManager:
             with self._lock:
                 ctx.in_use -= 1
                 ctx.last_access = time.monotonic()
+                ctx.abandoned_keep_alive_s = None  # its reader is here
 
     def remove(self, context_id: str | None) -> ScanContext | None:
         with self._lock:
@@ -257,6 +261,15 @@ class ScanContextManager:
             except Exception:  # noqa: BLE001 - an audit or metrics failure must not break close/GC
                 logging.getLogger("starscan.provider").exception("a context-removed listener failed")
 
+    def abandoned(self, context_ids: set[str], keep_alive_s: float) -> None:
+        """These scanners' reader left them before their end (not inside a call now): they go
+        after ``keep_alive_s`` idle seconds, unless a call names them again."""
+        with self._lock:
+            for cid in context_ids:
+                ctx = self._contexts.get(cid)
+                if ctx is not None and ctx.in_use == 0 and not ctx.replies.eos:
+                    ctx.abandoned_keep_alive_s = min(keep_alive_s, ctx.keep_alive_s)
+
     def reap_idle(self, now: float | None = None) -> list[tuple[ScanContext, float]]:
         """Remove every context idle past its keep-alive and not inside a call."""
         now = time.monotonic() if now is None else now
@@ -264,7 +277,8 @@ class ScanContextManager:
         with self._lock:
             for cid, ctx in list(self._contexts.items()):
                 idle = now - ctx.last_access
-                if ctx.in_use == 0 and idle > ctx.keep_alive_s:
+                keep = ctx.keep_alive_s if ctx.abandoned_keep_alive_s is None else ctx.abandoned_keep_alive_s
+                if ctx.in_use == 0 and idle > keep:
                     victims.append((self._contexts.pop(cid), idle))
         for ctx, _ in victims:
             ctx.release()

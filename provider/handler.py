@@ -11,7 +11,7 @@ import logging
 from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, ERROR_KIND_PROPERTY, ORDERED_ACK, ORDERED_PROPERTY
 from starscan.core.thrift_defs import wire
 from starscan.provider import status
-from starscan.provider.peer import current_peer
+from starscan.provider.peer import current_peer, named_context
 from starscan.provider.service import ScanService
 
 log = logging.getLogger("starscan.provider")
@@ -32,6 +32,7 @@ class ExternalServiceHandler:
         except Exception as exc:  # pragma: no cover - service.open already catches
             log.exception("open_scanner")
             return wire.TScanOpenResult(status=status.from_error(exc, kinds), context_id="", selected_columns=[])
+        named_context(result.context_id)
         columns = [wire.TScanColumnDesc(name=n, type=t) for n, t in result.columns]
         st = status.ok() if result.error is None else status.from_error(result.error, kinds)
         if result.error is None and str((params.properties or {}).get(ORDERED_PROPERTY, "")).lower() == "true":
@@ -40,6 +41,7 @@ class ExternalServiceHandler:
 
     def get_next(self, params):
         params = params if params is not None else wire.TScanNextBatchParams()
+        named_context(params.context_id if isinstance(params.context_id, str) else None)
         try:
             result = self.service.next(params.context_id, params.offset)
         except Exception as exc:

@@ -22,7 +22,7 @@ from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer, TServerSo
 
 from starscan.arrow.wire import IpcStream
 from starscan.core.thrift_defs import wire
-from starscan.provider.peer import set_peer
+from starscan.provider.peer import named_contexts, set_peer
 from starscan.provider.reply_keepalive import ReplyKeepAlive
 from starscan.provider.request_protocol import request_protocol_factory
 
@@ -157,8 +157,10 @@ def send_parts(sock, parts) -> None:
 
 
 class _Server(TThreadedServer):
-    def __init__(self, *args, max_read: int, ssl_context: ssl.SSLContext | None, client_timeout_s: float | None, **kwargs):
+    def __init__(self, *args, max_read: int, ssl_context: ssl.SSLContext | None, client_timeout_s: float | None,
+                 on_connection_closed: Callable[[set[str]], None] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.on_connection_closed = on_connection_closed  # called with the scanners the connection named
         self.max_read = max_read
         self.ssl_context = ssl_context
         self.client_timeout_s = client_timeout_s
@@ -193,6 +195,8 @@ class _Server(TThreadedServer):
             except Exception as exc:  # noqa: BLE001 - garbage on the wire: drop this connection only
                 log.info("BE dropped a connection from %s: %s: %s", address, type(exc).__name__, exc)
             trans.close()
+            if self.on_connection_closed is not None:
+                self.on_connection_closed(named_contexts())
         finally:
             set_peer("")
 
@@ -219,7 +223,8 @@ class _ExclusiveServerSocket(TServerSocket):
 class ThriftServer:
     def __init__(self, handler: object, host: str, port: int, client_timeout_s: float | None = None,
                  max_read_bytes: int = 64 << 20, ssl_context: ssl.SSLContext | None = None,
-                 reply_keepalive_s: float = 0.0, on_reply_begun: Callable[[], None] | None = None):
+                 reply_keepalive_s: float = 0.0, on_reply_begun: Callable[[], None] | None = None,
+                 on_connection_closed: Callable[[set[str]], None] | None = None):
         self.socket = _ExclusiveServerSocket(host=host, port=port)  # timeouts are set per connection
         self.tls = ssl_context is not None
         # Java's TBinaryProtocol.Factory default: strict write, lenient read (docs/protocol.md 3),
@@ -236,6 +241,7 @@ class ThriftServer:
             ssl_context=ssl_context,
             # None = a reader may pause between calls as long as it likes.
             client_timeout_s=client_timeout_s,
+            on_connection_closed=on_connection_closed,
         )
         self._thread: threading.Thread | None = None
 

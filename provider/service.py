@@ -207,6 +207,15 @@ class ScanService:
                 self.resumable.touch(ctx)
             return next_reply(ctx, offset, self.settings.reply_fill_wait_s)
 
+    def connection_closed(self, context_ids: set[str]) -> None:
+        """A reader's connection ended. The scanners it named that are neither closed nor read
+        to the end were most likely abandoned (a reader that timed out or crashed closes
+        nothing): they are kept ``abandoned_scan_keep_alive_s`` from their last call instead
+        of their keep_alive_min, unless a call names them again (a reader that reconnects)."""
+        grace = self.settings.abandoned_scan_keep_alive_s
+        if grace > 0 and context_ids:
+            self.contexts.abandoned(context_ids, grace)
+
     def tend_records(self) -> None:
         """The reaper's pass over the resumable scans' records (ResumableScans.tend)."""
         if self.resumable is not None:

@@ -174,7 +174,8 @@ class StarscanServer:
                                        max_read_bytes=self.settings.max_thrift_message_bytes,
                                        ssl_context=tls.server_context(self.settings) if self.settings.be_tls else None,
                                        reply_keepalive_s=self.settings.reply_keepalive_s,
-                                       on_reply_begun=self.ops.metrics.replies_begun.inc)
+                                       on_reply_begun=self.ops.metrics.replies_begun.inc,
+                                       on_connection_closed=self.service.connection_closed)
             self.thrift.start()
             self.be_port = self.thrift.port
             if self.settings.be_port == 0 and not self.settings.be_endpoints:

@@ -327,6 +327,42 @@ def test_reaper_reclaims_an_idle_scanner_and_cancels_its_job(client, be_addr, sp
         conn.close()
 
 
+@pytest.fixture
+def abandoned_after_half_a_second(server):
+    saved = server.service.settings.abandoned_scan_keep_alive_s
+    server.ops.update_config({"abandoned_scan_keep_alive_s": 0.5})
+    yield
+    server.ops.update_config({"abandoned_scan_keep_alive_s": saved})
+
+
+def test_a_scanner_its_reader_left_without_closing_is_reaped_soon(client, be_addr, spark, server, engine,
+                                                                 stoppable_sql, abandoned_after_half_a_second):
+    """A reader that gives up (a Flink reader's timeout) or crashes closes nothing: when its
+    connection ends before eos and close_scanner, the scanner goes after
+    abandoned_scan_keep_alive_s, not its keep_alive_min (10 minutes here); one whose reader
+    comes back on a new connection is kept."""
+    conn, cid, ctx, running = open_with_running_job(client, be_addr, spark, server, stoppable_sql)
+    assert ctx.keep_alive_s >= 60
+    conn.close()  # no close_scanner
+    wait_until(lambda: cid not in {c.context_id for c in server.contexts.snapshot()}, timeout_s=30,
+               what="the reaper to reclaim the abandoned scanner")
+    assert_scan_stopped(spark, server, cid, ctx, running)
+
+    plan, tablets = plan_for(client, "demo", "lineitem", "select l_orderkey from `demo`.`lineitem`")
+    first = Reader(be_addr)
+    cid = first.open_ok("demo", "lineitem", plan, tablets, batch_size=100)
+    ctx = server.contexts.get(cid)
+    first.close()
+    wait_until(lambda: ctx.abandoned_keep_alive_s is not None, what="the closed connection to mark the scanner")
+    back = Reader(be_addr)
+    try:
+        assert back.next(cid, 0).status.status_code == OK
+        assert ctx.abandoned_keep_alive_s is None, "a scanner its reader came back to is still marked abandoned"
+        back.close_scanner(cid)
+    finally:
+        back.close()
+
+
 def test_reaper_skips_a_context_inside_get_next(client, be_addr, server, monkeypatch):
     ticks = []
     original_tick = server.reaper.tick
