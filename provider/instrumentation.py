@@ -13,7 +13,7 @@ from starscan.core.thrift_defs import wire
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.metrics import ScanMetrics
 from starscan.provider.profile import ProfileStore
-from starscan.provider.scan_audit import scan_outcome
+from starscan.provider.scan_audit import rows_read, scan_outcome
 from starscan.provider.spark_jobs import SparkJobTracker
 
 log = logging.getLogger("starscan.ops")
@@ -57,12 +57,15 @@ class BeInstrumentation:
             self.metrics.reaped.inc()
         elif how == "closed":
             self.metrics.closed.inc()
+        read = rows_read(ctx)
+        if read:
+            self.metrics.rows_read.inc(read)
         profile = self.profiles.finish(ctx, outcome, error)
         if profile is not None:
             ctx.info.profile = profile.summary()
             log.debug("scan profile %s", profile.summary(), extra=logs.scan_fields(ctx))
         if ctx.scan is not None:
-            self.jobs.scan_ended(ctx.context_id, profile)
+            self.jobs.scan_ended(ctx.context_id, profile, count_reads=read is None)
 
 
 class InstrumentedHandler:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from cachetools import TTLCache
 
 from starscan.provider.contexts import ScanInfo
+from starscan.provider.scan_audit import rows_read
 
 log = logging.getLogger("starscan.provider.profile")
 
@@ -61,6 +62,7 @@ class ScanProfile:
     spark_job_ids: list = field(default_factory=list)
     spark_stage_ids: list = field(default_factory=list)
     spark_job_ms: float | None = None   # sum of the finished jobs' durations
+    rows_read: int | None = None        # rows read from the table's files (before the predicate)
     outcome: str = "running"
     error: str | None = None
     duration_ms: float | None = None
@@ -84,7 +86,7 @@ class ScanProfile:
                 "opened_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.opened_at)),
                 "open_ms": round(self.open_ms, 3),
                 "first_batch_ms": None if self.first_batch_ms is None else round(self.first_batch_ms, 3),
-                "rows": self.rows, "bytes": self.bytes, "batches": self.batches,
+                "rows": self.rows, "rows_read": self.rows_read, "bytes": self.bytes, "batches": self.batches,
                 "rpc": {name: stats.as_dict() for name, stats in self.rpc.items()},
                 "reader_waited_on_spark_ms": self.reader_waited_on_spark_ms,
                 "spark_waited_on_reader_ms": self.spark_waited_on_reader_ms,
@@ -103,6 +105,7 @@ class ScanProfile:
             "open_ms": round(self.open_ms, 1),
             "first_batch_ms": None if self.first_batch_ms is None else round(self.first_batch_ms, 1),
             "batches": self.batches,
+            "rows_read": self.rows_read,
             "get_next_ms": round(self.rpc["get_next"].seconds * 1000, 1),
             "reader_waited_on_spark_ms": round(self.reader_waited_on_spark_ms, 1),
             "spark_waited_on_reader_ms": round(self.spark_waited_on_reader_ms, 1),
@@ -141,6 +144,7 @@ class ProfileStore:
         profile.update_waits()
         with profile.lock:
             profile.rows, profile.bytes = ctx.rows_sent, ctx.bytes_sent
+            profile.rows_read = rows_read(ctx)
             profile.outcome, profile.error = outcome, error
             profile.duration_ms = (time.monotonic() - profile.started) * 1000
             profile.queue = None  # the queue's batches are gone; keep only the numbers
@@ -171,3 +175,20 @@ def spark_jobs(spark, group: str) -> tuple[list[int], list[int], list[float], bo
         except Exception:  # noqa: BLE001 - the job was evicted from the store meanwhile
             pass
     return job_ids, sorted(set(stages)), durations, all_done
+
+
+def stage_input_records(spark, stage_ids: list[int]) -> int | None:
+    """Records Spark's tasks read from their input in these stages (its UI's "Input Size /
+    Records": the rows a sql-engine scan read from its files), from the status store; None
+    when the store has none of them (evicted, or Spark stopping)."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    total, found = 0, False
+    for stage in stage_ids:
+        try:
+            attempts = store.stageData(stage, False, None, False, None)  # every attempt of the stage
+            for i in range(attempts.size()):
+                total += int(attempts.apply(i).inputRecords())
+                found = True
+        except Exception:  # noqa: BLE001 - evicted from the store meanwhile
+            continue
+    return total if found else None

@@ -1,5 +1,5 @@
 """A scanner's audit line, written once when its context goes (close, GC, shutdown), and
-the outcome the audit, the profile and the metrics give it."""
+the outcome and rows read that the audit, the profile and the metrics give it."""
 
 from __future__ import annotations
 
@@ -22,6 +22,16 @@ def scan_outcome(ctx: ScanContext, how: str) -> tuple[str, str | None]:
     return {"closed": "closed_before_eos", "reaped": "reaped_idle", "shutdown": "server_shutdown"}.get(how, how), None
 
 
+def rows_read(ctx) -> int | None:
+    """Rows the context's scan read from files, where the BE counted them: the arrow engine's
+    readers (SparkScan.rows_read); 0 for a scan answered from the result cache; None for a
+    sql-engine scan (Spark's count, looked up later) or one refused at open."""
+    if ctx.cached.replay is not None:
+        return 0
+    scan = ctx.scan
+    return scan.rows_read if scan is not None else None
+
+
 def audit_scan(audit: AuditLog, ctx: ScanContext, how: str) -> None:
     outcome, error = scan_outcome(ctx, how)
     info = ctx.info
@@ -29,5 +39,5 @@ def audit_scan(audit: AuditLog, ctx: ScanContext, how: str) -> None:
         "scan", context_id=ctx.context_id, query_id=info.query_id, user=info.user, client=ctx.client,
         table=info.table, columns=info.columns if info.columns or info.table else None, sql=info.sql,
         tablets=info.tablets, engine=info.engine,
-        rows=ctx.rows_sent, bytes=ctx.bytes_sent, duration_ms=round((time.monotonic() - ctx.created) * 1000, 1),
+        rows=ctx.rows_sent, rows_read=rows_read(ctx), bytes=ctx.bytes_sent, duration_ms=round((time.monotonic() - ctx.created) * 1000, 1),
         outcome=outcome, error=error, result_cache=info.result_cache, profile=info.profile)

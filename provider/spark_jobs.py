@@ -10,7 +10,7 @@ import threading
 import time
 
 from starscan.provider.metrics import ScanMetrics
-from starscan.provider.profile import ScanProfile, spark_jobs
+from starscan.provider.profile import ScanProfile, spark_jobs, stage_input_records
 from starscan.spark.handle import started
 
 log = logging.getLogger("starscan.ops")
@@ -24,10 +24,12 @@ class SparkJobTracker:
         self._worker = threading.Thread(target=self._lookups, name="scan-profile-spark", daemon=True)
         self._worker.start()
 
-    def scan_ended(self, context_id: str, profile: ScanProfile | None) -> None:
-        """Look the scan's jobs up (dropped when 10,000 lookups are already waiting)."""
+    def scan_ended(self, context_id: str, profile: ScanProfile | None, count_reads: bool = False) -> None:
+        """Look the scan's jobs up (dropped when 10,000 lookups are already waiting);
+        ``count_reads``: the rows it read from files are Spark's to say (a sql-engine scan):
+        they go to the profile and the ``starscan_rows_read`` metric."""
         try:
-            self._jobs.put_nowait((context_id, profile))
+            self._jobs.put_nowait((context_id, profile, count_reads))
         except queue.Full:
             pass
 
@@ -44,7 +46,7 @@ class SparkJobTracker:
             item = self._jobs.get()
             if item is None:  # stop()
                 return
-            context_id, profile = item
+            context_id, profile, count_reads = item
             try:
                 for _ in range(25):  # the status store hears of the jobs' end asynchronously
                     job_ids, stage_ids, durations, done = spark_jobs(self.spark, context_id)
@@ -53,10 +55,15 @@ class SparkJobTracker:
                     time.sleep(0.2)
                 for seconds in durations:
                     self.metrics.spark_job_seconds.observe(seconds)
+                read = stage_input_records(self.spark, stage_ids) if count_reads else None
+                if read:
+                    self.metrics.rows_read.inc(read)
                 if profile is not None:
                     with profile.lock:
                         profile.spark_job_ids, profile.spark_stage_ids = job_ids, stage_ids
                         profile.spark_job_ms = sum(durations) * 1000 if durations else None
+                        if read is not None:
+                            profile.rows_read = read
             except Exception:  # noqa: BLE001 - Spark stopping, or the gateway gone
                 log.debug("Spark job lookup failed for %s", context_id, exc_info=True)
 

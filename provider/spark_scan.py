@@ -31,6 +31,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from starscan.arrow.chunk_cache import ColumnChunkCache
 from starscan.arrow.filter import NotArrowable
+from starscan.arrow.read_stats import ReadStats
 from starscan.arrow.wire import BatchConverter
 from starscan.core.errors import (
     InvalidArgument,
@@ -161,6 +162,16 @@ class SparkScan:
         return max(counted, sink.total_losses() if sink is not None else 0)
 
     @property
+    def rows_read(self) -> int | None:
+        """Rows the scan's readers read from its files (before the predicate; after row-group
+        statistics and deletes): counted by the arrow engine's readers; None on the sql
+        engine, whose count is Spark's (the profile's ``rows_read``, looked up after the scan)."""
+        sink = self._sink
+        if self.engine != "arrow":
+            return None
+        return sink.rows_read if sink is not None else 0
+
+    @property
     def rows_produced(self) -> int:
         sink = self._sink
         return sum(s.delivered for s in sink.splits) if sink is not None else 0
@@ -258,9 +269,12 @@ class SparkScan:
             if number is None:
                 return
             # Converted as decoded (runs of up to 64 Ki rows), then cut to the reader's batches.
-            decoded = read_split(read, splits[number], self.batch_rows, cut=False, chunks=self.chunk_cache)
+            stats = ReadStats()
+            decoded = read_split(read, splits[number], self.batch_rows, cut=False, chunks=self.chunk_cache, stats=stats)
             batches = rechunk((converter.convert(b) for b in decoded if b.num_rows), self.batch_rows)
-            if not sink.read_here(number, batches, self._local_failure):
+            whole = sink.read_here(number, batches, self._local_failure)
+            sink.read_from_files(stats.rows_read)
+            if not whole:
                 return
             with self._lock:
                 self.local_splits += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import socket
+import threading
 
 import pyarrow as pa
 
@@ -20,6 +21,7 @@ from starscan.provider.push.wire import (
     FRAME,
     GO,
     ROWS,
+    ROWS_AND_READ,
     SPLIT_NO,
     STOP,
     YIELD,
@@ -44,6 +46,12 @@ class PushSink(SplitBoard):
         super().__init__(queue, splits, yield_after_s)
         self.token = secrets.token_bytes(32)
         self.schema = schema
+        self._read_lock = threading.Lock()
+        self.rows_read = 0  # rows the scan's readers read from its files (their end frames, the BE's own reads)
+
+    def read_from_files(self, rows: int) -> None:
+        with self._read_lock:
+            self.rows_read += rows
 
     def stop(self) -> list[object]:
         """Tell every task to stop; later connections are told at once."""
@@ -92,9 +100,11 @@ class PushSink(SplitBoard):
                         send_quietly(sock, answer)
                 elif kind == END:
                     payload = recv_exact(sock, size)
-                    if payload is None or size != ROWS.size:
+                    if payload is None or size not in (ROWS.size, ROWS_AND_READ.size):
                         return
-                    (reported,) = ROWS.unpack(payload)
+                    reported, rows_read = ROWS_AND_READ.unpack(payload) if size == ROWS_AND_READ.size \
+                        else (*ROWS.unpack(payload), 0)
+                    self.read_from_files(rows_read)
                     attempt.end(reported)
                     return
                 elif kind == ERROR:

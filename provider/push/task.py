@@ -40,7 +40,7 @@ def push_spark_arrow(target: PushTarget):
 
         task = TaskContext.get()
         assert task is not None, "a partition function runs inside a Spark task"
-        push_split(target, lambda _split: batches(), task.partitionId())  # the partition is the split
+        push_split(target, lambda _split, _stats: batches(), task.partitionId())  # the partition is the split
         return iter(())
 
     return run
@@ -64,7 +64,7 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
 
         started = time.monotonic()
         ask = ANY_SPLIT
-        while push_split(target, lambda split: read_split(read, splits[split], cut=False), ask):
+        while push_split(target, lambda split, stats: read_split(read, splits[split], cut=False, stats=stats), ask):
             # After its turn, the task gives its slot to a scan that waits for one (the BE
             # answers stop), at a split's end.
             ask = NEXT_SPLIT if time.monotonic() - started >= target.turn_s else KEEP_SPLIT
@@ -76,12 +76,14 @@ def push_arrow_splits(target: PushTarget, read, splits: tuple):
 def push_split(target: PushTarget, batches_of, split: int) -> bool:
     """Send every batch of a split, converted to the wire types, then the end: True when the
     split was sent whole. ``split`` is the split the hello names (``ANY_SPLIT``: the BE
-    assigns one); ``batches_of(n)`` gives split n's batches. A stop or yield from the BE ends
+    assigns one); ``batches_of(n, stats)`` gives split n's batches, counting what it reads from
+    files in ``stats`` (starscan.arrow.read_stats) where it can. A stop or yield from the BE ends
     the split early and normally (the rest of the input is not read; False); any other
     failure is reported to the BE and raised, so Spark sees it."""
     from pyspark import TaskContext
 
     from starscan.arrow.read import SplitReadError
+    from starscan.arrow.read_stats import ReadStats
     from starscan.arrow.wire import BatchConverter
     from starscan.provider.push.wire import PushStopped, TaskSender
 
@@ -92,10 +94,11 @@ def push_split(target: PushTarget, batches_of, split: int) -> bool:
         if not sender.go:
             return False
         converter = BatchConverter(list(target.columns))
-        batches = batches_of(sender.split)
+        stats = ReadStats()
+        batches = batches_of(sender.split, stats)
         for batch in rechunk((converter.convert(b) for b in batches if b.num_rows), target.batch_rows):
             sender.send(batch)
-        sender.end()
+        sender.end(stats.rows_read)
         return True
     except PushStopped:
         return False

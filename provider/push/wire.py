@@ -16,7 +16,9 @@ Then the task sends frames, each a kind byte and a 4-byte length before the payl
 
 * ``B``: one Arrow record batch in the wire types (an IPC message without the schema;
   the BE knows the scan's schema);
-* ``E``: the split is done; the payload is the 8-byte count of rows the task sent in all;
+* ``E``: the split is done; the payload is the 8-byte count of rows the task sent in all,
+  then the 8-byte count of rows it read from the split's files (before the predicate:
+  starscan.arrow.read_stats; 0 when the task's reader does not count them);
 * ``X``: the task failed; the payload is the reason in UTF-8 (the task raises as well).
 
 At any time the BE may send one byte back: ``S`` (stop: the scan was closed or failed) or
@@ -48,6 +50,7 @@ TOKEN_BYTES = 32
 HELLO = struct.Struct(">8s32sII")   # magic, token, split, attempt
 FRAME = struct.Struct(">cI")        # kind, payload length
 ROWS = struct.Struct(">Q")
+ROWS_AND_READ = struct.Struct(">QQ")  # an end frame: rows sent, rows read from files
 
 ANY_SPLIT = 0xFFFFFFFF               # the hello's split: the BE assigns one
 NEXT_SPLIT = 0xFFFFFFFE              # the same, from a task whose turn on its slot is over
@@ -145,11 +148,12 @@ class TaskSender:
         self.sock.sendall(payload)
         self.rows += batch.num_rows
 
-    def end(self) -> None:
-        """Send the split's end and wait until the BE has taken every frame; PushStopped when
+    def end(self, rows_read: int = 0) -> None:
+        """Send the split's end (``rows_read``: rows the task read from the split's files) and
+        wait until the BE has taken every frame; PushStopped when
         the BE had said stop or yield meanwhile (then it did not count the end, and the task,
         which may go on to another split, must not)."""
-        self.sock.sendall(FRAME.pack(END, ROWS.size) + ROWS.pack(self.rows))
+        self.sock.sendall(FRAME.pack(END, ROWS_AND_READ.size) + ROWS_AND_READ.pack(self.rows, rows_read))
         said = self._wait_closed()
         for answer in (STOP, YIELD):
             if answer in said:

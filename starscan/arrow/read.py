@@ -37,6 +37,7 @@ from starscan.arrow.nested import (
     key_of,
     map_leaves,
 )
+from starscan.arrow.read_stats import ReadStats
 from starscan.arrow.rebase import (
     CORRECTED,
     LEGACY,
@@ -148,8 +149,10 @@ class ArrowRead:
 
 def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS, threads: int = 1,
                finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None,
-               cut: bool = True, chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
-    """The split's rows in batches of at most ``batch_rows``.
+               cut: bool = True, chunks: ColumnChunkCache | None = None,
+               stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
+    """The split's rows in batches of at most ``batch_rows``; ``stats``: counts what the read
+    took from the files (starscan.arrow.read_stats).
 
     ``cut=False`` (one thread): a file of more than ``batch_rows`` rows in batches as long as a
     filter's runs (``_run_rows``: 64 Ki rows, fewer where rows are wide), for a caller that
@@ -168,7 +171,7 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
     Parquet file's row groups are decoded and filled after."""
     if threads <= 1:
         if read.filter is not None:
-            yield from _filtered_in_runs(read, split, batch_rows, finish, cut, chunks)
+            yield from _filtered_in_runs(read, split, batch_rows, finish, cut, chunks, stats)
             return
         statistics = StatisticsUse()
         for part in split.parts:
@@ -177,10 +180,10 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
                 continue
             rows = batch_rows if cut or opened.metadata is None or opened.metadata.num_rows <= batch_rows \
                 else _run_rows(opened, batch_rows)
-            for batch in _decode(read, opened, opened.row_groups, rows, chunks=chunks):
+            for batch in _decode(read, opened, opened.row_groups, rows, chunks=chunks, stats=stats):
                 yield finish(batch) if finish is not None else batch
         return
-    yield from _read_concurrently(read, split, batch_rows, threads, finish, chunks)
+    yield from _read_concurrently(read, split, batch_rows, threads, finish, chunks, stats)
 
 
 #: Rows a predicate runs over at once (``_filtered_in_runs``): pyarrow runs an expression on a
@@ -210,7 +213,8 @@ def _run_rows(opened: _OpenPart, batch_rows: int) -> int:
 
 def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
                       finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None,
-                      cut: bool = True, chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
+                      cut: bool = True, chunks: ColumnChunkCache | None = None,
+                      stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
     """``read_split`` in one thread for a plan with a predicate: the files' batches, in order,
     are gathered into runs of up to ``_run_rows`` rows before the predicate and the output step run on them, then handed on in batches of at
     most ``batch_rows``. A predicate costs a fixed time per call whatever the rows, so a large
@@ -242,7 +246,7 @@ def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
         if opened is None:
             continue
         run_rows = _run_rows(opened, batch_rows)
-        for raw in _decode(read, opened, opened.row_groups, run_rows, unfiltered=True, chunks=chunks):
+        for raw in _decode(read, opened, opened.row_groups, run_rows, unfiltered=True, chunks=chunks, stats=stats):
             if run and rows + raw.num_rows > run_rows:
                 yield from emit()
                 rows = 0
@@ -604,7 +608,8 @@ def _calendar_of(read: ArrowRead, parquet: pq.ParquetFile, present: dict[str, pa
 
 
 def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_rows: int,
-            unfiltered: bool = False, chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
+            unfiltered: bool = False, chunks: ColumnChunkCache | None = None,
+            stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
     """Row groups of one file as the plan's output, decoded on the calling thread alone
     (one ``iter_batches`` for all of them: a file of many small row groups still gives
     full batches). ``unfiltered``: the plan's columns before its predicate and output step
@@ -623,6 +628,8 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         else:
             batches = _file_batches(opened, row_groups, opened.columns, batch_rows, chunks)
         for raw in batches:
+            if stats is not None:
+                stats.read(raw.num_rows)
             order = opened.output_order
             if order is not None and raw.schema.names == opened.columns:
                 if raw.num_rows:
@@ -770,7 +777,8 @@ _END = object()
 
 def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, threads: int,
                        finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None,
-                       chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
+                       chunks: ColumnChunkCache | None = None,
+                       stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
     """``read_split`` with up to ``threads`` row groups decoding at once, their batches
     handed out as they come (row groups interleave; a row group's own batches stay in
     order). One queue of ``threads x _AHEAD`` batches bounds the memory: the threads wait
@@ -792,7 +800,7 @@ def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, thre
                     break
                 opened, row_group = unit
                 for batch in _decode(read, opened, opened.row_groups if row_group < 0 else [row_group], batch_rows,
-                                     chunks=chunks):
+                                     chunks=chunks, stats=stats):
                     if not _put(out, finish(batch) if finish is not None else batch, stop):
                         return
             _put(out, _END, stop)

@@ -149,6 +149,11 @@ def test_a_scan_in_the_bes_own_slots_gives_spark_sqls_rows_without_a_task(any_fi
         assert scan.local_splits == scan.splits  # every split read in the BE's process
         assert listener.accepted == connections  # and no Spark task pushed a row
         assert scheduler.own_slots_taken == 0
+        # the rows the BE's readers took from the files: at least those sent, at most the table's
+        table_rows = spark.read.parquet(str(own_be.warehouse.table_path("demo", "lineitem"))).count()
+        assert sum(b.num_rows for b in batches) <= scan.rows_read <= table_rows
+        if " where " not in sql:
+            assert scan.rows_read == table_rows
         reader.close_scanner(cid)
     finally:
         reader.close()

@@ -19,11 +19,27 @@ SQL = "select k1, v1, m from db1.t1"
 @pytest.fixture(scope="module")
 def profiled(spark, base_settings, tmp_path_factory):
     warehouse = own_warehouse(spark, tmp_path_factory.mktemp("profiles") / "warehouse")
+    write_ids(warehouse / "db1.db" / "ids")
     add_users(warehouse, {"alice": ("alice-pw", ("db1.*",))})
     settings = base_settings.model_copy(update={"warehouse": warehouse, "enable_profile_for_external_plan": True,
                                                 "http_port": 0, "be_port": 0, "query_port": 0})
     with running_server(spark, settings) as srv:
         yield srv
+
+
+IDS_FILES, IDS_PER_FILE, IDS_GROUP = 4, 10_000, 1_000
+
+
+def write_ids(folder) -> None:
+    """db1.ids: ids 0..39,999 in 4 files of 10 row groups each, written by pyarrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    for n in range(IDS_FILES):
+        ids = pa.array(range(n * IDS_PER_FILE, (n + 1) * IDS_PER_FILE), pa.int64())
+        pq.write_table(pa.table({"id": ids, "v": ids.cast(pa.string())}), folder / f"part-{n}.parquet",
+                       row_group_size=IDS_GROUP)
 
 
 def urls(srv):
@@ -142,3 +158,43 @@ def test_profile_access(profiled, fe_url):
     # The shared server runs with profiles off (the default): the answer says how to turn them on.
     off = httpx.get(f"{fe_url}/api/scans/{cid}/profile", auth=("root", ""), timeout=30)
     assert off.status_code == 404 and "enable_profile_for_external_plan" in off.text
+
+
+def _metric(fe_url: str, name: str) -> float:
+    for line in httpx.get(f"{fe_url}/metrics", timeout=30).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+@pytest.mark.parametrize(("where", "engine", "sent", "read"), [
+    ("id >= 39000", "arrow", 1_000, 1_000),      # statistics skip every row group but the last
+    ("v <> '5'", "arrow", 39_999, 40_000),       # nothing to skip: every row read
+    ("upper(v) = '5'", "sql", 1, 40_000),        # Spark SQL's scan: Spark's own count
+])
+def test_rows_read_from_files_beside_rows_sent(profiled, where, engine, sent, read):
+    """A filter's pruning shows: the profile, the audit line and starscan_rows_read count the
+    rows the scan read from its files (after row-group statistics, before the predicate)
+    beside the rows it sent. The arrow engine's readers count them as they read (in Spark's
+    tasks here); a sql-engine scan's count is Spark's, from its status store after the scan."""
+    fe_url, be_addr = urls(profiled)
+    before = _metric(fe_url, "starscan_rows_read_total")
+    plan_b64, tablets = plan_for(StarscanClient(fe_url, "root", ""), "db1", "ids", f"select id from db1.ids where {where}")
+    reader = Reader(be_addr)
+    try:
+        cid = reader.open_ok("db1", "ids", plan_b64, tablets)
+        assert reader.drain(cid) == sent
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    profile = wait_until(lambda: (p := get_profile(fe_url, cid).json())["rows_read"] is not None and p,
+                         what="the scan's rows read")
+    assert profile["engine"] == engine
+    assert (profile["rows"], profile["rows_read"]) == (sent, read)
+    assert wait_until(lambda: _metric(fe_url, "starscan_rows_read_total") - before == read or None,
+                      what="the metric to count the rows read")
+    line = wait_until(lambda: next((e for e in map(json.loads, profiled.settings.effective_audit_log.read_text(
+        encoding="utf-8").splitlines()) if e.get("event") == "scan" and e.get("context_id") == cid), None),
+        what="the scan's audit line")
+    assert line["rows"] == sent
+    assert line["rows_read"] == (read if engine == "arrow" else None)  # the sql engine's count comes after the line
