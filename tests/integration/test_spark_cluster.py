@@ -13,10 +13,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.nodes import write_id_table
 from support.servers import basic, running_server
 from support.waits import free_port, wait_until
 
 pytestmark = pytest.mark.slow  # starts a Spark master, a worker and `starscan serve`
+
+IDS_FILES, IDS_PER_FILE = 4, 200_000
 
 
 def _spark_class(root: Path, name: str, *args: str) -> subprocess.Popen:
@@ -39,6 +42,7 @@ def cluster_node(tmp_path_factory, spark, base_settings):
     root = tmp_path_factory.mktemp("cluster")
     warehouse = root / "wh"
     create_demo(spark, Warehouse(warehouse, 0), 0.002, 256 << 10)  # written by local Spark
+    write_id_table(warehouse / "demo.db" / "ids", IDS_FILES, IDS_PER_FILE)  # splits far larger than socket buffers
     master_port, master_ui, worker_ui = free_port(), free_port(), free_port()
     http_port, be_port, query_port = free_port(), free_port(), free_port()
     master = _spark_class(root, "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -52,8 +56,10 @@ def cluster_node(tmp_path_factory, spark, base_settings):
                    timeout_s=180, interval_s=0.5, what="the Spark worker to register")
         env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
         # scan_yield_after_s long: a blocked scan's tasks keep their executor cores until the
-        # scan is stopped (test_closing_a_scanner_frees_the_clusters_executor).
+        # scan is stopped (test_closing_a_scanner_frees_the_clusters_executor). No reads in the
+        # BE's own process: every scan's rows come from the cluster's executor.
         env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_SCAN_YIELD_AFTER_S="600",
+                   STARSCAN_SCAN_LOCAL_READS="false", STARSCAN_SCAN_LOCAL_READ_SLOTS="0",
                    STARSCAN_SPARK_CONF="spark.executor.memory=1g; spark.executor.cores=2; spark.cores.max=2")
         log = (root / "serve.log").open("w")
         node = subprocess.Popen([sys.executable, "-m", "starscan", "serve", "--warehouse", str(warehouse),
@@ -134,3 +140,70 @@ def test_closing_a_scanner_frees_the_clusters_executor(cluster_node):
         full = client.read("demo", "lineitem", sql)  # the executor's cores are free again
         assert full.num_rows == StarscanClient(cluster_node["local"], timeout_s=120).read("demo", "lineitem", sql).num_rows
         assert _executor_tasks(cluster_node["root"]) > before
+
+
+def _executors(root: Path) -> list:
+    """The cluster's executor JVMs (the worker starts them with their folder under ``root/work``)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if "CoarseGrainedExecutorBackend" in cmdline:
+            try:
+                if Path(proc.cwd()).is_relative_to(root / "work"):
+                    found.append(proc)
+            except (psutil.Error, ValueError):
+                continue
+    return found
+
+
+@pytest.mark.parametrize("engine", ["auto", "sql"])
+def test_an_executor_lost_mid_scan_is_retried_and_the_reader_gets_every_row(cluster_node, engine):
+    """The executor running a scan's tasks is killed (SIGKILL: a lost machine) while its reader
+    is half-way: the worker starts a new executor, Spark runs the lost tasks again on it, and
+    they read their splits on past the rows that arrived. The reader, which did nothing but
+    read on, gets every row exactly once; the longest wait for a reply is printed (what a
+    reader sees meanwhile; replies begun early keep a Flink reader's timeout from firing)."""
+    import time
+
+    from support.readers import Reader, one_batch, plan_for, scrape, value
+
+    from starscan.client import StarscanClient
+
+    r = httpx.post(f"http://{cluster_node['fe']}/api/update_config", params={"scan_engine": engine},
+                   headers={"Authorization": basic("root", "")}, timeout=30)
+    assert r.status_code == 200, r.text
+    sql = "select id, v from demo.ids"
+    lost_before = value(scrape(f"http://{cluster_node['fe']}"), "starscan_scan_readers_lost_total")
+    opaque, tablets = plan_for(StarscanClient(cluster_node["fe"], timeout_s=120), "demo", "ids", sql)
+    reader = Reader(cluster_node["be"], timeout_s=300)
+    try:
+        cid = reader.open_ok("demo", "ids", opaque, tablets, batch_size=4096, mem_limit=256 << 10)
+        first = reader.next_batch(cid, 0)  # the tasks run on the executor, held mid-split by the full queue
+        [executor] = wait_until(lambda: _executors(cluster_node["root"]) or None, 60, what="the executor")
+        executor.kill()
+        executor.wait(60)
+        batches, offset, longest = [first], first.num_rows, 0.0
+        while True:
+            started = time.monotonic()
+            res = reader.next(cid, offset)
+            longest = max(longest, time.monotonic() - started)
+            assert res.status.status_code == 0, res.status
+            if res.eos:
+                break
+            batch = one_batch(res.rows)
+            batches.append(batch)
+            offset += batch.num_rows
+        reader.close_scanner(cid)
+    finally:
+        reader.close()
+    print(f"\n{engine}: executor killed after the first reply; longest get_next after it {longest:.1f} s")
+    got = [k for b in batches for k in zip(b.column(0).to_pylist(), b.column(1).to_pylist(), strict=True)]
+    assert len(got) == len(set(got)) == IDS_FILES * IDS_PER_FILE
+    assert set(got) == {(i, str(i)) for i in range(IDS_FILES * IDS_PER_FILE)}
+    assert _executors(cluster_node["root"]), "no new executor"
+    lost = wait_until(lambda: value(scrape(f"http://{cluster_node['fe']}"), "starscan_scan_readers_lost_total")
+                      - lost_before or None, 60, what="the scan's lost readers to be counted")
+    assert lost >= 1  # the kill hit the scan's tasks: what the reader read on is their retry
+
