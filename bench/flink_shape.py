@@ -153,14 +153,18 @@ def assign(body: dict, parallelism: int) -> list[tuple[str, list[int]]]:
     return readers
 
 
-def reader(be: str, tablets: list[int], opaqued: str, timeout_s: float, out) -> None:
-    """One subtask: open_scanner, get_next until eos, close; every call timed."""
+def reader(be: str, tablets: list[int], opaqued: str, timeout_s: float, out, ready, go) -> None:
+    """One subtask: open_scanner, get_next until eos, close; every call timed. The subtasks
+    start reading together once each has imported what it reads with (``ready``, ``go``):
+    eight interpreters importing pyarrow beside the BEs are not the BEs' slowness."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from starscan.client import thrift_client
     from starscan.core.thrift_defs import wire
 
+    ready.release()
+    go.wait(600)
     result = {"open": 0.0, "next": [], "rows": 0, "sum": 0, "error": None}
     host, port = be.split(":")
     try:
@@ -201,11 +205,14 @@ def python_job(fe_url: str, where: str | None, timeout_s: float) -> dict:
     started = time.monotonic()
     body = plan(fe_url, where)
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=reader, args=(be, tablets, body["opaqued_query_plan"], timeout_s, out))
+    out, ready, go = ctx.Queue(), ctx.Semaphore(0), ctx.Event()
+    procs = [ctx.Process(target=reader, args=(be, tablets, body["opaqued_query_plan"], timeout_s, out, ready, go))
              for be, tablets in assign(body, PARALLELISM)]
     for p in procs:
         p.start()
+    for _ in procs:
+        ready.acquire(timeout=600)
+    go.set()
     results = [out.get(timeout=1800) for _ in procs]
     for p in procs:
         p.join(60)
