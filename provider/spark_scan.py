@@ -88,6 +88,9 @@ class SparkScan:
         self.time_zone = conf_value(spark, "spark.sql.session.timeZone") or "UTC"  # no wait for a Spark still starting
         self.splits = 0
         self.done = threading.Event()
+        # Every split delivered whole while Spark jobs of the scan still wind down (a task that
+        # has yet to start, to hear "nothing left" and end): the reader got its eos already.
+        self.ended_early = False
         self.engine: str | None = None       # the engine the scan runs on, once chosen
         self.engine_reason: str | None = None  # why not the arrow engine
         self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
@@ -223,7 +226,7 @@ class SparkScan:
                 handed, own_slot = own_slot, False  # the driver gives it back if unused
                 self._drive(spark_work, sink, jobs, handed)
             if self._cancelled is None:
-                if sink.error is not None:
+                if sink.error is not None and not self.ended_early:
                     raise sink.error
                 self.queue.finish()
         except Exception as exc:  # noqa: BLE001 - every failure is handed to the reader
@@ -415,6 +418,7 @@ class SparkScan:
                         own_slot = False
                     if in_flight == 0 and (self._cancelled is not None or jobs.all_read(sink)):
                         return
+                    self._end_early(sink)
                     try:
                         partition, exc, on_spark = finished.get(timeout=0.02 if allowed < jobs.workers else 0.1)
                     except Empty:
@@ -432,9 +436,29 @@ class SparkScan:
                             log.warning("scan %s: a reader's Spark task was lost (%s); its split is read on by "
                                         "another from where its rows stopped", self.context_id, lost,
                                         extra=self.log_fields)
-            except BaseException:
+            except Exception as exc:
+                if self.ended_early:  # every row was delivered: what failed after cannot change them
+                    log.info("scan %s: a Spark job failed after every split was read (ignored): %s",
+                             self.context_id, exc, extra=self.log_fields)
+                    return
                 sink.stop()  # the other tasks stop now, not after reading every split left
                 raise
+            except BaseException:
+                sink.stop()
+                raise
+
+    def _end_early(self, sink: PushSink) -> None:
+        """An arrow-engine scan's eos as soon as every split was delivered whole, not after
+        its last Spark job has ended too: a job whose task has yet to start (a Python worker
+        to fork, a busy machine) only hears that nothing is left, and a selective filter's
+        scanners, whose splits the BE read at once, waited seconds for it. Not on the sql
+        engine: there the JVM feeds a task its rows, and a task whose JVM side failed (a
+        division by zero in the scan) may still end its split as if whole; only the job's
+        outcome says the rows are all there."""
+        if (not self.ended_early and self.engine == "arrow" and self._cancelled is None and sink.error is None
+                and sink.all_ended()):
+            self.ended_early = True
+            self.queue.finish()
 
     def _local_failure(self, exc: Exception) -> StarscanError:
         """The error a split the BE read itself fails the scan with: the one a task that
