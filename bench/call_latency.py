@@ -42,7 +42,7 @@ FLINK = {"batch_size": 1000, "keep_alive_min": 10, "query_timeout": 600, "mem_li
 
 def reader(fe: str, timeout_s: float, out) -> None:
     """One Flink-like reader: plan, open, get_next until eos, close; every call timed."""
-    import pyarrow as pa
+    from flink_shape import timed_scan
 
     from starscan.client import StarscanClient, thrift_client
     from starscan.core.thrift_defs import wire
@@ -50,34 +50,21 @@ def reader(fe: str, timeout_s: float, out) -> None:
     client = StarscanClient(fe, retries=0, failovers=0)
     result = {"open": [], "next": [], "rows": 0, "error": None, "first_reply_s": None, "wall_s": 0.0}
     started = time.perf_counter()
+
+    def first(_table, seconds: float) -> None:
+        if result["first_reply_s"] is None:
+            result["first_reply_s"] = seconds
+
     try:
         body = client.plan(DB, TABLE, SQL)
         tablets = [int(t) for t in body["partitions"]]
         host, port = next(iter(body["partitions"].values()))["routings"][0].split(":")
         conn = thrift_client(host, int(port), timeout_s=timeout_s)
         try:
-            t0 = time.perf_counter()
-            opened = conn.open_scanner(wire.TScanOpenParams(
+            opened_s, result["next"], result["rows"] = timed_scan(conn, wire.TScanOpenParams(
                 cluster="default_cluster", database=DB, table=TABLE, tablet_ids=tablets,
-                opaqued_query_plan=body["opaqued_query_plan"], user="root", passwd="", **FLINK))
-            opened_at = time.perf_counter()
-            result["open"].append(opened_at - t0)
-            if opened.status.status_code != wire.TStatusCode.OK:
-                raise RuntimeError(f"open_scanner: {opened.status}")
-            offset = 0
-            while True:
-                t0 = time.perf_counter()
-                res = conn.get_next(wire.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
-                result["next"].append(time.perf_counter() - t0)
-                if res.status.status_code != wire.TStatusCode.OK:
-                    raise RuntimeError(f"get_next: {res.status}")
-                if res.eos:
-                    break
-                if result["first_reply_s"] is None:
-                    result["first_reply_s"] = time.perf_counter() - opened_at
-                offset += pa.ipc.open_stream(res.rows).read_all().num_rows
-            result["rows"] = offset
-            conn.close_scanner(wire.TScanCloseParams(context_id=opened.context_id))
+                opaqued_query_plan=body["opaqued_query_plan"], user="root", passwd="", **FLINK), first)
+            result["open"].append(opened_s)
         finally:
             conn.close()
     except Exception as exc:  # noqa: BLE001 - reported, a timeout included

@@ -153,11 +153,44 @@ def assign(body: dict, parallelism: int) -> list[tuple[str, list[int]]]:
     return readers
 
 
+def timed_scan(conn, params, on_table) -> tuple[float, list[float], int]:
+    """A Flink subtask's scan on one connection: open_scanner with ``params``, get_next until
+    eos (``on_table(table, seconds since the open answered)`` for each reply's rows),
+    close_scanner. Returns the open's seconds, each get_next's seconds and the rows read;
+    raises on a status other than OK and on an empty batch before eos (a Flink reader would
+    stop there and lose the rows after it)."""
+    import pyarrow as pa
+
+    from starscan.core.thrift_defs import wire
+
+    t0 = time.perf_counter()
+    opened = conn.open_scanner(params)
+    opened_at = time.perf_counter()
+    if opened.status.status_code != wire.TStatusCode.OK:
+        raise RuntimeError(f"open_scanner: {opened.status}")
+    nexts: list[float] = []
+    offset = 0
+    while True:
+        t1 = time.perf_counter()
+        res = conn.get_next(wire.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
+        nexts.append(time.perf_counter() - t1)
+        if res.status.status_code != wire.TStatusCode.OK:
+            raise RuntimeError(f"get_next: {res.status}")
+        if res.eos:
+            break
+        table = pa.ipc.open_stream(res.rows).read_all()
+        if table.num_rows == 0:
+            raise RuntimeError("an empty batch before eos: a Flink reader would stop here, rows lost")
+        on_table(table, time.perf_counter() - opened_at)
+        offset += table.num_rows
+    conn.close_scanner(wire.TScanCloseParams(context_id=opened.context_id))
+    return opened_at - t0, nexts, offset
+
+
 def reader(be: str, tablets: list[int], opaqued: str, timeout_s: float, out, ready, go) -> None:
     """One subtask: open_scanner, get_next until eos, close; every call timed. The subtasks
     start reading together once each has imported what it reads with (``ready``, ``go``):
     eight interpreters importing pyarrow beside the BEs are not the BEs' slowness."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     from starscan.client import thrift_client
@@ -167,32 +200,16 @@ def reader(be: str, tablets: list[int], opaqued: str, timeout_s: float, out, rea
     go.wait(600)
     result = {"open": 0.0, "next": [], "rows": 0, "sum": 0, "error": None}
     host, port = be.split(":")
+
+    def add(table, _seconds: float) -> None:
+        result["sum"] += pc.sum(table.column("id")).as_py() or 0
+
     try:
         conn = thrift_client(host, int(port), timeout_s=timeout_s)
         try:
-            t0 = time.perf_counter()
-            opened = conn.open_scanner(wire.TScanOpenParams(
+            result["open"], result["next"], result["rows"] = timed_scan(conn, wire.TScanOpenParams(
                 cluster="default_cluster", database=DB, table=TABLE, tablet_ids=tablets, opaqued_query_plan=opaqued,
-                user="root", passwd="", **FLINK))
-            result["open"] = time.perf_counter() - t0
-            if opened.status.status_code != wire.TStatusCode.OK:
-                raise RuntimeError(f"open_scanner: {opened.status}")
-            offset = 0
-            while True:
-                t0 = time.perf_counter()
-                res = conn.get_next(wire.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
-                result["next"].append(time.perf_counter() - t0)
-                if res.status.status_code != wire.TStatusCode.OK:
-                    raise RuntimeError(f"get_next: {res.status}")
-                if res.eos:
-                    break
-                table = pa.ipc.open_stream(res.rows).read_all()
-                if table.num_rows == 0:
-                    raise RuntimeError("an empty batch before eos: a Flink reader would stop here, rows lost")
-                offset += table.num_rows
-                result["sum"] += pc.sum(table.column("id")).as_py() or 0
-            result["rows"] = offset
-            conn.close_scanner(wire.TScanCloseParams(context_id=opened.context_id))
+                user="root", passwd="", **FLINK), add)
         finally:
             conn.close()
     except Exception as exc:  # noqa: BLE001 - reported: a timeout is what the run looks for

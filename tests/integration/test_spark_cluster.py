@@ -165,9 +165,7 @@ def test_an_executor_lost_mid_scan_is_retried_and_the_reader_gets_every_row(clus
     they read their splits on past the rows that arrived. The reader, which did nothing but
     read on, gets every row exactly once; the longest wait for a reply is printed (what a
     reader sees meanwhile; replies begun early keep a Flink reader's timeout from firing)."""
-    import time
-
-    from support.readers import Reader, one_batch, plan_for, scrape, value
+    from support.readers import Reader, plan_for, scrape, value
 
     from starscan.client import StarscanClient
 
@@ -184,17 +182,9 @@ def test_an_executor_lost_mid_scan_is_retried_and_the_reader_gets_every_row(clus
         [executor] = wait_until(lambda: _executors(cluster_node["root"]) or None, 60, what="the executor")
         executor.kill()
         executor.wait(60)
-        batches, offset, longest = [first], first.num_rows, 0.0
-        while True:
-            started = time.monotonic()
-            res = reader.next(cid, offset)
-            longest = max(longest, time.monotonic() - started)
-            assert res.status.status_code == 0, res.status
-            if res.eos:
-                break
-            batch = one_batch(res.rows)
-            batches.append(batch)
-            offset += batch.num_rows
+        waits: list[float] = []
+        rest, _ = reader.drain_batches(cid, first.num_rows, seconds=waits)
+        batches, longest = [first, *rest], max(waits)
         reader.close_scanner(cid)
     finally:
         reader.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,11 +63,16 @@ class Reader:
                 return offset
             offset += pa.ipc.open_stream(res.rows).read_all().num_rows
 
-    def drain_batches(self, cid: str, offset: int = 0) -> tuple[list[pa.RecordBatch], int]:
-        """get_next until eos; returns the batches (one per reply) and the final offset."""
+    def drain_batches(self, cid: str, offset: int = 0,
+                      seconds: list[float] | None = None) -> tuple[list[pa.RecordBatch], int]:
+        """get_next until eos; returns the batches (one per reply) and the final offset.
+        ``seconds``: each call's duration is added to it."""
         batches = []
         while True:
+            started = time.monotonic()
             res = self.next(cid, offset)
+            if seconds is not None:
+                seconds.append(time.monotonic() - started)
             assert res.status.status_code == OK, res.status
             if res.eos:
                 assert not res.rows
