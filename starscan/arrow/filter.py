@@ -20,10 +20,12 @@ only where the answer is provably Spark's:
   0.0 (``_compare_floating``); the literal takes the type Spark compares in (an integer
   against a FLOAT column rounds to the nearest float, anything else compares as DOUBLE).
 
+* ``x % n`` of an integer value by a non-zero integer literal (``_remainder``).
+
 Not translated (the ``sql`` engine runs them): a floating-point column against an integer or
 decimal column, NaN and infinity literals (they are casts), decimal literals whose nearest
 double Spark's rounding is not known to give here, timestamps (session time zone), casts,
-functions, arithmetic, CASE, ``<=>``, NULL literals outside an ``IN`` list, ``ILIKE``, explicit
+functions, arithmetic other than that remainder, CASE, ``<=>``, NULL literals outside an ``IN`` list, ``ILIKE``, explicit
 ``ESCAPE`` characters.
 """
 
@@ -148,6 +150,12 @@ class _ArrowOperand(_Untranslatable):
     def visit_literal(self, e: Expr) -> _Typed:
         return _literal(e)
 
+    def visit_op(self, e: Expr) -> _Typed:
+        if e.operator is Operator.MOD:
+            left, right = (self.visit(c) for c in e.children)
+            return _remainder(e, left, right)
+        return self.otherwise(e)
+
     def visit_cast(self, e: Expr) -> _Typed:
         child = e.children[0]
         if ((e.type_name or "").strip().lower() == "date" and child.kind is Kind.LITERAL
@@ -155,6 +163,28 @@ class _ArrowOperand(_Untranslatable):
             value = _date(child.literal_value or "")  # DATE '...': a date literal
             return _Typed(pc.scalar(value), _DATE, value)
         return self.otherwise(e)
+
+
+_INTEGRAL_ORDER = ("byte", "short", "integer", "long")
+_INTEGRAL_ARROW = {"byte": pa.int8(), "short": pa.int16(), "integer": pa.int32(), "long": pa.int64()}
+
+
+def _remainder(e: Expr, left: _Typed, right: _Typed) -> _Typed:
+    """``x % n``: an integer value by a non-zero integer literal (``id % 100 = 7``, a sample of
+    rows). Spark widens both to the wider integral type and takes Java's remainder, whose sign
+    is the dividend's; Arrow's ``remainder`` is that remainder. With a non-zero divisor it
+    never fails (the smallest value % -1 is 0 in both), so Spark's ANSI mode changes nothing.
+    Anything else (a column divisor, zero, decimals, floating point) stays with the sql engine."""
+    if not (left.spark_type.is_integral and left.literal is None and right.spark_type.is_integral
+            and right.literal is not None):
+        raise NotArrowable(f"{_describe(e)} has no exact Arrow translation (only an integer value % a non-zero "
+                           "integer literal has)")
+    if int(right.literal) == 0:
+        raise NotArrowable("% 0 is a division by zero in Spark")
+    wider = max(left.spark_type.kind, right.spark_type.kind, key=_INTEGRAL_ORDER.index)
+    arrow_type = _INTEGRAL_ARROW[wider]
+    divisor = pc.scalar(pa.scalar(int(right.literal), type=arrow_type))
+    return _Typed(pc.remainder(left.expr.cast(arrow_type), divisor), SqlType(wider))
 
 
 def _literal(e: Expr) -> _Typed:

@@ -209,8 +209,15 @@ def quoted(name: str) -> str:
 
 @st.composite
 def atom(draw, columns: dict, samples: dict, zone: str):
-    form = draw(st.sampled_from(["cmp", "cmp", "in", "between", "like", "null"]))
-    if form == "null":
+    form = draw(st.sampled_from(["cmp", "cmp", "in", "between", "like", "null", "mod"]))
+    integral = sorted(c for c, t in columns.items() if isinstance(t, (T.ByteType, T.ShortType, T.IntegerType,
+                                                                        T.LongType)))
+    if form == "mod" and integral:  # a sample of rows: integer % a non-zero integer
+        name = draw(st.sampled_from(integral))
+        divisor = draw(st.sampled_from([2, 3, -3, 7, 97, 9973, 3_000_000_000]))
+        op = draw(st.sampled_from(["=", "!=", "<", ">="]))
+        return f"{quoted(name)} % {divisor} {op} {draw(st.integers(-3, 3))}"
+    if form in ("null", "mod"):
         name = draw(st.sampled_from(sorted(columns)))
         return f"{quoted(name)} IS {draw(st.sampled_from(['', 'NOT ']))}NULL"
     if form == "like":
