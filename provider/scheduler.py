@@ -324,6 +324,7 @@ class SqlSplitReaders(ScanReaders):
             # here was tried: when one job failed, Spark cancelled a sibling job's stage,
             # and the sibling's task, fed by the JVM, ended its split short without an error.)
             raise failure(exc, board, state.failure)
+        board.job_succeeded(partition)  # the split ends with its job, not at its task's word
         if state.ended:
             return None
         if board.error is not None:

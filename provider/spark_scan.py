@@ -187,7 +187,8 @@ class SparkScan:
             rdd_of, source_schema, task_function, jobs = self._choose_engine()
             self._readers = jobs
             self.splits = jobs.splits
-            sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_after_s)
+            sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_after_s,
+                            ends_with_jobs=self.engine == "sql")
             with self._lock:
                 self._sink = sink
                 cancelled = self._cancelled is not None

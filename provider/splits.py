@@ -39,6 +39,9 @@ class SplitState:
     generation: int = 0         # bumped by every new attempt
     failure: str | None = None  # what a task reported when it failed
     losses: int = 0             # attempts that left it without its end, a yield or a report (lost)
+    # Its task said it sent every row, and the split waits for its Spark job's success to end
+    # (a board that ``ends_with_jobs``: the sql engine).
+    awaiting_job: bool = False
 
 
 class Offer(Enum):
@@ -98,6 +101,10 @@ class Attempt:
                 board._fail_locked(ScanFailed(f"split {self.split} ended with {rows_sent} rows sent but "
                                               f"{self.sent} received"))
                 return False
+            if board.ends_with_jobs:
+                board.splits[self.split].awaiting_job = True
+                board._cond.notify_all()
+                return True
             board.splits[self.split].ended = True
             board.queue.end_split(self.split)
             board._cond.notify_all()
@@ -121,9 +128,15 @@ class Attempt:
 class SplitBoard:
     """One scan's splits, what its readers claim and deliver, and what its driver asks."""
 
-    def __init__(self, queue: ResultQueue, splits: int, yield_after_s: float | None):
+    def __init__(self, queue: ResultQueue, splits: int, yield_after_s: float | None, ends_with_jobs: bool = False):
         self.queue = queue
         self.yield_after_s = yield_after_s
+        # The sql engine's tasks are fed their rows by Spark's JVM, and a task whose JVM died
+        # under it (an executor lost) sees the end of its input as the end of its split: it
+        # ends the split short, without an error. There a split ends when its Spark job
+        # succeeded (``job_succeeded``), not at its task's word; a task Spark runs again
+        # meanwhile reads the split on past the rows that arrived.
+        self.ends_with_jobs = ends_with_jobs
         self.splits = [SplitState() for _ in range(splits)]
         self._cond = threading.Condition()
         self._holders: dict[int, object] = {}  # split -> the reader reading it now
@@ -135,6 +148,17 @@ class SplitBoard:
         self.error: StarscanError | None = None
 
     # ---- the driver's view ----
+    def job_succeeded(self, split: int) -> None:
+        """The split's Spark job succeeded (``ends_with_jobs``): a split whose task sent its
+        end ends now."""
+        with self._split_locks[split], self._cond:
+            state = self.splits[split]
+            if state.awaiting_job and not state.ended:
+                state.awaiting_job = False
+                state.ended = True
+                self.queue.end_split(split)
+                self._cond.notify_all()
+
     def state(self, split: int) -> SplitState:
         with self._cond:
             return self.splits[split]
@@ -223,6 +247,7 @@ class SplitBoard:
                 state.losses += 1
             state.generation += 1
             state.yielded = False
+            state.awaiting_job = False  # this attempt's end is the one that counts
             state.failure = None  # an earlier attempt's report; this attempt may yet succeed
             self._holders[split] = holder
             if local:

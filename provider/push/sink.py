@@ -42,8 +42,9 @@ class PushSink(SplitBoard):
     """One scan's split board as its Spark tasks reach it: by the scan's secret token, over
     the BE's push listener (provider/push/listener.py), in the Arrow ``schema`` of the wire."""
 
-    def __init__(self, queue: ResultQueue, schema: pa.Schema, splits: int, yield_after_s: float | None):
-        super().__init__(queue, splits, yield_after_s)
+    def __init__(self, queue: ResultQueue, schema: pa.Schema, splits: int, yield_after_s: float | None,
+                 ends_with_jobs: bool = False):
+        super().__init__(queue, splits, yield_after_s, ends_with_jobs)
         self.token = secrets.token_bytes(32)
         self.schema = schema
         self._read_lock = threading.Lock()
