@@ -71,7 +71,7 @@ def deleted(server, tmp_path_factory):
     "",
     " where id between 900 and 1100 or id >= 22000",                 # across row groups, on the arrow engine
     " where v = 'r11500' or v = 'r11501' or v = 'r21600'",
-    " where id % 7 = 3 and x is not null",                           # Spark SQL on either engine
+    " where id % 7 = 3 and x is not null",                           # a sample of rows and a NULL check
 ])
 def test_rows_deleted_by_deletion_vectors_are_left_out(server, client, deleted, where):
     got = client.read("lake", "dv", f"select id, v, x from lake.dv{where}")
