@@ -30,7 +30,7 @@ RUN mkdir /warehouse && chown starscan /warehouse
 USER starscan
 WORKDIR /home/starscan
 VOLUME ["/warehouse"]
-EXPOSE 8030 9060 9030
+EXPOSE 8030 9060 9030 9408 9419
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
   CMD curl -fsS http://127.0.0.1:8030/api/health || exit 1
 # tini is PID 1: it forwards SIGTERM to starscan (which closes scanners and stops the JVM) and reaps the JVM child.

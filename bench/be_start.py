@@ -44,7 +44,7 @@ CALL_TIMEOUT_S = 1.0
 
 def _serve(root: Path, name: str, warehouse: Path, *args: str) -> tuple[subprocess.Popen, Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_PLAN_SECRET="bench-be-start-secret-0123456789",
+    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_FLIGHT_SQL_PORT="0", STARSCAN_BE_FLIGHT_PORT="0", STARSCAN_PLAN_SECRET="bench-be-start-secret-0123456789",
                STARSCAN_STATE_DIR=str(root / "state"))
     log = root / f"{name}.log"
     proc = subprocess.Popen([sys.executable, "-m", "starscan", "serve", "--warehouse", str(warehouse),

@@ -58,7 +58,7 @@ class Nodes:
 
     def serve(self, name: str, warehouse: Path, *args: str, env_extra: dict[str, str] | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_PLAN_SECRET="bench-scale-out-secret-0123456789",
+        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_FLIGHT_SQL_PORT="0", STARSCAN_BE_FLIGHT_PORT="0", STARSCAN_PLAN_SECRET="bench-scale-out-secret-0123456789",
                    STARSCAN_STATE_DIR=str(self.root / "state"), **(env_extra or {}))
         log = (self.root / f"{name}.log").open("w")
         self.procs[name] = subprocess.Popen(

@@ -31,7 +31,9 @@ def look_up(cache: ResultCache, ctx: ScanContext, request: OpenRequest, storage:
     # Every check has passed (signature, identity, grants, tablets, caps); the planned files
     # must still be there, exactly as a Spark scan would require.
     check_snapshot(plan, request.plan_tablets, request.tablet_ids, storage)
-    key = cache_key(plan, request.plan_tablets, request.tablet_ids, request.batch_size, time_zone, request.ordered)
+    # The replies of a scan in Arrow's own types (the Flight SQL front) are other bytes.
+    form = f"{time_zone}|arrow" if request.arrow_types else time_zone
+    key = cache_key(plan, request.plan_tablets, request.tablet_ids, request.batch_size, form, request.ordered)
     hit = cache.get(key, plan.table_location, plan.version)
     if hit is not None:
         ctx.cached.replay = hit

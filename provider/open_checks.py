@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from starscan.core.errors import InvalidArgument, NotFound
-from starscan.core.protocol_extensions import EOS_ROWS_PROPERTY, ORDERED_PROPERTY
+from starscan.core.protocol_extensions import ARROW_TYPES_PROPERTY, EOS_ROWS_PROPERTY, ORDERED_PROPERTY
 from starscan.plans import codec as plan_codec
 from starscan.plans.tablet_lists import TabletLists, planned_tablets
 from starscan.provider.admission import Admission
@@ -30,6 +30,7 @@ class OpenRequest:
     report_rows: bool            # the row count at eos (protocol_extensions)
     mem_limit: int | None
     query_timeout: int | None
+    arrow_types: bool = False    # Spark's values in Arrow's own types (protocol_extensions.ARROW_TYPES_PROPERTY)
 
     @property
     def table(self) -> str:
@@ -87,4 +88,5 @@ def check_open(plan: Any, params: Any, settings: Settings, admission: Admission,
     return OpenRequest(
         plan=plan, plan_tablets=plan_tablets, tablet_ids=list(dict.fromkeys(tablet_ids)),
         batch_size=params.batch_size, ordered=flag(params, ORDERED_PROPERTY) or always_ordered,
-        report_rows=flag(params, EOS_ROWS_PROPERTY), mem_limit=params.mem_limit, query_timeout=params.query_timeout)
+        report_rows=flag(params, EOS_ROWS_PROPERTY), mem_limit=params.mem_limit, query_timeout=params.query_timeout,
+        arrow_types=flag(params, ARROW_TYPES_PROPERTY))

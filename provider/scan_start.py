@@ -34,7 +34,8 @@ def start_scan(spark: Any, settings: Settings, request: OpenRequest, context_id:
     scan = SparkScan(spark, source, queue, context_id, listener,
                      tasks_per_scanner=settings.scan_tasks_per_scanner,
                      yield_after_s=settings.scan_yield_after_s, pool=scan_pool(context_id),
-                     engine=settings.scan_engine, local_reads=settings.scan_local_reads, chunk_cache=chunk_cache)
+                     engine=settings.scan_engine, local_reads=settings.scan_local_reads, chunk_cache=chunk_cache,
+                     arrow_types=request.arrow_types)
     scan.on_engine = on_engine
     scan.batch_rows = request.batch_size
     timeout_s = request.query_timeout if request.query_timeout and request.query_timeout > 0 else settings.query_timeout_s

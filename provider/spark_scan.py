@@ -67,7 +67,7 @@ class SparkScan:
     def __init__(self, spark: Any, source: Source, queue: ResultQueue, context_id: str, listener: PushListener,
                  tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0, pool: str = "default",
                  engine: str = "auto", local_reads: bool = False,
-                 chunk_cache: ColumnChunkCache | None = None):
+                 chunk_cache: ColumnChunkCache | None = None, arrow_types: bool = False):
         self.spark = spark
         self.source = source
         self.queue = queue
@@ -83,9 +83,11 @@ class SparkScan:
                                       table=self.description)
         self.columns = source.columns
         self.chunk_cache = chunk_cache  # the BE's decoded column chunks (starscan.arrow.chunk_cache), for its own reads
-        self.converter = BatchConverter(list(self.columns))
         self.batch_rows = 4096  # the reader's batch_size: what the tasks send a batch of
         self.time_zone = conf_value(spark, "spark.sql.session.timeZone") or "UTC"  # no wait for a Spark still starting
+        # Arrow's own types (the Flight SQL front) or StarRocks' wire forms: what every reader converts to.
+        self.arrow_types_tz = self.time_zone if arrow_types else None
+        self.converter = BatchConverter(list(self.columns), self.arrow_types_tz)
         self.splits = 0
         self.done = threading.Event()
         # Every split delivered whole while Spark jobs of the scan still wind down (a task that
@@ -211,7 +213,7 @@ class SparkScan:
             if not (local is not None and (sink.all_ended() or sink.stopped)) and self._cancelled is None:
                 target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
                                     source_schema, self.columns, self.batch_rows, self.listener.local_path,
-                                    turn_s=SLOT_TURN_S)
+                                    turn_s=SLOT_TURN_S, arrow_types_tz=self.arrow_types_tz)
                 made: list[tuple[Any, Any]] = []
                 making = threading.Lock()
 
@@ -267,7 +269,7 @@ class SparkScan:
 
         read, splits = self._arrow_read, self._arrow_splits
         assert read is not None and splits is not None
-        converter = BatchConverter(list(self.columns))
+        converter = BatchConverter(list(self.columns), self.arrow_types_tz)
         while self._cancelled is None and not sink.stopped and go_on():
             number = self.scheduler.split_for(sink, Ask.IN_TURN)
             if number is None:

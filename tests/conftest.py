@@ -50,7 +50,8 @@ def base_settings(warehouse_dir):
     from starscan.settings.config import load_settings
 
     return load_settings(
-        warehouse=warehouse_dir, spark_master="local[2]", http_port=0, be_port=0, query_port=0, bind_host="127.0.0.1",
+        warehouse=warehouse_dir, spark_master="local[2]", http_port=0, be_port=0, query_port=0, flight_sql_port=0, be_flight_port=0,
+        bind_host="127.0.0.1",
         advertise_host="127.0.0.1", scan_context_gc_interval_s=1.0, listing_cache_ttl_s=0,
         # The shared server must not lock anyone out or rate-limit the suite: tests/integration/test_limits.py
         # and tests/integration/test_security.py check those limits on servers of their own.

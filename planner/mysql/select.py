@@ -1,4 +1,5 @@
-"""Plain single-table SELECTs on the MySQL port, run on Spark with a row limit.
+"""Plain single-table SELECTs on the MySQL port, run on Spark with a row limit (other queries:
+planner/sql_queries.py).
 
 The statement goes through the same checks as `_query_plan` (``planner.sql.parse``: one
 table, no joins/aggregates/subqueries, whitelisted functions) and becomes a Spark plan
@@ -19,18 +20,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from starscan.arrow.filter import NotArrowable
-from starscan.arrow.read import ArrowSplit
-from starscan.arrow.rebase import CalendarRules
-from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
 from starscan.core.errors import SqlInvalid
-from starscan.core.sql_types import parse_schema
 from starscan.planner import sql as sqlmod
 from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.mysql.errors import no_database, no_such_table, not_supported, select_denied, unknown_database
+from starscan.planner.table_frames import table_frame
 from starscan.spark.columns import column_ref, to_column
-from starscan.spark.reader_frames import reader_frame
-from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session
 
 
 @dataclass(frozen=True)
@@ -39,6 +34,19 @@ class PreparedSelect:
     table: str
     parsed: sqlmod.ParsedQuery
     limit: int
+
+
+def is_plain(expression: exp.Expression) -> bool:
+    """A SELECT of columns and expressions of one table, with WHERE and LIMIT at most: the
+    shape ``prepare`` answers; anything else that reads goes to planner/sql_queries.py."""
+    if not isinstance(expression, exp.Select):
+        return False
+    from_ = expression.args.get("from_") or expression.args.get("from")
+    if from_ is None or not isinstance(from_.this, exp.Table) or expression.args.get("joins"):
+        return False
+    if any(expression.args.get(k) for k in ("group", "having", "order", "distinct", "with", "qualify", "windows")):
+        return False
+    return not any(True for _ in expression.find_all(exp.AggFunc, exp.Window, exp.Subquery))
 
 
 def prepare(expression: exp.Select, current_db: str | None, view: CatalogView, max_rows: int) -> PreparedSelect:
@@ -82,10 +90,7 @@ def _limit(node: exp.Expression | None, max_rows: int) -> int:
 
 def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple], list[ResultColumn]]:
     """Build and run the Spark job (call off the event loop)."""
-    snap = view.warehouse.snapshot(prepared.db, prepared.table)
-    if not snap.tablets:
-        raise SqlInvalid(f"table {prepared.db}.{prepared.table} has no data files yet")
-    schema = view.schemas.schema(snap)
+    df, schema = table_frame(spark, view, prepared.db, prepared.table, prepared.parsed.predicate)
     by_lower = {f.name.lower(): f for f in schema.fields}
 
     def resolve(name: str) -> str:
@@ -94,23 +99,6 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
             raise SqlInvalid(f"Unknown column '{name}' in '{prepared.table}'")
         return field.name
 
-    storage = snap.storage
-    session = scan_session(spark, exact_floats=filters_floats(prepared.parsed.predicate, schema))
-    needs_reader = bool(snap.file_columns) or snap.partitions_recorded or any(f.deletes for f in snap.files)
-    df = None
-    if needs_reader or not storage.is_local:
-        try:
-            df = _through_reader(session, snap, schema)
-        except NotArrowable as why:
-            if needs_reader:
-                raise SqlInvalid(f"table {snap.qualified_name} has deleted rows or mapped columns, which only "
-                                 f"starscan's file reader reads, and it cannot read this table: {why}") from None
-    if df is None and snap.file_format == "metastore":  # Spark's reader for the table (starscan.tables.hive)
-        df = read_metastore_files(session, snap.db, snap.name, [storage.join(snap.location, f.path) for f in snap.files])
-    if df is None:  # Spark's own readers (on an object store: with Hadoop's connector)
-        paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
-        df = read_parquet_files(session, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders,
-                                snap.file_format)
     if prepared.parsed.predicate is not None:
         df = df.filter(to_column(prepared.parsed.predicate, resolve))
     cols, names = [], []
@@ -126,6 +114,13 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
     if not cols:
         raise SqlInvalid("empty select list")
     df = df.select(*[c.alias(f"_c{i}") for i, c in enumerate(cols)])
+    return collect_rows(spark, df, names, prepared.limit, f"select from {prepared.db}.{prepared.table} ({view.user})")
+
+
+def collect_rows(spark, df, names: list[str], limit: int, description: str) -> tuple[list[tuple], list[ResultColumn]]:
+    """Up to ``limit`` rows of ``df`` as the MySQL protocol sends them (timestamps as
+    StarRocks prints them, nested values as JSON) and their result columns named ``names``."""
+    df = df.toDF(*[f"_c{i}" for i in range(len(names))])
     types = [f.dataType for f in df.schema.fields]
     out = []
     for i, dtype in enumerate(types):
@@ -137,9 +132,9 @@ def run(spark, prepared: PreparedSelect, view: CatalogView) -> tuple[list[tuple]
             c = F.to_json(c)
         out.append(c.alias(f"_c{i}"))
     df = df.select(*out)
-    spark.sparkContext.setJobDescription(f"mysql port: select from {prepared.db}.{prepared.table} ({view.user})")
+    spark.sparkContext.setJobDescription(f"mysql port: {description}")
     try:
-        collected = df.limit(prepared.limit).collect() if prepared.limit > 0 else []
+        collected = df.limit(limit).collect() if limit > 0 else []
     finally:
         spark.sparkContext.setJobDescription(None)
     columns = [_result_column(name, dtype) for name, dtype in zip(names, types)]
@@ -173,23 +168,3 @@ def _value(v, dtype: T.DataType):
     if isinstance(v, (bool, int, float, str, bytes, dt.date)):
         return v
     return json.dumps(v, default=str)
-
-
-def _through_reader(spark, snap, schema: T.StructType):
-    """The table's rows read by the kernel's file reader (starscan.spark.reader_frames), one
-    Spark task per file: its files have rows deleted without being rewritten (Delta
-    deletion vectors), which Spark's Parquet reader would return, or name their columns
-    apart from the schema (Delta column mapping), or are in an object store Spark has no
-    connector for. NotArrowable when the reader cannot read the table (ORC; nested columns of
-a table whose files name its columns apart)."""
-    fields = Fields(parse_schema(json.dumps(schema.jsonValue())))
-    names = [f.name for f in schema.fields]
-    first = snap.files[0].path if snap.files else None
-    folders = snap.partitions_in_folders
-    read = plan_read(snap.qualified_name, snap.version, fields, [(n, n) for n in names], None,
-                     spark.conf.get("spark.sql.session.timeZone"), snap.file_format,
-                     partition_names(first, fields, snap.plan_partition_columns), snap.storage,
-                     CalendarRules.of_session(spark), dict(snap.file_columns), nested=True)
-    splits = [ArrowSplit((file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, folders,
-                                    f.deletes, f.recorded_partition),)) for f in snap.files]
-    return reader_frame(spark, read, splits, schema)

@@ -17,6 +17,7 @@ from mysql_mimic.errors import ErrorCode, MysqlError
 from mysql_mimic.variables import GlobalVariables, SessionVariables, parse_timezone
 from sqlglot import exp
 
+from starscan.planner import sql_queries
 from starscan.planner.mysql import info_schema, select
 from starscan.planner.mysql.auth import login_refused
 from starscan.planner.mysql.catalog_view import INFORMATION_SCHEMA, CatalogView
@@ -190,18 +191,29 @@ class StarscanSession(Session):
     async def _query_info_schema(self, expression: exp.Expression):
         return await asyncio.to_thread(info_schema.query, expression, self._view())
 
-    # ---- everything else: plain SELECTs on Spark ----
+    # ---- everything else: queries on Spark ----
     async def query(self, expression: exp.Expression, sql: str, attrs: dict[str, str]):
-        if isinstance(expression, exp.Select):
+        if isinstance(expression, exp.Select) and select.is_plain(expression):
             view = self._view()
             prepared = await asyncio.to_thread(select.prepare, expression, self.database, view, self._row_cap())
             return await asyncio.to_thread(select.run, self.ctx.spark, prepared, view)
+        if sql_queries.is_query(expression):
+            return await asyncio.to_thread(self._general_query, expression)
         if isinstance(expression, exp.Describe):
             raise not_supported("EXPLAIN is not supported by starscan")
         kind = type(expression).__name__.upper()
         first = sql.strip().split(None, 1)[0].upper() if sql.strip() else kind
         raise not_supported(f"{first} statements are not supported: starscan's MySQL port is read-only "
-                            "(metadata, SHOW/DESC/USE and plain single-table SELECTs)")
+                            "(metadata, SHOW/DESC/USE and queries)")
+
+    def _general_query(self, expression: exp.Expression):
+        """Aggregates, joins, CTEs, window functions (planner/sql_queries.py), capped at the
+        row limit like every answer of this port."""
+        view = self._view()
+        prepared = sql_queries.prepare(expression, self.database, view)
+        df = sql_queries.dataframe(self.ctx.spark, prepared, view)
+        return select.collect_rows(self.ctx.spark, df, list(df.columns), self._row_cap(),
+                                   f"{prepared.description} ({view.user})")
 
     def _row_cap(self) -> int:
         cap = self.ctx.max_rows

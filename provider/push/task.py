@@ -24,6 +24,7 @@ class PushTarget:
     batch_rows: int = 4096        # the reader's batch_size: the task sends batches of that many rows
     local_path: str | None = None  # the BE's Unix socket, used by tasks on the BE's machine
     turn_s: float = 0.0           # the task's turn on its Spark slot (the BE's scheduler says how long)
+    arrow_types_tz: str | None = None  # Arrow's own types in this time zone, not StarRocks' wire forms
 
 
 def push_spark_arrow(target: PushTarget):
@@ -93,7 +94,7 @@ def push_split(target: PushTarget, batches_of, split: int) -> bool:
     try:
         if not sender.go:
             return False
-        converter = BatchConverter(list(target.columns))
+        converter = BatchConverter(list(target.columns), target.arrow_types_tz)
         stats = ReadStats()
         batches = batches_of(sender.split, stats)
         for batch in rechunk((converter.convert(b) for b in batches if b.num_rows), target.batch_rows):

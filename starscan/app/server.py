@@ -18,6 +18,7 @@ from starscan.gc.reaper import ScanContextReaper
 from starscan.planner.app import create_app
 from starscan.planner.auth import Authenticator
 from starscan.planner.be_membership import BeMembership
+from starscan.planner.flight_sql.server import FlightSqlServer
 from starscan.planner.http_protocol import BoundedHttpToolsProtocol
 from starscan.planner.mysql import MysqlPort
 from starscan.planner.ops_routes import install_routes
@@ -28,6 +29,7 @@ from starscan.plans.secrets import RotatingPlanSigner
 from starscan.plans.tablet_lists import TabletLists
 from starscan.provider.admission import Admission
 from starscan.provider.contexts import ScanContextManager
+from starscan.provider.flight_front import BeFlightServer
 from starscan.provider.handler import ExternalServiceHandler
 from starscan.provider.server import ThriftServer
 from starscan.provider.service import ScanService
@@ -119,7 +121,11 @@ class StarscanServer:
         self.http_port: int | None = None
         self.be_port: int | None = None
         self.query_port: int | None = None
+        self.flight_sql_port: int | None = None
+        self.be_flight_port: int | None = None
         self.mysql: MysqlPort | None = None  # when the FE runs
+        self.flight_sql: FlightSqlServer | None = None   # the FE's Flight SQL front
+        self.be_flight: BeFlightServer | None = None     # the BE's Flight front
         self.workers: PythonWorkerKeeper | None = None  # with the warm-up
         self.warmed = threading.Event()  # the background warm-up is done (or skipped)
         self._warmup_thread: threading.Thread | None = None
@@ -183,6 +189,7 @@ class StarscanServer:
                 self.live_settings.bound(be_port=self.be_port)
             self.reaper = ScanContextReaper(self.contexts, self.settings.gc_interval_s, also=self.service.tend_records)
             self.reaper.start()
+            self._serve_be_flight()
             self._warm_up_in_background()
         tokens = None
         if self.settings.jwt_key is not None:
@@ -201,6 +208,7 @@ class StarscanServer:
                                            self.login_guard, on_refused=self.ops.metrics.auth_failures.labels("mysql").inc)
             mysql.start()
             self.query_port = mysql.port
+            self._serve_flight_sql(auth)
         elif self.be_enabled:
             # A BE node on its own answers health and metrics (and the operations pages) on
             # be_http_port, as a StarRocks BE's web server does.
@@ -211,6 +219,30 @@ class StarscanServer:
         gc.collect()
         gc.freeze()
         return self
+
+    def _serve_be_flight(self) -> None:
+        settings = self.settings
+        if settings.be_flight_port < 0:
+            return
+        scheme = "grpc+tls" if settings.flight_tls else "grpc"
+        self.be_flight = BeFlightServer(f"{scheme}://{settings.bind_host}:{settings.be_flight_port}", self.service,
+                                        self.signer, tls.flight_certificates(settings))
+        self.be_flight_port = self.be_flight.port
+        if settings.be_flight_port == 0 and not settings.be_flight_endpoints:
+            self.live_settings.bound(be_flight_port=self.be_flight_port)  # tests bind port 0: advertise what was bound
+        log.info("BE flight listening on %s:%d", settings.bind_host, self.be_flight_port)
+
+    def _serve_flight_sql(self, auth: Authenticator) -> None:
+        settings = self.settings
+        if settings.flight_sql_port < 0:
+            return
+        scheme = "grpc+tls" if settings.flight_tls else "grpc"
+        server = self.flight_sql = FlightSqlServer(
+            f"{scheme}://{settings.bind_host}:{settings.flight_sql_port}", "", self.planner, auth, self.users,
+            self.spark, self.signer, self.live_settings, tls.flight_certificates(settings))
+        self.flight_sql_port = server.port
+        server.advertised = f"{scheme}://{settings.advertise_host}:{server.port}"
+        log.info("FE flight sql listening on %s:%d", settings.bind_host, server.port)
 
     def _warm_up_in_background(self) -> None:
         """Warm the JVM up and start Spark's Python workers after the BE listens, on a thread
@@ -298,6 +330,9 @@ class StarscanServer:
             self.membership.stop()
         if self.mysql is not None:
             self.mysql.stop()
+        for front in (self.flight_sql, self.be_flight):
+            if front is not None:
+                front.shutdown()
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True
             if self._uvicorn_thread is not None:

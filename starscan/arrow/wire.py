@@ -145,11 +145,18 @@ def _unsliced(arr: pa.Array) -> pa.Array:
 
 
 class BatchConverter:
-    """Built once per scan from the output columns (name, type, nullable)."""
+    """Built once per scan from the output columns (name, type, nullable). ``arrow_types_tz``:
+    keep Spark's values in Arrow's own types (timestamps in that session time zone) instead of
+    StarRocks' wire forms (the Arrow Flight SQL front's scans)."""
 
-    def __init__(self, columns: list[tuple[str, SqlType, bool]]):
-        self.schema = pa.schema([pa.field(name, dt.wire_arrow_type(), nullable) for name, dt, nullable in columns])
-        self._fns = [_converter(dt) for _, dt, _ in columns]
+    def __init__(self, columns: list[tuple[str, SqlType, bool]], arrow_types_tz: str | None = None):
+        if arrow_types_tz is None:
+            self.schema = pa.schema([pa.field(name, dt.wire_arrow_type(), nullable) for name, dt, nullable in columns])
+            self._fns: list[ArrayFn | None] = [_converter(dt) for _, dt, _ in columns]
+        else:
+            self.schema = pa.schema([pa.field(name, dt.spark_arrow_type(arrow_types_tz), nullable)
+                                     for name, dt, nullable in columns])
+            self._fns = [_cast_to(f.type) for f in self.schema]
         self.passthrough = all(fn is None for fn in self._fns)
         self.schema_message = self.schema.serialize().to_pybytes()
 
@@ -162,6 +169,16 @@ class BatchConverter:
         its three parts. ``ipc``: the batch's IPC message already serialized (as a scan task
         sent it), used as it is."""
         return IpcStream((self.schema_message, memoryview(ipc if ipc is not None else batch.serialize()), EOS_MARKER))
+
+
+def _cast_to(target: pa.DataType) -> ArrayFn:
+    """An array in Spark's Arrow type as declared (a reader may give an equal type spelled
+    apart, such as another name of the session's time zone): cast only when it differs."""
+
+    def cast(arr: pa.Array) -> pa.Array:
+        return arr if arr.type == target else arr.cast(target)
+
+    return cast
 
 
 class IpcStream:

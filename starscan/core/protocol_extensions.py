@@ -29,6 +29,12 @@ EOS_ROWS_PREFIX = "starscan:rows="
 ORDERED_PROPERTY = "starscan.ordered"
 ORDERED_ACK = "starscan:ordered"
 
+# Arrow's own types (docs/flight-sql.md): a scanner opened with ``ARROW_TYPES_PROPERTY`` =
+# ``"true"`` sends Spark SQL's values in Arrow's types (date32, timestamps, decimal128, nested
+# types as they are) instead of StarRocks' wire forms (dates and datetimes as text). The
+# BE's Arrow Flight SQL front opens its scans so.
+ARROW_TYPES_PROPERTY = "starscan.arrow_types"
+
 ERROR_KIND_HEADER = "X-Starscan-Error"
 ERROR_KIND_PROPERTY = "starscan.error_kind"
 ERROR_KIND_PREFIX = "starscan:error="

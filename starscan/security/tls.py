@@ -13,18 +13,26 @@ _VERIFY = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl
 
 def check(settings: Settings) -> None:
     """Refuse, at start, settings that ask for TLS without what it needs."""
-    if not (settings.http_tls or settings.be_tls):
+    if not (settings.http_tls or settings.be_tls or settings.flight_tls):
         return
     for key in ("tls_cert_file", "tls_key_file"):
         path = getattr(settings, key)
         if path is None:
-            raise ConfigError(f"http_tls/be_tls is on but {key} is not set")
+            raise ConfigError(f"http_tls/be_tls/flight_tls is on but {key} is not set")
         if not path.is_file():
             raise ConfigError(f"{key} {path} does not exist")
     if settings.tls_client_auth != "none" and settings.tls_ca_file is None:
         raise ConfigError("tls_client_auth needs tls_ca_file (the CA client certificates must chain to)")
     if settings.tls_ca_file is not None and not settings.tls_ca_file.is_file():
         raise ConfigError(f"tls_ca_file {settings.tls_ca_file} does not exist")
+
+
+def flight_certificates(settings: Settings) -> list[tuple[bytes, bytes]]:
+    """The certificate chain and key for the Flight ports (``flight_tls``), as gRPC takes them."""
+    if not settings.flight_tls:
+        return []
+    assert settings.tls_cert_file is not None and settings.tls_key_file is not None  # check() said so
+    return [(settings.tls_cert_file.read_bytes(), settings.tls_key_file.read_bytes())]
 
 
 def server_context(settings: Settings) -> ssl.SSLContext:

@@ -63,8 +63,15 @@ class Settings(BaseSettings):
     http_port: int = Field(8030, ge=0, le=65535, description="FE HTTP port (_query_plan, _schema)")
     be_port: int = Field(9060, ge=0, le=65535, description="BE Thrift port (open_scanner/get_next/close_scanner)")
     be_http_port: int = Field(8040, ge=0, le=65535, description="HTTP port of a BE node on its own (serve --role be): health and metrics")
-    query_port: int = Field(9030, ge=0, le=65535, description="FE MySQL protocol port (metadata, plain SELECTs)")
+    query_port: int = Field(9030, ge=0, le=65535, description="FE MySQL protocol port (metadata, SELECT queries)")
     query_max_rows: int = Field(10000, ge=1, description="rows a SELECT on the MySQL port returns at most")
+    flight_sql_port: int = Field(9408, ge=-1, le=65535, description="FE Arrow Flight SQL port (StarRocks' arrow_flight_port; -1: off)")
+    be_flight_port: int = Field(9419, ge=-1, le=65535, description="BE Arrow Flight port serving the FE's tickets (-1: off)")
+    be_flight_endpoints: list[str] = Field(
+        default_factory=list,
+        description="every BE's Flight address as host:port, in the order of be_endpoints (default: advertise_host:be_flight_port)")
+    flight_proxy: bool = Field(True, description="the FE relays the BEs' Flight streams (clients need reach only the FE), as StarRocks' arrow_flight_proxy")
+    sql_query_max_rows: int = Field(1_000_000, ge=1, description="rows a query the FE answers itself (aggregates, joins) may return over Flight SQL")
     bind_host: str = Field("127.0.0.1", description="address both ports listen on (0.0.0.0 for all)")
     advertise_host: str = Field("127.0.0.1", description="host put in `routings`; must be an IP or name clients reach")
     be_endpoints: list[str] = Field(
@@ -140,6 +147,7 @@ class Settings(BaseSettings):
     tls_client_auth: str = Field("none", pattern="^(none|optional|required)$", description="client certificates: none, optional, required")
     http_tls: bool = Field(False, description="serve the HTTP port over TLS (https)")
     be_tls: bool = Field(False, description="serve the Thrift port over TLS")
+    flight_tls: bool = Field(False, description="serve the Flight SQL and BE Flight ports over TLS (grpc+tls)")
     audit_log: Path | None = Field(None, description="audit log file (default: <warehouse>/_starscan/audit.log; '-' for stderr)")
 
     # ---- limits (docs/security.md "Limits") ----
@@ -175,7 +183,7 @@ class Settings(BaseSettings):
             check_location(value)
         return value
 
-    @field_validator("be_endpoints")
+    @field_validator("be_endpoints", "be_flight_endpoints")
     @classmethod
     def _check_endpoints(cls, value: list[str]) -> list[str]:
         for item in value:
@@ -207,12 +215,12 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("be_endpoints", "spark_conf", "iceberg_catalog", mode="before")
+    @field_validator("be_endpoints", "be_flight_endpoints", "spark_conf", "iceberg_catalog", mode="before")
     @classmethod
     def _split_text(cls, value: Any, info: ValidationInfo) -> Any:
         # Conf files and env variables give text: "a:1, b:2" / "k=v; k2=v2".
         if isinstance(value, str):
-            if info.field_name == "be_endpoints":
+            if info.field_name in ("be_endpoints", "be_flight_endpoints"):
                 return [part.strip() for part in value.split(",") if part.strip()]
             return _parse_pairs(value)
         return value
@@ -234,6 +242,12 @@ class Settings(BaseSettings):
     @property
     def routings(self) -> list[str]:
         return list(self.be_endpoints) or [f"{self.advertise_host}:{self.be_port}"]
+
+    @property
+    def flight_routes(self) -> dict[str, str]:
+        """Each BE's Thrift address (a routing of the FE's plans) -> its Flight address."""
+        flights = list(self.be_flight_endpoints) or [f"{self.advertise_host}:{self.be_flight_port}"]
+        return dict(zip(self.routings, flights))
 
     @property
     def warehouse_location(self) -> str:

@@ -58,7 +58,7 @@ def cluster_node(tmp_path_factory, spark, base_settings):
         # scan_yield_after_s long: a blocked scan's tasks keep their executor cores until the
         # scan is stopped (test_closing_a_scanner_frees_the_clusters_executor). No reads in the
         # BE's own process: every scan's rows come from the cluster's executor.
-        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_SCAN_YIELD_AFTER_S="600",
+        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_FLIGHT_SQL_PORT="0", STARSCAN_BE_FLIGHT_PORT="0", STARSCAN_WARMUP_ROWS="0", STARSCAN_SCAN_YIELD_AFTER_S="600",
                    STARSCAN_SCAN_LOCAL_READS="false", STARSCAN_SCAN_LOCAL_READ_SLOTS="0",
                    STARSCAN_SPARK_CONF="spark.executor.memory=1g; spark.executor.cores=2; spark.cores.max=2")
         log = (root / "serve.log").open("w")

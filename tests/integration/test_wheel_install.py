@@ -45,7 +45,7 @@ def fresh_venv(tmp_path_factory) -> Path:
 def test_wheel_serves_a_table(fresh_venv, tmp_path):
     http_port, be_port, query_port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WAREHOUSE=str(tmp_path / "warehouse"), STARSCAN_DEMO_SCALE="0.001",
+    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_FLIGHT_SQL_PORT="0", STARSCAN_BE_FLIGHT_PORT="0", STARSCAN_WAREHOUSE=str(tmp_path / "warehouse"), STARSCAN_DEMO_SCALE="0.001",
                STARSCAN_SPARK_MASTER="local[1]", STARSCAN_SPARK_CONF="spark.driver.memory=1g",
                STARSCAN_QUERY_PORT=str(query_port), STARSCAN_ENABLE_PROFILE_FOR_EXTERNAL_PLAN="true",
                STARSCAN_WARMUP_ROWS="20000")  # the warm-up runs from the wheel too, on a small table

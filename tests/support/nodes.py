@@ -26,7 +26,7 @@ class Node:
 
     def start(self) -> Node:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS="0", STARSCAN_STATE_DIR=str(self.root / "state"))
+        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_FLIGHT_SQL_PORT="0", STARSCAN_BE_FLIGHT_PORT="0", STARSCAN_WARMUP_ROWS="0", STARSCAN_STATE_DIR=str(self.root / "state"))
         env.update(self.env)
         log = (self.root / f"{self.name}.log").open("a")
         self.proc = subprocess.Popen([sys.executable, "-m", "starscan", "serve", "--warehouse", str(self.root / "wh"),

@@ -99,7 +99,7 @@ def start_serve(tmp_path, demo_scale: str = "0.002", spark_master: str | None = 
     env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
     if user_jvm:
         env.pop("JDK_JAVA_OPTIONS", None)
-    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_WARMUP_ROWS=warmup_rows, STARSCAN_QUERY_PORT=str(free_port()),
+    env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_FLIGHT_SQL_PORT="0", STARSCAN_BE_FLIGHT_PORT="0", STARSCAN_WARMUP_ROWS=warmup_rows, STARSCAN_QUERY_PORT=str(free_port()),
                **{f"STARSCAN_{key.upper()}": value for key, value in settings.items()})
     log = (tmp_path / "serve.log").open("w")
     master = ["--spark-master", spark_master] if spark_master else []

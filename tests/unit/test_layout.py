@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 KERNEL_PACKAGES = {f"starscan.{p.parent.name}" for p in (REPO / "starscan").glob("*/__init__.py")}
 FOLDERS = {"starscan": "starscan", "starscan.planner": "planner", "starscan.provider": "provider",
            "starscan.gc": "gc", "starscan.idl": "idl", "starscan.planner.mysql": "planner/mysql",
-           "starscan.provider.push": "provider/push",
+           "starscan.provider.push": "provider/push", "starscan.planner.flight_sql": "planner/flight_sql",
            "starscan.client": "starscan/client"}
 
 

@@ -1,0 +1,127 @@
+"""Read-only queries the FE runs on Spark SQL itself: aggregates, joins, CTEs, window
+functions, ORDER BY, over one or several warehouse tables (the SQL fronts: the MySQL port and
+Arrow Flight SQL). A plain single-table scan goes the tablet-parallel way instead.
+
+The statement is parsed once (StarRocks' dialect, as readers write it), refused unless it
+only reads, and every table it names is checked against the user's SELECT grants before
+anything runs. Each table then becomes a temporary view of its rows as Spark SQL reads them
+(planner/table_frames.py) in a session of its own, the statement's table names are replaced
+by those views, and Spark SQL answers: Spark SQL's answer is the contract, so it is also
+the answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from starscan.core.errors import BadRequest, DatabaseNotFound, SelectPrivilegeMissing, SqlInvalid, TableNotFound
+from starscan.expr.functions import PLAIN_CALLS, SPARK_FUNCTIONS
+from starscan.planner.mysql.catalog_view import CatalogView
+from starscan.planner.table_frames import table_frame
+
+# Nodes that write, define or change something: a statement holding one anywhere is refused.
+_WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge, exp.TruncateTable,
+           exp.Command, exp.Set, exp.Use, exp.Transaction, exp.Commit, exp.Rollback, exp.Into)
+
+# Calls sqlglot knows no class for reach Spark by name: only these (the plan vocabulary's and
+# common aggregates and window functions). JVM reflection and file readers are refused in
+# any spelling.
+_PLAIN_ALLOWED = frozenset(PLAIN_CALLS | SPARK_FUNCTIONS | {
+    "approx_count_distinct", "percentile_approx", "approx_percentile", "percentile", "collect_list", "collect_set",
+    "any_value", "bool_and", "bool_or", "every", "some", "count_if", "first", "last", "first_value", "last_value",
+    "ntile", "cume_dist", "percent_rank", "nth_value", "median", "mode", "kurtosis", "skewness", "corr", "covar_pop",
+    "covar_samp", "regr_slope", "regr_intercept", "bit_and", "bit_or", "bit_xor", "max_by", "min_by", "array_agg",
+    "date_trunc", "date_format", "to_timestamp", "datediff", "date_add", "date_sub", "months_between", "add_months",
+    "concat_ws", "format_number", "regexp_extract", "split", "explode", "posexplode", "array_distinct", "sort_array",
+    "struct", "named_struct", "array", "map", "greatest", "least", "nanvl", "isnan", "try_divide", "div", "std",
+    "stddev", "variance", "var_samp", "var_pop", "stddev_samp", "stddev_pop", "histogram_numeric",
+})
+_DENIED = frozenset({"reflect", "java_method", "try_reflect", "read_csv", "read_json", "read_parquet", "read_files",
+                     "input_file_name", "input_file_block_start", "input_file_block_length"})
+
+_views = itertools.count()
+_views_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class PreparedQuery:
+    """A checked statement: its Spark SQL text over temporary views, and the table each
+    view stands for."""
+
+    spark_sql: str
+    views: dict[str, tuple[str, str]]   # view name -> (database, table)
+    description: str                     # for Spark's UI and the log
+
+
+def is_query(expression: exp.Expression) -> bool:
+    """Whether the statement is a query (SELECT, UNION, a CTE's SELECT, ...)."""
+    return isinstance(expression, exp.Query)
+
+
+def prepare(expression: exp.Expression, current_db: str | None, view: CatalogView) -> PreparedQuery:
+    """Check ``expression`` for ``view``'s user (no Spark): it only reads, and every table it
+    names exists and is granted. Unqualified names are of ``current_db``."""
+    if not is_query(expression) or any(True for _ in expression.find_all(*_WRITES)):
+        raise BadRequest("only queries are answered here (SELECT, WITH ... SELECT, UNION): starscan is read-only; "
+                         "DDL, DML and SET statements are refused")
+    for call in expression.find_all(exp.Func):
+        name = (call.name if isinstance(call, exp.Anonymous) else call.sql_name()).lower()
+        if name in _DENIED or isinstance(call, exp.Anonymous) and name not in _PLAIN_ALLOWED:
+            raise SqlInvalid(f"unknown or disallowed function {name}")
+    stmt = expression.copy()
+    ctes = {cte.alias_or_name.lower() for cte in stmt.find_all(exp.CTE)}
+    views: dict[tuple[str, str], str] = {}
+    for table in list(stmt.find_all(exp.Table)):
+        if not table.name:
+            raise BadRequest(f"table functions and table-valued expressions are not supported: {table.sql()}")
+        named_db = table.text("db")
+        if not named_db and table.name.lower() in ctes:
+            continue  # a CTE of the statement
+        catalog = table.text("catalog")
+        if catalog and catalog not in ("def", "default_catalog"):
+            raise BadRequest(f"unknown catalog {catalog!r}: starscan serves default_catalog")
+        db = named_db or current_db
+        if not db:
+            raise BadRequest(f"no database selected for table {table.name!r}: name it as db.table")
+        name = table.name
+        if not view.can_select(db, name):
+            raise SelectPrivilegeMissing(f"Access denied; you need (at least one of) the SELECT privilege(s) on TABLE "
+                                         f"{db}.{name} for {view.user}")
+        if not view.warehouse.has_database(db):
+            raise DatabaseNotFound(db)
+        if not view.warehouse.has_table(db, name):
+            raise TableNotFound(f"{db}.{name}")
+        key = (db, name)
+        if key not in views:
+            with _views_lock:
+                views[key] = f"starscan_q{next(_views)}_{len(views)}"
+        alias = table.args.get("alias")
+        replacement = exp.Table(this=exp.to_identifier(views[key]))
+        replacement.set("alias", alias if alias is not None else exp.TableAlias(this=exp.to_identifier(name)))
+        table.replace(replacement)
+    if not views:
+        raise BadRequest("the query reads no table: starscan answers queries over its warehouse's tables")
+    tables = ", ".join(f"{db}.{t}" for db, t in views)
+    return PreparedQuery(stmt.sql(dialect="spark"), {v: k for k, v in views.items()}, f"query over {tables}")
+
+
+def dataframe(spark, prepared: PreparedQuery, view: CatalogView):
+    """The statement's DataFrame, in a session of ``spark``'s context whose temporary views
+    are the statement's tables (nothing runs until it is read)."""
+    session = spark.newSession()
+    for name in ("spark.sql.session.timeZone", "spark.sql.files.maxPartitionBytes", "spark.sql.files.openCostInBytes"):
+        value = spark.conf.get(name, None)
+        if value is not None:
+            session.conf.set(name, value)
+    # Row-group statistics leave NaN out: with filters pushed into the readers, a filter on a
+    # float column would skip NaN rows Spark SQL's own rule keeps (scan_session's exact_floats).
+    session.conf.set("spark.sql.parquet.filterPushdown", "false")
+    session.conf.set("spark.sql.orc.filterPushdown", "false")
+    for name, (db, table) in prepared.views.items():
+        df, _ = table_frame(session, view, db, table)
+        df.createOrReplaceTempView(name)
+    return session.sql(prepared.spark_sql)

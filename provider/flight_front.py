@@ -1,0 +1,90 @@
+"""The BE's Arrow Flight front (``be_flight_port``, StarRocks' BE arrow_flight_port): ``DoGet``
+of a ticket the FE's Flight SQL front issued (starscan.flight.tickets) streams the ticket's
+tablets from the scan core, Spark's values in Arrow's own types (docs/flight-sql.md).
+
+The front adds no scheduling and no checks of its own: it opens a scanner on ``ScanService``
+as a Thrift reader's open_scanner does (the plan's signature and expiry, its user's grant,
+the tablets, the scanner caps, the queue's memory limit, the audit line, the metrics), asks
+for Arrow's own types (``ARROW_TYPES_PROPERTY``), reads it to the end through the same
+offset protocol, and closes it, also when the client goes away. gRPC's flow control is the
+back-pressure: a batch is taken from the scan's queue only when the client takes the last.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from starscan.arrow.wire import IpcStream
+from starscan.core.errors import InvalidArgument, StarscanError
+from starscan.core.protocol_extensions import ARROW_TYPES_PROPERTY
+from starscan.core.thrift_defs import wire
+from starscan.flight import tickets
+from starscan.flight.errors import to_flight
+from starscan.plans.codec import Signer
+from starscan.provider.service import ScanService
+
+log = logging.getLogger("starscan.provider")
+
+
+class BeFlightServer(flight.FlightServerBase):
+    def __init__(self, location: str, service: ScanService, signer: Signer, tls_certificates=None):
+        super().__init__(location, tls_certificates=tls_certificates or [])
+        self.service = service
+        self.signer = signer
+
+    def do_get(self, context, ticket):
+        try:
+            found = tickets.decode(ticket.ticket, self.signer)
+            if not isinstance(found, tickets.ScanTicket):
+                raise InvalidArgument("this ticket is answered by the FE (its location in the endpoint), not a BE")
+            return self._scan(found, context.peer())
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a gRPC status
+            raise to_flight(exc) from None
+
+    def _scan(self, ticket: tickets.ScanTicket, client: str) -> flight.FlightDataStream:
+        params = wire.TScanOpenParams(opaqued_query_plan=ticket.plan, tablet_ids=list(ticket.tablet_ids),
+                                      batch_size=ticket.batch_rows, properties={ARROW_TYPES_PROPERTY: "true"})
+        opened = self.service.open(params, client=client)
+        if opened.error is not None:
+            self.service.close(opened.context_id)
+            raise opened.error
+        ctx = self.service.contexts.get(opened.context_id)
+        first = None
+        if ctx.run is not None:
+            schema = ctx.run.scan.converter.schema
+        else:  # answered from the result cache: its replies carry their schema
+            first = self.service.next(opened.context_id, 0)
+            schema = _schema_of(first.rows) if first.rows is not None else pa.schema([])
+        return flight.GeneratorStream(schema, _batches(self.service, opened.context_id, schema, first))
+
+
+def _batches(service: ScanService, context_id: str, schema: pa.Schema, first) -> Iterator[pa.RecordBatch]:
+    """The scanner's rows to its eos; the scanner is closed whatever ends the stream (the
+    end, an error, the client gone: gRPC then stops pulling and the generator is closed)."""
+    offset = 0
+    try:
+        while True:
+            result, first = (first, None) if first is not None else (service.next(context_id, offset), None)
+            if result.eos or result.rows is None:
+                return
+            for batch in _record_batches(result.rows, schema):
+                offset += batch.num_rows
+                yield batch
+    except StarscanError as exc:
+        raise to_flight(exc) from None
+    finally:
+        service.close(context_id)
+
+
+def _record_batches(rows: bytes | IpcStream, schema: pa.Schema) -> list[pa.RecordBatch]:
+    if isinstance(rows, IpcStream):  # schema message, one batch, end marker: the batch read in place
+        return [pa.ipc.read_record_batch(pa.py_buffer(rows.parts[1]), schema)]
+    return list(pa.ipc.open_stream(pa.py_buffer(rows)))
+
+
+def _schema_of(rows: bytes | IpcStream) -> pa.Schema:
+    return pa.ipc.open_stream(pa.py_buffer(bytes(rows))).schema
