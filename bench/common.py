@@ -126,7 +126,7 @@ def start_server(warehouse: str | Path, driver_memory: str = "2g", master: str =
 
     conf = {"spark.driver.memory": driver_memory}
     conf.update(spark_conf or {})
-    overrides = dict(warehouse=Path(warehouse), spark_master=master, http_port=0, be_port=0,
+    overrides = dict(warehouse=Path(warehouse), spark_master=master, http_port=0, be_port=0, flight_sql_port=0, be_flight_port=0,
                      bind_host="127.0.0.1", advertise_host="127.0.0.1", spark_conf=conf, demo_scale=0)
     overrides.update(settings_overrides)
     # An empty conf file: a stray ./starscan.conf must not change what is measured.

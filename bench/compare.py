@@ -51,9 +51,9 @@ from support.waits import free_port
 DB, TABLE = "demo", "lineitem"
 FILTER_COLUMNS = ["l_orderkey", "l_quantity", "l_extendedprice", "l_shipdate"]
 SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4", "direct-1",
-           "direct-4", "direct-native-1", "spark-connect", "flight", "pyarrow")
+           "direct-4", "direct-native-1", "flight-sql", "flight-sql-be", "spark-connect", "flight", "pyarrow")
 STARSCAN_SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4", "direct-1",
-                    "direct-4", "direct-native-1")
+                    "direct-4", "direct-native-1", "flight-sql", "flight-sql-be")
 LABELS = {
     "starscan": "starscan (thriftpy2 client)",
     "starscan-cache": "starscan, result cache on (thriftpy2 client)",
@@ -63,6 +63,8 @@ LABELS = {
     "direct-1": "starscan direct reads (direct=True: the client reads the files), 1 worker",
     "direct-4": "starscan direct reads (direct=True: the client reads the files), 4 workers",
     "direct-native-1": "starscan direct reads, native_types=True (dates as date32, as pyarrow gives them), 1 worker",
+    "flight-sql": "starscan over Arrow Flight SQL (ADBC client), the FE relaying the BE's streams (flight_proxy on)",
+    "flight-sql-be": "starscan over Arrow Flight SQL (ADBC client), endpoints read from the BE (flight_proxy off)",
     "spark-connect": "Spark Connect toArrow()",
     "flight": "Arrow Flight (pyarrow, Parquet per request)",
     "pyarrow": "pyarrow reads the files (no server)",
@@ -124,6 +126,18 @@ def _read_arrow(spec: dict, stats: dict) -> None:
     where = f"l_shipdate >= '{spec['filter_date']}'" if spec.get("filter_date") else None
     t0 = time.perf_counter()
     _count(conn.read_batches(table, columns=spec.get("columns"), where=where), stats, t0)
+
+
+def _read_flight_sql(spec: dict, stats: dict) -> None:
+    """ADBC's Flight SQL driver: log in (before the clock, as other clients are made before
+    it), execute, read every endpoint's batches (the driver fetches endpoints in parallel)."""
+    import adbc_driver_flightsql.dbapi as flight_sql
+
+    with flight_sql.connect(spec["flight_sql"], db_kwargs={"username": "root", "password": ""},
+                            autocommit=True) as conn, conn.cursor() as cur:
+        t0 = time.perf_counter()
+        cur.execute(spec["sql"])
+        _count(cur.fetch_record_batch(), stats, t0)
 
 
 def _count(batches, stats: dict, t0: float) -> None:
@@ -258,6 +272,7 @@ CLIENT_MODULES = {"starscan": ["starscan.client"], "starscan-cache": ["starscan.
                   "read-arrow-1": ["starscan.client"], "read-arrow-4": ["starscan.client"],
                   "direct-1": ["starscan.client"], "direct-4": ["starscan.client"],
                   "direct-native-1": ["starscan.client"], "flight": ["pyarrow.flight"], "pyarrow": ["pyarrow.dataset"],
+                  "flight-sql": ["adbc_driver_flightsql.dbapi"], "flight-sql-be": ["adbc_driver_flightsql.dbapi"],
                   "spark-connect": ["pyspark.sql.functions"]}
 
 
@@ -276,7 +291,7 @@ def run_readers(spec: dict) -> dict:
         sessions = [SparkSession.builder.remote(spec["connect_url"]).create() for _ in range(n)]
     fn = {"starscan": _read_starscan, "starscan-cache": _read_starscan, "starscan-official-thrift": _read_official,
           "read-arrow-1": _read_arrow, "read-arrow-4": _read_arrow, "direct-1": _read_arrow, "direct-4": _read_arrow,
-          "direct-native-1": _read_arrow,
+          "direct-native-1": _read_arrow, "flight-sql": _read_flight_sql, "flight-sql-be": _read_flight_sql,
           "flight": _read_flight,
           "pyarrow": _read_pyarrow}.get(system)
     barrier = threading.Barrier(n + 1)
@@ -643,7 +658,8 @@ def main(argv=None) -> int:
         spark_conf = dict(spark.sparkContext.getConf().getAll())
 
         fe = f"127.0.0.1:{server.http_port}"
-        base = {"fe": fe, "path": path, "batch_size": args.batch_size, "timeout": args.timeout}
+        base = {"fe": fe, "path": path, "batch_size": args.batch_size, "timeout": args.timeout,
+                "flight_sql": f"grpc://127.0.0.1:{server.flight_sql_port}"}
         gen_dir = gen_official_client(tmp / "gen") if "starscan-official-thrift" in systems else None
         if "starscan-official-thrift" in systems and gen_dir is None:
             systems.remove("starscan-official-thrift")
@@ -652,6 +668,7 @@ def main(argv=None) -> int:
             loads.append(f"{system} {os.getloadavg()[0]:.2f}")
             cache = server.service.result_cache
             cache.configure(args.cache_bytes if system == "starscan-cache" else 0, args.cache_bytes, ["*.*"])
+            server.live_settings.bound(flight_proxy=system != "flight-sql-be")
             if system in STARSCAN_SYSTEMS:
                 def meter_fn():  # this process, its JVM, and Spark's Python workers under the JVM
                     try:

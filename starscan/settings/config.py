@@ -70,7 +70,8 @@ class Settings(BaseSettings):
     be_flight_endpoints: list[str] = Field(
         default_factory=list,
         description="every BE's Flight address as host:port, in the order of be_endpoints (default: advertise_host:be_flight_port)")
-    flight_proxy: bool = Field(True, description="the FE relays the BEs' Flight streams (clients need reach only the FE), as StarRocks' arrow_flight_proxy")
+    flight_proxy: bool = Field(True, description="the FE relays the BEs' Flight streams (clients need reach only the FE), as StarRocks' arrow_flight_proxy",
+                               json_schema_extra=RUNTIME)
     sql_query_max_rows: int = Field(1_000_000, ge=1, description="rows a query the FE answers itself (aggregates, joins) may return over Flight SQL")
     bind_host: str = Field("127.0.0.1", description="address both ports listen on (0.0.0.0 for all)")
     advertise_host: str = Field("127.0.0.1", description="host put in `routings`; must be an IP or name clients reach")

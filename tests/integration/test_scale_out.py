@@ -27,14 +27,18 @@ def cluster(tmp_path_factory):
     write_id_table(root / "wh" / "big.db" / "events", FILES, ROWS_PER_FILE)
     be_ports = [free_port(), free_port()]
     be_http = [free_port(), free_port()]
-    fe_http, fe_query = free_port(), free_port()
+    be_flight = [free_port(), free_port()]
+    fe_http, fe_query, fe_flight = free_port(), free_port(), free_port()
     env = {"STARSCAN_PLAN_SECRET": SECRET,
            "STARSCAN_TABLET_TARGET_BYTES": str(256 << 10)}  # a tablet per file or so: both BEs get some
     bes = [Node(root, f"be{i}", "--role", "be", "--be-port", str(be_ports[i]), "--be-http-port", str(be_http[i]),
-                "--spark-master", "local[2]", env=env) for i in range(2)]
+                "--spark-master", "local[2]", env={**env, "STARSCAN_BE_FLIGHT_PORT": str(be_flight[i])})
+           for i in range(2)]
     endpoints = ",".join(f"127.0.0.1:{p}" for p in be_ports)
     fe = Node(root, "fe", "--role", "fe", "--http-port", str(fe_http), "--query-port", str(fe_query),
-              "--be-endpoints", endpoints, env=env)
+              "--be-endpoints", endpoints,
+              env={**env, "STARSCAN_FLIGHT_SQL_PORT": str(fe_flight),
+                   "STARSCAN_BE_FLIGHT_ENDPOINTS": ",".join(f"127.0.0.1:{p}" for p in be_flight)})
     nodes = [*bes, fe]
     for node in nodes:
         node.start()
@@ -42,7 +46,8 @@ def cluster(tmp_path_factory):
         for node, port in zip(nodes, [*be_http, fe_http], strict=True):
             node.wait_healthy(port)
         yield {"root": root, "fe": fe, "bes": bes, "fe_url": f"http://127.0.0.1:{fe_http}",
-               "be_endpoints": [f"127.0.0.1:{p}" for p in be_ports], "be_http": be_http}
+               "be_endpoints": [f"127.0.0.1:{p}" for p in be_ports], "be_http": be_http,
+               "flight_uri": f"grpc://127.0.0.1:{fe_flight}", "be_flight": [f"grpc://127.0.0.1:{p}" for p in be_flight]}
     finally:
         for node in nodes:
             node.kill()
@@ -246,6 +251,59 @@ def test_behind_one_address_a_flink_like_read_completes_after_its_task_restart(c
         assert seen == _expected()
     finally:
         balancer.close()
+
+
+def _set_flight_proxy(cluster, on: bool) -> None:
+    r = httpx.post(f"{cluster['fe_url']}/api/update_config", params={"flight_proxy": str(on).lower()},
+                   headers={"Authorization": basic("root", "")}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def test_a_flight_sql_endpoint_is_read_from_its_next_be_when_the_first_is_killed(cluster):
+    """Without the FE's proxy each endpoint lists both BEs; its first BE SIGKILLed, a client
+    reads it from the next location: every row once. Through the proxy (ADBC), the FE relays
+    the tablets from the BE that is alive."""
+    import adbc_driver_flightsql.dbapi as flight_sql
+    import pyarrow.flight as flight
+    from google.protobuf import any_pb2
+
+    from starscan.flight import flight_sql_pb2 as sql_pb2
+
+    _both_routed(cluster)
+    _set_flight_proxy(cluster, False)
+    try:
+        client = flight.connect(cluster["flight_uri"])
+        options = flight.FlightCallOptions(headers=[client.authenticate_basic_token("root", "")])
+        command = any_pb2.Any()
+        command.Pack(sql_pb2.CommandStatementQuery(query="select id, v from big.events"))
+        info = client.get_flight_info(flight.FlightDescriptor.for_command(command.SerializeToString()), options)
+        assert len(info.endpoints) > 1
+        assert all(sorted(loc.uri.decode() for loc in e.locations) == sorted(cluster["be_flight"])
+                   for e in info.endpoints)
+        first = info.endpoints[0].locations[0].uri.decode()
+        victim = cluster["bes"][cluster["be_flight"].index(first)]
+        victim.kill()
+        seen: Counter = Counter()
+        tried_next = 0
+        for endpoint in info.endpoints:
+            for location in endpoint.locations:
+                try:
+                    table = flight.connect(location).do_get(endpoint.ticket).read_all()
+                except flight.FlightError:
+                    tried_next += 1
+                    continue
+                seen.update(zip(table.column("id").to_pylist(), table.column("v").to_pylist()))
+                break
+        assert tried_next >= 1
+        assert seen == _expected()
+    finally:
+        _set_flight_proxy(cluster, True)
+    with flight_sql.connect(cluster["flight_uri"], db_kwargs={"username": "root", "password": ""},
+                            autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("select id, v from big.events")
+        table = cur.fetch_arrow_table()
+    assert Counter(zip(table.column("id").to_pylist(), table.column("v").to_pylist())) == _expected()
+    _both_routed(cluster)
 
 
 def test_with_no_live_be_a_plan_is_a_clear_503(cluster):

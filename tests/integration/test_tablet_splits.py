@@ -141,7 +141,7 @@ def test_a_large_tables_plan_carries_a_digest_and_any_be_of_the_warehouse_reads_
     assert _scan(be_addr, plan, tablets, "many", ["id"]) == expected
 
     # A BE of another process (it never saw the plan's tablet list) rebuilds it from the files.
-    settings = server.settings.model_copy(update={"be_port": 0, "http_port": 0, "query_port": 0})
+    settings = server.settings.model_copy(update={"be_port": 0, "http_port": 0, "query_port": 0, "flight_sql_port": 0, "be_flight_port": 0})
     with running_server(spark, settings) as other:
         other_be = ("127.0.0.1", other.be_port)
         by_id = server.warehouse.snapshot(DB, "many").by_id

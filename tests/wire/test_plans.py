@@ -379,7 +379,7 @@ def test_plan_survives_a_restart(server, spark, fe_url):
     from starscan.app.server import StarscanServer
 
     issued = query_plan(fe_url, "db1", "t1", T1_SQL)
-    settings = server.settings.model_copy(update={"http_port": 0, "be_port": 0})
+    settings = server.settings.model_copy(update={"http_port": 0, "be_port": 0, "flight_sql_port": 0, "be_flight_port": 0})
     second = StarscanServer(settings, spark)
     second.start()
     try:
