@@ -26,13 +26,14 @@ from starscan.flight import tickets
 from starscan.flight.errors import to_flight
 from starscan.plans.codec import Signer
 from starscan.provider.service import ScanService
+from starscan.security.tls import FlightTls
 
 log = logging.getLogger("starscan.provider")
 
 
 class BeFlightServer(flight.FlightServerBase):
-    def __init__(self, location: str, service: ScanService, signer: Signer, tls_certificates=None):
-        super().__init__(location, tls_certificates=tls_certificates or [])
+    def __init__(self, location: str, service: ScanService, signer: Signer, tls: FlightTls | None = None):
+        super().__init__(location, **(tls.server_options() if tls is not None else {}))
         self.service = service
         self.signer = signer
 

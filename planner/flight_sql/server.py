@@ -31,6 +31,7 @@ from starscan.planner.flight_sql.auth import CallerMiddlewareFactory, HandshakeA
 from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.query_plan import QueryPlanner
 from starscan.plans import codec as plan_codec
+from starscan.security.tls import FlightTls
 from starscan.security.users import UserStore
 from starscan.settings.runtime import LiveSettings
 
@@ -44,9 +45,11 @@ _CLOSE_PREPARED = "ClosePreparedStatement"
 
 class FlightSqlServer(flight.FlightServerBase):
     def __init__(self, location: str, advertised: str, planner: QueryPlanner, auth: Authenticator, users: UserStore,
-                 spark, signer: plan_codec.Signer, live: LiveSettings, tls_certificates=None):
-        super().__init__(location, tls_certificates=tls_certificates or [], auth_handler=HandshakeAccepted(),
-                         middleware={"caller": CallerMiddlewareFactory(auth, SessionTokens())})
+                 spark, signer: plan_codec.Signer, live: LiveSettings, tls: FlightTls | None = None):
+        super().__init__(location, auth_handler=HandshakeAccepted(),
+                         middleware={"caller": CallerMiddlewareFactory(auth, SessionTokens())},
+                         **(tls.server_options() if tls is not None else {}))
+        self.relay_options = tls.client_options() if tls is not None else {}  # the FE's client of the BEs
         self.advertised = advertised   # this FE's own Flight URI (endpoints it answers, proxy mode)
         self.planner = planner
         self.users = users
@@ -143,7 +146,7 @@ class FlightSqlServer(flight.FlightServerBase):
         failures = []
         for be in order:
             uri = f"{_scheme(settings)}://{routes[be]}"
-            client = flight.connect(uri)
+            client = flight.connect(uri, **self.relay_options)
             try:
                 reader = client.do_get(raw)
                 schema = reader.schema

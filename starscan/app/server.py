@@ -226,7 +226,7 @@ class StarscanServer:
             return
         scheme = "grpc+tls" if settings.flight_tls else "grpc"
         self.be_flight = BeFlightServer(f"{scheme}://{settings.bind_host}:{settings.be_flight_port}", self.service,
-                                        self.signer, tls.flight_certificates(settings))
+                                        self.signer, tls.flight_tls(settings))
         self.be_flight_port = self.be_flight.port
         if settings.be_flight_port == 0 and not settings.be_flight_endpoints:
             self.live_settings.bound(be_flight_port=self.be_flight_port)  # tests bind port 0: advertise what was bound
@@ -239,7 +239,7 @@ class StarscanServer:
         scheme = "grpc+tls" if settings.flight_tls else "grpc"
         server = self.flight_sql = FlightSqlServer(
             f"{scheme}://{settings.bind_host}:{settings.flight_sql_port}", "", self.planner, auth, self.users,
-            self.spark, self.signer, self.live_settings, tls.flight_certificates(settings))
+            self.spark, self.signer, self.live_settings, tls.flight_tls(settings))
         self.flight_sql_port = server.port
         server.advertised = f"{scheme}://{settings.advertise_host}:{server.port}"
         log.info("FE flight sql listening on %s:%d", settings.bind_host, server.port)

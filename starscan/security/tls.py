@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from dataclasses import dataclass
 from typing import Any
 
 from starscan.core.errors import ConfigError
@@ -27,12 +28,40 @@ def check(settings: Settings) -> None:
         raise ConfigError(f"tls_ca_file {settings.tls_ca_file} does not exist")
 
 
-def flight_certificates(settings: Settings) -> list[tuple[bytes, bytes]]:
-    """The certificate chain and key for the Flight ports (``flight_tls``), as gRPC takes them."""
+@dataclass(frozen=True)
+class FlightTls:
+    """TLS of the Flight ports (``flight_tls``) as gRPC takes it: the server's chain and key;
+    client certificates required (``tls_client_auth`` = required: gRPC has no "optional", which
+    asks for none) that chain to ``tls_ca_file``. The FE's relay to the BEs is a client of the
+    same deployment: it trusts ``tls_ca_file`` and shows the server's own certificate."""
+
+    cert_chain: bytes
+    private_key: bytes
+    verify_client: bool
+    root_certificates: bytes | None
+
+    def server_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"tls_certificates": [(self.cert_chain, self.private_key)],
+                                   "verify_client": self.verify_client}
+        if self.root_certificates is not None:
+            options["root_certificates"] = self.root_certificates
+        return options
+
+    def client_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"cert_chain": self.cert_chain, "private_key": self.private_key}
+        if self.root_certificates is not None:
+            options["tls_root_certs"] = self.root_certificates
+        return options
+
+
+def flight_tls(settings: Settings) -> FlightTls | None:
     if not settings.flight_tls:
-        return []
+        return None
+    check(settings)
     assert settings.tls_cert_file is not None and settings.tls_key_file is not None  # check() said so
-    return [(settings.tls_cert_file.read_bytes(), settings.tls_key_file.read_bytes())]
+    ca = settings.tls_ca_file.read_bytes() if settings.tls_ca_file is not None else None
+    return FlightTls(settings.tls_cert_file.read_bytes(), settings.tls_key_file.read_bytes(),
+                     settings.tls_client_auth == "required", ca)
 
 
 def server_context(settings: Settings) -> ssl.SSLContext:

@@ -13,7 +13,10 @@ import pyarrow.flight as flight
 import pytest
 from adbc_driver_manager import DatabaseError, ProgrammingError
 from google.protobuf import any_pb2
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.servers import new_user
+from support.waits import wait_until
 
 from starscan.flight import flight_sql_pb2 as sql_pb2
 
@@ -196,3 +199,66 @@ def test_raw_flight_client_reads_endpoints_in_parallel(server, uri, proxy):
         same_rows(got, want)
     finally:
         server.live_settings.bound(flight_proxy=before)
+
+
+def test_a_client_that_goes_away_frees_its_scanner(server, uri):
+    """The reader stops after one batch and closes: the BE's scanner is closed with it, as a
+    close_scanner would; the next reads are unaffected."""
+    client, options = _raw_client(uri)
+    info = client.get_flight_info(_statement("select * from demo.lineitem"), options)
+    before = len(server.contexts)
+    reader = client.do_get(info.endpoints[0].ticket, options)
+    chunk = reader.read_chunk()
+    assert chunk.data.num_rows > 0
+    reader.cancel()
+    client.close()
+    wait_until(lambda: len(server.contexts) <= before, timeout_s=60, interval_s=0.2,
+               what="the scanner of the abandoned stream to close")
+    with connect(uri) as conn, conn.cursor() as cur:
+        cur.execute("select count(*) as n from demo.lineitem")
+        assert cur.fetch_arrow_table().column("n").to_pylist() == [spark_rows(server, "select * from demo_lineitem").num_rows]
+
+
+# ---- property: random aggregates over a filter, Flight SQL against Spark SQL ---------------
+GROUPABLE = ["l_returnflag", "l_linestatus", "l_shipmode", "l_shipdate", "l_linenumber"]
+NUMERIC = ["l_quantity", "l_extendedprice", "l_discount", "l_orderkey"]
+AGGREGATES = [f"{f}({c})" for f in ("sum", "min", "max", "count", "avg") for c in NUMERIC] + [
+    "count(*)", "count(distinct l_shipmode)"]
+
+
+@pytest.fixture(scope="module")
+def lineitem_info(spark, server):
+    from support.random_queries import TableInfo
+
+    return TableInfo(spark, server, "demo", "lineitem", 0.01)
+
+
+@pytest.fixture(scope="module")
+def adbc(uri):
+    with connect(uri) as conn:
+        yield conn
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_aggregates_answer_spark_sqls_rows(lineitem_info, adbc, data):
+    """GROUP BY over 0-2 columns, 1-3 aggregates, a random WHERE (the predicate generator the
+    scan properties use) and maybe a HAVING: the rows ADBC gets equal Spark SQL's."""
+    from support.random_queries import arrow_counts, differ, predicate, spark_counts
+
+    info = lineitem_info
+    group = data.draw(st.lists(st.sampled_from(GROUPABLE), max_size=2, unique=True), label="group")
+    aggs = data.draw(st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=3, unique=True), label="aggregates")
+    where = data.draw(predicate(info.scalar, info.samples, info.zone), label="where")
+    having = data.draw(st.booleans(), label="having") and group
+    items = group + [f"{a} as a{i}" for i, a in enumerate(aggs)]
+    template = (f"select {', '.join(items)} from {{table}} where {where}"
+                + (f" group by {', '.join(group)}" if group else "") + (" having count(*) > 1" if having else ""))
+    df = info.reference.sql(template.format(table=info.source))
+    want = spark_counts(df.collect(), df.schema.fields, info.zone)
+    with adbc.cursor() as cur:
+        cur.execute(template.format(table="demo.lineitem"))
+        got_table = cur.fetch_arrow_table()
+    got = arrow_counts(got_table.to_batches(), got_table.schema.types)
+    assert differ(want, got) is None, template

@@ -32,7 +32,8 @@ def tls_server(server, spark, base_settings, ca, tmp_path_factory):
     cert.private_key_and_cert_chain_pem.write_to_path(str(d / "server.pem"))
     ca.cert_pem.write_to_path(str(d / "ca.pem"))
     settings = base_settings.model_copy(update={
-        "http_tls": True, "be_tls": True, "tls_cert_file": d / "server.pem", "tls_key_file": d / "server.pem",
+        "http_tls": True, "be_tls": True, "flight_tls": True,
+        "tls_cert_file": d / "server.pem", "tls_key_file": d / "server.pem",
         "tls_ca_file": d / "ca.pem", "tls_client_auth": "required",
     })
     with running_server(spark, settings) as srv:
@@ -52,6 +53,32 @@ def test_scan_over_tls_on_both_ports(tls_server, ca, client):
     got = tls_client.read("db1", "t1", "select k1, v1 from db1.t1")
     want = client.read("db1", "t1", "select k1, v1 from db1.t1")  # the plain session server
     assert sorted(got.to_pylist(), key=str) == sorted(want.to_pylist(), key=str)
+
+
+def test_flight_sql_over_tls_with_client_certificates(tls_server, ca, client):
+    """Both Flight ports over TLS (flight_tls) with client certificates required: a client
+    with one reads (the FE relaying the BE's stream over TLS too); one without is refused."""
+    import pyarrow.flight as flight
+    from google.protobuf import any_pb2
+
+    from starscan.flight import flight_sql_pb2 as sql_pb2
+
+    uri = f"grpc+tls://127.0.0.1:{tls_server.flight_sql_port}"
+    reader = ca.issue_cert("reader@example.com")
+    command = any_pb2.Any()
+    command.Pack(sql_pb2.CommandStatementQuery(query="select k1, v1 from db1.t1"))
+    descriptor = flight.FlightDescriptor.for_command(command.SerializeToString())
+    conn = flight.connect(uri, tls_root_certs=ca.cert_pem.bytes(), cert_chain=reader.cert_chain_pems[0].bytes(),
+                          private_key=reader.private_key_pem.bytes())
+    options = flight.FlightCallOptions(headers=[conn.authenticate_basic_token("root", "")])
+    info = conn.get_flight_info(descriptor, options)
+    assert all(loc.uri.decode().startswith("grpc+tls://") for e in info.endpoints for loc in e.locations)
+    got = [row for e in info.endpoints for row in conn.do_get(e.ticket, options).read_all().to_pylist()]
+    want = client.read("db1", "t1", "select k1, v1 from db1.t1").to_pylist()
+    assert sorted(got, key=str) == sorted(want, key=str)
+    bare = flight.connect(uri, tls_root_certs=ca.cert_pem.bytes())
+    with pytest.raises(flight.FlightError):
+        bare.authenticate_basic_token("root", "")
 
 
 def test_client_without_certificate_is_refused(tls_server, ca):
