@@ -37,6 +37,8 @@ HEADLINES: dict[str, list[tuple[str, dict[str, str], str]]] = {
     "compare": [
         ("starscan warm full M rows/s", {"system": "starscan (thriftpy2", "scan": "full", "phase": "warm", "readers": "1"}, "M rows/s"),
         ("x Flight", {"system": "starscan (thriftpy2", "scan": "full", "phase": "warm", "readers": "1"}, "× Flight MB/s (rows/s)"),
+        ("Flight SQL (BE) warm full M rows/s", {"system": "starscan over Arrow Flight SQL (ADBC client), endpoints read from",
+                                                "scan": "full", "phase": "warm", "readers": "1"}, "M rows/s"),
     ],
     "call_latency": [
         ("8 readers: calls > 1 s", {"readers": "8", "phase": "warm"}, "calls > 1 s"),

@@ -1,7 +1,7 @@
 """A Flight SQL statement -> its result schema and endpoints (docs/flight-sql.md).
 
 * A plain single-table SELECT (columns and expressions, WHERE) is planned as ``_query_plan``
-  plans it, and its tablets become endpoints: one per group of tablets of a BE, each ticket
+  plans it, and its tablets become endpoints: one per BE's tablets, each ticket
   the signed plan and the group's tablets. An endpoint's locations are every BE that holds
   its tablets (a client that loses one tries the next), or the FE itself when it relays the
   BEs' streams (``flight_proxy``).
@@ -33,7 +33,6 @@ from starscan.planner.sql import syntax_error
 from starscan.plans import codec as plan_codec
 from starscan.settings.config import Settings
 
-ENDPOINTS_PER_BE = 4       # endpoints a BE's tablets are cut into: readers that fetch several in parallel
 SCAN_BATCH_ROWS = 65_536   # rows per record batch of a scan's stream
 
 
@@ -118,7 +117,7 @@ def _scan(sql: str, expression: exp.Select, view: CatalogView, planner: QueryPla
     endpoints = []
     for routings, tablet_ids in by_be.items():
         tablet_ids.sort()
-        size = max(1, math.ceil(len(tablet_ids) / ENDPOINTS_PER_BE))
+        size = max(1, math.ceil(len(tablet_ids) / settings.flight_endpoints_per_be))
         locations = [fe_uri] if settings.flight_proxy else [flight_uri[r] for r in routings if r in flight_uri]
         for start in range(0, len(tablet_ids), size):
             ticket = tickets.ScanTicket(encoded, tuple(tablet_ids[start:start + size]), SCAN_BATCH_ROWS)

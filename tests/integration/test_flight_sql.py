@@ -179,8 +179,8 @@ def _statement(sql: str) -> flight.FlightDescriptor:
 @pytest.mark.parametrize("proxy", [True, False])
 def test_raw_flight_client_reads_endpoints_in_parallel(server, uri, proxy):
     """Several endpoints fetched at once, from the FE (proxy) or from the BE each names."""
-    before = server.live_settings.current.flight_proxy
-    server.live_settings.bound(flight_proxy=proxy)
+    before = server.live_settings.current
+    server.live_settings.bound(flight_proxy=proxy, flight_endpoints_per_be=4)
     try:
         client, options = _raw_client(uri)
         info = client.get_flight_info(_statement("select l_orderkey, l_linenumber from demo.lineitem"), options)
@@ -198,7 +198,7 @@ def test_raw_flight_client_reads_endpoints_in_parallel(server, uri, proxy):
         want = spark_rows(server, "select l_orderkey, l_linenumber from demo_lineitem")
         same_rows(got, want)
     finally:
-        server.live_settings.bound(flight_proxy=before)
+        server.live_settings.bound(flight_proxy=before.flight_proxy, flight_endpoints_per_be=before.flight_endpoints_per_be)
 
 
 def test_a_client_that_goes_away_frees_its_scanner(server, uri):
