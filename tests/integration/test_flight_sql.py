@@ -230,7 +230,7 @@ AGGREGATES = [f"{f}({c})" for f in ("sum", "min", "max", "count", "avg") for c i
 def lineitem_info(spark, server):
     from support.random_queries import TableInfo
 
-    return TableInfo(spark, server, "demo", "lineitem", 0.01)
+    return TableInfo(spark, server, "demo", "lineitem", 0.002)
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +239,7 @@ def adbc(uri):
         yield conn
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+@settings(max_examples=10, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_aggregates_answer_spark_sqls_rows(lineitem_info, adbc, data):
