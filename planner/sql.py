@@ -20,7 +20,7 @@ from starscan.spark.types import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 
 _COMPARE = {exp.EQ: "=", exp.NEQ: "!=", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=", exp.NullSafeEQ: "<=>"}
 _ARITH = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "div"}
-_SCAN_ONLY = (exp.AggFunc, exp.Window, exp.Order, exp.Limit, exp.Offset, exp.Group, exp.Having, exp.Distinct, exp.Qualify)
+SCAN_ONLY = (exp.AggFunc, exp.Window, exp.Order, exp.Limit, exp.Offset, exp.Group, exp.Having, exp.Distinct, exp.Qualify)
 
 
 
@@ -70,7 +70,7 @@ def parse(sql: str, path_db: str, path_table: str) -> ParsedQuery:
         raise BadRequest(f"Select statement needed, but found [{sql} ]")
     if stmt.args.get("with_") or stmt.args.get("with"):
         raise BadRequest("Select statement must not embed another statement")
-    if stmt.find(*_SCAN_ONLY) is not None or any(isinstance(i, exp.AggFunc) for i in stmt.expressions):
+    if stmt.find(*SCAN_ONLY) is not None or any(isinstance(i, exp.AggFunc) for i in stmt.expressions):
         raise BadRequest(f"only support single table filter-prune-scan, but found [ {sql}]")
     from_ = stmt.args.get("from_") or stmt.args.get("from")
     if stmt.args.get("joins") or (from_ is not None and len(from_.expressions or []) > 0):

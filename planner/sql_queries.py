@@ -12,14 +12,13 @@ the answer.
 
 from __future__ import annotations
 
-import itertools
-import threading
 from dataclasses import dataclass
 
 from sqlglot import exp
 
-from starscan.core.errors import BadRequest, DatabaseNotFound, SelectPrivilegeMissing, SqlInvalid, TableNotFound
+from starscan.core.errors import BadRequest, DatabaseNotFound, SqlInvalid, TableNotFound
 from starscan.expr.functions import PLAIN_CALLS, SPARK_FUNCTIONS
+from starscan.planner.auth import require_select
 from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.table_frames import table_frame
 
@@ -43,9 +42,6 @@ _PLAIN_ALLOWED = frozenset(PLAIN_CALLS | SPARK_FUNCTIONS | {
 _DENIED = frozenset({"reflect", "java_method", "try_reflect", "read_csv", "read_json", "read_parquet", "read_files",
                      "input_file_name", "input_file_block_start", "input_file_block_length"})
 
-_views = itertools.count()
-_views_lock = threading.Lock()
-
 
 @dataclass(frozen=True)
 class PreparedQuery:
@@ -62,9 +58,9 @@ def is_query(expression: exp.Expression) -> bool:
     return isinstance(expression, exp.Query)
 
 
-def prepare(expression: exp.Expression, current_db: str | None, view: CatalogView) -> PreparedQuery:
-    """Check ``expression`` for ``view``'s user (no Spark): it only reads, and every table it
-    names exists and is granted. Unqualified names are of ``current_db``."""
+def prepare(expression: exp.Expression, current_db: str | None, view: CatalogView, client: str = "%") -> PreparedQuery:
+    """Check ``expression`` for ``view``'s user at ``client`` (no Spark): it only reads, and
+    every table it names exists and is granted. Unqualified names are of ``current_db``."""
     if not is_query(expression) or any(True for _ in expression.find_all(*_WRITES)):
         raise BadRequest("only queries are answered here (SELECT, WITH ... SELECT, UNION): starscan is read-only; "
                          "DDL, DML and SET statements are refused")
@@ -88,17 +84,14 @@ def prepare(expression: exp.Expression, current_db: str | None, view: CatalogVie
         if not db:
             raise BadRequest(f"no database selected for table {table.name!r}: name it as db.table")
         name = table.name
-        if not view.can_select(db, name):
-            raise SelectPrivilegeMissing(f"Access denied; you need (at least one of) the SELECT privilege(s) on TABLE "
-                                         f"{db}.{name} for {view.user}")
+        require_select(view.users, view.user, client, db, name)
         if not view.warehouse.has_database(db):
             raise DatabaseNotFound(db)
         if not view.warehouse.has_table(db, name):
             raise TableNotFound(f"{db}.{name}")
         key = (db, name)
-        if key not in views:
-            with _views_lock:
-                views[key] = f"starscan_q{next(_views)}_{len(views)}"
+        if key not in views:  # each query's views live in a session of its own (``dataframe``)
+            views[key] = f"starscan_table_{len(views)}"
         alias = table.args.get("alias")
         replacement = exp.Table(this=exp.to_identifier(views[key]))
         replacement.set("alias", alias if alias is not None else exp.TableAlias(this=exp.to_identifier(name)))

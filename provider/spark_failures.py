@@ -4,7 +4,43 @@ and a Python task's own exception inside Spark's text of it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from starscan.core.errors import ScanFailed, SnapshotGone, SparkUnavailable, StarscanError
+
+
+def scan_failure(exc: BaseException, spark: Any, source: Any, description: str, engine_reason: str | None,
+                 reading: Callable[[], str], task_reason: str | None = None) -> StarscanError:
+    """The error a reader of the scan of ``source`` gets when Spark failed: the JVM gone;
+    "version ... is gone" when the planned files were removed or rewritten under the scan;
+    a missing filesystem for the sql engine; else the task's own reason (``task_reason``,
+    or Spark's, with ``reading()``: what a task Spark lost was reading)."""
+    jvm = jvm_gone(exc, spark)
+    if jvm is not None:
+        return SparkUnavailable(f"the scan of {description} stopped: {jvm}; read it again (a new "
+                                "SparkSession is starting)")
+    try:
+        source.check_files()
+    except SnapshotGone as gone:
+        return SnapshotGone(gone.message.replace(" was removed;", " was removed during the scan;")
+                            .replace(" was rewritten;", " was rewritten during the scan;"))
+    except Exception:  # noqa: BLE001 - the original failure is what matters
+        pass
+    if task_reason is not None:
+        reason = task_reason
+    else:
+        reason, raised = spark_reason(exc)
+        if not raised:  # Spark lost the task: say what it was reading
+            reason += reading()
+    if missing_filesystem(exc) and not source.storage.is_local:
+        return ScanFailed(f"this scan of {description} needs the sql engine ({engine_reason}), and this "
+                          f"server's Spark has no filesystem for {source.table_location()}: "
+                          "add Hadoop's cloud connector jars to Spark (docs/storage.md), or ask for a scan the arrow "
+                          "engine can read")
+    if f"table {description}" in reason:
+        return ScanFailed(f"Spark scan failed: {reason}")
+    return ScanFailed(f"Spark scan of table {description} failed: {reason}")
 
 
 def spark_reason(exc: BaseException) -> tuple[str, bool]:

@@ -36,10 +36,7 @@ from starscan.arrow.wire import BatchConverter
 from starscan.core.errors import (
     InvalidArgument,
     ScanCancelled,
-    ScanFailed,
     ScanTimeout,
-    SnapshotGone,
-    SparkUnavailable,
     StarscanError,
 )
 from starscan.core.logs import scan_fields
@@ -49,7 +46,7 @@ from starscan.provider.push.task import PushTarget, push_arrow_splits, push_spar
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.scan_sources import Source
 from starscan.provider.scheduler import SLOT_TURN_S, ArrowReaders, Ask, ScanReaders, SqlSplitReaders, Start
-from starscan.provider.spark_failures import jvm_gone, lost_task, missing_filesystem, spark_reason
+from starscan.provider.spark_failures import jvm_gone, lost_task, scan_failure
 from starscan.spark.handle import calendar_rules, conf_value, started
 
 log = logging.getLogger("starscan.provider.scan")
@@ -470,36 +467,11 @@ class SparkScan:
         return self._failure(exc, None, task_reason=f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}")
 
     def _failure(self, exc: BaseException, sink: PushSink | None = None, task_reason: str | None = None) -> StarscanError:
-        """The error a reader gets when Spark failed: "version ... is gone" when the planned
-        files were removed or rewritten under the scan, else the task's own reason."""
+        """The error a reader gets when Spark failed (spark_failures.scan_failure)."""
         if sink is not None and sink.error is not None:
             return sink.error
-        jvm = jvm_gone(exc, self.spark)
-        if jvm is not None:
-            return SparkUnavailable(f"the scan of {self.description} stopped: {jvm}; read it again (a new "
-                                    "SparkSession is starting)")
-        try:
-            self.source.check_files()
-        except SnapshotGone as gone:
-            return SnapshotGone(gone.message.replace(" was removed;", " was removed during the scan;")
-                                .replace(" was rewritten;", " was rewritten during the scan;"))
-        except Exception:  # noqa: BLE001 - the original failure is what matters
-            pass
-        if task_reason is not None:
-            reason = task_reason
-        else:
-            reason, raised = spark_reason(exc)
-            if not raised:  # Spark lost the task: say what it was reading
-                reason += self._reading(sink)
-        if missing_filesystem(exc) and not self.source.storage.is_local:
-            return ScanFailed(f"this scan of {self.description} needs the sql engine ({self.engine_reason}), and this "
-                              f"server's Spark has no filesystem for {self.source.table_location()}: "
-                              "add Hadoop's cloud connector jars to Spark (docs/storage.md), or ask for a scan the arrow "
-                              "engine can read")
-        if f"table {self.description}" in reason:
-            return ScanFailed(f"Spark scan failed: {reason}")
-        return ScanFailed(f"Spark scan of table {self.description} failed: {reason}")
-
+        return scan_failure(exc, self.spark, self.source, self.description, self.engine_reason,
+                            lambda: self._reading(sink), task_reason)
 
 
 def _run_job(sc, mapped, split: int) -> None:

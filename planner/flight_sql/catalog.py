@@ -5,17 +5,16 @@ the ones Flight SQL defines for each command. starscan has one catalog, StarRock
 
 from __future__ import annotations
 
-import json
 import re
 
 import pyarrow as pa
 from google.protobuf import any_pb2
 
 import starscan
-from starscan.core.errors import BadRequest
-from starscan.core.sql_types import parse_type
+from starscan.core.errors import BadRequest, DatabaseNotFound, TableNotFound
 from starscan.flight import flight_sql_pb2 as sql_pb2
-from starscan.planner.mysql.catalog_view import CatalogView
+from starscan.planner.mysql.catalog_view import CatalogView, describe
+from starscan.spark.types import sql_type as spark_sql_type
 
 CATALOG = "default_catalog"
 TABLE_TYPES = ("TABLE",)
@@ -135,7 +134,7 @@ def table_schema(view: CatalogView, db: str, table: str, time_zone: str) -> pa.S
         return pa.schema([])
     fields = []
     for f in view.schemas.schema(snap).fields:
-        sql_type = parse_type(json.loads(f.dataType.json()))
+        sql_type = spark_sql_type(f.dataType)
         meta = {b"ARROW:FLIGHT:SQL:CATALOG_NAME": CATALOG.encode(), b"ARROW:FLIGHT:SQL:DB_SCHEMA_NAME": db.encode(),
                 b"ARROW:FLIGHT:SQL:TABLE_NAME": table.encode(),
                 b"ARROW:FLIGHT:SQL:TYPE_NAME": sql_type.simple_string().encode()}
@@ -206,8 +205,6 @@ def is_show(sql: str) -> bool:
 
 def show(sql: str, database: str | None, view: CatalogView) -> pa.Table:
     """SHOW DATABASES, SHOW TABLES [FROM db], DESC [db.]table, as the MySQL port answers them."""
-    from starscan.core.errors import DatabaseNotFound, TableNotFound
-
     if _SHOW_DATABASES.match(sql):
         return pa.table({"Database": sorted(view.databases())})
     if m := _SHOW_TABLES.match(sql):
@@ -224,7 +221,6 @@ def show(sql: str, database: str | None, view: CatalogView) -> pa.Table:
         raise BadRequest("No database selected: DESC db.table")
     if not (view.can_select(db, table) and view.warehouse.has_table(db, table)):
         raise TableNotFound(f"{db}.{table}")
-    columns = view.columns(db, table)
-    return pa.table({"Field": [c.name for c in columns], "Type": [c.column_type for c in columns],
-                     "Null": ["YES" if c.nullable else "NO" for c in columns], "Key": ["false"] * len(columns),
-                     "Default": pa.nulls(len(columns), _UTF8), "Extra": [""] * len(columns)})
+    rows, header = describe(view.columns(db, table))
+    return pa.Table.from_pylist([dict(zip(header, row)) for row in rows],
+                                schema=pa.schema([(name, _UTF8) for name in header]))

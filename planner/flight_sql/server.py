@@ -20,7 +20,7 @@ from cachetools import TTLCache
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
-from starscan.core.errors import BadRequest, InvalidArgument, NotFound, PrivilegeMissing, SqlInvalid
+from starscan.core.errors import BadRequest, InvalidArgument, NotFound, PrivilegeMissing, StarscanError
 from starscan.flight import flight_sql_pb2 as sql_pb2
 from starscan.flight import tickets
 from starscan.flight.errors import to_flight
@@ -123,7 +123,7 @@ class FlightSqlServer(flight.FlightServerBase):
     def _query(self, ticket: tickets.QueryTicket, view: CatalogView) -> pa.Table:
         """A query answered on Spark SQL, at most ``sql_query_max_rows`` rows."""
         settings = self.live.current
-        prepared = sql_queries.prepare(statements.parse(ticket.sql), ticket.database, view)
+        prepared = sql_queries.prepare(statements.parse(ticket.sql), ticket.database, view, statements.CLIENT)
         df = sql_queries.dataframe(self.spark, prepared, view)
         schema = statements.query_schema(df, settings.time_zone)
         cap = settings.sql_query_max_rows
@@ -204,8 +204,8 @@ class FlightSqlServer(flight.FlightServerBase):
         return entry[1]
 
     def _failure(self, exc: Exception, rpc: str) -> BaseException:
-        if not isinstance(exc, (flight.FlightError, pa.ArrowException)) and \
-                not hasattr(exc, "status_code") and not isinstance(exc, (SqlInvalid,)):
+        """The gRPC status of ``exc``; a failure that is not one of ours is logged with its traceback."""
+        if not isinstance(exc, (StarscanError, flight.FlightError, pa.ArrowException)):
             log.exception("Flight SQL %s failed", rpc)
         return to_flight(exc)
 

@@ -21,10 +21,11 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from starscan.core.errors import BadRequest, SelectPrivilegeMissing, SqlInvalid
+from starscan.core.errors import BadRequest, SqlInvalid
 from starscan.core.sql_types import parse_type
 from starscan.flight import tickets
 from starscan.planner import sql_queries
+from starscan.planner.auth import require_select
 from starscan.planner.flight_sql import catalog
 from starscan.planner.mysql import select
 from starscan.planner.mysql.catalog_view import CatalogView
@@ -34,6 +35,9 @@ from starscan.plans import codec as plan_codec
 from starscan.settings.config import Settings
 
 SCAN_BATCH_ROWS = 65_536   # rows per record batch of a scan's stream
+
+
+CLIENT = "flight-sql"  # how refusals name the caller: pyarrow's middleware does not give its address
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ def plan(sql: str, database: str | None, view: CatalogView, planner: QueryPlanne
         scan = _scan(sql, expression, view, planner, settings, signer, flight_uri, fe_uri)
         if scan is not None:
             return scan
-    prepared = sql_queries.prepare(expression, database, view)
+    prepared = sql_queries.prepare(expression, database, view, CLIENT)
     schema = query_schema(sql_queries.dataframe(spark, prepared, view), settings.time_zone)
     return Planned(schema, [Endpoint(tickets.encode(tickets.query_ticket(user, sql, database), signer), [])])
 
@@ -98,9 +102,7 @@ def _scan(sql: str, expression: exp.Select, view: CatalogView, planner: QueryPla
     db, table = source.text("db"), source.name
     if not db or source.text("catalog"):
         return None
-    if not view.can_select(db, table):
-        raise SelectPrivilegeMissing(f"Access denied; you need (at least one of) the SELECT privilege(s) on TABLE "
-                                     f"{db}.{table} for {view.user}")
+    require_select(view.users, view.user, CLIENT, db, table)
     try:
         answer = json.loads(planner.query_plan_json(db, table, sql, view.user))
     except BadRequest:

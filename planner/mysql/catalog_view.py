@@ -73,6 +73,18 @@ class CatalogView:
         return [column_info(i, f) for i, f in enumerate(schema.fields, 1)]
 
 
+def describe(columns: list[ColumnInfo], full: bool = False) -> tuple[list[tuple], list[str]]:
+    """DESC's rows and header (SHOW FULL COLUMNS with ``full``), as StarRocks answers them."""
+    rows = []
+    for c in columns:
+        null = "YES" if c.nullable else "NO"
+        rows.append((c.name, c.column_type, None, null, "false", None, "", "", c.comment) if full
+                    else (c.name, c.column_type, null, "false", None, ""))
+    header = (["Field", "Type", "Collation", "Null", "Key", "Default", "Extra", "Privileges", "Comment"] if full
+              else ["Field", "Type", "Null", "Key", "Default", "Extra"])
+    return rows, header
+
+
 def column_info(position: int, field: T.StructField) -> ColumnInfo:
     mt = mysql_column_type(field)
     comment = str((field.metadata or {}).get("comment", ""))

@@ -36,6 +36,11 @@ class PreparedSelect:
     limit: int
 
 
+# What makes a SELECT more than a scan (``_query_plan``'s refusals), LIMIT aside: this port
+# applies a LIMIT itself.
+_NOT_PLAIN = tuple(t for t in sqlmod.SCAN_ONLY if t is not exp.Limit) + (exp.Subquery,)
+
+
 def is_plain(expression: exp.Expression) -> bool:
     """A SELECT of columns and expressions of one table, with WHERE and LIMIT at most: the
     shape ``prepare`` answers; anything else that reads goes to planner/sql_queries.py."""
@@ -44,9 +49,7 @@ def is_plain(expression: exp.Expression) -> bool:
     from_ = expression.args.get("from_") or expression.args.get("from")
     if from_ is None or not isinstance(from_.this, exp.Table) or expression.args.get("joins"):
         return False
-    if any(expression.args.get(k) for k in ("group", "having", "order", "distinct", "with", "qualify", "windows")):
-        return False
-    return not any(True for _ in expression.find_all(exp.AggFunc, exp.Window, exp.Subquery))
+    return not (expression.args.get("with_") or expression.args.get("with")) and expression.find(*_NOT_PLAIN) is None
 
 
 def prepare(expression: exp.Select, current_db: str | None, view: CatalogView, max_rows: int) -> PreparedSelect:

@@ -19,8 +19,8 @@ from sqlglot import exp
 
 from starscan.planner import sql_queries
 from starscan.planner.mysql import info_schema, select
-from starscan.planner.mysql.auth import login_refused
-from starscan.planner.mysql.catalog_view import INFORMATION_SCHEMA, CatalogView
+from starscan.planner.mysql.auth import client_address, login_refused
+from starscan.planner.mysql.catalog_view import INFORMATION_SCHEMA, CatalogView, describe
 from starscan.planner.mysql.errors import log, no_database, no_such_table, not_supported, to_mysql, unknown_database
 from starscan.security.users import UserStore
 from starscan.spark.schemas import SchemaResolver
@@ -126,17 +126,7 @@ class StarscanSession(Session):
         if kind == "COLUMNS":
             db, table = await self._visible_table(show.text("db"), show.text("target"))
             columns = await asyncio.to_thread(view.columns, db, table)
-            full = bool(show.args.get("full"))
-            rows = []
-            for c in columns:
-                if not _like(show, c.name):
-                    continue
-                null = "YES" if c.nullable else "NO"
-                rows.append((c.name, c.column_type, None, null, "false", None, "", "", c.comment) if full
-                            else (c.name, c.column_type, null, "false", None, ""))
-            header = (["Field", "Type", "Collation", "Null", "Key", "Default", "Extra", "Privileges", "Comment"] if full
-                      else ["Field", "Type", "Null", "Key", "Default", "Extra"])
-            return rows, header
+            return describe([c for c in columns if _like(show, c.name)], bool(show.args.get("full")))
         if kind == "CREATE TABLE":
             db, table = await self._visible_table(show.text("db"), show.text("target"))
             return [(table, await asyncio.to_thread(self._create_table, db, table))], ["Table", "Create Table"]
@@ -210,7 +200,7 @@ class StarscanSession(Session):
         """Aggregates, joins, CTEs, window functions (planner/sql_queries.py), capped at the
         row limit like every answer of this port."""
         view = self._view()
-        prepared = sql_queries.prepare(expression, self.database, view)
+        prepared = sql_queries.prepare(expression, self.database, view, client_address.get())
         df = sql_queries.dataframe(self.ctx.spark, prepared, view)
         return select.collect_rows(self.ctx.spark, df, list(df.columns), self._row_cap(),
                                    f"{prepared.description} ({view.user})")
