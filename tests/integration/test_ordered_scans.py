@@ -76,15 +76,19 @@ def three_reader_be(spark, base_settings, server, request):
         yield srv
 
 
-def _ordered_ids(be, plan, tablets, table: str, pause_after: int | None = None, **open_kw) -> tuple[list[int], object]:
+def _ordered_ids(be, plan, tablets, table: str, pause_after: int | None = None, before_reading=None,
+                 **open_kw) -> tuple[list[int], object]:
     """The ids of an ordered scan read to its end (pausing ``pause_after`` replies in for
-    longer than the BE's scan_yield_after_s), and the scan."""
+    longer than the BE's scan_yield_after_s; calling ``before_reading(scan)`` before the
+    first reply), and the scan."""
     reader = Reader(("127.0.0.1", be.be_port))
     try:
         opened = reader.open("demo", table, plan, tablets, batch_size=1000, properties={ORDERED_PROPERTY: "true"},
                              **open_kw)
         assert opened.status.status_code == 0, opened.status
         cid, ids, offset = opened.context_id, [], 0
+        if before_reading is not None:
+            before_reading(be.contexts.get(cid).scan)
         while True:
             if pause_after is not None and len(ids) >= pause_after * 1000:
                 # Away until a reader gave its slot back, then for longer than scan_yield_after_s
@@ -115,11 +119,21 @@ def test_an_ordered_scan_read_by_three_readers_has_the_one_readers_order(any_fil
                                                                         where):
     plan, tablets = plan_for(client, "demo", table, f"select id, pad from demo.{table} where {where}")
     one, single = _ordered_ids(one_reader_be, plan, tablets, table)
-    three, scan = _ordered_ids(three_reader_be, plan, tablets, table)
+    own_slots = "+" not in where and three_reader_be.settings.scan_local_read_slots > 0
+
+    def more_than_one_reader(scan) -> None:
+        """With a queue far smaller than the scan, the first reader cannot read the scan alone
+        before rows are taken: wait until a second reader started, or the first gave its slot
+        back (then another reader must go on), however late the scan's driver thread runs."""
+        wait_until(lambda: scan.own_reader_runs >= 2 or scan.sink is not None and scan.sink.yields > 0, 60,
+                   what="a second reader in the BE's own slots, or the first to yield")
+
+    three, scan = _ordered_ids(three_reader_be, plan, tablets, table, **(
+        {"before_reading": more_than_one_reader, "mem_limit": 1 << 17} if own_slots else {}))
     assert single.splits == scan.splits > 1    # the same splits, whatever reads them
     assert three == one                        # the same rows in the same order
     assert scan.engine == ("sql" if "+" in where else "arrow")  # the arrow engine has no addition
-    if scan.engine == "arrow" and three_reader_be.settings.scan_local_read_slots:
+    if own_slots:
         assert scan.own_reader_runs >= 2       # read by more than one reader
     frame = spark.read.parquet(str(three_reader_be.warehouse.table_path("demo", table)))
     assert Counter(three) == Counter(r["id"] for r in frame.where(where).select("id").collect())
