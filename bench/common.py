@@ -68,6 +68,22 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: The CPU features Arrow's and the codecs' kernels choose their code paths by.
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "sha_ni", "vaes")
+
+
+def _cpu_flags() -> str:
+    """Which of ``SIMD_FLAGS`` the CPU has (hosts of one model name can differ in these)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return " ".join(f for f in SIMD_FLAGS if f in have) or "none of " + " ".join(SIMD_FLAGS)
+    except OSError:
+        pass
+    return "unknown"
+
+
 def _git_commit() -> str:
     commit = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_DIR)
     if not commit or " " in commit:
@@ -95,6 +111,7 @@ def environment() -> dict[str, str]:
         "nproc": nproc,
         "memory": f"{mem / 2**30:.1f} GiB",
         "cpu": _cpu_model(),
+        "cpu flags": _cpu_flags(),
         "kernel": platform.release(),
         "git commit": _git_commit(),
         "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import shutil
@@ -516,8 +517,11 @@ def tree(proc: psutil.Process | None, exclude: set[int] = frozenset()):
     return procs
 
 
-def measure(system: str, spec: dict, meter_fn, timeout_s: float) -> dict:
+def measure(system: str, spec: dict, meter_fn, timeout_s: float, counters=None) -> dict:
+    """One run of ``spec`` in a client process; ``counters()`` (starscan's systems) gives the
+    server's read counters, kept as their change over the run."""
     proc = None
+    counted = counters() if counters is not None else None
     with ServerMeter(meter_fn) as meter:
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -531,6 +535,8 @@ def measure(system: str, spec: dict, meter_fn, timeout_s: float) -> dict:
     if proc.returncode != 0:
         return {"error": f"client process rc={proc.returncode}: {err.strip().splitlines()[-1][:300] if err.strip() else ''}"}
     res = json.loads(out.strip().splitlines()[-1])
+    if counted is not None:
+        res["server_counters"] = {k: v - counted[k] for k, v in counters().items()}
     res["server_rss"] = meter.peak
     res["rss_by_role"] = meter.peaks
     res["server_cpu_s"] = meter.cpu_s
@@ -558,11 +564,32 @@ def summarize(runs: list[dict]) -> dict | None:
         "rss_by_role": {role: max(r.get("rss_by_role", {}).get(role, 0) for r in ok)
                         for role in {k for r in ok for k in r.get("rss_by_role", {})}},
         "wall": common.percentile([r["wall_s"] for r in ok], 50),
+        "reads": _reads(ok),
         # CPU ms per million rows delivered, by process, median over the runs
         "cpu_ms_per_m": {role: common.percentile([_per_m_rows(r, r.get("cpu_by_role", {}).get(role, 0.0)) for r in ok], 50)
                          for role in {k for r in ok for k in r.get("cpu_by_role", {})}}
         | {"reader": common.percentile([_per_m_rows(r, r.get("client_scan_cpu_s", 0.0)) for r in ok], 50)},
     }
+
+
+def _reads(runs: list[dict]) -> dict | None:
+    """starscan's reads over ``runs``: the page cache's share of the row groups the BE read
+    itself, and the share of the splits the BE read itself (the rest: Spark's tasks)."""
+    got = [r["server_counters"] for r in runs if r.get("server_counters")]
+    if not got:
+        return None
+    total = {k: sum(c.get(k, 0) for c in got) for k in ("page_cache_hits", "page_cache_misses", "splits_be", "splits_spark")}
+    groups, splits = total["page_cache_hits"] + total["page_cache_misses"], total["splits_be"] + total["splits_spark"]
+    return {"page_cache_hit": total["page_cache_hits"] / groups if groups else None,
+            "be_splits": total["splits_be"] / splits if splits else None, **total}
+
+
+def server_counters(server) -> dict:
+    """The in-process server's page cache and splits_read counters."""
+    registry, cache = server.ops.metrics.registry, server.service.chunk_cache
+    splits = {r: registry.get_sample_value("starscan_splits_read_total", {"reader": r}) or 0.0 for r in ("be", "spark")}
+    return {"page_cache_hits": cache.hits, "page_cache_misses": cache.misses,
+            "splits_be": splits["be"], "splits_spark": splits["spark"]}
 
 
 def _per_m_rows(run: dict, cpu_s: float) -> float:
@@ -669,7 +696,12 @@ def main(argv=None) -> int:
             cache = server.service.result_cache
             cache.configure(args.cache_bytes if system == "starscan-cache" else 0, args.cache_bytes, ["*.*"])
             server.live_settings.bound(flight_proxy=system != "flight-sql-be")
+            counters = None
             if system in STARSCAN_SYSTEMS:
+                # Each starscan system's cold run finds the page cache as a new server has it
+                # (empty), not filled by the system before it.
+                server.service.chunk_cache.clear()
+                counters = functools.partial(server_counters, server)
                 def meter_fn():  # this process, its JVM, and Spark's Python workers under the JVM
                     try:
                         workers = starscan_jvm.children(recursive=True) if starscan_jvm else []
@@ -703,12 +735,13 @@ def main(argv=None) -> int:
             for qname, q in qs.items():
                 spec = dict(spec0, system=system, sql=q["sql"], columns=q["columns"], filter_date=q["filter_date"])
                 common.log(f"{system}: {qname}, cold, 1 reader")
-                results[(system, qname, "cold", 1)] = [measure(system, dict(spec, readers=1), meter_fn, args.timeout)]
+                results[(system, qname, "cold", 1)] = [measure(system, dict(spec, readers=1), meter_fn, args.timeout,
+                                                               counters)]
                 for n in concurrency:
                     runs = []
                     for i in range(args.repeats):
                         common.log(f"{system}: {qname}, warm, {n} reader(s), run {i + 1}/{args.repeats}")
-                        runs.append(measure(system, dict(spec, readers=n), meter_fn, args.timeout))
+                        runs.append(measure(system, dict(spec, readers=n), meter_fn, args.timeout, counters))
                     results[(system, qname, "warm", n)] = runs
                 for key in [k for k in results if k[0] == system and k[1] == qname]:
                     for r in results[key]:
@@ -760,7 +793,8 @@ def main(argv=None) -> int:
         "runs": f"every system first reads {WARM_TABLE} (lineitem at scale {WARM_SCALE}, another table) once: the "
                 f"same warm-up for all, starscan's own start-up warm-up off (warmup_rows=0); cold = the first run of "
                 f"the query after that (1 reader; for the official client, after the thriftpy2 client's runs); "
-                f"warm = {args.repeats} run(s) per reader count, median",
+                f"warm = {args.repeats} run(s) per reader count, median; the BE's page cache is emptied before each "
+                "starscan system, so that system's cold run decodes the files as a new server's does",
         "client": "readers are threads in a separate client process (one per run), each system's client library "
                   "imported before the clock starts; batches counted and dropped",
         "warm-up wall": "; ".join(f"{k} {v}" for k, v in notes.get("warm-up", {}).items()),
@@ -887,7 +921,72 @@ def render(results: dict, systems: list[str], qs: dict, concurrency: list[int]) 
     lines.append(f"- memory, JVM ≤ 1.5 GB and Python ≤ 300 MB: {verdict(ok)}, peak RSS JVM {common.gb(jvm)}, "
                  f"server Python {common.gb(py)}, Spark's Python workers together {common.gb(roles.get('workers'))}; "
                  "compare with a run at another --scale for the 10× table-growth target")
-    return common.markdown_table(HEADER, rows) + "\n", "\n".join(lines) + "\n"
+    lines += _targets_of_issues_57_and_58(g, fx, verdict)
+    reads = _reads_table(summ, systems, qs, concurrency)
+    return common.markdown_table(HEADER, rows) + "\n" + reads, "\n".join(lines) + "\n"
+
+
+def _reads_table(summ: dict, systems: list[str], qs: dict, concurrency: list[int]) -> str:
+    """Where starscan's rows were read, per run kind: the splits the BE read in its own
+    process (the rest by Spark's tasks) and the page cache's share of the row groups it read."""
+    rows = []
+    for qname in qs:
+        for phase, ns in (("cold", [1]), ("warm", concurrency)):
+            for n in ns:
+                for system in systems:
+                    s = summ.get((system, qname, phase, n))
+                    reads = s and s.get("reads")
+                    if not reads:
+                        continue
+                    pct = lambda x: "–" if x is None else f"{100 * x:.0f} %"  # noqa: E731
+                    rows.append([LABELS[system], qname, phase, n,
+                                 f"{pct(reads['be_splits'])} ({reads['splits_be']:.0f} of "
+                                 f"{reads['splits_be'] + reads['splits_spark']:.0f})",
+                                 f"{pct(reads['page_cache_hit'])} ({reads['page_cache_hits']:,} of "
+                                 f"{reads['page_cache_hits'] + reads['page_cache_misses']:,})"])
+    if not rows:
+        return ""
+    return ("\n**Where starscan read the rows** (all runs of the kind together; the page cache serves the BE's own "
+            "reads only)\n\n" + common.markdown_table(
+                ["system", "scan", "phase", "readers", "splits read by the BE itself", "row groups from the page cache"],
+                rows) + "\n")
+
+
+def _targets_of_issues_57_and_58(g, fx, verdict) -> list[str]:
+    """Issue 58 (the Thrift path against pyarrow's Flight server on every host kind) and
+    issue 57 (Flight SQL against pyarrow reading the files and its Flight server)."""
+    def ratio(a, b):
+        return a["rps"] / b["rps"] if a and b and b["rps"] else None
+
+    def cpu_sum(s):
+        return sum(s["cpu_ms_per_m"].values()) if s and s.get("cpu_ms_per_m") else None
+
+    def line(label: str, a, b, bound: float) -> str:
+        r = ratio(a, b)
+        return (f"- {label} ≥ {bound:.1f}×: {verdict(r >= bound if r else None)}, {fx(r)} "
+                f"({common.fmt(a and a['rps'] / 1e6, 2)} vs {common.fmt(b and b['rps'] / 1e6, 2)} M rows/s)")
+
+    def cpu_line(label: str, a, peer) -> str:
+        mine, theirs = cpu_sum(a), cpu_sum(peer)
+        ok = mine < theirs if mine is not None and theirs is not None else None
+        return (f"- {label}, CPU per million rows (server + reader) below the Flight server's: {verdict(ok)}, "
+                f"{common.fmt(mine, 0)} ms against {common.fmt(theirs, 0)} ms")
+
+    lines = ["", "**Targets of issue 58 (the Thrift path, 1 reader, against the pyarrow Flight server)**", ""]
+    for phase, query, bound in (("warm", "full", 1.0), ("cold", "full", 0.8), ("warm", "filter", 0.8)):
+        lines.append(line(f"{phase} {query} scan", g("starscan", query, phase, 1), g("flight", query, phase, 1), bound))
+    lines.append(cpu_line("warm full scan", g("starscan", "full", "warm", 1), g("flight", "full", "warm", 1)))
+    lines += ["", "**Targets of issue 57 (Flight SQL over ADBC, 1 reader)**", ""]
+    for system, how in (("flight-sql-be", "from the BE"), ("flight-sql", "through the FE's proxy")):
+        if not any(g(system, "full", phase, 1) for phase in ("cold", "warm")):
+            continue
+        lines.append(line(f"{how}: warm full scan against pyarrow reading the files", g(system, "full", "warm", 1),
+                          g("pyarrow", "full", "warm", 1), 0.8))
+        for phase in ("cold", "warm"):
+            lines.append(line(f"{how}: {phase} full scan against the Flight server", g(system, "full", phase, 1),
+                              g("flight", "full", phase, 1), 1.0))
+        lines.append(cpu_line(f"{how}: warm full scan", g(system, "full", "warm", 1), g("flight", "full", "warm", 1)))
+    return lines
 
 
 if __name__ == "__main__":

@@ -100,6 +100,15 @@ def headline(run: dict) -> str:
     return "; ".join(parts) or "–"
 
 
+def host_kind(run: dict) -> str:
+    """The kind of host a run was measured on: its CPU model (and SIMD flags, where recorded).
+    Figures of different kinds are kept apart: a ratio that holds on one may not on another."""
+    env = run.get("environment", {})
+    kind = env.get("cpu", "unknown")
+    flags = env.get("cpu flags")
+    return f"{kind} ({flags})" if flags else kind
+
+
 def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -131,10 +140,20 @@ def page(runs: list[dict], notes: list[Path]) -> str:
         lines += [f"- {k}: {v}" for k, v in latest["environment"].items()]
         lines += ["", "**Conditions**", ""]
         lines += [f"- {k}: {v}" for k, v in latest["conditions"].items()]
-        lines += ["", latest["table"].rstrip(), "", "### History", "", "| time | commit | run | headline | record |", "|---|---|---|---|---|"]
+        lines += ["", latest["table"].rstrip()]
+        kinds: dict[str, dict] = {}
+        for run in group:
+            kinds[host_kind(run)] = run  # the latest of each kind
+        if len(kinds) > 1:
+            lines += ["", "### Latest on each host kind", "", "| host | time | commit | headline | record |",
+                      "|---|---|---|---|---|"]
+            for kind, run in sorted(kinds.items(), key=lambda item: item[1]["time"], reverse=True):
+                lines.append(f"| {_cell(kind)} | {run['time']} | {_cell(run['commit'])} | {_cell(headline(run))} | "
+                             f"[{run['_file']}](results/{run['_file']}) |")
+        lines += ["", "### History", "", "| time | host | commit | run | headline | record |", "|---|---|---|---|---|---|"]
         for run in reversed(group):
-            lines.append(f"| {run['time']} | {_cell(run['commit'])} | {_cell(run['title'])} | {_cell(headline(run))} | "
-                         f"[{run['_file']}](results/{run['_file']}) |")
+            lines.append(f"| {run['time']} | {_cell(host_kind(run))} | {_cell(run['commit'])} | {_cell(run['title'])} | "
+                         f"{_cell(headline(run))} | [{run['_file']}](results/{run['_file']}) |")
     if notes:
         lines += ["", "## Notes", "", "Analyses written by hand, newest first:", ""]
         for note in sorted(notes, reverse=True):

@@ -13,7 +13,7 @@ from starscan.core.thrift_defs import wire
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.metrics import ScanMetrics
 from starscan.provider.profile import ProfileStore
-from starscan.provider.scan_audit import rows_read, scan_outcome
+from starscan.provider.scan_audit import rows_read, scan_outcome, splits_by_reader
 from starscan.provider.spark_jobs import SparkJobTracker
 
 log = logging.getLogger("starscan.ops")
@@ -60,6 +60,10 @@ class BeInstrumentation:
         read = rows_read(ctx)
         if read:
             self.metrics.rows_read.inc(read)
+        splits = splits_by_reader(ctx)
+        if splits is not None:
+            self.metrics.splits_read.labels("be").inc(splits[0])
+            self.metrics.splits_read.labels("spark").inc(splits[1])
         profile = self.profiles.finish(ctx, outcome, error)
         if profile is not None:
             ctx.info.profile = profile.summary()

@@ -32,6 +32,18 @@ def rows_read(ctx) -> int | None:
     return scan.rows_read if scan is not None else None
 
 
+def splits_by_reader(ctx) -> tuple[int, int] | None:
+    """A completed scan's splits read in the BE's own process and by Spark's tasks (a
+    sql-engine scan's are all Spark's); None for a scan answered from the result cache, one
+    refused at open, or one that did not read all its splits (closed, failed, or ended early
+    at its LIMIT)."""
+    scan = ctx.scan
+    if ctx.cached.replay is not None or scan is None or not ctx.eos or ctx.open_error is not None or scan.ended_early:
+        return None
+    by_be = min(scan.local_splits, scan.splits)
+    return by_be, scan.splits - by_be
+
+
 def audit_scan(audit: AuditLog, ctx: ScanContext, how: str) -> None:
     outcome, error = scan_outcome(ctx, how)
     info = ctx.info

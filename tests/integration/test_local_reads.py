@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.readers import NOT_FOUND, OK, Reader, plan_for
 from support.servers import running_server
+from support.waits import wait_until
 
 QUERIES = [
     "select l_orderkey, l_partkey, l_comment from demo.lineitem",
@@ -128,6 +129,14 @@ def _rows(batches) -> Counter:
     return got
 
 
+def _splits_read(srv) -> tuple[float, float]:
+    """starscan_splits_read from /metrics: (read by the BE itself, by Spark's tasks)."""
+    from support.readers import scrape, value
+
+    samples = scrape(f"http://127.0.0.1:{srv.http_port}")
+    return tuple(value(samples, "starscan_splits_read_total", reader=r) for r in ("be", "spark"))
+
+
 def _settled(srv, cid: str):
     """The scan of ``cid`` once its producer has ended, and the BE's slot scheduler."""
     scan = srv.contexts.get(cid).scan
@@ -140,6 +149,7 @@ def test_a_scan_in_the_bes_own_slots_gives_spark_sqls_rows_without_a_task(any_fi
     plan, tablets = plan_for(client, "demo", "lineitem", sql)
     listener = own_be.service.push_listener()
     connections = dict(listener.accepted)
+    before = _splits_read(own_be)
     reader = Reader(("127.0.0.1", own_be.be_port))
     try:
         cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=2048)
@@ -157,6 +167,8 @@ def test_a_scan_in_the_bes_own_slots_gives_spark_sqls_rows_without_a_task(any_fi
         reader.close_scanner(cid)
     finally:
         reader.close()
+    wait_until(lambda: _splits_read(own_be) == (before[0] + scan.splits, before[1]), 10,
+               what="starscan_splits_read to count the scan's splits as the BE's")
     assert Counter({tuple(_wire(v) for v in k): n for k, n in _rows(batches).items()}) == _spark_rows(spark, own_be, sql)
 
 
@@ -204,6 +216,7 @@ def test_a_scan_finding_the_bes_slots_taken_runs_on_sparks_tasks(any_file_size, 
     scheduler = listener.scheduler
     assert scheduler.take_own_slot() and not scheduler.take_own_slot()  # as if another scan's reader held it
     connections = sum(listener.accepted.values())
+    before = _splits_read(one_slot_be)
     reader = Reader(("127.0.0.1", one_slot_be.be_port))
     try:
         cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=2048)
@@ -214,6 +227,8 @@ def test_a_scan_finding_the_bes_slots_taken_runs_on_sparks_tasks(any_file_size, 
     finally:
         reader.close()
         scheduler.give_own_slot()
+    wait_until(lambda: _splits_read(one_slot_be) == (before[0], before[1] + scan.splits), 10,
+               what="starscan_splits_read to count the scan's splits as Spark's")
     assert scheduler.own_slots_taken == 0
     assert Counter({tuple(_wire(v) for v in k): n for k, n in _rows(batches).items()}) == _spark_rows(spark, one_slot_be, sql)
 

@@ -47,3 +47,25 @@ def test_a_headline_is_read_from_the_named_row_and_column():
     run = {"benchmark": "deletes", "table": table.replace("ratio", "vectors / compacted (median rows/s)")}
     assert page.headline(run) == "arrow vectors/compacted: 0.9"
     assert page.headline({"benchmark": "deletes", "table": "no table"}) == "–"
+
+
+def test_runs_of_each_host_kind_are_kept_apart():
+    """A benchmark measured on two kinds of host shows the latest run of each, and its history
+    names every run's host."""
+    from support.bench import bench_module
+
+    page = bench_module("results_page")
+
+    def run(cpu: str, flags: str | None, time: str) -> dict:
+        env = {"python": "3.11", "nproc": "2", "cpu": cpu} | ({"cpu flags": flags} if flags else {})
+        return {"benchmark": "compare", "title": "compare", "time": time, "commit": "c", "environment": env,
+                "conditions": {}, "table": "| a |\n|---|\n| 1 |\n", "_file": f"{time}-compare.json"}
+
+    runs = [run("AMD EPYC", None, "1"), run("Intel Xeon", "avx2", "2"), run("Intel Xeon", "avx2 avx512f", "3"),
+            run("AMD EPYC", None, "4")]
+    text = page.page(runs, [])
+    kinds = text.split("### Latest on each host kind")[1].split("### History")[0]
+    assert [line.split(" | ")[1] for line in kinds.splitlines() if line.startswith("| ") and "[" in line] == ["4", "3", "2"]
+    assert "Intel Xeon (avx2 avx512f)" in kinds and "Intel Xeon (avx2)" in kinds and "AMD EPYC |" in kinds
+    history = text.split("### History")[1]
+    assert history.count("| AMD EPYC |") == 2 and history.count("| Intel Xeon (avx2) |") == 1
