@@ -33,15 +33,17 @@ def rows_read(ctx) -> int | None:
 
 
 def splits_by_reader(ctx) -> tuple[int, int] | None:
-    """A completed scan's splits read in the BE's own process and by Spark's tasks (a
-    sql-engine scan's are all Spark's); None for a scan answered from the result cache, one
-    refused at open, or one that did not read all its splits (closed, failed, or ended early
-    at its LIMIT)."""
+    """A completed scan's splits read whole in the BE's own process and by Spark's tasks
+    (a sql-engine scan's are all Spark's); None for a scan answered from the result cache,
+    one refused at open or one that did not end (closed, failed). A scan that stopped at
+    its LIMIT counts the splits that ended."""
     scan = ctx.scan
-    if ctx.cached.replay is not None or scan is None or not ctx.eos or ctx.open_error is not None or scan.ended_early:
+    if ctx.cached.replay is not None or scan is None or not ctx.eos or ctx.open_error is not None:
         return None
-    by_be = min(scan.local_splits, scan.splits)
-    return by_be, scan.splits - by_be
+    sink = scan.sink
+    ended = sum(1 for split in sink.splits if split.ended) if sink is not None else scan.splits
+    by_be = min(scan.local_splits, ended)
+    return by_be, ended - by_be
 
 
 def audit_scan(audit: AuditLog, ctx: ScanContext, how: str) -> None:

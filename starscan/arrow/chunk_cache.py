@@ -111,11 +111,15 @@ class ColumnChunkCache:
         return self._max_bytes // ENTRY_SHARE
 
     def batches(self, file: FileKey, row_groups: Sequence[int], rows: Sequence[int], columns: Sequence[str],
-                batch_rows: int, decode: Callable[[list[int]], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+                batch_rows: int, decode: Callable[[list[int]], Iterator[pa.RecordBatch]],
+                joined: bool = True) -> Iterator[pa.RecordBatch]:
         """The columns ``columns`` of the file's ``row_groups`` (``rows``: each one's row
         count, from the footer) in batches of at most ``batch_rows``: from memory where every
         column of a row group is held, else ``decode(row_groups)`` (consecutive ones at
-        once; its batches are passed on as they are, and kept row group by row group)."""
+        once; its batches are passed on as they are, and kept row group by row group).
+        Pieces from memory shorter than ``batch_rows`` (a row group's last, or the kept
+        arrays of a read in smaller batches) are copied together up to it when ``joined``,
+        else passed on as they are (for a caller that gathers batches itself)."""
         if not self.enabled or len(set(columns)) != len(columns) or not columns:
             yield from decode(list(row_groups))
             return
@@ -123,8 +127,8 @@ class ColumnChunkCache:
         for from_memory, run in groupby(zip(row_groups, rows, held), key=lambda item: item[2] is not None):
             group = list(run)
             if from_memory:
-                yield from _joined((piece for _, _, chunks in group for piece in _slices(chunks or [], batch_rows)),
-                                   batch_rows)
+                pieces = (piece for _, _, chunks in group for piece in _slices(chunks or [], batch_rows))
+                yield from _joined(pieces, batch_rows) if joined else pieces
             else:
                 yield from self._filling(file, [rg for rg, _, _ in group], [n for _, n, _ in group], columns,
                                          decode([rg for rg, _, _ in group]))

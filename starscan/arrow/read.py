@@ -155,7 +155,7 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
     took from the files (starscan.arrow.read_stats).
 
     ``cut=False`` (one thread): a file of more than ``batch_rows`` rows in batches as long as a
-    filter's runs (``_run_rows``: 64 Ki rows, fewer where rows are wide), for a caller that
+    filter's runs (``_decode_rows``: 64 Ki rows, fewer where rows are wide), for a caller that
     converts them to the wire's types and cuts them itself (``rechunk``). Decoding and
     converting cost a fixed time per batch: lineitem's read, conversion and IPC took 540-640 ms
     of CPU per million rows in 4,096-row batches against 440-490 in 32 Ki-row ones.
@@ -179,21 +179,28 @@ def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS,
             if opened is None:
                 continue
             rows = batch_rows if cut or opened.metadata is None or opened.metadata.num_rows <= batch_rows \
-                else _run_rows(opened, batch_rows)
+                else _decode_rows(opened, batch_rows)
             for batch in _decode(read, opened, opened.row_groups, rows, chunks=chunks, stats=stats):
                 yield finish(batch) if finish is not None else batch
         return
     yield from _read_concurrently(read, split, batch_rows, threads, finish, chunks, stats)
 
 
-#: Rows a predicate runs over at once (``_filtered_in_runs``): pyarrow runs an expression on a
-#: batch through an Acero plan of its own, a fixed ~0.4 ms per call on the slower machine
-#: measured. On one lineitem file, with four columns, the filter cost 91 ms of CPU per million
-#: rows read over 4,096-row batches and 18 ms over runs of 64 Ki rows. A run also stays under ``FILTER_RUN_BYTES`` of the columns read, as
-#: the file's footer sizes them (lineitem's whole rows: ~9 MB for 64 Ki rows), so wide rows
-#: make shorter runs.
-FILTER_RUN_ROWS = 1 << 16
-FILTER_RUN_BYTES = 16 << 20
+#: Rows a predicate runs over at once (``_filtered_in_runs``): pyarrow runs an expression
+#: through an Acero plan of its own, a fixed ~0.4-1.5 ms per call on the machines measured.
+#: On one lineitem file, with four columns, the filter cost 91 ms of CPU per million rows read
+#: over 4,096-row batches and 18 ms over runs of 64 Ki rows; with every column, 48 ms over
+#: 64 Ki-row batches and 23 ms over a table of sixteen of them. A run is a table of the
+#: decoded batches (``DECODE_ROWS`` each, not copied together) and stays under
+#: ``FILTER_RUN_BYTES`` of the columns read, as the file's footer sizes them (lineitem's whole
+#: rows: ~9 MB for 64 Ki rows), so wide rows make shorter runs. What a run holds is the
+#: memory a reader of a filtered scan needs at most besides its output.
+FILTER_RUN_ROWS = 1 << 18
+FILTER_RUN_BYTES = 32 << 20
+
+#: Rows per decoded batch of a reader that cuts the batches itself (``cut=False``, and the
+#: runs' batches): decoding and converting cost a fixed time per batch.
+DECODE_ROWS = 1 << 16
 
 
 def _run_rows(opened: _OpenPart, batch_rows: int) -> int:
@@ -211,6 +218,12 @@ def _run_rows(opened: _OpenPart, batch_rows: int) -> int:
     return max(batch_rows, min(FILTER_RUN_ROWS, int(FILTER_RUN_BYTES // max(width, 1.0))))
 
 
+def _decode_rows(opened: _OpenPart, batch_rows: int) -> int:
+    """Rows per decoded batch for a reader that cuts the batches itself: ``DECODE_ROWS``,
+    fewer where the columns read are wide (as ``_run_rows``), never fewer than ``batch_rows``."""
+    return max(batch_rows, min(_run_rows(opened, batch_rows), DECODE_ROWS))
+
+
 def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
                       finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None,
                       cut: bool = True, chunks: ColumnChunkCache | None = None,
@@ -219,25 +232,28 @@ def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
     are gathered into runs of up to ``_run_rows`` rows before the predicate and the output step run on them, then handed on in batches of at
     most ``batch_rows``. A predicate costs a fixed time per call whatever the rows, so a large
     file pays it per run, and a split of many small files (a streaming job's) per run, not
-    per file. ``cut=False``: each run's output handed on whole (``read_split``)."""
+    per file. ``cut=False``: each run's output handed on as the predicate gives it, a piece
+    per batch of the run, for a caller that cuts (and joins) the rows itself (``rechunk``)."""
     run: list[pa.RecordBatch] = []
     rows = 0
 
     def emit() -> Iterator[pa.RecordBatch]:
+        # The run's batches as one table (no copy: its columns are the batches' arrays), so
+        # the predicate runs once over all of them; only the rows it keeps are copied, once
+        # (joining its pieces would copy them again: 0.9 GB/s here, slower than the filter).
         try:
-            merged = [pa.concat_batches(run)] if len(run) > 1 else list(run)
+            tables = [pa.Table.from_batches(run)]
         except pa.ArrowInvalid:  # batches of files that differ in a detail of their types: one by one
-            merged = list(run)
+            tables = [pa.Table.from_batches([batch]) for batch in run]
         run.clear()
-        for batch in merged:
+        for table in tables:
             try:
-                out = _finish(read, batch)
+                out = _finish_table(read, table)
             except (ValueError, pa.ArrowException) as exc:
                 raise SplitReadError(f"table {read.table}: the scan's predicate cannot be evaluated: "
                                      f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
             step = batch_rows if cut else max(out.num_rows, 1)
-            for start in range(0, out.num_rows, step):
-                piece = out.slice(start, step)
+            for piece in out.to_batches(max_chunksize=step):
                 yield finish(piece) if finish is not None else piece
 
     statistics = StatisticsUse()
@@ -246,7 +262,8 @@ def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
         if opened is None:
             continue
         run_rows = _run_rows(opened, batch_rows)
-        for raw in _decode(read, opened, opened.row_groups, run_rows, unfiltered=True, chunks=chunks, stats=stats):
+        for raw in _decode(read, opened, opened.row_groups, _decode_rows(opened, batch_rows), unfiltered=True,
+                           chunks=chunks, stats=stats):
             if run and rows + raw.num_rows > run_rows:
                 yield from emit()
                 rows = 0
@@ -613,7 +630,8 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
     """Row groups of one file as the plan's output, decoded on the calling thread alone
     (one ``iter_batches`` for all of them: a file of many small row groups still gives
     full batches). ``unfiltered``: the plan's columns before its predicate and output step
-    (``_finish``), which the caller runs."""
+    (``_finish``), which the caller runs over runs of batches it gathers itself (the page
+    cache's pieces then come as they are kept, short ones not copied together)."""
     part = opened.part
     try:
         # The file's one reader when one thread reads it all, else a reader of its own over
@@ -626,7 +644,7 @@ def _decode(read: ArrowRead, opened: _OpenPart, row_groups: list[int], batch_row
         elif opened.orc is not None:
             batches = (batch for _, batch in _orc_batches(opened, opened.columns, batch_rows))
         else:
-            batches = _file_batches(opened, row_groups, opened.columns, batch_rows, chunks)
+            batches = _file_batches(opened, row_groups, opened.columns, batch_rows, chunks, joined=not unfiltered)
         for raw in batches:
             if stats is not None:
                 stats.read(raw.num_rows)
@@ -656,12 +674,14 @@ def _expanded(opened: _OpenPart, batches: Iterator[pa.RecordBatch]) -> Iterator[
 
 
 def _file_batches(opened: _OpenPart, row_groups: list[int], columns: list[str], batch_rows: int,
-                  chunks: ColumnChunkCache | None, parquet: pq.ParquetFile | None = None) -> Iterator[pa.RecordBatch]:
+                  chunks: ColumnChunkCache | None, parquet: pq.ParquetFile | None = None,
+                  joined: bool = True) -> Iterator[pa.RecordBatch]:
     """A Parquet file's row groups, its ``columns`` as pyarrow decodes them (text read as
     dictionary codes expanded), in batches of at most ``batch_rows`` (one ``iter_batches``
     over all of them: a file of many small row groups still gives full batches): from
     ``chunks`` where it holds them, else decoded from the file (``parquet``: a reader of it
-    already open)."""
+    already open; ``joined``: short pieces from ``chunks`` copied together up to
+    ``batch_rows``)."""
 
     def decode(groups: list[int]) -> Iterator[pa.RecordBatch]:
         reader = parquet if parquet is not None else opened.parquet if opened.parquet is not None else \
@@ -673,7 +693,7 @@ def _file_batches(opened: _OpenPart, row_groups: list[int], columns: list[str], 
         return decode(row_groups)
     part, meta = opened.part, opened.metadata
     return chunks.batches((part.path, part.size, part.mtime_ns), row_groups,
-                          [meta.row_group(rg).num_rows for rg in row_groups], columns, batch_rows, decode)
+                          [meta.row_group(rg).num_rows for rg in row_groups], columns, batch_rows, decode, joined)
 
 
 def _positioned(opened: _OpenPart, row_groups: list[int], columns: list[str],
@@ -900,14 +920,26 @@ def _finish(read: ArrowRead, batch: pa.RecordBatch) -> pa.RecordBatch:
     """The plan's predicate and output columns over its needed and partition columns."""
     if read.filter is not None:
         batch = batch.filter(read.filter)
-    names = batch.schema.names
+    return pa.RecordBatch.from_arrays(_output_columns(read, batch), schema=read.output_schema)
+
+
+def _finish_table(read: ArrowRead, table: pa.Table) -> pa.Table:
+    """``_finish`` over a table of several batches: pyarrow runs a predicate through an Acero
+    plan of its own per call, so one call over a run's batches costs the fixed part once."""
+    if read.filter is not None:
+        table = table.filter(read.filter)
+    return pa.Table.from_arrays(_output_columns(read, table), schema=read.output_schema)
+
+
+def _output_columns(read: ArrowRead, data: pa.RecordBatch | pa.Table) -> list:
+    names = data.schema.names
     out = []
     for _out_name, source, char_len in read.output:
-        column = batch.column(names.index(source))
+        column = data.column(names.index(source))
         if char_len:
             column = pc.utf8_rpad(column, width=char_len, padding=" ")
         out.append(column)
-    return pa.RecordBatch.from_arrays(out, schema=read.output_schema)
+    return out
 
 
 def _as_type(read: ArrowRead, part: FilePart, name: str, array: pa.Array, expected: pa.DataType) -> pa.Array:

@@ -259,13 +259,14 @@ def test_a_predicate_runs_over_long_runs_and_the_batches_stay_within_batch_rows(
     from starscan.arrow import read as read_mod
 
     monkeypatch.setattr(read_mod, "FILTER_RUN_BYTES", run_bytes)
+    monkeypatch.setattr(read_mod, "FILTER_RUN_ROWS", 1 << 16)
     _write(tmp_path / "big.parquet", 0, [100_000, 60_000])
     _write(tmp_path / "small.parquet", 160_000, [700])
     pred = op(">", column("id"), literal("bigint", "5"))
     read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id"), ("d", "d")], pred, "UTC", "parquet", set())
     calls = []
-    real_finish = read_mod._finish
-    monkeypatch.setattr(read_mod, "_finish", lambda r, b: calls.append(b.num_rows) or real_finish(r, b))
+    real_finish = read_mod._finish_table
+    monkeypatch.setattr(read_mod, "_finish_table", lambda r, t: calls.append(t.num_rows) or real_finish(r, t))
     batches = list(read_split(read, _split(tmp_path, ["big.parquet", "small.parquet"]), batch_rows=1000))
     assert all(0 < b.num_rows <= 1000 for b in batches)
     assert [v for b in batches for v in b.column(0).to_pylist()] == list(range(6, 160_700))
@@ -279,8 +280,9 @@ def test_a_predicate_runs_over_long_runs_and_the_batches_stay_within_batch_rows(
 def test_uncut_batches_are_runs_of_the_same_rows_and_wide_rows_make_shorter_ones(tmp_path: Path, monkeypatch,
                                                                                  filtered):
     """``cut=False`` (a reader that converts and cuts the rows itself): a large file comes in
-    runs of up to FILTER_RUN_ROWS rows, fewer where FILTER_RUN_BYTES says the rows are wide;
-    a file of at most ``batch_rows`` rows as it is; the same rows in the same order."""
+    batches of up to DECODE_ROWS rows (a filtered one: what the predicate keeps of each),
+    fewer where FILTER_RUN_BYTES says the rows are wide; a file of at most ``batch_rows``
+    rows as it is; the same rows in the same order."""
     from starscan.arrow import read as read_mod
 
     _write(tmp_path / "big.parquet", 0, [100_000, 60_000])
@@ -292,10 +294,12 @@ def test_uncut_batches_are_runs_of_the_same_rows_and_wide_rows_make_shorter_ones
     whole = list(read_split(read, split, batch_rows=1000, cut=False))
     assert [v for b in whole for v in b.column(0).to_pylist()] == [v for b in cut for v in b.column(0).to_pylist()]
     assert max(b.num_rows for b in cut) == 1000
-    assert max(b.num_rows for b in whole) == read_mod.FILTER_RUN_ROWS and len(whole) <= 5
+    # decoded DECODE_ROWS at a time (a filtered run's output: pieces of them, as Acero gives them)
+    largest = max(b.num_rows for b in whole)
+    assert (largest <= read_mod.DECODE_ROWS if filtered else largest == read_mod.DECODE_ROWS) and len(whole) <= 12
     monkeypatch.setattr(read_mod, "FILTER_RUN_BYTES", 64 << 10)
     narrow = list(read_split(read, split, batch_rows=1000, cut=False))
-    assert 1000 <= max(b.num_rows for b in narrow) < read_mod.FILTER_RUN_ROWS
+    assert 1000 <= max(b.num_rows for b in narrow) < read_mod.DECODE_ROWS
 
 
 class _CountedFormat:
