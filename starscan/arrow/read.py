@@ -931,7 +931,7 @@ def _finish_table(read: ArrowRead, table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(_output_columns(read, table), schema=read.output_schema)
 
 
-def _output_columns(read: ArrowRead, data: pa.RecordBatch | pa.Table) -> list:
+def _output_columns(read: ArrowRead, data: pa.RecordBatch | pa.Table) -> list[pa.Array | pa.ChunkedArray]:
     names = data.schema.names
     out = []
     for _out_name, source, char_len in read.output:
