@@ -69,10 +69,16 @@ def _batches(service: ScanService, context_id: str, schema: pa.Schema, first) ->
     offset = 0
     try:
         while True:
-            result, first = (first, None) if first is not None else (service.next(context_id, offset), None)
-            if result.eos or result.rows is None:
+            result, first = (first, None) if first is not None else (service.next(context_id, offset, as_batch=True), None)
+            if result.eos:
                 return
-            for batch in _record_batches(result.rows, schema):
+            if result.batch is not None:  # the queue's batch as it is
+                offset += result.batch.num_rows
+                yield result.batch
+                continue
+            if result.rows is None:
+                return
+            for batch in _record_batches(result.rows, schema):  # a reply of the result cache
                 offset += batch.num_rows
                 yield batch
     except StarscanError as exc:

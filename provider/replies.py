@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 
+import pyarrow as pa
+
 from starscan.arrow.wire import IpcStream
 from starscan.core.errors import InternalError, InvalidArgument, NotFound, StarscanError
 from starscan.core.logs import scan_fields
@@ -23,16 +25,21 @@ log = logging.getLogger("starscan.provider")
 
 
 class NextResult:
-    __slots__ = ("rows", "eos", "rows_total")
+    __slots__ = ("rows", "eos", "rows_total", "batch")
 
-    def __init__(self, rows: bytes | IpcStream | None, eos: bool, rows_total: int | None = None):
+    def __init__(self, rows: bytes | IpcStream | None, eos: bool, rows_total: int | None = None,
+                 batch: pa.RecordBatch | None = None):
         self.rows = rows
         self.eos = eos
         self.rows_total = rows_total  # set on eos when the client asked for the row count
+        self.batch = batch  # the reply's rows as a batch, for a front that takes batches (rows is then None)
 
 
-def next_reply(ctx: ScanContext, offset: int | None, fill_wait_s: float) -> NextResult:
-    """The reply to get_next(offset) of an open scan; call with ``ctx.lock`` held."""
+def next_reply(ctx: ScanContext, offset: int | None, fill_wait_s: float, as_batch: bool = False) -> NextResult:
+    """The reply to get_next(offset) of an open scan; call with ``ctx.lock`` held.
+    ``as_batch``: a front that sends record batches itself (Arrow Flight) takes the queue's
+    batch as it is, not serialized into an IPC stream first (unless the result cache keeps
+    the reply); a repeated offset is then not answered again."""
     replies = ctx.replies
     if replies.skip_to:
         skip(ctx)
@@ -66,6 +73,8 @@ def next_reply(ctx: ScanContext, offset: int | None, fill_wait_s: float) -> Next
             scan_ended(ctx.cached)
             return _end(ctx)
         assert ctx.run is not None
+        if as_batch and ctx.cached.fill is None:
+            return _hand_out_batch(ctx, batch)
         rows = ctx.run.scan.converter.ipc_stream(batch, ipc)
         keep_reply(ctx.cached, batch.num_rows, rows)
         return _hand_out(ctx, batch.num_rows, rows)
@@ -82,6 +91,15 @@ def _hand_out(ctx: ScanContext, count: int, rows: bytes | IpcStream) -> NextResu
     replies.rows_sent += count
     replies.bytes_sent += len(rows)
     return NextResult(rows, False)
+
+
+def _hand_out_batch(ctx: ScanContext, batch: pa.RecordBatch) -> NextResult:
+    replies = ctx.replies
+    replies.prev_offset, replies.prev_rows = None, None
+    replies.offset += batch.num_rows
+    replies.rows_sent += batch.num_rows
+    replies.bytes_sent += batch.get_total_buffer_size()
+    return NextResult(None, False, batch=batch)
 
 
 def _end(ctx: ScanContext) -> NextResult:

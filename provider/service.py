@@ -198,14 +198,15 @@ class ScanService:
         except StarscanError:
             return False
 
-    def next(self, context_id: str | None, offset: int | None) -> NextResult:
+    def next(self, context_id: str | None, offset: int | None, as_batch: bool = False) -> NextResult:
+        """get_next's reply (``as_batch``: for a front that sends record batches: replies.next_reply)."""
         check_text(context_id, "context_id")
         if self.resumable is not None and not self.contexts.holds(context_id):
             self.resumable.resume(context_id, offset, self._open)
         with self.contexts.using(context_id) as ctx, ctx.lock:
             if self.resumable is not None:
                 self.resumable.touch(ctx)
-            return next_reply(ctx, offset, self.settings.reply_fill_wait_s)
+            return next_reply(ctx, offset, self.settings.reply_fill_wait_s, as_batch)
 
     def connection_closed(self, context_ids: set[str]) -> None:
         """A reader's connection ended. The scanners it named that are neither closed nor read

@@ -275,7 +275,9 @@ class SparkScan:
             stats = ReadStats()
             decoded = read_split(read, splits[number], self.batch_rows, cut=False, chunks=self.chunk_cache, stats=stats)
             batches = rechunk((converter.convert(b) for b in decoded if b.num_rows), self.batch_rows)
-            whole = sink.read_here(number, batches, self._local_failure)
+            # A scan read in Arrow's own types is sent by the Flight front, which writes the
+            # batches itself: no IPC message of each made here.
+            whole = sink.read_here(number, batches, self._local_failure, serialize=self.arrow_types_tz is None)
             sink.read_from_files(stats.rows_read)
             if not whole:
                 return

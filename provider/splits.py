@@ -255,18 +255,20 @@ class SplitBoard:
             return Attempt(self, split, state.generation, state.delivered, holder), superseded
 
     def read_here(self, split: int, batches: Iterator[pa.RecordBatch],
-                  failure: Callable[[Exception], StarscanError]) -> bool:
+                  failure: Callable[[Exception], StarscanError], serialize: bool = True) -> bool:
         """Read a split (from ``claim``) in the BE's own process: its batches (the wire's
         types, the reader's batch size) go to the queue as a task's would, through an attempt
         of their own, so a split left half-read (a yield, a stop) is read on by a task
         without a row lost or repeated. True when the split was read whole; a read error
-        fails the scan, with the error ``failure`` makes of it (what a task's would be)."""
+        fails the scan, with the error ``failure`` makes of it (what a task's would be).
+        ``serialize``: each batch's IPC message made here, in the reader's thread (a Thrift
+        reply sends it as it is); not for a scan whose front sends batches (Arrow Flight)."""
         attempt, _ = self.begin(split, threading.current_thread(), local=True)
         if attempt is None:
             return False
         try:
             for batch in batches:
-                if attempt.offer(batch, serialize=True) is not Offer.GO_ON:
+                if attempt.offer(batch, serialize=serialize) is not Offer.GO_ON:
                     return False
             return attempt.end()
         except StarscanError as exc:

@@ -233,3 +233,27 @@ def test_concurrent_readers_of_one_entry(cached):
         t.join(120)
     assert not errors and len(results) == 4
     assert all(r == expected for r in results)
+
+
+def test_flight_sql_reads_fill_and_hit_the_cache_with_spark_values(cached, spark):
+    """The Flight front takes the queue's batches as they are, except while a scan fills the
+    cache (its replies are kept as IPC); the repeated statement is answered from the cache
+    (entries apart from the Thrift path's: Arrow's own types), with the same rows."""
+    import adbc_driver_flightsql.dbapi as flight_sql
+
+    cached.live_settings.bound(flight_proxy=False)
+    before = cache_numbers(cached)
+    tables = []
+    for _ in range(2):
+        with flight_sql.connect(f"grpc://127.0.0.1:{cached.flight_sql_port}",
+                                db_kwargs={"username": "root", "password": ""}, autocommit=True) as conn, \
+                conn.cursor() as cur:
+            cur.execute(LINEITEM_SQL)
+            tables.append(cur.fetch_arrow_table())
+    after = cache_numbers(cached)
+    assert after["misses"] - before["misses"] >= 1 and after["hits"] - before["hits"] >= 1
+    assert pa.types.is_date32(tables[0].schema.field("l_shipdate").type)
+    want = spark.read.parquet(str(cached.warehouse.snapshot("demo", "lineitem").location)) \
+        .where("l_quantity > 10").select("l_orderkey", "l_linenumber", "l_shipdate", "l_comment").collect()
+    for table in tables:
+        assert Counter(tuple(r.values()) for r in table.to_pylist()) == Counter(tuple(r) for r in want)
