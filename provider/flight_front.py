@@ -42,11 +42,13 @@ class BeFlightServer(flight.FlightServerBase):
             found = tickets.decode(ticket.ticket, self.signer)
             if not isinstance(found, tickets.ScanTicket):
                 raise InvalidArgument("this ticket is answered by the FE (its location in the endpoint), not a BE")
-            return self._scan(found, context.peer())
+            return self.stream(found, context.peer())
         except Exception as exc:  # noqa: BLE001 - every failure becomes a gRPC status
             raise to_flight(exc) from None
 
-    def _scan(self, ticket: tickets.ScanTicket, client: str) -> flight.FlightDataStream:
+    def stream(self, ticket: tickets.ScanTicket, client: str) -> flight.FlightDataStream:
+        """The ticket's rows as a Flight stream (also the FE's proxy of a node that is FE and
+        BE at once: its own tablets read in its own process)."""
         params = wire.TScanOpenParams(opaqued_query_plan=ticket.plan, tablet_ids=list(ticket.tablet_ids),
                                       batch_size=ticket.batch_rows, properties={ARROW_TYPES_PROPERTY: "true"})
         opened = self.service.open(params, client=client)

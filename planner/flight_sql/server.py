@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -58,6 +58,11 @@ class FlightSqlServer(flight.FlightServerBase):
         self.live = live
         self._prepared: TTLCache = TTLCache(maxsize=PREPARED_MAX, ttl=PREPARED_TTL_S)
         self._lock = threading.Lock()
+        # A node that is this FE's BE too (--role all): its routing and its Flight front's
+        # stream of a ticket, so that proxy mode reads that BE's tablets in this process
+        # instead of relaying them over a connection to itself (set by the node's wiring).
+        self.local_be: Callable[[], str | None] = lambda: None
+        self.local_stream: Callable[[tickets.ScanTicket, str], flight.FlightDataStream] | None = None
 
     # ---- what a user sees ----
     def _view(self, user: str) -> CatalogView:
@@ -105,7 +110,7 @@ class FlightSqlServer(flight.FlightServerBase):
             user = caller(context)
             found = tickets.decode(ticket.ticket, self.signer)
             if isinstance(found, tickets.ScanTicket):
-                return self._relay(user, found, ticket)
+                return self._relay(user, found, ticket, context.peer())
             if found.user != user:
                 raise PrivilegeMissing("this ticket was issued to another user")
             view = self._view(user)
@@ -134,8 +139,9 @@ class FlightSqlServer(flight.FlightServerBase):
                              "it further, or read the table with a plain SELECT (its tablets stream from the BEs)")
         return table.cast(schema) if table.schema != schema else table
 
-    def _relay(self, user: str, ticket: tickets.ScanTicket, raw: flight.Ticket):
-        """A scan's tablets read from the first of their BEs that answers, streamed on."""
+    def _relay(self, user: str, ticket: tickets.ScanTicket, raw: flight.Ticket, peer: str):
+        """A scan's tablets read from the first of their BEs that answers, streamed on (this
+        node's own BE read in this process, as its Flight front reads them)."""
         plan = plan_codec.decode(ticket.plan, self.signer)
         if plan.user != user:
             raise PrivilegeMissing("this ticket was issued to another user")
@@ -143,6 +149,9 @@ class FlightSqlServer(flight.FlightServerBase):
         routes = settings.flight_routes
         live = self.planner.membership.live() if self.planner.membership is not None else tuple(routes)
         order = [be for be in routes if be in live] + [be for be in routes if be not in live]
+        own = self.local_be()
+        if own is not None and own in live and self.local_stream is not None:
+            return self.local_stream(ticket, peer)
         failures = []
         for be in order:
             uri = f"{_scheme(settings)}://{routes[be]}"

@@ -241,6 +241,10 @@ class StarscanServer:
             f"{scheme}://{settings.bind_host}:{settings.flight_sql_port}", "", self.planner, auth, self.users,
             self.spark, self.signer, self.live_settings, tls.flight_tls(settings))
         self.flight_sql_port = server.port
+        if self.be_flight is not None:  # this node is its FE's BE too: proxied tablets read here
+            be_flight = self.be_flight
+            server.local_be = lambda: f"{self.settings.advertise_host}:{self.be_port}" if self.be_port else None
+            server.local_stream = lambda ticket, client: be_flight.stream(ticket, client)
         server.advertised = f"{scheme}://{settings.advertise_host}:{server.port}"
         log.info("FE flight sql listening on %s:%d", settings.bind_host, server.port)
 

@@ -176,9 +176,20 @@ def _statement(sql: str) -> flight.FlightDescriptor:
     return flight.FlightDescriptor.for_command(command.SerializeToString())
 
 
-@pytest.mark.parametrize("proxy", [True, False])
-def test_raw_flight_client_reads_endpoints_in_parallel(server, uri, proxy):
-    """Several endpoints fetched at once, from the FE (proxy) or from the BE each names."""
+@pytest.mark.parametrize("via", ["proxy-local", "proxy-relay", "be"])
+def test_raw_flight_client_reads_endpoints_in_parallel(server, uri, via, monkeypatch):
+    """Several endpoints fetched at once, from the FE (proxy) or from the BE each names. The
+    shared server is its FE's BE too: the FE reads that BE's tablets in its own process
+    (proxy-local), or relays them from the BE's Flight port when its own BE is not among the
+    routings (proxy-relay)."""
+    proxy = via != "be"
+    fe = server.flight_sql
+    streams = []
+    if via == "proxy-relay":
+        monkeypatch.setattr(fe, "local_be", lambda: None)
+    else:
+        local = fe.local_stream
+        monkeypatch.setattr(fe, "local_stream", lambda ticket, peer: streams.append(peer) or local(ticket, peer))
     before = server.live_settings.current
     server.live_settings.bound(flight_proxy=proxy, flight_endpoints_per_be=4)
     try:
@@ -194,6 +205,7 @@ def test_raw_flight_client_reads_endpoints_in_parallel(server, uri, proxy):
 
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             parts = list(pool.map(fetch, info.endpoints))
+        assert len(streams) == (len(info.endpoints) if via == "proxy-local" else 0)
         got = pa.concat_tables(parts)
         want = spark_rows(server, "select l_orderkey, l_linenumber from demo_lineitem")
         same_rows(got, want)
