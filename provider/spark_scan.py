@@ -27,7 +27,6 @@ from typing import Any
 
 from pyspark.rdd import RDD
 from pyspark.serializers import NoOpSerializer
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from starscan.arrow.chunk_cache import ColumnChunkCache
 from starscan.arrow.filter import NotArrowable
@@ -47,6 +46,7 @@ from starscan.provider.result_queue import ResultQueue
 from starscan.provider.scan_sources import Source
 from starscan.provider.scheduler import SLOT_TURN_S, ArrowReaders, Ask, ScanReaders, SqlSplitReaders, Start
 from starscan.provider.spark_failures import jvm_gone, lost_task, scan_failure
+from starscan.spark import compat
 from starscan.spark.handle import calendar_rules, conf_value, started
 
 log = logging.getLogger("starscan.provider.scan")
@@ -332,7 +332,7 @@ class SparkScan:
                         readers_of_scan)
         self._set_engine("sql")
         df = self.source.dataframe()
-        schema = to_arrow_schema(df.schema, timezone=self.time_zone, prefers_large_types=False)
+        schema = compat.arrow_schema(df.schema, self.time_zone)
         rdd = RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), self.spark.sparkContext, NoOpSerializer())
         partitions = rdd.getNumPartitions()
         return lambda _sc: rdd, schema, push_spark_arrow, SqlSplitReaders(partitions, self.tasks_per_scanner, self.source.ordered)
@@ -369,7 +369,7 @@ class SparkScan:
                 sc, mapped = spark_work()
                 sc.setJobGroup(self.context_id, description, True)
                 sc.setLocalProperty("spark.scheduler.pool", self.pool)
-                _run_job(sc, mapped, partition)
+                compat.run_job(sc, mapped, partition)
                 finished.put((partition, None, True))
             except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
                 finished.put((partition, exc, True))
@@ -474,17 +474,6 @@ class SparkScan:
             return sink.error
         return scan_failure(exc, self.spark, self.source, self.description, self.engine_reason,
                             lambda: self._reading(sink), task_reason)
-
-
-def _run_job(sc, mapped, split: int) -> None:
-    """One Spark job over one partition of ``mapped`` (what ``SparkContext.runJob`` does,
-    without building a new Python RDD per call); the partition function returns nothing."""
-    from pyspark.util import _load_from_socket
-
-    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
-    with _load_from_socket(sock_info, mapped._jrdd_deserializer) as stream:
-        for _ in stream:
-            pass
 
 
 __all__ = ["SparkScan"]

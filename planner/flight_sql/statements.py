@@ -87,9 +87,9 @@ def plan(sql: str, database: str | None, view: CatalogView, planner: QueryPlanne
 def query_schema(df, time_zone: str) -> pa.Schema:
     """The Arrow schema of a query's result, as the FE streams it: Spark's Arrow types,
     timestamps in the session's time zone (as the BEs' scans send them)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from starscan.spark import compat
 
-    return to_arrow_schema(df.schema, timezone=time_zone)
+    return compat.arrow_schema(df.schema, time_zone)
 
 
 def _scan(sql: str, expression: exp.Select, view: CatalogView, planner: QueryPlanner, settings: Settings,

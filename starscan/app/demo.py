@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 from datetime import date, datetime, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
+from starscan.spark import compat
 from starscan.tables.catalog import Warehouse
 
 if TYPE_CHECKING:
@@ -248,9 +249,8 @@ def all_types_rows() -> list[tuple[object, ...]]:
 
 def all_types_frame(spark: SparkSession) -> DataFrame:
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
-    schema = cast(T.StructType, T.StructType.fromDDL(ALL_TYPES_DDL))  # a struct DDL gives a StructType
+    schema = compat.struct_type(spark, ALL_TYPES_DDL)
     df = spark.createDataFrame(all_types_rows(), schema=schema)
     cols = []
     for field in schema.fields:

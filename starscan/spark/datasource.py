@@ -29,24 +29,30 @@ from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    IsNotNull,
-    IsNull,
-    LessThan,
-    LessThanOrEqual,
-    Not,
-    StringContains,
-    StringEndsWith,
-    StringStartsWith,
-)
+try:
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        EqualTo,
+        Filter,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        InputPartition,
+        IsNotNull,
+        IsNull,
+        LessThan,
+        LessThanOrEqual,
+        Not,
+        StringContains,
+        StringEndsWith,
+        StringStartsWith,
+    )
+except ImportError as exc:  # pyspark before 4.0 (starscan.spark.compat.HAS_PYTHON_DATA_SOURCE)
+    import pyspark
+
+    raise ImportError(f"starscan's PySpark data source needs Spark 4's Python Data Source API; this is pyspark "
+                      f"{pyspark.__version__}: read with starscan.client (docs/readers.md) instead") from exc
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,

@@ -18,10 +18,10 @@ TESTED_ON = ">=4.3,<4.4"
 
 #: (module, class, attribute) of the process-wide state pyspark keeps for its one JVM.
 _PROCESS_STATE = (
-    ("pyspark.core.context", "SparkContext", "_gateway"),
-    ("pyspark.core.context", "SparkContext", "_jvm"),
-    ("pyspark.core.context", "SparkContext", "_active_spark_context"),
-    ("pyspark.core.context", "SparkContext", "_lock"),
+    ("pyspark", "SparkContext", "_gateway"),  # pyspark.core.context from 4.0, pyspark.context before
+    ("pyspark", "SparkContext", "_jvm"),
+    ("pyspark", "SparkContext", "_active_spark_context"),
+    ("pyspark", "SparkContext", "_lock"),
     ("pyspark.sql.session", "SparkSession", "_instantiatedSession"),
     ("pyspark.sql.session", "SparkSession", "_activeSession"),
     ("pyspark.sql.context", "SQLContext", "_instantiatedContext"),
@@ -69,7 +69,7 @@ def forget_session(session: Any) -> None:
     """Drop pyspark's process-wide hold on ``session`` (whose JVM died or whose context
     stopped), so that the next ``SparkSession.builder.getOrCreate`` starts a new SparkContext,
     and a new JVM when the old one is gone. Nothing here waits on the old JVM."""
-    from pyspark.core.context import SparkContext
+    from pyspark import SparkContext
     from pyspark.sql.context import SQLContext
     from pyspark.sql.session import SparkSession
 
@@ -96,7 +96,7 @@ def forget_gateway() -> None:
     """Drop pyspark's JVM gateway and everything started on it (after a start that failed
     half-way: a JVM that was launched, then died or never answered), so that the next start
     launches a new JVM instead of calling the dead one again. A JVM still running is killed."""
-    from pyspark.core.context import SparkContext
+    from pyspark import SparkContext
     from pyspark.sql.context import SQLContext
     from pyspark.sql.session import SparkSession
 

@@ -1,0 +1,92 @@
+"""Where pyspark's lines differ in what starscan uses, the one place that knows.
+
+starscan is tested on pyspark 4.3 (the server extra pins it). Spark 3.5, the line many
+clusters still run, lacks some of 4.x's Python API; each difference starscan meets is
+answered here with a branch per line, so that no other module asks which pyspark it runs
+on. Found so far, with pyspark 3.5.5 beside pyarrow 26:
+
+- ``pyspark.sql.pandas.types.to_arrow_schema`` takes no ``timezone`` (nor
+  ``prefers_large_types``) before 4.0 and gives every timestamp as UTC; Spark's JVM writes
+  timestamps in the session's time zone on both lines (``arrow_schema``);
+- ``DataFrame.toArrow`` is new in 4.0 (``collect_arrow``; 3.5 has ``_collect_as_arrow``);
+- ``StructType.fromDDL`` is new in 4.0 (``struct_type``);
+- the Python data source API (``pyspark.sql.datasource``) is new in 4.0
+  (``HAS_PYTHON_DATA_SOURCE``);
+- ``_load_from_socket`` (private: how ``SparkContext.runJob`` reads a job's results) is in
+  ``pyspark.util`` and a context manager from 4.0, in ``pyspark.rdd`` and an iterator before
+  (``run_job``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyspark
+from pyspark.sql import types as T
+
+#: The installed pyspark's (major, minor).
+PYSPARK_LINE: tuple[int, int] = tuple(int(part) for part in pyspark.__version__.split(".")[:2])  # type: ignore[assignment]
+SPARK_4 = PYSPARK_LINE >= (4, 0)
+
+#: Whether ``spark.read.format("starscan")`` can be registered (docs/readers.md).
+HAS_PYTHON_DATA_SOURCE = SPARK_4
+
+
+def arrow_schema(schema: T.StructType, time_zone: str) -> pa.Schema:
+    """Spark's Arrow types of ``schema`` as its JVM writes them: timestamps in the session's
+    ``time_zone``, no large string or binary types."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if SPARK_4:
+        return to_arrow_schema(schema, timezone=time_zone, prefers_large_types=False)
+    return pa.schema([field.with_type(_in_zone(field.type, time_zone)) for field in to_arrow_schema(schema)])
+
+
+def _in_zone(arrow_type: pa.DataType, time_zone: str) -> pa.DataType:
+    if pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None:
+        return pa.timestamp(arrow_type.unit, tz=time_zone)
+    if pa.types.is_list(arrow_type):
+        return pa.list_(arrow_type.value_field.with_type(_in_zone(arrow_type.value_type, time_zone)))
+    if pa.types.is_map(arrow_type):
+        return pa.map_(arrow_type.key_field.with_type(_in_zone(arrow_type.key_type, time_zone)),
+                       arrow_type.item_field.with_type(_in_zone(arrow_type.item_type, time_zone)))
+    if pa.types.is_struct(arrow_type):
+        return pa.struct([field.with_type(_in_zone(field.type, time_zone)) for field in arrow_type])
+    return arrow_type
+
+
+def collect_arrow(df: Any, time_zone: str) -> pa.Table:
+    """The DataFrame's rows collected at the driver as one Arrow table (Spark's Arrow types,
+    timestamps in ``time_zone``)."""
+    if SPARK_4:
+        return df.toArrow()
+    schema = arrow_schema(df.schema, time_zone)
+    batches = df._collect_as_arrow()
+    return pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
+
+
+def struct_type(spark: Any, ddl: str) -> T.StructType:
+    """A StructType from its DDL (``a INT, b STRING``)."""
+    if SPARK_4:
+        return T.StructType.fromDDL(ddl)  # type: ignore[return-value]  # a struct's DDL gives a StructType
+    schema: T.StructType = spark.createDataFrame([], ddl).schema
+    return schema
+
+
+def run_job(sc: Any, mapped: Any, split: int) -> None:
+    """One Spark job over one partition of ``mapped`` (what ``SparkContext.runJob`` does,
+    without building a new Python RDD per call); the partition function returns nothing."""
+    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
+    if SPARK_4:
+        from pyspark.util import _load_from_socket
+
+        with _load_from_socket(sock_info, mapped._jrdd_deserializer) as stream:
+            for _ in stream:
+                pass
+    else:
+        import importlib
+
+        load: Any = importlib.import_module("pyspark.rdd")._load_from_socket  # an iterator before 4.0
+        for _ in load(sock_info, mapped._jrdd_deserializer):
+            pass
