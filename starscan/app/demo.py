@@ -270,14 +270,19 @@ def all_types_frame(spark: SparkSession) -> DataFrame:
 def write_all_types(spark: SparkSession, path: str) -> None:
     df = all_types_frame(spark).coalesce(1)
     # Dates before 1582 are written as they are (proleptic Gregorian): Spark 4's default
-    # (CORRECTED). Only a session configured otherwise is switched for this write.
+    # (CORRECTED). A session configured otherwise, or Spark 3.5's default (EXCEPTION: the
+    # write fails), is switched for this write only.
     keys = ("spark.sql.parquet.datetimeRebaseModeInWrite", "spark.sql.parquet.int96RebaseModeInWrite")
-    saved = {k: spark.conf.get(k, None) for k in keys}
-    changed = {k: v for k, v in saved.items() if v is not None and v.upper() != "CORRECTED"}
+    saved = {k: spark.conf.get(k, None) for k in keys}  # None: not set, the line's default applies
+    changed = [k for k in keys if str(spark.conf.get(k)).upper() != "CORRECTED"]
     try:
         for k in changed:
             spark.conf.set(k, "CORRECTED")
         df.write.mode("overwrite").parquet(path)
     finally:
-        for k, v in changed.items():
-            spark.conf.set(k, v)
+        for k in changed:
+            value = saved[k]
+            if value is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, value)

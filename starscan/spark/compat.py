@@ -14,7 +14,10 @@ on. Found so far, with pyspark 3.5.5 beside pyarrow 26:
   (``HAS_PYTHON_DATA_SOURCE``);
 - ``_load_from_socket`` (private: how ``SparkContext.runJob`` reads a job's results) is in
   ``pyspark.util`` and a context manager from 4.0, in ``pyspark.rdd`` and an iterator before
-  (``run_job``).
+  (``run_job``);
+- the JVM side: Spark 4 is built on Scala 2.13 (``scala.jdk.javaapi.CollectionConverters``),
+  3.5's pyspark on 2.12 (``scala.collection.JavaConverters``), and Spark's internal
+  ``PartitioningUtils.parsePartitions`` takes one argument more from 4.0 (``parse_partitions``).
 """
 
 from __future__ import annotations
@@ -90,3 +93,31 @@ def run_job(sc: Any, mapped: Any, split: int) -> None:
         load: Any = importlib.import_module("pyspark.rdd")._load_from_socket  # an iterator before 4.0
         for _ in load(sock_info, mapped._jrdd_deserializer):
             pass
+
+
+def parse_partitions(spark: Any, paths: list[str], base: str, type_inference: bool, case_sensitive: bool,
+                     validate: bool, time_zone: str) -> T.StructType:
+    """Spark's ``PartitioningUtils.parsePartitions`` over the folders ``paths`` under ``base``
+    (what ``spark.read.parquet`` runs on the folders it lists): the partition columns it
+    infers, with the session's inference settings."""
+    import json
+
+    jvm: Any = spark._jvm
+    folders = jvm.java.util.ArrayList()
+    for path in paths:
+        folders.add(jvm.org.apache.hadoop.fs.Path(path))
+    bases = jvm.java.util.HashSet()
+    bases.add(jvm.org.apache.hadoop.fs.Path(base))
+    utils = getattr(jvm, "org.apache.spark.sql.execution.datasources.PartitioningUtils$").__getattr__("MODULE$")
+    if SPARK_4:
+        scala = jvm.scala.jdk.javaapi.CollectionConverters
+        folder_seq, base_set = scala.asScala(folders).toList(), scala.asScala(bases).toSet()
+        extra: tuple[Any, ...] = (False,)
+    else:
+        scala = jvm.scala.collection.JavaConverters
+        folder_seq, base_set = scala.asScalaBuffer(folders).toList(), scala.asScalaSet(bases).toSet()
+        extra = ()
+    spec = utils.parsePartitions(folder_seq, type_inference, base_set, jvm.scala.Option.empty(), case_sensitive,
+                                 validate, time_zone, *extra)
+    schema: T.StructType = T.StructType.fromJson(json.loads(spec.partitionColumns().json()))
+    return schema

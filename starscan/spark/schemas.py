@@ -13,6 +13,7 @@ from cachetools import LRUCache
 from pyspark.sql import types as T
 
 from starscan.core.errors import SqlInvalid, StarscanError, TableUnreadable
+from starscan.spark import compat
 from starscan.spark.session import spark_problem
 from starscan.storage.hadoop_paths import check_openable, literal
 from starscan.tables.catalog import TableSnapshot
@@ -168,27 +169,18 @@ class SchemaResolver:
         folders it lists): the same names, types and type inference settings."""
         if not snap.partition_columns:
             return T.StructType([])
-        jvm: Any = self.spark._jvm
         storage = snap.storage
         # A tablet never mixes partitions, so never folders: the folders are its tablets'
         # (a thousand for a million files, where each file was asked before).
         folders = sorted({t.files[0].path.rpartition("/")[0] for t in snap.tablets if t.files})
-        paths = jvm.java.util.ArrayList()
-        for folder in folders:
-            paths.add(jvm.org.apache.hadoop.fs.Path(storage.spark_path(storage.join(snap.location, folder))))
-        base = jvm.java.util.HashSet()
-        base.add(jvm.org.apache.hadoop.fs.Path(storage.spark_path(snap.location)))
-        scala = jvm.scala.jdk.javaapi.CollectionConverters
         conf = self.spark.conf
-        utils = getattr(jvm, "org.apache.spark.sql.execution.datasources.PartitioningUtils$").__getattr__("MODULE$")
-        spec = utils.parsePartitions(
-            scala.asScala(paths).toList(),
+        return compat.parse_partitions(
+            self.spark, [storage.spark_path(storage.join(snap.location, folder)) for folder in folders],
+            storage.spark_path(snap.location),
             conf.get("spark.sql.sources.partitionColumnTypeInference.enabled", "true") == "true",
-            scala.asScala(base).toSet(), jvm.scala.Option.empty(),
             conf.get("spark.sql.caseSensitive", "false") == "true",
             conf.get("spark.sql.sources.validatePartitionColumns", "true") == "true",
-            conf.get("spark.sql.session.timeZone"), False)
-        return T.StructType.fromJson(json.loads(spec.partitionColumns().json()))
+            str(conf.get("spark.sql.session.timeZone")))
 
 
 def _merged(data: T.StructType, partitions: T.StructType, case_sensitive: bool) -> T.StructType:
