@@ -13,7 +13,7 @@ back-pressure: a batch is taken from the scan's queue only when the client takes
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -32,10 +32,12 @@ log = logging.getLogger("starscan.provider")
 
 
 class BeFlightServer(flight.FlightServerBase):
-    def __init__(self, location: str, service: ScanService, signer: Signer, tls: FlightTls | None = None):
+    def __init__(self, location: str, service: ScanService, signer: Signer, tls: FlightTls | None = None,
+                 on_sent: Callable[[int, int], None] = lambda rows, nbytes: None):
         super().__init__(location, **(tls.server_options() if tls is not None else {}))
         self.service = service
         self.signer = signer
+        self.on_sent = on_sent  # rows and Arrow bytes handed to a client (the BE's metrics, as get_next's)
 
     def do_get(self, context, ticket):
         try:
@@ -62,10 +64,11 @@ class BeFlightServer(flight.FlightServerBase):
         else:  # answered from the result cache: its replies carry their schema
             first = self.service.next(opened.context_id, 0)
             schema = _schema_of(first.rows) if first.rows is not None else pa.schema([])
-        return flight.GeneratorStream(schema, _batches(self.service, opened.context_id, schema, first))
+        return flight.GeneratorStream(schema, _batches(self.service, opened.context_id, schema, first, self.on_sent))
 
 
-def _batches(service: ScanService, context_id: str, schema: pa.Schema, first) -> Iterator[pa.RecordBatch]:
+def _batches(service: ScanService, context_id: str, schema: pa.Schema, first,
+             on_sent: Callable[[int, int], None]) -> Iterator[pa.RecordBatch]:
     """The scanner's rows to its eos; the scanner is closed whatever ends the stream (the
     end, an error, the client gone: gRPC then stops pulling and the generator is closed)."""
     offset = 0
@@ -74,14 +77,13 @@ def _batches(service: ScanService, context_id: str, schema: pa.Schema, first) ->
             result, first = (first, None) if first is not None else (service.next(context_id, offset, as_batch=True), None)
             if result.eos:
                 return
-            if result.batch is not None:  # the queue's batch as it is
-                offset += result.batch.num_rows
-                yield result.batch
-                continue
-            if result.rows is None:
+            batches = [result.batch] if result.batch is not None else \
+                _record_batches(result.rows, schema) if result.rows is not None else []  # a reply of the result cache
+            if not batches:
                 return
-            for batch in _record_batches(result.rows, schema):  # a reply of the result cache
+            for batch in batches:
                 offset += batch.num_rows
+                on_sent(batch.num_rows, batch.get_total_buffer_size())
                 yield batch
     except StarscanError as exc:
         raise to_flight(exc) from None

@@ -93,13 +93,13 @@ class ScanMetrics:
                                      ["method"], buckets=_RPC_BUCKETS, registry=r)
         self.rpc_replies = Counter("starscan_be_rpc_replies", "BE RPC replies by method and TStatusCode",
                                    ["method", "status_code"], registry=r)
-        self.rows_sent = Counter("starscan_rows_sent", "Rows sent to readers by get_next", registry=r)
+        self.rows_sent = Counter("starscan_rows_sent", "Rows sent to readers by get_next and by the BE's Flight DoGet", registry=r)
         self.rows_read = Counter("starscan_rows_read", "Rows scans read from the tables' files, before their predicates "
                                  "(after row-group statistics and row-level deletes), counted as each scan ends", registry=r)
         self.splits_read = Counter("starscan_splits_read", "Splits of completed scans by where they were read: 'be' in the "
                                    "BE's own process (before Spark's tasks or in its own read slots, with the page "
                                    "cache), 'spark' by Spark's tasks; counted as each scan ends", ["reader"], registry=r)
-        self.bytes_sent = Counter("starscan_bytes_sent", "Arrow IPC bytes sent to readers by get_next", registry=r)
+        self.bytes_sent = Counter("starscan_bytes_sent", "Arrow bytes sent to readers: get_next's IPC replies, the Flight DoGet's batches", registry=r)
         self.replies_begun = Counter("starscan_be_replies_begun_early", "BE replies not ready within reply_keepalive_s, "
                                      "begun early and kept alive until ready (a reader's read timeout does not fire)",
                                      registry=r)
