@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.readers import Reader, engine_counts, plan_for, scan_engine_setting
 from support.sockets import closed_without_a_word
+from support.waits import wait_until
 
 from starscan.client import PlanError
 from starscan.core.thrift_defs import wire
@@ -337,7 +338,6 @@ def test_a_python_worker_killed_mid_split_loses_the_scan_no_row(server, client, 
     failed, by the scan's next reader), and the scan ends with exactly its rows, none twice.
     The tasks keep their slots while the reader waits (no yield), so they are there to kill."""
     import signal
-    import time
 
     engine_setting(engine)
     lost_before = (server.ops.metrics.registry.get_sample_value("starscan_scan_readers_lost_total") or 0)
@@ -351,10 +351,8 @@ def test_a_python_worker_killed_mid_split_loses_the_scan_no_row(server, client, 
         first = reader.next(cid, 0)
         assert first.status.status_code == OK and not first.eos
         ids = pa.ipc.open_stream(first.rows).read_all().column("id").to_pylist()
-        deadline = time.monotonic() + 30
-        while not (victims := push_workers_of(server, listener.port)):
-            assert time.monotonic() < deadline, "no Spark worker holds a push connection"
-            time.sleep(0.05)
+        victims = wait_until(lambda: push_workers_of(server, listener.port), 30,
+                             what="a Spark worker holding a push connection")
         victims[0].send_signal(signal.SIGKILL)
         victims[0].wait(30)  # it died: a task of the scan was lost (its split may have been all sent)
         ids, status = read_ids(reader, cid, len(ids), ids)

@@ -176,7 +176,6 @@ def test_a_reader_that_stops_reading_yields_its_own_slot_and_loses_no_row(any_fi
     """The queue full and the reader away for longer than scan_yield_after_s: the BE's reader
     gives its slot back; the scan goes on from where its split stopped when the reader reads
     again, with no row lost or repeated."""
-    import time
 
     sql = QUERIES[0]
     plan, tablets = plan_for(client, "demo", "lineitem", sql)
@@ -186,10 +185,9 @@ def test_a_reader_that_stops_reading_yields_its_own_slot_and_loses_no_row(any_fi
         cid = reader.open_ok("demo", "lineitem", plan, tablets, batch_size=256, mem_limit=1 << 16)
         first = reader.next_batch(cid, 0)
         scan = own_be.contexts.get(cid).scan
-        deadline = time.monotonic() + 10
-        while not (scan.sink.yields and scheduler.own_slots_taken == 0) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert scan.sink.yields > 0 and scheduler.own_slots_taken == 0  # the slot is free while the reader is away
+        # the slot is free while the reader is away
+        wait_until(lambda: scan.sink.yields and scheduler.own_slots_taken == 0, 10,
+                   what="the reader's own slot to be given back while it is away")
         rest, _ = reader.drain_batches(cid, first.num_rows)
         scan, scheduler = _settled(own_be, cid)
         assert scan.local_splits == scan.splits and scheduler.own_slots_taken == 0

@@ -118,7 +118,6 @@ def test_a_stop_ends_the_warm_up_during_its_scan(spark, warehouse_dir, server):
     """A stop while the warm-up scans its table cancels that scan: the warm-up ends with
     WarmUpStopped, runs no second scan, leaves no file and no Spark job running."""
     import threading
-    import time
 
     import pytest
     from support.waits import wait_until
@@ -130,10 +129,11 @@ def test_a_stop_ends_the_warm_up_during_its_scan(spark, warehouse_dir, server):
     stop = threading.Event()
 
     def stop_once_scanning():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (set(tracker.getJobIdsForGroup("starscan-warmup")) - jobs_before):
-            time.sleep(0.02)
-        stop.set()
+        try:
+            wait_until(lambda: set(tracker.getJobIdsForGroup("starscan-warmup")) - jobs_before, 120, 0.02,
+                       what="the warm-up's first Spark job")
+        finally:
+            stop.set()
 
     threading.Thread(target=stop_once_scanning, daemon=True).start()
     with pytest.raises(WarmUpStopped):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -103,10 +102,9 @@ def _waiting_to_put(thread: threading.Thread) -> bool:
 
 
 def _wait_for_no_decoders() -> None:
-    deadline = time.monotonic() + 10
-    while _decoders() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not _decoders()
+    from support.waits import wait_until  # here: this module is also imported by scripts without tests/ on the path
+
+    wait_until(lambda: not _decoders(), 10, 0.02, what="the decoding threads to end")
 
 
 def test_the_threads_stay_a_bounded_number_of_batches_ahead_and_end_when_the_caller_stops(table):

@@ -8,6 +8,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.waits import wait_until
 
 from starscan.core.errors import DatabaseNotFound, TableNotFound
 from starscan.tables.catalog import Warehouse
@@ -155,10 +156,7 @@ def test_cache_serves_unchanged_tables(wh):
 
 
 def _wait_for_listings(wh):
-    deadline = time.monotonic() + 30
-    while wh._refreshing:
-        assert time.monotonic() < deadline, "a background listing did not end"
-        time.sleep(0.005)
+    wait_until(lambda: not wh._refreshing, 30, 0.005, what="the background listings to end")
 
 
 def test_a_file_rewritten_in_place_shows_after_the_ttl(wh):
@@ -311,9 +309,7 @@ def test_callers_of_an_expired_listing_share_one_listing(wh):
     threads = [threading.Thread(target=lambda: got.append(wh.snapshot("d1", "t"))) for _ in range(20)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 30
-    while len(got) < 19 and time.monotonic() < deadline:  # all but the one listing the table
-        time.sleep(0.005)
+    wait_until(lambda: len(got) >= 19, 30, 0.005, what="all readers but the one listing the table")
     assert len(builds) == 1 and len(got) == 19
     assert all(s is second for s in got)
     listing.set()

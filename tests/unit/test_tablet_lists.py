@@ -4,7 +4,8 @@ and held by the server, as listed at once and packed behind the plan."""
 from __future__ import annotations
 
 import threading
-import time
+
+from support.waits import wait_until
 
 from starscan.plans import tablet_lists as tl
 from starscan.tables.catalog import DataFile
@@ -17,13 +18,11 @@ def _tablets(n: int = 50, table: str = "d.t"):
 
 
 def _wait_packed(lists: tl.TabletLists, digest: bytes) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def packed() -> bool:
         with lists._lock:
-            if digest not in lists._held:
-                return
-        time.sleep(0.01)
-    raise AssertionError("the list was not packed")
+            return digest not in lists._held
+
+    wait_until(packed, 10, 0.01, what="the list to be packed")
 
 
 def test_the_digest_names_the_list_whether_listed_or_packed():
