@@ -51,6 +51,7 @@ def base_settings(warehouse_dir):
 
     return load_settings(
         warehouse=warehouse_dir, spark_master="local[2]", http_port=0, be_port=0, query_port=0, flight_sql_port=0, be_flight_port=0,
+        be_http_port=0,  # a BE-only node answers health on it: two xdist workers must not both take 8040
         bind_host="127.0.0.1",
         advertise_host="127.0.0.1", scan_context_gc_interval_s=1.0, listing_cache_ttl_s=0,
         # The shared server must not lock anyone out or rate-limit the suite: tests/integration/test_limits.py
