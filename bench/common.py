@@ -99,6 +99,17 @@ def _version(name: str) -> str:
         return "not installed"
 
 
+def _huge_pages() -> str:
+    """The machine's transparent huge page mode (the bracketed word); the BE's own process
+    turns them off unless be_transparent_huge_pages is set (starscan.app.huge_pages)."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "unknown"
+    mode = text[text.find("[") + 1:text.find("]")] if "[" in text else text.strip()
+    return f"{mode} (the BE's process: off unless be_transparent_huge_pages)"
+
+
 def environment() -> dict[str, str]:
     """Versions and machine facts, in a stable order."""
     nproc = _run(["nproc"]) or str(len(os.sched_getaffinity(0)))
@@ -113,6 +124,7 @@ def environment() -> dict[str, str]:
         "cpu": _cpu_model(),
         "cpu flags": _cpu_flags(),
         "kernel": platform.release(),
+        "transparent huge pages": _huge_pages(),
         "git commit": _git_commit(),
         "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     })

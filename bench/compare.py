@@ -49,6 +49,8 @@ import common
 import psutil
 from support.waits import free_port
 
+from starscan.app.huge_pages import set_transparent_huge_pages
+
 DB, TABLE = "demo", "lineitem"
 FILTER_COLUMNS = ["l_orderkey", "l_quantity", "l_extendedprice", "l_shipdate"]
 SYSTEMS = ("starscan", "starscan-official-thrift", "starscan-cache", "read-arrow-1", "read-arrow-4", "direct-1",
@@ -389,7 +391,12 @@ def start_connect(spark_conf: dict[str, str], driver_memory: str, log_path: Path
         cmd += ["--conf", f"{k}={v}"]
     env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
     logf = open(log_path, "w")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    # Through a shim that gives the JVM the machine's transparent huge pages, as the readers
+    # (the flag this process's BE set is inherited across exec).
+    shim = ("import os, sys; from starscan.app.huge_pages import set_transparent_huge_pages; "
+            "set_transparent_huge_pages(True); os.execv(sys.argv[1], sys.argv[1:])")
+    proc = subprocess.Popen([sys.executable, "-c", shim, *cmd], stdout=logf, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
     wait_port(port, proc, 180)
     return proc, port
 
@@ -632,6 +639,10 @@ def main(argv=None) -> int:
     ap.add_argument("--flight-server", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    if args.worker or args.flight_server:
+        # The BE in this bench's process turns transparent huge pages off for itself, and
+        # children inherit the flag: the readers and the peers run as the machine has them.
+        set_transparent_huge_pages(True)
     if args.worker:
         print(json.dumps(run_readers(json.loads(args.worker))))
         return 0

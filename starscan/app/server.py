@@ -11,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from starscan.app.huge_pages import set_transparent_huge_pages
 from starscan.app.operations import Operations
 from starscan.core import logs
 from starscan.core.errors import ServerShuttingDown, StarscanError
@@ -83,6 +84,8 @@ class StarscanServer:
 
     def __init__(self, settings: Settings, spark, fe: bool = True, be: bool = True):
         self.live_settings = LiveSettings(settings)  # run-time changes (POST /api/update_config)
+        if be:
+            set_transparent_huge_pages(settings.be_transparent_huge_pages)
         self.spark = spark
         if settings.warehouse_is_local:
             settings.warehouse_path.mkdir(parents=True, exist_ok=True)

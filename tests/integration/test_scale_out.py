@@ -6,7 +6,9 @@ leaves the routings and comes back when started again, and serves plans made bef
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
+from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -31,8 +33,10 @@ def cluster(tmp_path_factory):
     fe_http, fe_query, fe_flight = free_port(), free_port(), free_port()
     env = {"STARSCAN_PLAN_SECRET": SECRET,
            "STARSCAN_TABLET_TARGET_BYTES": str(256 << 10)}  # a tablet per file or so: both BEs get some
+    # be1 leaves transparent huge pages as the machine has them; be0 turns them off (the default).
     bes = [Node(root, f"be{i}", "--role", "be", "--be-port", str(be_ports[i]), "--be-http-port", str(be_http[i]),
-                "--spark-master", "local[2]", env={**env, "STARSCAN_BE_FLIGHT_PORT": str(be_flight[i])})
+                "--spark-master", "local[2]", env={**env, "STARSCAN_BE_FLIGHT_PORT": str(be_flight[i]),
+                                                   **({"STARSCAN_BE_TRANSPARENT_HUGE_PAGES": "true"} if i else {})})
            for i in range(2)]
     endpoints = ",".join(f"127.0.0.1:{p}" for p in be_ports)
     fe = Node(root, "fe", "--role", "fe", "--http-port", str(fe_http), "--query-port", str(fe_query),
@@ -304,6 +308,20 @@ def test_a_flight_sql_endpoint_is_read_from_its_next_be_when_the_first_is_killed
         table = cur.fetch_arrow_table()
     assert Counter(zip(table.column("id").to_pylist(), table.column("v").to_pylist())) == _expected()
     _both_routed(cluster)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux process flag")
+def test_a_be_turns_transparent_huge_pages_off_for_its_process_unless_set(cluster):
+    """prctl(PR_SET_THP_DISABLE) as /proc shows it: off in a BE at its defaults, on where
+    be_transparent_huge_pages is set (whatever the test process passed down)."""
+    def thp_enabled(node) -> str:
+        status = Path(f"/proc/{node.proc.pid}/status").read_text()
+        return status.split("THP_enabled:")[1].split()[0] if "THP_enabled:" in status else "unknown"
+
+    states = [thp_enabled(be) for be in cluster["bes"]]
+    if states[0] == "unknown":
+        pytest.skip("this kernel's /proc does not show THP_enabled")
+    assert states == ["0", "1"]
 
 
 def test_with_no_live_be_a_plan_is_a_clear_503(cluster):
