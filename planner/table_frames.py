@@ -8,9 +8,9 @@ import json
 from pyspark.sql import types as T
 
 from starscan.arrow.filter import NotArrowable
-from starscan.arrow.read import ArrowSplit
 from starscan.arrow.rebase import CalendarRules
 from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
+from starscan.arrow.split_plan import ArrowSplit
 from starscan.core.errors import SqlInvalid
 from starscan.core.sql_types import parse_schema
 from starscan.planner.mysql.catalog_view import CatalogView

@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from starscan.arrow.read import ArrowRead, ArrowSplit, FilePart
 from starscan.arrow.rebase import CalendarRules
 from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
+from starscan.arrow.split_plan import ArrowRead, ArrowSplit, FilePart
 from starscan.core.sql_types import parse_schema
 from starscan.expr import unflatten
 from starscan.storage.stores import LOCAL, Storage

@@ -12,8 +12,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from starscan.arrow.filter import NotArrowable
-from starscan.arrow.read import ArrowRead, ArrowSplit
 from starscan.arrow.rebase import CalendarRules
+from starscan.arrow.split_plan import ArrowRead, ArrowSplit
 from starscan.core.errors import InvalidArgument, ScanFailed, SnapshotGone, StarscanError
 from starscan.expr import unflatten
 from starscan.provider.arrow_engine import plan_arrow

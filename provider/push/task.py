@@ -50,7 +50,7 @@ def push_spark_arrow(target: PushTarget):
 def push_arrow_splits(target: PushTarget, read, splits: tuple):
     """The partition function of the ``arrow`` engine. Its task is one of the scanner's
     ``tasks_per_scanner`` readers, not one split: it asks the BE for a split nobody reads
-    yet, reads it with pyarrow (starscan/arrow/read.py) and pushes it, then asks again, until
+    yet, reads it with pyarrow (starscan.arrow.read) and pushes it, then asks again, until
     none is left or the BE says stop or yield (or, after its turn, ``target.turn_s``, that
     another scan waits for a slot: provider/scheduler.py). So a scan is one Spark job per task, not per
     split: in the JVM each job costs scheduling, serializing and JIT-compiling work, and a
@@ -83,8 +83,8 @@ def push_split(target: PushTarget, batches_of, split: int) -> bool:
     failure is reported to the BE and raised, so Spark sees it."""
     from pyspark import TaskContext
 
-    from starscan.arrow.read import SplitReadError
     from starscan.arrow.read_stats import ReadStats
+    from starscan.arrow.split_plan import SplitReadError
     from starscan.arrow.wire import BatchConverter
     from starscan.provider.push.wire import PushStopped, TaskSender
 

@@ -25,9 +25,9 @@ from typing import Any
 
 from starscan.arrow.deletes import delete_files, with_paths
 from starscan.arrow.nested import FileName, parse_file_name
-from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
 from starscan.arrow.scan import Fields, plan_read
+from starscan.arrow.split_plan import ArrowRead, FilePart
 from starscan.core.errors import PlanInvalid
 from starscan.core.sql_types import parse_schema
 from starscan.expr import Expr, from_json, to_json

@@ -17,7 +17,7 @@ the file lacks reads as NULL (a field added since the file was written), as for 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +25,7 @@ import pyarrow as pa
 FileKey = str | int
 FileName = FileKey | Mapping[str, Any]
 
-__all__ = ["FileKey", "FileName", "conform", "field_id_of", "key_of", "is_nested_name", "parse_file_name", "NestedMismatch"]
+__all__ = ["FileKey", "FileName", "conform", "field_id_of", "file_fields", "key_of", "is_nested_name", "parse_file_name", "NestedMismatch"]
 
 
 class NestedMismatch(ValueError):
@@ -106,12 +106,17 @@ def conform(array: pa.Array, name: FileName | None, expected: pa.DataType, leaf:
 
 
 def _child_finder(struct: pa.StructType) -> Callable[[FileKey], int | None]:
-    """A struct's field by name (case-insensitively, the first of names differing in case)
-    or by field id."""
+    """A struct's field by name or field id, as ``_position_finder``."""
+    return _position_finder(struct.field(i) for i in range(struct.num_fields))
+
+
+def _position_finder(fields: Iterable[pa.Field]) -> Callable[[FileKey], int | None]:
+    """The position of a field by name (case-insensitively, the first of names differing only
+    in case, as Spark reads Parquet) or by field id (an int: Parquet's, or the ``iceberg.id``
+    attribute of an Iceberg ORC file)."""
     by_lower: dict[str, int] = {}
     by_id: dict[int, int] = {}
-    for i in range(struct.num_fields):
-        f = struct.field(i)
+    for i, f in enumerate(fields):
         by_lower.setdefault(f.name.lower(), i)
         field_id = field_id_of(f)
         if field_id is not None:
@@ -129,6 +134,18 @@ def field_id_of(field: pa.Field) -> int | None:
     meta = field.metadata or {}
     raw = meta.get(b"PARQUET:field_id", meta.get(b"iceberg.id"))
     return int(raw) if raw is not None and raw.strip().lstrip(b"-").isdigit() else None
+
+
+def file_fields(schema: pa.Schema) -> Callable[[FileKey], pa.Field | None]:
+    """A file's top-level field by name or field id, as ``_position_finder``; None where the
+    file has none (Spark reads such a column as NULL)."""
+    find = _position_finder(schema)
+
+    def lookup(key: FileKey) -> pa.Field | None:
+        position = find(key)
+        return None if position is None else schema.field(position)
+
+    return lookup
 
 
 def _mask(array: pa.Array) -> pa.Array | None:

@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 from starscan.arrow.deletes import with_paths
 from starscan.arrow.filter import NotArrowable, to_arrow_filter
 from starscan.arrow.nested import FileName
-from starscan.arrow.read import ArrowRead, FilePart
 from starscan.arrow.rebase import CalendarRules
+from starscan.arrow.split_plan import ArrowRead, FilePart
 from starscan.core.sql_types import Field, SqlType
 from starscan.expr import Expr
 from starscan.storage.hadoop_paths import exact_partition_value, partition_of

@@ -25,7 +25,9 @@ import pyarrow.compute as pc
 
 from starscan.arrow.direct import DirectFile, DirectRead, file_part
 from starscan.arrow.filter import NotArrowable
-from starscan.arrow.read import ArrowRead, ArrowSplit, PlannedFileGone, SplitReadError, check_calendar, read_split
+from starscan.arrow.opening import check_calendar
+from starscan.arrow.read import read_split
+from starscan.arrow.split_plan import ArrowRead, ArrowSplit, PlannedFileGone, SplitReadError
 from starscan.arrow.wire import BatchConverter
 from starscan.client.errors import ReadError, SnapshotGoneError
 from starscan.core.errors import StarscanError

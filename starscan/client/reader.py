@@ -21,10 +21,7 @@ forms.
 
 from __future__ import annotations
 
-import atexit
-import queue
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -48,6 +45,7 @@ from starscan.client.errors import (
 )
 from starscan.client.options import ReadOptions
 from starscan.client.protocol import ScanStats, StarscanClient
+from starscan.core.interleave import Interleaved
 from starscan.core.thrift_defs import transport_errors
 
 if TYPE_CHECKING:  # the direct reader loads starscan.storage.stores: only when a read uses it
@@ -164,11 +162,11 @@ class Connection:
             first = stream.next()
             schema = first.schema if first is not None else self._empty_schema(db, table, columns, native)
         except BaseException:
-            stream.stop.set()
+            stream.stop()
             raise
         batches = stream.batches(first)
         # A reader dropped before it is read to the end stops the read (its scanners close).
-        weakref.finalize(batches, stream.stop.set)
+        weakref.finalize(batches, stream.stop)
         return pa.RecordBatchReader.from_batches(schema, batches)
 
     def _direct_reader(self, plan: dict[str, Any], native: bool) -> tuple[DirectReader | None, str | None]:
@@ -305,111 +303,38 @@ def work_items(plan: dict[str, Any], tablet_size: int, direct: bool = False) -> 
                   for routings, tablets in groups.items() for i in range(0, len(tablets), tablet_size)]
 
 
-#: Reads whose worker threads may still run, and how long the program's exit waits for them.
-_LIVE_STREAMS: weakref.WeakSet[_Stream] = weakref.WeakSet()
-EXIT_WAIT_S = 2.0
-
-
-@atexit.register
-def _stop_reads_at_exit() -> None:
-    """Stop the reads still running when the program ends, and give their threads a moment to
-    leave. A daemon thread still inside pyarrow's C++ code when the interpreter finalizes is
-    ended there by force, and the process aborts ("terminate called without an active
-    exception", seen once in tests/integration/test_python_reader.py's script that leaves a
-    read unfinished). The threads stop at their next batch; a thread that does not within
-    ``EXIT_WAIT_S`` is left as before."""
-    streams = list(_LIVE_STREAMS)
-    for stream in streams:
-        stream.stop.set()
-    deadline = time.monotonic() + EXIT_WAIT_S
-    for stream in streams:
-        for thread in stream.threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-
 class _Stream:
-    """The work items read on a thread pool, their batches handed out through a bounded queue.
-
-    The first error of any item is kept in ``error`` and raised to the caller before any
-    further batch; ``stop`` ends every item (their scanners are closed) when the caller is
-    done, fails, or drops the reader unread."""
+    """The work items' batches: read on up to ``max_workers`` threads at once, handed out
+    through one bounded queue (starscan.core.interleave: the first error of any item is
+    raised before any further batch), or, with one worker, in the caller's thread.
+    ``stop()`` ends every item (their scanners are closed) when the caller is done, fails,
+    or drops the reader unread."""
 
     def __init__(self, conn: Connection, db: str, table: str, plan: dict[str, Any],
                  items: list[Item], native: bool, direct: DirectReader | None = None, mode: Direct = False):
         self.conn, self.db, self.table, self.plan, self.native = conn, db, table, plan, native
         self.items = items
         self.direct, self.mode = direct, mode
-        self.queue: queue.Queue[pa.RecordBatch] = queue.Queue(maxsize=2 * conn.max_workers)
-        self.stop = threading.Event()
-        self.finished = threading.Event()  # every item ended (read whole, failed or stopped)
-        self.error: BaseException | None = None
-        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._pool: Interleaved[Item, pa.RecordBatch] | None = None  # max_workers > 1
         self._serial: Generator[pa.RecordBatch, None, None] | None = None  # max_workers == 1
-        self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
         if not self.items:
-            self.finished.set()
             return
         if self.conn.max_workers == 1:
             # One item at a time: read in the caller's thread, without a hand-off per batch
             # (a worker thread and a queue cost direct reads about a fifth of their rate).
             self._serial = self._serial_batches()
             return
-        remaining = [len(self.items)]
-        pending = iter(self.items)
-        take = threading.Lock()
+        self._pool = Interleaved(iter(self.items), lambda item: self.item_batches(*item),
+                                 min(self.conn.max_workers, len(self.items)), ahead=2, name="starscan-read")
+        self._pool.start()
 
-        def run(item: Item) -> None:
-            try:
-                if not self.stop.is_set():
-                    self._read(*item)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-                with self._lock:
-                    if self.error is None:
-                        self.error = exc
-                self.stop.set()
-            finally:
-                with self._lock:
-                    remaining[0] -= 1
-                    if remaining[0] == 0:
-                        self.finished.set()
-
-        def work() -> None:
-            while True:
-                with take:
-                    item = next(pending, None)
-                if item is None:
-                    return
-                run(item)
-
-        # Daemon threads: a read left unfinished (its reader still referenced) must not keep
-        # the program from exiting, as a pool's threads would (they are joined at exit).
-        # They are stopped, and waited for a moment, when the program ends (_stop_reads_at_exit).
-        self.threads = [threading.Thread(target=work, name=f"starscan-read-{i}", daemon=True)
-                        for i in range(min(self.conn.max_workers, len(self.items)))]
-        _LIVE_STREAMS.add(self)
-        for thread in self.threads:
-            thread.start()
-
-    def _put(self, batch: pa.RecordBatch) -> bool:
-        """Queue a batch; False when the read was stopped (the caller is gone or failed)."""
-        while not self.stop.is_set():
-            try:
-                self.queue.put(batch, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _read(self, routings: list[str], tablets: list[int], direct: dict[str, Any] | None) -> None:
-        batches = self.item_batches(routings, tablets, direct)
-        try:
-            for batch in batches:
-                if not self._put(batch):
-                    return
-        finally:
-            batches.close()  # closes the item's scanner when the read stopped early
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._pool is not None:
+            self._pool.stop()
 
     def item_batches(self, routings: list[str], tablets: list[int],
                      direct: dict[str, Any] | None) -> Generator[pa.RecordBatch, None, None]:
@@ -441,26 +366,15 @@ class _Stream:
 
     def _serial_batches(self) -> Generator[pa.RecordBatch, None, None]:
         for item in self.items:
-            if self.stop.is_set():
+            if self._stopped.is_set():
                 return
             yield from self.item_batches(*item)
 
     def next(self) -> pa.RecordBatch | None:
         """The next batch, None at the end; the first error of any item is raised."""
         if self._serial is not None:
-            return None if self.stop.is_set() else next(self._serial, None)
-        while True:
-            if self.error is not None:
-                self.stop.set()
-                raise self.error
-            try:
-                return self.queue.get(timeout=0.1)
-            except queue.Empty:
-                pass
-            if self.finished.is_set() and self.queue.empty():
-                if self.error is not None:
-                    raise self.error
-                return None
+            return None if self._stopped.is_set() else next(self._serial, None)
+        return self._pool.next() if self._pool is not None else None
 
     def batches(self, first: pa.RecordBatch | None) -> Iterator[pa.RecordBatch]:
         try:
@@ -473,7 +387,7 @@ class _Stream:
                     batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
                 yield batch
         finally:
-            self.stop.set()
+            self.stop()
             if self._serial is not None:
                 self._serial.close()
 

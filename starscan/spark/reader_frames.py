@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from starscan.arrow.read import ArrowRead, ArrowSplit
+from starscan.arrow.split_plan import ArrowRead, ArrowSplit
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from starscan.arrow.read import ArrowSplit, FilePart
+from starscan.arrow.split_plan import ArrowSplit, FilePart
 
 
 def split_of(paths: list[Path]) -> ArrowSplit:

@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from starscan.arrow.read import _AHEAD, ArrowSplit, FilePart, SplitReadError, read_split
+from starscan.arrow.read import _AHEAD, read_split
 from starscan.arrow.scan import Fields, plan_read
+from starscan.arrow.split_plan import ArrowSplit, FilePart, SplitReadError
 from starscan.core.sql_types import parse_schema
 from starscan.expr import column, literal, op
 
@@ -195,7 +196,7 @@ def test_a_reader_thread_that_outlives_the_main_thread_reads_every_row(tmp_path:
 def test_a_plain_file_is_passed_on_by_position_in_any_output_order(tmp_path: Path, table, monkeypatch, outputs):
     """The output is the file's own columns (any order, renamed, repeated): the batches are
     picked by position, never reshaped column by column, and hold what the files hold."""
-    from starscan.arrow import read as arrow_read
+    from starscan.arrow import decode as arrow_decode
 
     del table  # (it wrote the files)
     split = _split(tmp_path, ["a.parquet", "b.parquet"])
@@ -204,7 +205,7 @@ def test_a_plain_file_is_passed_on_by_position_in_any_output_order(tmp_path: Pat
     def reshaped(*args):
         raise AssertionError("a plain file's batch was reshaped column by column")
 
-    monkeypatch.setattr(arrow_read, "_shape", reshaped)
+    monkeypatch.setattr(arrow_decode, "_shape", reshaped)
     got = pa.Table.from_batches(list(read_split(read, split, batch_rows=1024)))
     files = pa.concat_tables([pq.read_table(tmp_path / name) for name in ("a.parquet", "b.parquet")])
     expected = pa.table([files.column(source) for _, source in outputs], names=[name for name, _ in outputs])
@@ -263,8 +264,8 @@ def test_a_predicate_runs_over_long_runs_and_the_batches_stay_within_batch_rows(
     pred = op(">", column("id"), literal("bigint", "5"))
     read = plan_read("t.t", 1, Fields(SCHEMA), [("id", "id"), ("d", "d")], pred, "UTC", "parquet", set())
     calls = []
-    real_finish = read_mod._finish_table
-    monkeypatch.setattr(read_mod, "_finish_table", lambda r, t: calls.append(t.num_rows) or real_finish(r, t))
+    real_finish = read_mod.finish_table
+    monkeypatch.setattr(read_mod, "finish_table", lambda r, t: calls.append(t.num_rows) or real_finish(r, t))
     batches = list(read_split(read, _split(tmp_path, ["big.parquet", "small.parquet"]), batch_rows=1000))
     assert all(0 < b.num_rows <= 1000 for b in batches)
     assert [v for b in batches for v in b.column(0).to_pylist()] == list(range(6, 160_700))
@@ -316,11 +317,10 @@ def test_small_files_statistics_are_consulted_while_they_skip_files(tmp_path: Pa
     only while that pays: always when they rule most files out, one file in RECHECK after
     the first PROBE when they rule none out. Large files are always checked, and the rows
     are those of a read that checks every file."""
-    from starscan.arrow import read as read_mod
-    from starscan.arrow import statistics_use
+    from starscan.arrow import opening, statistics_use
 
-    counted = _CountedFormat(read_mod._parquet_format())
-    monkeypatch.setattr(read_mod, "_parquet_format", lambda: counted)
+    counted = _CountedFormat(opening._parquet_format())
+    monkeypatch.setattr(opening, "_parquet_format", lambda: counted)
     names = []
     for i in range(60):
         names.append(f"s{i:02d}.parquet")

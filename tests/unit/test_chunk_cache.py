@@ -19,8 +19,9 @@ from support.splits import split_of
 
 from starscan.arrow import chunk_cache as chunk_cache_module
 from starscan.arrow.chunk_cache import ColumnChunkCache
-from starscan.arrow.read import FILTER_RUN_ROWS, ArrowSplit, FilePart, read_split
+from starscan.arrow.read import FILTER_RUN_ROWS, read_split
 from starscan.arrow.scan import Fields, plan_read
+from starscan.arrow.split_plan import ArrowSplit, FilePart
 from starscan.core.sql_types import parse_schema
 from starscan.expr import column, literal, op
 

@@ -12,8 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from starscan.arrow.read import ArrowSplit, FilePart, read_split
+from starscan.arrow.read import read_split
 from starscan.arrow.scan import Fields, _file_conjuncts, plan_read
+from starscan.arrow.split_plan import ArrowSplit, FilePart
 from starscan.core.sql_types import Field, SqlType
 from starscan.planner.sql import parse
 

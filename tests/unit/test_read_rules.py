@@ -165,12 +165,14 @@ def test_a_reader_without_spark_finds_files_it_cannot_rebase_before_reading(tmp_
     written in UTC, or holding dates only, is read here."""
     import pyarrow.parquet as pq
 
-    import starscan.arrow.read as arrow_read
-    from starscan.arrow.read import ArrowSplit, FilePart, SplitReadError, check_calendar, read_split
+    import starscan.arrow.opening as arrow_opening
+    from starscan.arrow.opening import check_calendar
+    from starscan.arrow.read import read_split
     from starscan.arrow.scan import Fields, plan_read
+    from starscan.arrow.split_plan import ArrowSplit, FilePart, SplitReadError
     from starscan.core.sql_types import parse_schema
 
-    monkeypatch.setattr(arrow_read, "zone_tables_available", lambda: False)
+    monkeypatch.setattr(arrow_opening, "zone_tables_available", lambda: False)
     fields = Fields(parse_schema({"type": "struct", "fields": [
         {"name": "id", "type": "integer", "nullable": True, "metadata": {}},
         {"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}}]}))
