@@ -20,11 +20,12 @@ import pyarrow.flight as flight
 
 from starscan.arrow.wire import IpcStream
 from starscan.core.errors import InvalidArgument, StarscanError
-from starscan.core.protocol_extensions import ARROW_TYPES_PROPERTY
+from starscan.core.protocol_extensions import ARROW_TYPES_PROPERTY, ORDERED_PROPERTY
 from starscan.core.thrift_defs import wire
 from starscan.flight import tickets
 from starscan.flight.errors import to_flight
 from starscan.plans.codec import Signer
+from starscan.provider.metrics import ScanMetrics
 from starscan.provider.service import ScanService
 from starscan.security.tls import FlightTls
 
@@ -33,11 +34,15 @@ log = logging.getLogger("starscan.provider")
 
 class BeFlightServer(flight.FlightServerBase):
     def __init__(self, location: str, service: ScanService, signer: Signer, tls: FlightTls | None = None,
-                 on_sent: Callable[[int, int], None] = lambda rows, nbytes: None):
+                 metrics: ScanMetrics | None = None):
         super().__init__(location, **(tls.server_options() if tls is not None else {}))
         self.service = service
         self.signer = signer
-        self.on_sent = on_sent  # rows and Arrow bytes handed to a client (the BE's metrics, as get_next's)
+        self.metrics = metrics  # the BE's: scanners opened, refused, rows and Arrow bytes sent, as over Thrift
+
+    def _sent(self, rows: int, nbytes: int) -> None:
+        if self.metrics is not None:
+            self.metrics.sent(rows, nbytes)
 
     def do_get(self, context, ticket):
         try:
@@ -51,12 +56,19 @@ class BeFlightServer(flight.FlightServerBase):
     def stream(self, ticket: tickets.ScanTicket, client: str) -> flight.FlightDataStream:
         """The ticket's rows as a Flight stream (also the FE's proxy of a node that is FE and
         BE at once: its own tablets read in its own process)."""
+        properties = {ARROW_TYPES_PROPERTY: "true"}
+        if ticket.ordered:  # the FE's proxy, which can then go on from another BE
+            properties[ORDERED_PROPERTY] = "true"
         params = wire.TScanOpenParams(opaqued_query_plan=ticket.plan, tablet_ids=list(ticket.tablet_ids),
-                                      batch_size=ticket.batch_rows, properties={ARROW_TYPES_PROPERTY: "true"})
+                                      batch_size=ticket.batch_rows, properties=properties)
         opened = self.service.open(params, client=client)
         if opened.error is not None:
             self.service.close(opened.context_id)
+            if self.metrics is not None:
+                self.metrics.failed.labels(opened.error.status_code).inc()
             raise opened.error
+        if self.metrics is not None:
+            self.metrics.opened.inc()
         ctx = self.service.contexts.get(opened.context_id)
         first = None
         if ctx.run is not None:
@@ -64,7 +76,7 @@ class BeFlightServer(flight.FlightServerBase):
         else:  # answered from the result cache: its replies carry their schema
             first = self.service.next(opened.context_id, 0)
             schema = _schema_of(first.rows) if first.rows is not None else pa.schema([])
-        return flight.GeneratorStream(schema, _batches(self.service, opened.context_id, schema, first, self.on_sent))
+        return flight.GeneratorStream(schema, _batches(self.service, opened.context_id, schema, first, self._sent))
 
 
 def _batches(service: ScanService, context_id: str, schema: pa.Schema, first,

@@ -9,10 +9,11 @@ statements. Every failure is a gRPC status (starscan.flight.errors)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -26,7 +27,7 @@ from starscan.flight import tickets
 from starscan.flight.errors import to_flight
 from starscan.planner import sql_queries
 from starscan.planner.auth import Authenticator
-from starscan.planner.flight_sql import catalog, statements
+from starscan.planner.flight_sql import catalog, relay, statements
 from starscan.planner.flight_sql.auth import CallerMiddlewareFactory, HandshakeAccepted, SessionTokens, caller
 from starscan.planner.mysql.catalog_view import CatalogView
 from starscan.planner.query_plan import QueryPlanner
@@ -111,7 +112,7 @@ class FlightSqlServer(flight.FlightServerBase):
             user = caller(context)
             found = tickets.decode(ticket.ticket, self.signer)
             if isinstance(found, tickets.ScanTicket):
-                return self._relay(user, found, ticket, context.peer())
+                return self._relay(user, found, context.peer())
             if found.user != user:
                 raise PrivilegeMissing("this ticket was issued to another user")
             view = self._view(user)
@@ -140,7 +141,7 @@ class FlightSqlServer(flight.FlightServerBase):
                              "it further, or read the table with a plain SELECT (its tablets stream from the BEs)")
         return table.cast(schema) if table.schema != schema else table
 
-    def _relay(self, user: str, ticket: tickets.ScanTicket, raw: flight.Ticket, peer: str):
+    def _relay(self, user: str, ticket: tickets.ScanTicket, peer: str):
         """A scan's tablets read from the first of their BEs that answers, streamed on (this
         node's own BE read in this process, as its Flight front reads them)."""
         plan = plan_codec.decode(ticket.plan, self.signer)
@@ -153,22 +154,9 @@ class FlightSqlServer(flight.FlightServerBase):
         own = self.local_be()
         if own is not None and own in live and self.local_stream is not None:
             return self.local_stream(ticket, peer)
-        failures = []
-        for be in order:
-            uri = f"{_scheme(settings)}://{routes[be]}"
-            client = flight.connect(uri, **self.relay_options)
-            try:
-                reader = client.do_get(raw)
-                schema = reader.schema
-            except flight.FlightUnavailableError as exc:
-                client.close()
-                failures.append(f"{be}: {exc}")
-                continue
-            except Exception:
-                client.close()
-                raise
-            return flight.GeneratorStream(schema, _relayed(client, reader))
-        raise NotFound(f"no BE answered for the ticket's tablets: {'; '.join(failures)}")
+        # Rows in a fixed order, so that a BE lost on the way is replaced by the next (relay.py).
+        ordered = flight.Ticket(tickets.encode(dataclasses.replace(ticket, ordered=True), self.signer))
+        return relay.relay([(be, f"{_scheme(settings)}://{routes[be]}") for be in order], ordered, self.relay_options)
 
     # ---- DoAction: prepared statements ----
     def list_actions(self, context):
@@ -229,14 +217,6 @@ def _command(descriptor: flight.FlightDescriptor) -> any_pb2.Any:
     except DecodeError:
         raise InvalidArgument("the descriptor's command is not a packed Flight SQL message") from None
     return command
-
-
-def _relayed(client: flight.FlightClient, reader) -> Iterator[pa.RecordBatch]:
-    try:
-        for chunk in reader:
-            yield chunk.data
-    finally:
-        client.close()
 
 
 def _scheme(settings) -> str:

@@ -43,6 +43,10 @@ class ScanTicket:
     plan: str                    # the FE's signed opaqued_query_plan
     tablet_ids: tuple[int, ...]  # the tablets of this endpoint
     batch_rows: int              # rows per record batch
+    # Rows in a fixed order (protocol_extensions.ORDERED_PROPERTY): the FE's proxy asks for
+    # it when it relays another BE's stream, so that it can go on from the next BE, skipping
+    # the rows it has already sent, when that BE is lost in the middle.
+    ordered: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ Ticket = ScanTicket | QueryTicket | MetaTicket
 def encode(ticket: Ticket, signer: Signer) -> bytes:
     if isinstance(ticket, ScanTicket):
         doc = {"k": "scan", "plan": ticket.plan, "tablets": list(ticket.tablet_ids), "batch": ticket.batch_rows}
+        if ticket.ordered:
+            doc["ord"] = True
     elif isinstance(ticket, MetaTicket):
         doc = {"k": "meta", "user": ticket.user, "cmd": base64.b64encode(ticket.command).decode("ascii"),
                "exp": ticket.expires_ms}
@@ -108,7 +114,8 @@ def decode(raw: bytes, signer: Signer, now_ms: int | None = None) -> Ticket:
     try:
         doc = json.loads(body)
         if doc["k"] == "scan":
-            return ScanTicket(str(doc["plan"]), tuple(int(t) for t in doc["tablets"]), int(doc["batch"]))
+            return ScanTicket(str(doc["plan"]), tuple(int(t) for t in doc["tablets"]), int(doc["batch"]),
+                              doc.get("ord") is True)
         ticket: QueryTicket | MetaTicket
         if doc["k"] == "meta":
             ticket = MetaTicket(str(doc["user"]), base64.b64decode(doc["cmd"]), int(doc["exp"]))

@@ -71,12 +71,14 @@ def test_adbc_reads_a_table_tablet_parallel_with_spark_values(server, uri):
 
 
 def test_a_flight_scan_is_counted_in_the_bes_metrics(server, uri):
-    """Rows a BE streams over Flight count in starscan_rows_sent, as get_next's replies do."""
+    """Scanners a BE opens for Flight and the rows it streams count in starscan_scanners_opened
+    and starscan_rows_sent, as open_scanner's and get_next's do."""
     from support.readers import scrape, value
 
     sql = "select l_orderkey, l_shipdate from demo.lineitem where l_quantity > 40"
     fe = f"http://127.0.0.1:{server.http_port}"
     before = value(scrape(fe), "starscan_rows_sent_total")
+    opened = value(scrape(fe), "starscan_scanners_opened_total")
     with connect(uri) as conn, conn.cursor() as cur:
         cur.execute(sql)
         got = cur.fetch_arrow_table()
@@ -84,6 +86,7 @@ def test_a_flight_scan_is_counted_in_the_bes_metrics(server, uri):
     # other tests of the module may scan at the same time: at least this scan's rows
     wait_until(lambda: value(scrape(fe), "starscan_rows_sent_total") - before >= got.num_rows, 30,
                what="starscan_rows_sent to count the Flight scan's rows")
+    assert value(scrape(fe), "starscan_scanners_opened_total") > opened
 
 
 def test_adbc_filtered_scan_and_pandas(server, uri):

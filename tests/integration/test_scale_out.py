@@ -21,12 +21,16 @@ pytestmark = pytest.mark.slow  # starts `starscan serve` processes of its own
 
 FILES, ROWS_PER_FILE = 6, 40_000
 SECRET = "scale-out-test-secret-0123456789abcdef"
+# A table whose streams outlast what gRPC buffers between a BE, the FE's proxy and a client
+# that has read one batch (files, rows per file: ~50 MB of Arrow).
+LONGER = (8, 400_000)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("scale_out")
     write_id_table(root / "wh" / "big.db" / "events", FILES, ROWS_PER_FILE)
+    write_id_table(root / "wh" / "big.db" / "longer", *LONGER)
     be_ports = [free_port(), free_port()]
     be_http = [free_port(), free_port()]
     be_flight = [free_port(), free_port()]
@@ -308,6 +312,59 @@ def test_a_flight_sql_endpoint_is_read_from_its_next_be_when_the_first_is_killed
         table = cur.fetch_arrow_table()
     assert Counter(zip(table.column("id").to_pylist(), table.column("v").to_pylist())) == _expected()
     _both_routed(cluster)
+
+
+def _scanners_opened(cluster) -> list[float]:
+    out = []
+    for port in cluster["be_http"]:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            out.append(-1.0)
+            continue
+        out.append(sum(float(line.split()[-1]) for line in text.splitlines()
+                       if line.startswith("starscan_scanners_opened_total")))
+    return out
+
+
+def test_the_proxy_goes_on_from_the_next_be_when_its_be_is_lost_mid_stream(cluster):
+    """Through the FE's proxy, the BE streaming an endpoint is SIGKILLed after the client's
+    first batch: the FE redeems the ticket at the other BE, skips the rows it already sent,
+    and the client's one stream holds every row of the table once."""
+    import pyarrow.flight as flight
+    from google.protobuf import any_pb2
+
+    from starscan.flight import flight_sql_pb2 as sql_pb2
+
+    _both_routed(cluster)
+    _set_flight_proxy(cluster, True)
+    client = flight.connect(cluster["flight_uri"])
+    options = flight.FlightCallOptions(headers=[client.authenticate_basic_token("root", "")])
+    command = any_pb2.Any()
+    command.Pack(sql_pb2.CommandStatementQuery(query="select id, v from big.longer"))
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(command.SerializeToString()), options)
+    before = _scanners_opened(cluster)
+    reader = client.do_get(info.endpoints[0].ticket, options)
+    first = reader.read_chunk().data
+    opened = [after - was for after, was in zip(_scanners_opened(cluster), before, strict=True)]
+    assert sorted(opened) == [0, 1], opened  # one BE streams the endpoint
+    victim = cluster["bes"][opened.index(1)]
+    victim.kill()
+    seen: Counter = Counter(zip(first.column("id").to_pylist(), first.column("v").to_pylist()))
+    try:
+        rest = reader.read_all()
+    finally:
+        _both_routed(cluster)  # the next tests want both BEs, whatever happens here
+    seen.update(zip(rest.column("id").to_pylist(), rest.column("v").to_pylist()))
+    for endpoint in info.endpoints[1:]:
+        table = client.do_get(endpoint.ticket, options).read_all()
+        seen.update(zip(table.column("id").to_pylist(), table.column("v").to_pylist()))
+    files, rows = LONGER
+    assert len(seen) == files * rows and set(seen.values()) == {1}
+    assert seen == Counter((i, str(i)) for i in range(files * rows))
+    fe_log = (cluster["root"] / "fe.log").read_text()
+    _both_routed(cluster)
+    assert "the BE of a stream was lost after" in fe_log  # it was lost mid-stream, not before
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux process flag")
