@@ -60,7 +60,7 @@ def _parse_with_kept_tables(path: str, module_name: str) -> None:
         tables = folder / f"thriftpy2-{thriftpy2.__version__}-ply-{ply.__version__}-tables.pickle"
         parser = yacc.yacc(module=grammar, debug=False, write_tables=True, picklefile=str(tables),
                            errorlog=yacc.NullLogger())
-        parse(path, module_name, parser=parser)
+        parse(path, module_name, parser=parser)  # type: ignore[no-untyped-call]
     except Exception:  # noqa: BLE001 - an optimisation only: thriftpy2.load parses as it always did
         return
 
