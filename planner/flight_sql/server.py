@@ -150,9 +150,12 @@ class FlightSqlServer(flight.FlightServerBase):
         settings = self.live.current
         routes = settings.flight_routes
         live = self.planner.membership.live() if self.planner.membership is not None else tuple(routes)
-        order = [be for be in routes if be in live] + [be for be in routes if be not in live]
+        # The plan's BEs for these tablets first, then the other live BEs, the rest last.
+        preferred = [be for be in ticket.routings if be in routes and be in live]
+        order = preferred + [be for be in routes if be in live and be not in preferred] + \
+            [be for be in routes if be not in live]
         own = self.local_be()
-        if own is not None and own in live and self.local_stream is not None:
+        if own is not None and order and own == order[0] and self.local_stream is not None:
             return self.local_stream(ticket, peer)
         # Rows in a fixed order, so that a BE lost on the way is replaced by the next (relay.py).
         ordered = flight.Ticket(tickets.encode(dataclasses.replace(ticket, ordered=True), self.signer))

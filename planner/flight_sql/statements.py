@@ -122,7 +122,8 @@ def _scan(sql: str, expression: exp.Select, view: CatalogView, planner: QueryPla
         size = max(1, math.ceil(len(tablet_ids) / settings.flight_endpoints_per_be))
         locations = [fe_uri] if settings.flight_proxy else [flight_uri[r] for r in routings if r in flight_uri]
         for start in range(0, len(tablet_ids), size):
-            ticket = tickets.ScanTicket(encoded, tuple(tablet_ids[start:start + size]), SCAN_BATCH_ROWS)
+            ticket = tickets.ScanTicket(encoded, tuple(tablet_ids[start:start + size]), SCAN_BATCH_ROWS,
+                                        routings=routings)
             endpoints.append(Endpoint(tickets.encode(ticket, signer), locations))
     return Planned(schema, endpoints)
 

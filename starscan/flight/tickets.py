@@ -47,6 +47,10 @@ class ScanTicket:
     # it when it relays another BE's stream, so that it can go on from the next BE, skipping
     # the rows it has already sent, when that BE is lost in the middle.
     ordered: bool = False
+    # The BEs the plan routed these tablets to (Thrift addresses, in the plan's order): the
+    # FE's proxy reads them from the first of these that is live, so that the endpoints of a
+    # statement spread over the BEs as the plan spread the tablets.
+    routings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ def encode(ticket: Ticket, signer: Signer) -> bytes:
         doc = {"k": "scan", "plan": ticket.plan, "tablets": list(ticket.tablet_ids), "batch": ticket.batch_rows}
         if ticket.ordered:
             doc["ord"] = True
+        if ticket.routings:
+            doc["r"] = list(ticket.routings)
     elif isinstance(ticket, MetaTicket):
         doc = {"k": "meta", "user": ticket.user, "cmd": base64.b64encode(ticket.command).decode("ascii"),
                "exp": ticket.expires_ms}
@@ -115,7 +121,7 @@ def decode(raw: bytes, signer: Signer, now_ms: int | None = None) -> Ticket:
         doc = json.loads(body)
         if doc["k"] == "scan":
             return ScanTicket(str(doc["plan"]), tuple(int(t) for t in doc["tablets"]), int(doc["batch"]),
-                              doc.get("ord") is True)
+                              doc.get("ord") is True, tuple(str(r) for r in doc.get("r", ())))
         ticket: QueryTicket | MetaTicket
         if doc["k"] == "meta":
             ticket = MetaTicket(str(doc["user"]), base64.b64decode(doc["cmd"]), int(doc["exp"]))

@@ -367,6 +367,32 @@ def test_the_proxy_goes_on_from_the_next_be_when_its_be_is_lost_mid_stream(clust
     assert "the BE of a stream was lost after" in fe_log  # it was lost mid-stream, not before
 
 
+def test_through_the_proxy_the_endpoints_are_read_from_the_bes_the_plan_routed_them_to(cluster):
+    """With the FE's proxy on, each endpoint is relayed from the BE the plan routed its
+    tablets to: a statement's endpoints spread over both BEs, as its tablets do."""
+    import pyarrow.flight as flight
+    from google.protobuf import any_pb2
+
+    from starscan.flight import flight_sql_pb2 as sql_pb2
+
+    _both_routed(cluster)
+    _set_flight_proxy(cluster, True)
+    client = flight.connect(cluster["flight_uri"])
+    options = flight.FlightCallOptions(headers=[client.authenticate_basic_token("root", "")])
+    command = any_pb2.Any()
+    command.Pack(sql_pb2.CommandStatementQuery(query="select id, v from big.events"))
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(command.SerializeToString()), options)
+    before = _scanners_opened(cluster)
+    seen: Counter = Counter()
+    for endpoint in info.endpoints:
+        table = client.do_get(endpoint.ticket, options).read_all()
+        seen.update(zip(table.column("id").to_pylist(), table.column("v").to_pylist()))
+    assert seen == _expected()
+    opened = [after - was for after, was in zip(_scanners_opened(cluster), before, strict=True)]
+    assert all(n >= 1 for n in opened), opened  # both BEs streamed some
+    assert sum(opened) == len(info.endpoints)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux process flag")
 def test_a_be_turns_transparent_huge_pages_off_for_its_process_unless_set(cluster):
     """prctl(PR_SET_THP_DISABLE) as /proc shows it: off in a BE at its defaults, on where

@@ -40,6 +40,8 @@ def test_tickets_round_trip_and_refuse_changes():
     signer = PlanSigner(b"k" * 32)
     scan = tickets.ScanTicket("plan-text", (3, 1, 2), 4096)
     assert tickets.decode(tickets.encode(scan, signer), signer) == scan
+    relayed = tickets.ScanTicket("plan-text", (3,), 4096, ordered=True, routings=("10.0.0.5:9060", "10.0.0.6:9060"))
+    assert tickets.decode(tickets.encode(relayed, signer), signer) == relayed
     query = tickets.query_ticket("alice", "select count(*) from db.t", "db")
     assert tickets.decode(tickets.encode(query, signer), signer) == query
     meta = tickets.meta_ticket("alice", b"\x00\x01")
