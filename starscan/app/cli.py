@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,71 +13,36 @@ except ModuleNotFoundError as missing:  # `pip install starscan` alone: the read
                      "pip install 'starscan[server]'") from None
 
 from starscan import __version__
-from starscan.core.errors import (
-    ConfigError,
-    InvalidInput,
-    JavaMissingError,
-    NotAuthorized,
-    StarscanError,
-    Unauthorized,
-    UnknownUser,
+from starscan.app.cli_admin import config_app, fe_request, scanners_app
+from starscan.app.cli_common import (
+    EXIT_AUTH,
+    EXIT_JAVA,
+    EXIT_PORT,
+    EXIT_SERVER_ERROR,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CaOpt,
+    ConfOpt,
+    FeOpt,
+    PasswordOpt,
+    UserOpt,
+    WarehouseOpt,
+    domain_errors,
+    exit_code,
+    fail,
+    password_of,
+    settings_of,
 )
-from starscan.settings.config import Settings, load_settings
+from starscan.app.cli_users import secret_app, user_app
+from starscan.core.errors import JavaMissingError, StarscanError
+from starscan.settings.config import Settings
 
 app = typer.Typer(add_completion=False, help="Serve Spark tables to StarRocks readers.", no_args_is_help=True,
                   rich_markup_mode="markdown")  # `code` in help renders as code, not backticks
-user_app = typer.Typer(help="Manage users and grants in the users file.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
-secret_app = typer.Typer(help="Manage the plan-signing secret.", no_args_is_help=True)
 app.add_typer(secret_app, name="secret")
-
-
-ConfOpt = typer.Option(None, "--conf", help="starscan.conf file (key = value)")
-WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse: a local folder or a URI (s3://bucket/prefix)")
-# One set of options for every command that talks to a running server.
-FeOpt = typer.Option("127.0.0.1:8030", "--fe", help="FE address: host:port or http(s)://host:port")
-UserOpt = typer.Option("root", "--user", "-u", help="user (admin for scanners and config)")
-PasswordOpt = typer.Option("", "--password", "-p", help="password ('-': read it from stdin)")
-CaOpt = typer.Option(None, "--cacert", help="CA bundle to verify an https FE (and a TLS BE) with")
-
-
-# Exit codes (docs/operations.md "CLI"): 0 done; 1 the server answered with an error (not found, bad
-# value, refused change); 2 bad usage or configuration; 3 Java/Spark cannot start; 4 a port
-# cannot be bound; 5 the server cannot be reached; 6 authentication or permission refused.
-EXIT_SERVER_ERROR, EXIT_USAGE, EXIT_JAVA, EXIT_PORT, EXIT_UNREACHABLE, EXIT_AUTH = 1, 2, 3, 4, 5, 6
-
-
-def exit_code(exc: StarscanError) -> int:
-    """The CLI's exit code for a domain error."""
-    if isinstance(exc, (InvalidInput, UnknownUser, ConfigError)):
-        return EXIT_USAGE
-    if isinstance(exc, JavaMissingError):
-        return EXIT_JAVA
-    if isinstance(exc, (Unauthorized, NotAuthorized)):
-        return EXIT_AUTH
-    return EXIT_SERVER_ERROR
-
-
-@contextmanager
-def _domain_errors():
-    """A domain error ends the command with its message and its exit code."""
-    try:
-        yield
-    except StarscanError as exc:
-        _fail(exc.message, exit_code(exc))
-
-
-def _fail(message: str, code: int = 2) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
-
-
-def _settings(conf: Path | None, **overrides) -> Settings:
-    try:
-        return load_settings(conf, **overrides)
-    except StarscanError as exc:
-        _fail(exc.message)
-        raise  # unreachable
+app.add_typer(scanners_app, name="scanners")
+app.add_typer(config_app, name="config")
 
 
 def _logging(fmt: str = "human", level: str = "INFO") -> None:
@@ -94,7 +57,8 @@ def _spark(settings: Settings):
     try:
         return build_session(settings)
     except StarscanError as exc:
-        _fail(exc.message, EXIT_JAVA)
+        fail(exc.message, EXIT_JAVA)
+
 
 
 @app.command()
@@ -111,16 +75,16 @@ def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
     """A node until SIGTERM/SIGINT (starscan.app.node); its failures as the documented exit codes."""
     from starscan.app.node import CannotListen, run_node
 
-    settings = _settings(conf, log_format=log_format, **overrides)
+    settings = settings_of(conf, log_format=log_format, **overrides)
     _logging(settings.log_format, settings.log_level)
     try:
         run_node(settings, fe=fe, be=be)
     except JavaMissingError as exc:
-        _fail(exc.message, EXIT_JAVA)
+        fail(exc.message, EXIT_JAVA)
     except StarscanError as exc:
-        _fail(exc.message, exit_code(exc))
+        fail(exc.message, exit_code(exc))
     except CannotListen as exc:
-        _fail(str(exc), EXIT_PORT)
+        fail(str(exc), EXIT_PORT)
 
 
 @app.command()
@@ -143,7 +107,7 @@ def serve(
 ) -> None:
     """Start FE (HTTP + MySQL) and BE (Thrift) on one SparkSession, or one role; create the demo database in an empty warehouse."""
     if role not in ROLES:
-        _fail(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+        fail(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
     fe, be = role in ("all", "fe"), role in ("all", "be")
     overrides = dict(http_port=http_port, be_port=be_port, query_port=query_port, warehouse=warehouse,
                      spark_master=spark_master, demo_scale=demo_scale, bind_host=bind_host,
@@ -190,7 +154,7 @@ def tables(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) ->
 
     from starscan.tables.catalog import Warehouse
 
-    settings = _settings(conf, warehouse=warehouse)
+    settings = settings_of(conf, warehouse=warehouse)
     wh = Warehouse.of(settings, listing_ttl_s=0)
     out = Table("database", "table", "tablets", "bytes", "version", "partitioned by")
     problems = []
@@ -222,15 +186,15 @@ def load(
     warehouse: str | None = WarehouseOpt,
 ) -> None:
     """Import CSV/Parquet/JSON through Spark into a warehouse table, in tablets of bounded size."""
-    settings = _settings(conf, warehouse=warehouse, spark_master=None)
+    settings = settings_of(conf, warehouse=warehouse, spark_master=None)
     if fmt is not None and fmt not in ("csv", "parquet", "json"):
-        _fail(f"--format must be csv, parquet or json, not {fmt!r}")
+        fail(f"--format must be csv, parquet or json, not {fmt!r}")
     spark = _spark(settings)
     from starscan.app.loader import load_table
     from starscan.tables.catalog import Warehouse
 
     wh = Warehouse.of(settings, listing_ttl_s=0)
-    with _domain_errors():
+    with domain_errors():
         result = load_table(spark, wh, db, table, source, fmt=fmt, partition_by=list(partition_by or []),
                             tablet_target_bytes=settings.tablet_target_bytes, mode=mode)
     typer.echo(f"loaded {result['rows']:,} rows into {db}.{table}: {result['files']} files, "
@@ -269,13 +233,9 @@ def _select(table: str, columns: str, where: str | None) -> tuple[str, str, str]
 
     db, _, name = table.partition(".")
     if not db or not name:
-        _fail("table must be db.table", EXIT_USAGE)
+        fail("table must be db.table", EXIT_USAGE)
     names = [c.strip() for c in columns.split(",") if c.strip()]
     return db, name, select_sql(db, name, None if names in ([], ["*"]) else names, where)
-
-
-def _password(password: str) -> str:
-    return sys.stdin.readline().rstrip("\n") if password == "-" else password
 
 
 def _client(fe: str, user: str, password: str, cacert: Path | None):
@@ -285,7 +245,7 @@ def _client(fe: str, user: str, password: str, cacert: Path | None):
     from starscan.client import StarscanClient
 
     context = ssl.create_default_context(cafile=str(cacert)) if cacert else None
-    return StarscanClient(fe, user, _password(password), ssl_context=context)
+    return StarscanClient(fe, user, password_of(password), ssl_context=context)
 
 
 @contextmanager
@@ -306,135 +266,12 @@ def _read_errors(fe: str):
         elif isinstance(exc, ScanError):
             exc = from_scan_error(exc)
         if isinstance(exc, (AuthenticationError, PermissionDenied)):
-            _fail(f"refused: {exc.message}", EXIT_AUTH)
+            fail(f"refused: {exc.message}", EXIT_AUTH)
         if isinstance(exc, NetworkError):
-            _fail(exc.message, EXIT_UNREACHABLE)
-        _fail(exc.message, EXIT_SERVER_ERROR)
+            fail(exc.message, EXIT_UNREACHABLE)
+        fail(exc.message, EXIT_SERVER_ERROR)
     except (OSError, httpx.HTTPError) as exc:
-        _fail(f"cannot reach starscan at {fe}: {exc}", EXIT_UNREACHABLE)
-
-
-def _users(conf: Path | None, warehouse: str | None):
-    from starscan.security.users import UserStore
-
-    settings = _settings(conf, warehouse=warehouse)
-    return UserStore(settings.effective_users_file)
-
-
-def _ask_password(password: str | None) -> str:
-    if password is not None:
-        return password
-    if not sys.stdin.isatty():
-        return sys.stdin.readline().rstrip("\n")
-    return getpass.getpass("password: ")
-
-
-@user_app.command("add")
-def user_add(name: str, password: str | None = typer.Option(None, "--password", help="(read from stdin/prompt if omitted)"),
-             grant: list[str] | None = typer.Option(None, "--grant", help="db.table, db.* or *.* (repeatable)"),
-             no_password: bool = typer.Option(False, "--no-password", help="a user who signs in with bearer tokens only"),
-             conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
-    """Add a user."""
-    store = _users(conf, warehouse)
-    with _domain_errors():
-        store.set_password(name, None if no_password else _ask_password(password), create=True)
-        for g in grant or []:
-            store.grant(name, g)
-    typer.echo(f"user {name} added")
-
-
-@user_app.command("passwd")
-def user_passwd(name: str, password: str | None = typer.Option(None, "--password"),
-                conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
-    """Change a user's password."""
-    with _domain_errors():
-        _users(conf, warehouse).set_password(name, _ask_password(password))
-    typer.echo(f"password of {name} changed")
-
-
-@user_app.command("grant")
-def user_grant(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
-               revoke: bool = typer.Option(False, "--revoke", help="remove the grant instead"),
-               direct_read: bool = typer.Option(False, "--direct-read",
-                                                help="DIRECT_READ instead of SELECT: plans that name the table's files "
-                                                     "(docs/direct-reads.md)"),
-               conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
-    """Grant (or --revoke) SELECT, or with --direct-read DIRECT_READ, on db.table, db.* or *.*."""
-    from starscan.security.users import GRANT_PREFIX
-
-    with _domain_errors():
-        _users(conf, warehouse).grant(name, (GRANT_PREFIX + grant) if direct_read else grant, revoke=revoke)
-    typer.echo(f"{'revoked' if revoke else 'granted'} {'DIRECT_READ' if direct_read else 'SELECT'} on {grant} "
-               f"{'from' if revoke else 'to'} {name}")
-
-
-@user_app.command("revoke")
-def user_revoke(name: str, grant: str = typer.Argument(..., help="db.table, db.* or *.*"),
-                direct_read: bool = typer.Option(False, "--direct-read", help="revoke DIRECT_READ, not SELECT"),
-                conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
-    """Revoke SELECT (or DIRECT_READ) on db.table, db.* or *.* (running servers notice at once)."""
-    user_grant(name, grant, revoke=True, direct_read=direct_read, conf=conf, warehouse=warehouse)
-
-
-@secret_app.command("rotate")
-def secret_rotate(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
-    """Make a new plan-signing secret. Running servers switch to it within a second and still
-    accept plans signed with the previous one for plan_secret_grace_s."""
-    from starscan.plans.secrets import rotate_secret
-
-    settings = _settings(conf, warehouse=warehouse)
-    if settings.plan_secret is not None:
-        _fail("plan_secret is set in the configuration: rotate it there (move the old value to plan_secret_previous)")
-    kid = rotate_secret(settings.state_path)
-    typer.echo(f"new plan secret {kid} in {settings.state_path}; the previous one is accepted for "
-               f"{settings.plan_secret_grace_s} s")
-
-
-@user_app.command("list")
-def user_list(conf: Path | None = ConfOpt, warehouse: str | None = WarehouseOpt) -> None:
-    """List users and their grants."""
-    for name, grants in sorted(_users(conf, warehouse).users().items()):
-        typer.echo(f"{name}\t{', '.join(grants)}")
-
-
-# ---- commands that talk to a running server over HTTP ------------------------------------
-
-scanners_app = typer.Typer(help="List and close the scanners of a running server (admin).", no_args_is_help=True)
-app.add_typer(scanners_app, name="scanners")
-config_app = typer.Typer(help="Show (`config` / `config show`) or change (`config set KEY VALUE`) a running server's "
-                              "configuration (admin).", invoke_without_command=True)
-app.add_typer(config_app, name="config")
-
-
-
-def _fe_url(fe: str) -> str:
-    return fe.rstrip("/") if "://" in fe else f"http://{fe}"
-
-
-def _http(method: str, fe: str, path: str, user: str, password: str, cacert: Path | None = None, **kwargs):
-    """One request to the FE; failures become the documented exit codes."""
-    import httpx
-
-    try:
-        resp = httpx.request(method, _fe_url(fe) + path, auth=(user, _password(password)), timeout=30,
-                             verify=str(cacert) if cacert else True, **kwargs)
-    except httpx.HTTPError as exc:
-        _fail(f"cannot reach starscan at {_fe_url(fe)}: {exc}", EXIT_UNREACHABLE)
-    if resp.status_code in (401, 403):
-        _fail(f"refused ({resp.status_code}): {_message(resp)}", EXIT_AUTH)
-    if resp.status_code >= 400:
-        _fail(f"{_message(resp)} (HTTP {resp.status_code})", EXIT_SERVER_ERROR)
-    return resp
-
-
-def _message(resp) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:500]
-    if isinstance(body, dict):
-        return str(body.get("exception") or body.get("msg") or body.get("message") or body)
-    return str(body)
+        fail(f"cannot reach starscan at {fe}: {exc}", EXIT_UNREACHABLE)
 
 
 @app.command()
@@ -450,7 +287,7 @@ def plan(
 
     db, name, selected = _select(table, columns, where)
     sql = sql if sql is not None else selected
-    resp = _http("POST", fe, f"/api/{db}/{name}/_query_plan", user, password, cacert, content=json.dumps({"sql": sql}))
+    resp = fe_request("POST", fe, f"/api/{db}/{name}/_query_plan", user, password, cacert, content=json.dumps({"sql": sql}))
     typer.echo(resp.text)
 
 
@@ -478,89 +315,6 @@ def follow(
     with _read_errors(client.fe):
         for target, rows in follow_into(client, db, name, sql, consumer, into, poll_s, stop_when_idle):
             typer.echo(f"{target.name}: {rows:,} rows")
-
-
-@scanners_app.command("list")
-def scanners_list(fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt,
-                  as_json: bool = typer.Option(False, "--json", help="print the JSON answer")) -> None:
-    """List the open scanners: user, table, rows and bytes sent, throughput, age, idle time, Spark jobs."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from starscan.planner.admin import human_bytes
-
-    body = _http("GET", fe, "/api/scanners", user, password, cacert).json()
-    if as_json:
-        import json
-
-        typer.echo(json.dumps(body, indent=2))
-        return
-    out = Table("context_id", "user", "table", "rows", "bytes", "throughput", "age", "idle", "state", "spark jobs")
-    for s in body["scanners"]:
-        out.add_row(s["context_id"], str(s["user"] or "-"), str(s["table"] or "-"), f"{s['rows_sent']:,}",
-                    human_bytes(s["bytes_sent"]), human_bytes(s["throughput_bytes_s"]) + "/s", f"{s['age_s']:.0f} s",
-                    f"{s['idle_s']:.0f} s", s["state"], ", ".join(map(str, s["spark_jobs"])) or "-")
-    Console(width=200).print(out)
-
-
-@scanners_app.command("close")
-def scanners_close(context_id: str = typer.Argument(..., help="the scanner's context_id"), fe: str = FeOpt,
-                   user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt) -> None:
-    """Close a scanner: its Spark job is cancelled and its reader gets NOT_FOUND. Exit 1 if there is no such scanner."""
-    body = _http("POST", fe, f"/api/scanners/{context_id}/close", user, password, cacert).json()
-    typer.echo(f"closed {context_id} after {body.get('rows_sent', 0):,} rows")
-
-
-@config_app.callback()
-def config_main(ctx: typer.Context, fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt,
-                cacert: Path | None = CaOpt) -> None:
-    """Show a running server's effective configuration (GET /varz; secrets masked)."""
-    ctx.obj = {"fe": fe, "user": user, "password": password, "cacert": cacert}
-    if ctx.invoked_subcommand is None:
-        _config_show(ctx.obj)
-
-
-def _config_show(conn: dict) -> None:
-    body = _http("GET", conn["fe"], "/varz", conn["user"], conn["password"], conn["cacert"]).json()
-    runtime = set(body.get("runtime_changeable", []))
-    for key, value in sorted(body["config"].items()):
-        mark = "  # can change at run time" if key in runtime else ""
-        typer.echo(f"{key} = {_conf_value(value)}{mark}")
-
-
-def _conf_value(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return ", ".join(map(str, value))
-    if isinstance(value, dict):
-        return "; ".join(f"{k}={v}" for k, v in value.items())
-    return str(value)
-
-
-@config_app.command("show")
-def config_show(ctx: typer.Context) -> None:
-    """Print every key = value (keys that can change at run time are marked)."""
-    _config_show(ctx.obj)
-
-
-@config_app.command("reference")
-def config_reference() -> None:
-    """Print the configuration reference (docs/configuration.md) generated from the settings model."""
-    from starscan.settings.reference import render
-
-    typer.echo(render(), nl=False)
-
-
-@config_app.command("set")
-def config_set(ctx: typer.Context, key: str = typer.Argument(..., help="configuration key"),
-               value: str = typer.Argument(..., help="new value")) -> None:
-    """Change a key on the running server (POST /api/update_config). Keys that need a restart are refused (exit 1)."""
-    conn = ctx.obj
-    _http("POST", conn["fe"], "/api/update_config", conn["user"], conn["password"], conn["cacert"], params={key: value})
-    typer.echo(f"{key} = {value}")
 
 
 def main() -> None:
