@@ -327,10 +327,9 @@ def _scanners_opened(cluster) -> list[float]:
     return out
 
 
-def test_the_proxy_goes_on_from_the_next_be_when_its_be_is_lost_mid_stream(cluster):
-    """Through the FE's proxy, the BE streaming an endpoint is SIGKILLed after the client's
-    first batch: the FE redeems the ticket at the other BE, skips the rows it already sent,
-    and the client's one stream holds every row of the table once."""
+def _proxied_statement(cluster, sql: str):
+    """Both BEs routed, the FE's proxy on, and the statement's FlightInfo: (client, call
+    options, info)."""
     import pyarrow.flight as flight
     from google.protobuf import any_pb2
 
@@ -341,8 +340,16 @@ def test_the_proxy_goes_on_from_the_next_be_when_its_be_is_lost_mid_stream(clust
     client = flight.connect(cluster["flight_uri"])
     options = flight.FlightCallOptions(headers=[client.authenticate_basic_token("root", "")])
     command = any_pb2.Any()
-    command.Pack(sql_pb2.CommandStatementQuery(query="select id, v from big.longer"))
-    info = client.get_flight_info(flight.FlightDescriptor.for_command(command.SerializeToString()), options)
+    command.Pack(sql_pb2.CommandStatementQuery(query=sql))
+    return client, options, client.get_flight_info(flight.FlightDescriptor.for_command(command.SerializeToString()),
+                                                   options)
+
+
+def test_the_proxy_goes_on_from_the_next_be_when_its_be_is_lost_mid_stream(cluster):
+    """Through the FE's proxy, the BE streaming an endpoint is SIGKILLed after the client's
+    first batch: the FE redeems the ticket at the other BE, skips the rows it already sent,
+    and the client's one stream holds every row of the table once."""
+    client, options, info = _proxied_statement(cluster, "select id, v from big.longer")
     before = _scanners_opened(cluster)
     reader = client.do_get(info.endpoints[0].ticket, options)
     first = reader.read_chunk().data
@@ -370,18 +377,7 @@ def test_the_proxy_goes_on_from_the_next_be_when_its_be_is_lost_mid_stream(clust
 def test_through_the_proxy_the_endpoints_are_read_from_the_bes_the_plan_routed_them_to(cluster):
     """With the FE's proxy on, each endpoint is relayed from the BE the plan routed its
     tablets to: a statement's endpoints spread over both BEs, as its tablets do."""
-    import pyarrow.flight as flight
-    from google.protobuf import any_pb2
-
-    from starscan.flight import flight_sql_pb2 as sql_pb2
-
-    _both_routed(cluster)
-    _set_flight_proxy(cluster, True)
-    client = flight.connect(cluster["flight_uri"])
-    options = flight.FlightCallOptions(headers=[client.authenticate_basic_token("root", "")])
-    command = any_pb2.Any()
-    command.Pack(sql_pb2.CommandStatementQuery(query="select id, v from big.events"))
-    info = client.get_flight_info(flight.FlightDescriptor.for_command(command.SerializeToString()), options)
+    client, options, info = _proxied_statement(cluster, "select id, v from big.events")
     before = _scanners_opened(cluster)
     seen: Counter = Counter()
     for endpoint in info.endpoints:
