@@ -269,20 +269,5 @@ def all_types_frame(spark: SparkSession) -> DataFrame:
 
 def write_all_types(spark: SparkSession, path: str) -> None:
     df = all_types_frame(spark).coalesce(1)
-    # Dates before 1582 are written as they are (proleptic Gregorian): Spark 4's default
-    # (CORRECTED). A session configured otherwise, or Spark 3.5's default (EXCEPTION: the
-    # write fails), is switched for this write only.
-    keys = ("spark.sql.parquet.datetimeRebaseModeInWrite", "spark.sql.parquet.int96RebaseModeInWrite")
-    saved = {k: spark.conf.get(k, None) for k in keys}  # None: not set, the line's default applies
-    changed = [k for k in keys if str(spark.conf.get(k)).upper() != "CORRECTED"]
-    try:
-        for k in changed:
-            spark.conf.set(k, "CORRECTED")
+    with compat.dates_written_as_they_are(spark):
         df.write.mode("overwrite").parquet(path)
-    finally:
-        for k in changed:
-            value = saved[k]
-            if value is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, value)

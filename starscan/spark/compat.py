@@ -22,6 +22,8 @@ on. Found so far, with pyspark 3.5.5 beside pyarrow 26:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -75,6 +77,28 @@ def struct_type(spark: Any, ddl: str) -> T.StructType:
         return T.StructType.fromDDL(ddl)  # type: ignore[return-value]  # a struct's DDL gives a StructType
     schema: T.StructType = spark.createDataFrame([], ddl).schema
     return schema
+
+
+@contextmanager
+def dates_written_as_they_are(spark: Any) -> Iterator[None]:
+    """Parquet writes of the session keep dates and timestamps before 1582 as they are
+    (proleptic Gregorian: CORRECTED, Spark 4's default) while the block runs. Spark 3.5's
+    default (EXCEPTION) fails such a write, and a session may be configured otherwise; the
+    keys are set back (or unset) after."""
+    keys = ("spark.sql.parquet.datetimeRebaseModeInWrite", "spark.sql.parquet.int96RebaseModeInWrite")
+    saved = {k: spark.conf.get(k, None) for k in keys}  # None: not set, the line's default applies
+    changed = [k for k in keys if str(spark.conf.get(k)).upper() != "CORRECTED"]
+    try:
+        for k in changed:
+            spark.conf.set(k, "CORRECTED")
+        yield
+    finally:
+        for k in changed:
+            value = saved[k]
+            if value is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, value)
 
 
 def run_job(sc: Any, mapped: Any, split: int) -> None:

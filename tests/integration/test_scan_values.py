@@ -207,12 +207,11 @@ def test_nested_dates_and_timestamps_use_the_same_text_forms(spark, server, clie
     that does, read in small batches, compared with Spark value by value."""
     import uuid
 
-    from pyspark.sql import types as T
+    from starscan.spark import compat
 
     utc = dt.timezone.utc
-    schema = T.StructType.fromDDL(
-        "id int, a_dates array<date>, m_ts map<string,timestamp>, "
-        "s struct<d:date,t:timestamp_ntz,x:int>, a_structs array<struct<t:timestamp,n:int>>")
+    schema = compat.struct_type(spark, "id int, a_dates array<date>, m_ts map<string,timestamp>, "
+                                "s struct<d:date,t:timestamp_ntz,x:int>, a_structs array<struct<t:timestamp,n:int>>")
     rows = [
         (1, [dt.date(1, 1, 1), None, dt.date(2024, 2, 29)],
          {"a": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=utc), "b": None},
@@ -228,7 +227,8 @@ def test_nested_dates_and_timestamps_use_the_same_text_forms(spark, server, clie
     ]
     name = f"nested_{uuid.uuid4().hex[:8]}"
     path = server.warehouse.table_path("scratch", name)
-    spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(path))
+    with compat.dates_written_as_they_are(spark):  # year 1: Spark 3.5 refuses it by default
+        spark.createDataFrame(rows, schema).coalesce(1).write.parquet(str(path))
     server.warehouse.invalidate("scratch", name)
 
     table = client.read("scratch", name, f"select * from `scratch`.`{name}`", batch_size=2)
