@@ -7,6 +7,7 @@ direct reads) never needs to spend."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from importlib import resources
@@ -48,21 +49,34 @@ def _parse_with_kept_tables(path: str, module_name: str) -> None:
     reader process's first BE call (a CLI read, a job's first scan), against 5 ms to read them
     back. Anything amiss (no cache folder, another ply, a grammar that changed: ply checks
     the tables' signature and builds them again) leaves the plain load to parse as before."""
+    parser = _kept_tables_parser()
+    if parser is None:
+        return
+    try:
+        from thriftpy2.parser import parse
+
+        parse(path, module_name, parser=parser)  # type: ignore[no-untyped-call]
+    except Exception:  # noqa: BLE001 - an optimisation only: thriftpy2.load parses as it always did
+        return
+
+
+@functools.cache
+def _kept_tables_parser() -> Any:
+    """thriftpy2's ply parser built once per process from the kept tables (both IDLs use it;
+    thriftpy2's parse lock keeps them from using it at once); None where it cannot be."""
     try:
         import ply
         import thriftpy2
         from ply import yacc
-        from thriftpy2.parser import parse
         from thriftpy2.parser import parser as grammar
 
         folder = _cache_folder()
         folder.mkdir(parents=True, exist_ok=True)
         tables = folder / f"thriftpy2-{thriftpy2.__version__}-ply-{ply.__version__}-tables.pickle"
-        parser = yacc.yacc(module=grammar, debug=False, write_tables=True, picklefile=str(tables),
-                           errorlog=yacc.NullLogger())
-        parse(path, module_name, parser=parser)  # type: ignore[no-untyped-call]
-    except Exception:  # noqa: BLE001 - an optimisation only: thriftpy2.load parses as it always did
-        return
+        return yacc.yacc(module=grammar, debug=False, write_tables=True, picklefile=str(tables),
+                         errorlog=yacc.NullLogger())
+    except Exception:  # noqa: BLE001 - an optimisation only
+        return None
 
 
 def _cache_folder() -> Path:
