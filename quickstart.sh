@@ -2,6 +2,9 @@
 # One command per job on a fresh machine (Python >= 3.10 and Java 17+):
 #   ./quickstart.sh serve [starscan serve flags...]   install, then start FE :8030 + BE :9060 on local Spark
 #   ./quickstart.sh test  [pytest args...]            install with test extras, then run the whole suite
+#   ./quickstart.sh test-spark-line VERSION [pytest args...]
+#                                                     the Spark-version tier on pyspark VERSION (e.g. 3.5.9),
+#                                                     in an environment of its own (.venv-spark-VERSION)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -57,6 +60,23 @@ checks() {
 }
 
 cmd="${1:-}"; shift || true
+# pytest on up to 4 processes (STARSCAN_TEST_WORKERS: how many; 0 runs it in this one), each
+# with its own SparkSession and shared server, a test file at a time on one of them (module
+# fixtures are built once). On 2 cores a serial run leaves about a quarter of the CPU idle
+# while tests wait on processes, sockets and Spark's JVM. pytest's "no tests" (5) fails.
+run_tests() {
+  local workers rc
+  workers="${STARSCAN_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 2); echo $(( n < 4 ? n : 4 )))}"
+  parallel=()
+  if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
+  set +e
+  python -m pytest "${parallel[@]}" "$@"
+  rc=$?
+  set -e
+  if [ "$rc" = 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi
+  exit "$rc"
+}
+
 case "$cmd" in
   serve)
     check_python; check_java; venv
@@ -95,19 +115,30 @@ case "$cmd" in
     venv
     python -m pip install -q -e '.[test]'
     checks || { echo "error: the checks failed (layers, ruff or mypy: see above)" >&2; exit 1; }
-    # The suite runs on up to 4 processes (STARSCAN_TEST_WORKERS: how many; 0 runs it in this
-    # one), each with its own SparkSession and shared server, a test file at a time on one of
-    # them (module fixtures are built once). On 2 cores a serial run leaves about a quarter
-    # of the CPU idle while tests wait on processes, sockets and Spark's JVM.
-    workers="${STARSCAN_TEST_WORKERS:-$(n=$(nproc 2>/dev/null || echo 2); echo $(( n < 4 ? n : 4 )))}"
-    parallel=()
-    if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
-    set +e
-    python -m pytest "${parallel[@]}" "$@"
-    rc=$?
-    set -e
-    if [ "$rc" = 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi
-    exit "$rc"
+    run_tests "$@"
+    ;;
+  test-spark-line)
+    # What differs between Spark lines (tests marked spark_line: scans on both engines, the sql
+    # engine over starscan's reader, a standalone cluster from that pyspark's own jars, the
+    # PySpark data source, incremental reads, JVM restarts) on another supported pyspark,
+    # installed as a user would: pip install 'starscan[server]' 'pyspark==VERSION'.
+    [ $# -ge 1 ] || die "usage: $0 test-spark-line PYSPARK_VERSION [pytest args...] (e.g. 3.5.9)"
+    version="$1"; shift
+    check_python; check_java
+    line_env=".venv-spark-$version"
+    if [ ! -x "$line_env/bin/python" ]; then
+      python3 -m venv "$line_env" || die "could not create $line_env (Debian/Ubuntu: apt-get install python3-venv)"
+    fi
+    # shellcheck disable=SC1091
+    . "$line_env/bin/activate"
+    python -m pip install -q --upgrade pip >/dev/null
+    python -m pip install -q -e '.[test]' "pyspark==$version"
+    python - "$version" <<'PY' || die "pyspark $1 did not install in $line_env"
+import sys
+import pyspark
+sys.exit(0 if pyspark.__version__ == sys.argv[1] else 1)
+PY
+    run_tests -m spark_line "$@"
     ;;
   check)
     check_python; venv

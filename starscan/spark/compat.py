@@ -1,20 +1,22 @@
 """Where pyspark's lines differ in what starscan uses, the one place that knows.
 
-starscan is tested on pyspark 4.3 (the server extra pins it). Spark 3.5, the line many
-clusters still run, lacks some of 4.x's Python API; each difference starscan meets is
-answered here with a branch per line, so that no other module asks which pyspark it runs
-on. Found so far, with pyspark 3.5.5 beside pyarrow 26:
+starscan supports the Spark lines 3.5 (the long-term-support line many clusters still run)
+to 4.3 (``TESTED_RELEASES``; the server extra admits those and no other, docs/scaling.md).
+3.5 lacks some of 4.x's Python API; each difference starscan meets is answered here with a
+branch per line, so that no other module asks which pyspark it runs on. Found with pyspark
+3.5.5 and 3.5.9 beside pyarrow 26:
 
-- ``pyspark.sql.pandas.types.to_arrow_schema`` takes no ``timezone`` (nor
-  ``prefers_large_types``) before 4.0 and gives every timestamp as UTC; Spark's JVM writes
-  timestamps in the session's time zone on both lines (``arrow_schema``);
+- ``pyspark.sql.pandas.types.to_arrow_schema`` takes no ``timezone`` before 4.1 (nor
+  ``prefers_large_types`` before 4.0) and gives every timestamp as UTC; Spark's JVM writes
+  timestamps in the session's time zone on every line (``arrow_schema``);
 - ``DataFrame.toArrow`` is new in 4.0 (``collect_arrow``; 3.5 has ``_collect_as_arrow``);
 - ``StructType.fromDDL`` is new in 4.0 (``struct_type``);
 - the Python data source API (``pyspark.sql.datasource``) is new in 4.0
-  (``HAS_PYTHON_DATA_SOURCE``);
-- ``_load_from_socket`` (private: how ``SparkContext.runJob`` reads a job's results) is in
-  ``pyspark.util`` and a context manager from 4.0, in ``pyspark.rdd`` and an iterator before
-  (``run_job``);
+  (``HAS_PYTHON_DATA_SOURCE``), and Spark offers such a source its filters from 4.1
+  (``HAS_DATA_SOURCE_FILTERS``: the filter classes and ``pushFilters``);
+- ``_load_from_socket`` (private: how ``SparkContext.runJob`` reads a job's results) is a
+  context manager from 4.1, an iterator before; it is in ``pyspark.util`` from 4.0 and in
+  ``pyspark.rdd`` before (``run_job``);
 - the JVM side: Spark 4 is built on Scala 2.13 (``scala.jdk.javaapi.CollectionConverters``),
   3.5's pyspark on 2.12 (``scala.collection.JavaConverters``), and Spark's internal
   ``PartitioningUtils.parsePartitions`` takes one argument more from 4.0 (``parse_partitions``).
@@ -33,9 +35,29 @@ from pyspark.sql import types as T
 #: The installed pyspark's (major, minor).
 PYSPARK_LINE: tuple[int, int] = tuple(int(part) for part in pyspark.__version__.split(".")[:2])  # type: ignore[assignment]
 SPARK_4 = PYSPARK_LINE >= (4, 0)
+SPARK_4_1 = PYSPARK_LINE >= (4, 1)
+
+#: Each Spark line starscan supports, with the release its tests ran on (the newest and the
+#: oldest line in every CI run, the others once by hand: docs/scaling.md has the table).
+#: The server extra's pyspark range in pyproject.toml admits exactly these lines.
+TESTED_RELEASES: dict[tuple[int, int], str] = {
+    (3, 5): "3.5.9", (4, 0): "4.0.5", (4, 1): "4.1.4", (4, 2): "4.2.1", (4, 3): "4.3.0",
+}
+
+
+def unsupported_line() -> str | None:
+    """Why the installed pyspark is not one starscan supports (one installed by force, past
+    the extra's range), or None when it is."""
+    if PYSPARK_LINE in TESTED_RELEASES:
+        return None
+    lines = ", ".join(".".join(map(str, line)) for line in TESTED_RELEASES)
+    return (f"pyspark {pyspark.__version__} is not a Spark line starscan supports ({lines}): "
+            f"install the pyspark of your cluster's line, e.g. pip install 'pyspark==3.5.*'")
 
 #: Whether ``spark.read.format("starscan")`` can be registered (docs/readers.md).
 HAS_PYTHON_DATA_SOURCE = SPARK_4
+#: Whether Spark pushes filters into a Python data source (4.1 on); before, it evaluates them all.
+HAS_DATA_SOURCE_FILTERS = PYSPARK_LINE >= (4, 1)
 
 
 def arrow_schema(schema: T.StructType, time_zone: str) -> pa.Schema:
@@ -43,9 +65,10 @@ def arrow_schema(schema: T.StructType, time_zone: str) -> pa.Schema:
     ``time_zone``, no large string or binary types."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    if SPARK_4:
+    if SPARK_4_1:
         return to_arrow_schema(schema, timezone=time_zone, prefers_large_types=False)
-    return pa.schema([field.with_type(_in_zone(field.type, time_zone)) for field in to_arrow_schema(schema)])
+    in_utc = to_arrow_schema(schema, prefers_large_types=False) if SPARK_4 else to_arrow_schema(schema)
+    return pa.schema([field.with_type(_in_zone(field.type, time_zone)) for field in in_utc])
 
 
 def _in_zone(arrow_type: pa.DataType, time_zone: str) -> pa.DataType:
@@ -104,17 +127,15 @@ def dates_written_as_they_are(spark: Any) -> Iterator[None]:
 def run_job(sc: Any, mapped: Any, split: int) -> None:
     """One Spark job over one partition of ``mapped`` (what ``SparkContext.runJob`` does,
     without building a new Python RDD per call); the partition function returns nothing."""
-    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
-    if SPARK_4:
-        from pyspark.util import _load_from_socket
+    import importlib
 
-        with _load_from_socket(sock_info, mapped._jrdd_deserializer) as stream:
+    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
+    load: Any = importlib.import_module("pyspark.util" if SPARK_4 else "pyspark.rdd")._load_from_socket
+    if SPARK_4_1:
+        with load(sock_info, mapped._jrdd_deserializer) as stream:
             for _ in stream:
                 pass
-    else:
-        import importlib
-
-        load: Any = importlib.import_module("pyspark.rdd")._load_from_socket  # an iterator before 4.0
+    else:  # an iterator before 4.1
         for _ in load(sock_info, mapped._jrdd_deserializer):
             pass
 

@@ -12,10 +12,10 @@ table (starscan, or a StarRocks cluster) through ``_query_plan`` and the BEs:
 One input partition per tablet (``starrocks.request.tablet.size`` tablets per partition),
 each read by a Spark task through starscan.client, which hands Spark the Arrow batches as
 they come (no row loop in Python) and fails over to a tablet's next routing. Columns: all,
-or ``starrocks.columns``. Filters: ``starrocks.filter.query`` and every Spark filter this
-module can write as SQL (comparisons, IN, IS [NOT] NULL, NOT, string prefix,
-suffix and contains) go into the plan, so the BEs send only matching rows; Spark evaluates
-the rest. Values arrive in Spark's own types: DATE as date, DATETIME as timestamp_ntz (the
+or ``starrocks.columns``. Filters: ``starrocks.filter.query`` and, from Spark 4.1 (the
+first to push filters into a Python data source), every Spark filter that
+``datasource_filters`` can write as SQL go into the plan, so the BEs send only matching
+rows; Spark evaluates the rest. Values arrive in Spark's own types: DATE as date, DATETIME as timestamp_ntz (the
 server's wall clock), LARGEINT as decimal(38, 0). Nested columns (ARRAY, MAP, STRUCT) are
 not described by ``_schema``, so they are refused by name: leave them out with
 ``starrocks.columns``.
@@ -23,31 +23,11 @@ not described by ``_schema``, so they are refused by name: leave them out with
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 from collections.abc import Iterable, Iterator
-from decimal import Decimal
 from typing import Any
 
 try:
-    from pyspark.sql.datasource import (
-        DataSource,
-        DataSourceReader,
-        EqualTo,
-        Filter,
-        GreaterThan,
-        GreaterThanOrEqual,
-        In,
-        InputPartition,
-        IsNotNull,
-        IsNull,
-        LessThan,
-        LessThanOrEqual,
-        Not,
-        StringContains,
-        StringEndsWith,
-        StringStartsWith,
-    )
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 except ImportError as exc:  # pyspark before 4.0 (starscan.spark.compat.HAS_PYTHON_DATA_SOURCE)
     import pyspark
 
@@ -141,7 +121,11 @@ class StarRocksArrowReader(DataSourceReader):
         self.schema = schema
         self.pushed: list[str] = []
 
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
+        """Spark 4.1 on (compat.HAS_DATA_SOURCE_FILTERS) offers the filters it could push;
+        4.0 calls no such method and evaluates every filter itself."""
+        from starscan.spark.datasource_filters import filter_sql
+
         for f in filters:
             sql = filter_sql(f)
             if sql is None:
@@ -174,62 +158,3 @@ class StarRocksArrowReader(DataSourceReader):
         for batch in s.connection().scan(s.db, s.table, {"opaqued_query_plan": opaque}, routings, tablets, native=True):
             yield pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(batch.columns, target, strict=True)],
                                              schema=target)
-
-
-# ---- Spark filters -> SQL -------------------------------------------------------------------
-def _column(f: Any) -> str | None:
-    attribute = f.attribute
-    if len(attribute) != 1:
-        return None  # a nested field
-    return "`" + str(attribute[0]).replace("`", "``") + "`"
-
-
-def _literal(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else None
-    if isinstance(value, Decimal):
-        return str(value) if value.is_finite() else None
-    if isinstance(value, dt.datetime):
-        return None  # timestamps: the time zone of a literal is not the server's to guess
-    if isinstance(value, dt.date):
-        return f"'{value.isoformat()}'"
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
-    return None
-
-
-_COMPARISONS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<="}
-
-
-def filter_sql(f: Filter) -> str | None:
-    """``f`` as SQL the FE accepts, or None when it cannot be written exactly."""
-    col = _column(f) if hasattr(f, "attribute") else None
-    for cls, op in _COMPARISONS.items():
-        if isinstance(f, cls):
-            lit = _literal(f.value)  # type: ignore[attr-defined]
-            return None if col is None or lit is None else f"{col} {op} {lit}"
-    if isinstance(f, In):
-        lits = [_literal(v) for v in f.value]
-        if col is None or not lits or any(v is None for v in lits):
-            return None
-        return f"{col} in ({', '.join(lits)})"  # type: ignore[arg-type]
-    if isinstance(f, IsNull):
-        return None if col is None else f"{col} is null"
-    if isinstance(f, IsNotNull):
-        return None if col is None else f"{col} is not null"
-    if isinstance(f, Not):
-        inner = filter_sql(f.child)
-        return None if inner is None else f"not ({inner})"
-    if isinstance(f, (StringStartsWith, StringEndsWith, StringContains)):
-        value = f.value
-        if col is None or not isinstance(value, str) or any(ch in value for ch in "%_\\"):
-            return None
-        pattern = {StringStartsWith: f"{value}%", StringEndsWith: f"%{value}", StringContains: f"%{value}%"}[type(f)]
-        return f"{col} like {_literal(pattern)}"
-    return None

@@ -28,7 +28,7 @@ from typing import Any
 
 from starscan.arrow.rebase import CalendarRules, machine_zone
 from starscan.core.errors import JavaMissingError
-from starscan.spark import pyspark_internals
+from starscan.spark import compat, pyspark_internals
 
 log = logging.getLogger("starscan.spark")
 
@@ -74,6 +74,9 @@ class SparkHandle:
         self._stopped = threading.Event()
         self._started = time.monotonic()
         self._watch = watch
+        unsupported = compat.unsupported_line()
+        if unsupported:  # installed past the server extra's range: it may work, it was not tested
+            log.error("%s", unsupported)
         missing = pyspark_internals.check()
         if missing:  # a restart would not start a new JVM: say so now, not at the first death
             log.error("this pyspark lacks %s: a JVM that dies will not be replaced (tested on pyspark %s)",

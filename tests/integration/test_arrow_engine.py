@@ -17,6 +17,8 @@ from support.waits import wait_until
 from starscan.client import PlanError
 from starscan.core.thrift_defs import wire
 
+pytestmark = pytest.mark.spark_line  # the Spark-version tier (docs/scaling.md)
+
 OK = wire.TStatusCode.OK
 
 

@@ -19,6 +19,8 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder, WriterProperties, write_deltalake
 from support.delta_log import commit_deletion_vectors, inline_vector, stored_vector, write_v2_checkpoint
 
+pytestmark = pytest.mark.spark_line  # the Spark-version tier (docs/scaling.md)
+
 on_both_engines = pytest.mark.usefixtures("engine")
 ROWS_PER_FILE = 3000
 

@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from support.servers import basic
 
+pytestmark = pytest.mark.spark_line  # the Spark-version tier (docs/scaling.md)
+
 
 def _write(location, name: str, ids: range, **partition) -> None:
     folder = location.joinpath(*[f"{k}={v}" for k, v in partition.items()])

@@ -51,7 +51,7 @@ NESTED = {"c_array", "c_map", "c_struct"}
 SCALAR_SQL = "select " + ", ".join(f"`{c}`" for c in COLUMN_NAMES if c not in NESTED) + " from `demo`.`all_types`"
 
 # Every test here runs on both engines (conftest `engine`).
-pytestmark = pytest.mark.usefixtures("engine")
+pytestmark = [pytest.mark.usefixtures("engine"), pytest.mark.spark_line]
 
 
 # ---- Spark value -> StarRocks value ---------------------------------------------------------

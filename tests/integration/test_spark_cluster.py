@@ -17,7 +17,7 @@ from support.nodes import write_id_table
 from support.servers import basic, running_server
 from support.waits import free_port, wait_until
 
-pytestmark = pytest.mark.slow  # starts a Spark master, a worker and `starscan serve`
+pytestmark = [pytest.mark.slow, pytest.mark.spark_line]  # starts a Spark master, a worker and `starscan serve`
 
 IDS_FILES, IDS_PER_FILE = 4, 200_000
 

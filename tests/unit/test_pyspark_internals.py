@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
+import pytest
 from packaging.specifiers import SpecifierSet
 
 from starscan.spark import pyspark_internals
+
+pytestmark = pytest.mark.spark_line  # the Spark-version tier (docs/scaling.md)
 
 
 def test_every_internal_a_restart_needs_is_there():

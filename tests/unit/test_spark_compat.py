@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import types as T
 
 from starscan.spark import compat
+
+pytestmark = pytest.mark.spark_line  # the Spark-version tier (docs/scaling.md)
 
 SCHEMA = T.StructType([
     T.StructField("ts", T.TimestampType()),
@@ -31,6 +34,7 @@ def test_the_older_lines_arrow_schema_is_the_newer_ones(monkeypatch):
     # 3.5's function: no time zone to give, every timestamp in UTC
     monkeypatch.setattr(pandas_types, "to_arrow_schema", lambda schema: newer(schema, timezone="UTC"))
     monkeypatch.setattr(compat, "SPARK_4", False)
+    monkeypatch.setattr(compat, "SPARK_4_1", False)
     older = compat.arrow_schema(SCHEMA, zone)
     assert older == native
     assert older.field("inner").type.field("at").type == pa.timestamp("us", tz=zone)
@@ -42,3 +46,35 @@ def test_the_line_is_read_from_the_installed_pyspark():
 
     assert compat.PYSPARK_LINE == tuple(int(p) for p in pyspark.__version__.split(".")[:2])
     assert compat.HAS_PYTHON_DATA_SOURCE == (compat.PYSPARK_LINE >= (4, 0))
+
+
+def test_the_server_extra_admits_the_tested_lines_and_no_other():
+    """pyproject's pyspark range and compat.TESTED_RELEASES say the same: every tested release
+    installs, the lines before 3.5 and after 4.3 do not (pip refuses them next to starscan)."""
+    from pathlib import Path
+
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    [spec] = [Requirement(r).specifier for r in project["optional-dependencies"]["server"]
+              if Requirement(r).name == "pyspark"]
+    assert all(release in spec for release in compat.TESTED_RELEASES.values()), (spec, compat.TESTED_RELEASES)
+    assert [v for v in ("3.4.4", "3.5.0", "4.4.0", "5.0.0") if v in spec] == []
+    assert all(line in compat.TESTED_RELEASES for line in
+               {(int(v.split(".")[0]), int(v.split(".")[1])) for v in ("3.5.9", "4.0.0", "4.1.0", "4.2.9", "4.3.7")
+                if v in spec})
+
+
+def test_the_installed_line_is_supported_and_another_is_named_with_what_to_install(monkeypatch):
+    assert compat.unsupported_line() is None
+    monkeypatch.setattr(compat, "PYSPARK_LINE", (3, 4))
+    why = compat.unsupported_line()
+    assert why is not None and "3.5, 4.0, 4.1, 4.2, 4.3" in why and "pip install 'pyspark==3.5.*'" in why
+
+
+def test_ci_runs_the_tier_on_the_oldest_line_at_its_tested_release():
+    from pathlib import Path
+
+    ci = (Path(__file__).parents[2] / ".ci" / "run").read_text()
+    assert f"./quickstart.sh test-spark-line {compat.TESTED_RELEASES[min(compat.TESTED_RELEASES)]} " in ci
