@@ -6,7 +6,7 @@ to 4.3 (``TESTED_RELEASES``; the server extra admits those and no other, docs/sc
 branch per line, so that no other module asks which pyspark it runs on. Found with pyspark
 3.5.5 and 3.5.9 beside pyarrow 26:
 
-- ``pyspark.sql.pandas.types.to_arrow_schema`` takes no ``timezone`` before 4.1 (nor
+- ``pyspark.sql.pandas.types.to_arrow_schema`` takes no ``timezone`` before 4.2 (nor
   ``prefers_large_types`` before 4.0) and gives every timestamp as UTC; Spark's JVM writes
   timestamps in the session's time zone on every line (``arrow_schema``);
 - ``DataFrame.toArrow`` is new in 4.0 (``collect_arrow``; 3.5 has ``_collect_as_arrow``);
@@ -15,7 +15,7 @@ branch per line, so that no other module asks which pyspark it runs on. Found wi
   (``HAS_PYTHON_DATA_SOURCE``), and Spark offers such a source its filters from 4.1
   (``HAS_DATA_SOURCE_FILTERS``: the filter classes and ``pushFilters``);
 - ``_load_from_socket`` (private: how ``SparkContext.runJob`` reads a job's results) is a
-  context manager from 4.1, an iterator before; it is in ``pyspark.util`` from 4.0 and in
+  context manager from 4.2, an iterator before; it is in ``pyspark.util`` from 4.0 and in
   ``pyspark.rdd`` before (``run_job``);
 - the JVM side: Spark 4 is built on Scala 2.13 (``scala.jdk.javaapi.CollectionConverters``),
   3.5's pyspark on 2.12 (``scala.collection.JavaConverters``), and Spark's internal
@@ -35,7 +35,7 @@ from pyspark.sql import types as T
 #: The installed pyspark's (major, minor).
 PYSPARK_LINE: tuple[int, int] = tuple(int(part) for part in pyspark.__version__.split(".")[:2])  # type: ignore[assignment]
 SPARK_4 = PYSPARK_LINE >= (4, 0)
-SPARK_4_1 = PYSPARK_LINE >= (4, 1)
+SPARK_4_2 = PYSPARK_LINE >= (4, 2)
 
 #: Each Spark line starscan supports, with the release its tests ran on (the newest and the
 #: oldest line in every CI run, the others once by hand: docs/scaling.md has the table).
@@ -65,7 +65,7 @@ def arrow_schema(schema: T.StructType, time_zone: str) -> pa.Schema:
     ``time_zone``, no large string or binary types."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    if SPARK_4_1:
+    if SPARK_4_2:
         return to_arrow_schema(schema, timezone=time_zone, prefers_large_types=False)
     in_utc = to_arrow_schema(schema, prefers_large_types=False) if SPARK_4 else to_arrow_schema(schema)
     return pa.schema([field.with_type(_in_zone(field.type, time_zone)) for field in in_utc])
@@ -131,11 +131,11 @@ def run_job(sc: Any, mapped: Any, split: int) -> None:
 
     sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
     load: Any = importlib.import_module("pyspark.util" if SPARK_4 else "pyspark.rdd")._load_from_socket
-    if SPARK_4_1:
+    if SPARK_4_2:
         with load(sock_info, mapped._jrdd_deserializer) as stream:
             for _ in stream:
                 pass
-    else:  # an iterator before 4.1
+    else:  # an iterator before 4.2
         for _ in load(sock_info, mapped._jrdd_deserializer):
             pass
 

@@ -21,24 +21,40 @@ SCHEMA = T.StructType([
 ])
 
 
-def test_the_older_lines_arrow_schema_is_the_newer_ones(monkeypatch):
-    """On 3.5 ``to_arrow_schema`` has no time zone and gives UTC; compat puts the session's
-    zone in every timestamp, nested ones too, as 4.x's own ``timezone=`` does."""
+def test_every_timestamp_of_the_arrow_schema_is_in_the_sessions_zone():
+    """Whichever line runs, compat's schema has the session's zone in every zoned timestamp,
+    nested ones too, as Spark's JVM writes them (4.2's own ``timezone=``; older lines give
+    UTC and compat puts the zone in)."""
     zone = "America/Los_Angeles"
     native = compat.arrow_schema(SCHEMA, zone)
     assert native.field("ts").type == pa.timestamp("us", tz=zone)
     assert native.field("ntz").type == pa.timestamp("us")
+    assert native.field("tags").type.value_type == pa.timestamp("us", tz=zone)
+    assert native.field("inner").type.field("at").type == pa.timestamp("us", tz=zone)
+    assert native.field("m").type.item_type == pa.timestamp("us", tz=zone)
+    assert native.field("s").type == pa.string()  # no large types on any line
+
+
+@pytest.mark.skipif(not compat.SPARK_4_2, reason="imitates the older lines with 4.2's function")
+@pytest.mark.parametrize("line", [(3, 5), (4, 0), (4, 1)])
+def test_the_older_lines_arrow_schema_is_the_newer_ones(monkeypatch, line):
+    """Before 4.2 ``to_arrow_schema`` takes no time zone and gives UTC (3.5 takes no
+    ``prefers_large_types`` either); compat's answer there equals 4.2's own."""
+    zone = "America/Los_Angeles"
+    native = compat.arrow_schema(SCHEMA, zone)
     from pyspark.sql.pandas import types as pandas_types
 
     newer = pandas_types.to_arrow_schema
-    # 3.5's function: no time zone to give, every timestamp in UTC
-    monkeypatch.setattr(pandas_types, "to_arrow_schema", lambda schema: newer(schema, timezone="UTC"))
-    monkeypatch.setattr(compat, "SPARK_4", False)
-    monkeypatch.setattr(compat, "SPARK_4_1", False)
-    older = compat.arrow_schema(SCHEMA, zone)
-    assert older == native
-    assert older.field("inner").type.field("at").type == pa.timestamp("us", tz=zone)
-    assert older.field("m").type.item_type == pa.timestamp("us", tz=zone)
+    if line == (3, 5):
+        def older_function(schema):
+            return newer(schema, timezone="UTC")
+    else:
+        def older_function(schema, prefers_large_types=False):
+            return newer(schema, timezone="UTC", prefers_large_types=prefers_large_types)
+    monkeypatch.setattr(pandas_types, "to_arrow_schema", older_function)
+    monkeypatch.setattr(compat, "SPARK_4", line >= (4, 0))
+    monkeypatch.setattr(compat, "SPARK_4_2", False)
+    assert compat.arrow_schema(SCHEMA, zone) == native
 
 
 def test_the_line_is_read_from_the_installed_pyspark():
