@@ -56,7 +56,6 @@ def _stop(proc, log) -> None:
     log.close()
 
 
-@pytest.mark.spark_line  # pyspark's internals a restart reaches (starscan.spark.pyspark_internals) differ by line
 def test_a_killed_jvm_is_replaced_while_the_node_serves(tmp_path, server, spark):
     # A small result queue: the sql engine's task is still pushing rows when the JVM dies.
     proc, http_port, _be_port, log = start_serve(tmp_path, demo_from=server.warehouse.location, spark_master="local[2]",
