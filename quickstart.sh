@@ -5,6 +5,8 @@
 #   ./quickstart.sh test-spark-line VERSION [pytest args...]
 #                                                     the Spark-version tier on pyspark VERSION (e.g. 3.5.9),
 #                                                     in an environment of its own (.venv-spark-VERSION)
+#   ./quickstart.sh test-minimum [pytest args...]    the quick tier with every dependency at the lowest
+#                                                     version pyproject.toml declares (.venv-minimum)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -140,6 +142,41 @@ import pyspark
 sys.exit(0 if pyspark.__version__ == sys.argv[1] else 1)
 PY
     run_tests -m spark_line "$@"
+    ;;
+  test-minimum)
+    # The lower bounds pyproject.toml declares are what the code needs: every dependency of
+    # starscan and of its server and lakehouse extras pinned to its lower bound (a bound no
+    # release has fails the install), then the quick tier (no Spark, no server process).
+    check_python
+    min_env=".venv-minimum"
+    if [ ! -x "$min_env/bin/python" ]; then
+      python3 -m venv "$min_env" || die "could not create $min_env (Debian/Ubuntu: apt-get install python3-venv)"
+    fi
+    # shellcheck disable=SC1091
+    . "$min_env/bin/activate"
+    python -m pip install -q --upgrade pip >/dev/null
+    python -m pip install -q packaging 'tomli; python_version < "3.11"'
+    python - > "$min_env/constraints.txt" <<'PY'
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+lowest = {}
+for text in project["dependencies"] + project["optional-dependencies"]["server"] + project["optional-dependencies"]["lakehouse"]:
+    req = Requirement(text)
+    for spec in req.specifier:
+        if spec.operator in (">=", "==", "~="):
+            lowest[req.name] = max(lowest.get(req.name, Version(spec.version)), Version(spec.version))
+for name, version in sorted(lowest.items()):
+    print(f"{name}=={version}")
+PY
+    python -m pip install -q -c "$min_env/constraints.txt" -e '.[test]'
+    echo "the lowest declared versions:" $(tr '\n' ' ' < "$min_env/constraints.txt")
+    run_tests -m quick "$@"
     ;;
   check)
     check_python; venv

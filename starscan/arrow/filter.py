@@ -183,8 +183,19 @@ def _remainder(e: Expr, left: _Typed, right: _Typed) -> _Typed:
         raise NotArrowable("% 0 is a division by zero in Spark")
     wider = max(left.spark_type.kind, right.spark_type.kind, key=_INTEGRAL_ORDER.index)
     arrow_type = _INTEGRAL_ARROW[wider]
-    divisor = pc.scalar(pa.scalar(int(right.literal), type=arrow_type))
-    return _Typed(pc.remainder(left.expr.cast(arrow_type), divisor), SqlType(wider))
+    return _Typed(_java_remainder(left.expr.cast(arrow_type), int(right.literal), arrow_type), SqlType(wider))
+
+
+def _java_remainder(value: Any, n: int, arrow_type: pa.DataType) -> Any:
+    """Java's remainder of an integer ``value`` by a non-zero integer ``n`` (its sign the
+    dividend's): ``value - (value / n) * n``, Arrow's integer division truncating toward zero
+    as Java's does. None of it overflows: ``|(value / n) * n| <= |value|``. By 1 or -1 it is 0
+    (the smallest value / -1 would overflow). pyarrow's own ``remainder`` is 26's only, and
+    starscan takes pyarrow 21 on."""
+    if n in (1, -1):
+        return pc.multiply(value, pc.scalar(pa.scalar(0, type=arrow_type)))
+    divisor = pc.scalar(pa.scalar(n, type=arrow_type))
+    return pc.subtract(value, pc.multiply(pc.divide(value, divisor), divisor))
 
 
 def _literal(e: Expr) -> _Typed:

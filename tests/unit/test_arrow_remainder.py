@@ -32,7 +32,7 @@ def rows_where(column: str, values: list, divisor: str, kind: str, op: str, righ
     return table.filter(to_arrow_filter(predicate, FIELDS)).column(column).to_pylist()
 
 
-@pytest.mark.parametrize("divisor", ["3", "-3", "9973", "-1"])
+@pytest.mark.parametrize("divisor", ["3", "-3", "9973", "-1", "1", "2", str(2**62)])
 def test_the_remainder_has_the_dividends_sign_as_in_java(divisor):
     values = [-10, -9, -7, -1, 0, 1, 7, 9, 10, None, LONG_MIN, 2**63 - 1]
     n = int(divisor)
@@ -59,3 +59,11 @@ def test_a_byte_column_by_a_bigint_literal_is_widened_first():
 def test_other_remainders_stay_with_the_sql_engine(predicate):
     with pytest.raises(NotArrowable):
         to_arrow_filter(predicate, FIELDS)
+
+
+def test_every_byte_by_every_byte_divisor_is_javas_remainder():
+    values = list(range(-128, 128))
+    for n in [d for d in range(-128, 128) if d != 0]:
+        for right in (0, 1, -1, 5, -127):
+            want = [v for v in values if java_remainder(v, n) == right]
+            assert rows_where("b", values, str(n), "int", "=", str(right)) == want, (n, right)

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import deltalake
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from packaging.version import Version
 
 from starscan.core.errors import TableUnreadable
 from starscan.tables.catalog import Warehouse
+
+#: These tests write column-mapped tables with deltalake's writer, which does so from 1.6.6
+#: (starscan reads Delta tables with deltalake 1.2 on: ./quickstart.sh test-minimum skips them).
+writes_column_mapping = pytest.mark.skipif(Version(deltalake.__version__) < Version("1.6.6"),
+                                           reason="deltalake writes column-mapped tables from 1.6.6")
 
 
 def _table(rows: range) -> pa.Table:
@@ -35,6 +42,7 @@ def test_a_file_of_the_log_missing_from_the_folder_is_refused(tmp_path):
         Warehouse(tmp_path / "wh", 0).snapshot("d", "t")
 
 
+@writes_column_mapping
 def test_column_mapping_reads_each_column_by_its_physical_name(tmp_path):
     location = tmp_path / "wh" / "d.db" / "t"
     write_deltalake(str(location), _table(range(4)), configuration={"delta.columnMapping.mode": "name"})
@@ -47,6 +55,7 @@ def test_column_mapping_reads_each_column_by_its_physical_name(tmp_path):
     assert sorted(names.values()) == sorted(written) and not set(names) & set(written)
 
 
+@writes_column_mapping
 def test_partition_values_come_from_the_log_where_folders_do_not_spell_them(tmp_path):
     """Column mapping writes files in random prefixes: each file carries its log entry's
     values (a '%' in a value spelled so that it decodes back); a table whose folders spell
@@ -99,6 +108,7 @@ def test_a_commits_actions_count_whatever_their_order(tmp_path, order):
     assert changes.added_since(2, 2) == []
 
 
+@writes_column_mapping
 def test_the_column_mapping_property_counts_only_where_the_protocol_supports_it(tmp_path):
     """delta-rs sets ``delta.columnMapping.mode`` on a table with deletion vectors but leaves
     ``columnMapping`` out of its reader features and writes the schema's names: such files

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_type
 
 from starscan import expr as E
 from starscan.arrow.filter import NotArrowable, to_arrow_filter
 from starscan.arrow.scan import Fields
 from starscan.core.sql_types import SqlType, parse_schema, parse_type
+from starscan.spark import compat
 
 pytestmark = pytest.mark.quick
 
@@ -22,6 +22,17 @@ SCALARS = [T.BooleanType(), T.ByteType(), T.ShortType(), T.IntegerType(), T.Long
 NESTED = [T.ArrayType(T.DateType(), False), T.ArrayType(T.LongType()), T.MapType(T.StringType(), T.TimestampType()),
           T.MapType(T.IntegerType(), T.DecimalType(5, 1), False),
           T.StructType([T.StructField("a", T.DateType()), T.StructField("b", T.ArrayType(T.StringType()), False)])]
+
+
+def to_arrow_type(dt: T.DataType, time_zone: str) -> pa.DataType:
+    """pyspark's own Arrow type of ``dt`` (timestamps in ``time_zone``), on every Spark line."""
+    return compat.arrow_schema(T.StructType([T.StructField("c", dt)]), time_zone).field("c").type
+
+
+def collated(name: str, collation: str) -> T.StructField:
+    """A string column with a collation, as Spark 4's schema JSON records it (what
+    ``StringType("UTF8_LCASE")`` gives; written out, so the test runs on 3.5 too)."""
+    return T.StructField(name, T.StringType(), True, {"__COLLATIONS": {name: f"spark.{collation}"}})
 
 
 def _wire(t: pa.DataType) -> pa.DataType:
@@ -43,8 +54,8 @@ def test_spark_json_reads_to_pysparks_arrow_and_the_wire_types(dt):
     st = parse_type(dt.jsonValue())
     assert st.simple_string() == dt.simpleString()
     for tz in ("UTC", "Asia/Kolkata"):
-        assert st.spark_arrow_type(tz) == to_arrow_type(dt, timezone=tz, prefers_large_types=False)
-    spark_arrow = to_arrow_type(dt, timezone="UTC", prefers_large_types=False)
+        assert st.spark_arrow_type(tz) == to_arrow_type(dt, tz)
+    spark_arrow = to_arrow_type(dt, "UTC")
     assert st.wire_arrow_type() == _wire(spark_arrow)
     assert st.needs_wire_conversion() == (_wire(spark_arrow) != spark_arrow)
     assert st.is_scalar == (dt in SCALARS)
@@ -55,7 +66,7 @@ def test_a_schema_keeps_names_nullability_char_lengths_and_collations():
         T.StructField("Id", T.LongType(), False),
         T.StructField("code", T.StringType(), True, {"__CHAR_VARCHAR_TYPE_STRING": "char(4)"}),
         T.StructField("label", T.StringType(), True, {"__CHAR_VARCHAR_TYPE_STRING": "varchar(9)"}),
-        T.StructField("ci", T.StringType("UTF8_LCASE")),
+        collated("ci", "UTF8_LCASE"),
         T.StructField("span", T.DayTimeIntervalType()),
     ])
     fields = parse_schema(schema.json())
@@ -72,7 +83,7 @@ def test_a_schema_keeps_names_nullability_char_lengths_and_collations():
 def test_the_filter_refuses_what_it_cannot_translate_exactly():
     schema = T.StructType([T.StructField("x", T.DoubleType()), T.StructField("f", T.FloatType()),
                            T.StructField("c", T.StringType(), True, {"__CHAR_VARCHAR_TYPE_STRING": "char(2)"}),
-                           T.StructField("ci", T.StringType("UTF8_LCASE")), T.StructField("d", T.DecimalType(9, 2))])
+                           collated("ci", "UTF8_LCASE"), T.StructField("d", T.DecimalType(9, 2))])
     fields = Fields(parse_schema(schema.json()))
     ok = E.op("and", E.op(">", E.column("x"), E.literal("int", "1")), E.op("<", E.column("d"), E.literal("decimal", "2.5")))
     assert isinstance(to_arrow_filter(ok, fields), pa.compute.Expression)
