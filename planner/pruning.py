@@ -216,6 +216,15 @@ def _canon_type(type_name: str | None) -> str:
     return _TYPE_ALIASES.get(t, t)
 
 
+def _exact_decimal(raw: str, precision: int, scale: int) -> Val | None:
+    """A decimal partition value as spelled, when the type holds it without rounding."""
+    if not _DEC_RE.fullmatch(raw):
+        return _UNK
+    exact = Decimal(raw)
+    q = _fits(exact, precision, scale)
+    return DecimalV(q, precision, scale) if q is not None and q == exact else _UNK
+
+
 # ---- partition values --------------------------------------------------------------------
 def partition_value(raw: str | None, dt: T.DataType) -> Val | None:
     """A partition folder's value, as spelled, read as Spark reads it for type ``dt``
@@ -229,19 +238,9 @@ def partition_value(raw: str | None, dt: T.DataType) -> Val | None:
         raw = unescape_path_name(raw)
     if isinstance(dt, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
         name = {T.ByteType: "tinyint", T.ShortType: "smallint", T.IntegerType: "int", T.LongType: "bigint"}[type(dt)]
-        if not _INT_RE.fullmatch(raw):
-            return _UNK
-        value = int(raw)
-        lo, hi = INTEGER_RANGES[name]
-        return IntV(value, INT_WIDTH[name]) if lo <= value <= hi else _UNK
+        return _cast_integer(StringV(raw), name)
     if isinstance(dt, T.DecimalType):
-        if not _DEC_RE.fullmatch(raw):
-            return _UNK
-        exact = Decimal(raw)
-        q = _fits(exact, dt.precision, dt.scale)
-        if q is None or q != exact:
-            return _UNK
-        return DecimalV(q, dt.precision, dt.scale)
+        return _exact_decimal(raw, dt.precision, dt.scale)
     if isinstance(dt, T.DoubleType):
         if not _DOUBLE_RE.fullmatch(raw):
             return _UNK
@@ -426,63 +425,80 @@ def cast_value(v: Val, type_name: str | None, ts_exact: bool) -> Val | None:
     if isinstance(v, NullV):
         return NULL_VAL
     if to in INTEGER_RANGES:
-        lo, hi = INTEGER_RANGES[to]
-        if isinstance(v, IntV):
-            value = v.v
-        elif isinstance(v, StringV) and _INT_RE.fullmatch(v.v):
-            value = int(v.v)
-        else:
-            return _UNK
-        return IntV(value, INT_WIDTH[to]) if lo <= value <= hi else _UNK
+        return _cast_integer(v, to)
     m = _DECIMAL_TYPE_RE.fullmatch(to)
     if m:
-        p = int(m.group(1)) if m.group(1) else 10
-        s = int(m.group(2)) if m.group(2) else 0
-        if not (1 <= p <= MAX_PRECISION and 0 <= s <= p):
-            return _UNK
-        if isinstance(v, (IntV, DecimalV)):
-            number = Decimal(v.v)
-        elif isinstance(v, StringV) and _DEC_RE.fullmatch(v.v):
-            number = Decimal(v.v)
-        else:
-            return _UNK
-        q = _fits(number, p, s)
-        return DecimalV(q, p, s) if q is not None else _UNK
+        return _cast_decimal(v, int(m.group(1)) if m.group(1) else 10, int(m.group(2)) if m.group(2) else 0)
     if to == "double":
         if isinstance(v, IntV):
             return _double(float(v.v))
         return v if isinstance(v, DoubleV) else _UNK
     if to == "string":
-        if isinstance(v, StringV):
-            return v
-        if isinstance(v, IntV):
-            return StringV(str(v.v))
-        if isinstance(v, DateV):
-            return StringV(v.v.isoformat())
-        if isinstance(v, BooleanV):
-            return StringV("true" if v.v else "false")
-        return _UNK
+        return _cast_string(v)
     if to == "date":
-        if isinstance(v, DateV):
-            return v
-        if isinstance(v, StringV):
-            d = parse_date(v.v)
-            return DateV(d) if d is not None else _UNK
-        if isinstance(v, TimestampV) and (v.ntz or ts_exact):
-            return DateV(v.v.date())
-        return _UNK
+        return _cast_date(v, ts_exact)
     if to in ("timestamp", "timestamp_ntz"):
-        ntz = to == "timestamp_ntz"
-        if isinstance(v, StringV):
-            ts = parse_timestamp(v.v)
-            return TimestampV(ts, ntz=ntz) if ts is not None else _UNK
-        if isinstance(v, DateV):
-            return TimestampV(_dt.datetime.combine(v.v, _dt.time()), ntz=ntz)
-        if isinstance(v, TimestampV) and (v.ntz == ntz or ts_exact):
-            return TimestampV(v.v, ntz=ntz)
-        return _UNK
+        return _cast_timestamp(v, to == "timestamp_ntz", ts_exact)
     if to == "boolean" and isinstance(v, BooleanV):
         return v
+    return _UNK
+
+
+def _cast_integer(v: Val, to: str) -> Val | None:
+    lo, hi = INTEGER_RANGES[to]
+    if isinstance(v, IntV):
+        value = v.v
+    elif isinstance(v, StringV) and _INT_RE.fullmatch(v.v):
+        value = int(v.v)
+    else:
+        return _UNK
+    return IntV(value, INT_WIDTH[to]) if lo <= value <= hi else _UNK
+
+
+def _cast_decimal(v: Val, p: int, s: int) -> Val | None:
+    if not (1 <= p <= MAX_PRECISION and 0 <= s <= p):
+        return _UNK
+    if isinstance(v, (IntV, DecimalV)):
+        number = Decimal(v.v)
+    elif isinstance(v, StringV) and _DEC_RE.fullmatch(v.v):
+        number = Decimal(v.v)
+    else:
+        return _UNK
+    q = _fits(number, p, s)
+    return DecimalV(q, p, s) if q is not None else _UNK
+
+
+def _cast_string(v: Val) -> Val | None:
+    if isinstance(v, StringV):
+        return v
+    if isinstance(v, IntV):
+        return StringV(str(v.v))
+    if isinstance(v, DateV):
+        return StringV(v.v.isoformat())
+    if isinstance(v, BooleanV):
+        return StringV("true" if v.v else "false")
+    return _UNK
+
+
+def _cast_date(v: Val, ts_exact: bool) -> Val | None:
+    if isinstance(v, DateV):
+        return v
+    if isinstance(v, StringV):
+        d = parse_date(v.v)
+        return DateV(d) if d is not None else _UNK
+    if isinstance(v, TimestampV) and (v.ntz or ts_exact):
+        return DateV(v.v.date())
+    return _UNK
+
+
+def _cast_timestamp(v: Val, ntz: bool, ts_exact: bool) -> Val | None:
+    if isinstance(v, StringV):
+        ts = parse_timestamp(v.v)
+        return TimestampV(ts, ntz=ntz) if ts is not None else _UNK
+    if isinstance(v, DateV):
+        return TimestampV(_dt.datetime.combine(v.v, _dt.time()), ntz=ntz)
+    if isinstance(v, TimestampV) and (v.ntz == ntz or ts_exact):
+        return TimestampV(v.v, ntz=ntz)
     return _UNK
 
 

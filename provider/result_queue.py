@@ -240,57 +240,70 @@ class ResultQueue:
         """As ``take``, but a batch comes as ``(batch, ipc)``: ``ipc`` is the IPC message the
         batch arrived as when the reply is exactly one whole queued batch, else None."""
         with self._rows_cv:
-            waited_from = time.monotonic()
-            fill_deadline = None
-            while not self._stopped and not self._finished and self._rows < max_rows:
-                now = time.monotonic()
-                if self._rows and self._puts_waiting:
-                    break  # the producer waits for room: the queue cannot fill further
-                if self._rows:
-                    if fill_deadline is None:
-                        fill_deadline = now + fill_wait_s
-                    if now >= fill_deadline:
-                        break
-                    wait = fill_deadline - now
-                elif timeout is not None:
-                    wait = waited_from + timeout - now
-                    if wait <= 0:
-                        self.take_wait_s += now - waited_from
-                        return None
-                else:
-                    wait = None
-                self._rows_cv.wait(wait)
-            self.take_wait_s += time.monotonic() - waited_from
+            if not self._wait_for_rows(max_rows, timeout, fill_wait_s):
+                return None
             if self._error is not None:
                 raise self._error
             if self._closed:
                 raise ScanCancelled("the scanner was closed")
             if not self._items:
                 return EOS
-            parts: list[pa.RecordBatch] = []
-            wanted = max_rows
-            whole = None  # the IPC of the one batch the reply is, when it is one whole batch
-            while wanted and self._items:
-                item = self._items[0]
-                batch, nbytes, taken, ipc = item
-                left = batch.num_rows - taken
-                if parts and left > wanted and batch.num_rows == max_rows:
-                    break  # a reply-sized batch is not cut to fill this reply (module docstring)
-                rows = min(wanted, left)
-                if not parts and taken == 0 and rows == batch.num_rows:
-                    whole = ipc
-                parts.append(batch.slice(taken, rows) if rows != batch.num_rows else batch)
-                wanted -= rows
-                item[2] = taken + rows
-                if item[2] >= batch.num_rows:
-                    self._items.popleft()
-                    self._account(-nbytes)
-            self._rows -= max_rows - wanted
-            self._last_take = time.monotonic()
-            self._room.notify_all()  # both producers may fit now; one that does not waits again
-            if len(parts) == 1:
-                return parts[0], whole
-            return pa.concat_batches(parts), None
+            return self._cut_reply(max_rows)
+
+    def _wait_for_rows(self, max_rows: int, timeout: float | None, fill_wait_s: float) -> bool:
+        """Under the lock: wait until ``max_rows`` rows are queued, the scan ends or stops,
+        the producer waits for room, or ``fill_wait_s`` has passed since the first row came.
+        False when ``timeout`` passed with no row."""
+        waited_from = time.monotonic()
+        fill_deadline = None
+        while not self._stopped and not self._finished and self._rows < max_rows:
+            now = time.monotonic()
+            if self._rows and self._puts_waiting:
+                break  # the producer waits for room: the queue cannot fill further
+            if self._rows:
+                if fill_deadline is None:
+                    fill_deadline = now + fill_wait_s
+                if now >= fill_deadline:
+                    break
+                wait = fill_deadline - now
+            elif timeout is not None:
+                wait = waited_from + timeout - now
+                if wait <= 0:
+                    self.take_wait_s += now - waited_from
+                    return False
+            else:
+                wait = None
+            self._rows_cv.wait(wait)
+        self.take_wait_s += time.monotonic() - waited_from
+        return True
+
+    def _cut_reply(self, max_rows: int) -> tuple[pa.RecordBatch, object]:
+        """Under the lock: up to ``max_rows`` queued rows as one batch, and the IPC message of
+        the one whole queued batch the reply is (else None)."""
+        parts: list[pa.RecordBatch] = []
+        wanted = max_rows
+        whole = None  # the IPC of the one batch the reply is, when it is one whole batch
+        while wanted and self._items:
+            item = self._items[0]
+            batch, nbytes, taken, ipc = item
+            left = batch.num_rows - taken
+            if parts and left > wanted and batch.num_rows == max_rows:
+                break  # a reply-sized batch is not cut to fill this reply (module docstring)
+            rows = min(wanted, left)
+            if not parts and taken == 0 and rows == batch.num_rows:
+                whole = ipc
+            parts.append(batch.slice(taken, rows) if rows != batch.num_rows else batch)
+            wanted -= rows
+            item[2] = taken + rows
+            if item[2] >= batch.num_rows:
+                self._items.popleft()
+                self._account(-nbytes)
+        self._rows -= max_rows - wanted
+        self._last_take = time.monotonic()
+        self._room.notify_all()  # both producers may fit now; one that does not waits again
+        if len(parts) == 1:
+            return parts[0], whole
+        return pa.concat_batches(parts), None
 
     def close(self) -> None:
         """Drop everything and wake both sides (close_scanner, GC, timeout)."""

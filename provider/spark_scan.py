@@ -196,35 +196,10 @@ class SparkScan:
             self.listener.register(sink)
             own_slot, read_first = self.scheduler.opening(jobs, self.local_reads and self.engine == "arrow"
                                                           and bool(self._arrow_splits))
-            local = None
-            if read_first:
-                local = threading.Thread(target=self._read_locally, args=(sink,),
-                                         name=f"scan-{self.context_id[:8]}-local", daemon=True)
-                local.start()
-            if local is not None and not started(self.spark):
-                # Spark is still starting (a BE's first seconds): the BE reads on; Spark's
-                # tasks take what is left once Spark is up, if anything is.
-                while (not self.spark.ready.wait(0.05) and local.is_alive() and self._cancelled is None
-                       and not sink.stopped):
-                    pass
+            local = self._start_local_reader(sink) if read_first else None
             if not (local is not None and (sink.all_ended() or sink.stopped)) and self._cancelled is None:
-                target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
-                                    source_schema, self.columns, self.batch_rows, self.listener.local_path,
-                                    turn_s=SLOT_TURN_S, arrow_types_tz=self.arrow_types_tz)
-                made: list[tuple[Any, Any]] = []
-                making = threading.Lock()
-
-                def spark_work() -> tuple[Any, Any]:
-                    """The SparkContext and the tasks' RDD, made by the scan's first Spark job
-                    (a scan read in the BE's own slots needs neither, nor a started Spark)."""
-                    with making:
-                        sc = self.spark.sparkContext  # waits while a new SparkSession starts
-                        if not made or made[0][0] is not sc:  # none yet, or of a JVM that died
-                            made[:] = [(sc, rdd_of(sc).mapPartitions(task_function(target)))]
-                        return made[0]
-
                 handed, own_slot = own_slot, False  # the driver gives it back if unused
-                self._drive(spark_work, sink, jobs, handed)
+                self._drive(self._spark_work(sink, rdd_of, source_schema, task_function), sink, jobs, handed)
             if self._cancelled is None:
                 if sink.error is not None and not self.ended_early:
                     raise sink.error
@@ -245,6 +220,39 @@ class SparkScan:
                     for _ in range(sink.total_losses() - self._readers.lost):  # Spark retried these tasks
                         self.on_reader_lost()
             self.done.set()
+
+    def _start_local_reader(self, sink: PushSink) -> threading.Thread:
+        """The BE's own reader of the scan's first splits, started; while Spark is still
+        starting (a BE's first seconds) this waits for it, the BE reading on meanwhile, and
+        Spark's tasks take what is left once Spark is up, if anything is."""
+        local = threading.Thread(target=self._read_locally, args=(sink,), name=f"scan-{self.context_id[:8]}-local",
+                                 daemon=True)
+        local.start()
+        if not started(self.spark):
+            while (not self.spark.ready.wait(0.05) and local.is_alive() and self._cancelled is None
+                   and not sink.stopped):
+                pass
+        return local
+
+    def _spark_work(self, sink: PushSink, rdd_of: Callable[[Any], Any], source_schema: Any,
+                    task_function: Callable[[PushTarget], Any]) -> Callable[[], tuple[Any, Any]]:
+        """What the scan's first Spark job makes: the SparkContext and the tasks' RDD (a scan
+        read in the BE's own slots needs neither, nor a started Spark); made again for a new
+        JVM."""
+        target = PushTarget(self.listener.advertised_host, self.listener.port, sink.token,
+                            source_schema, self.columns, self.batch_rows, self.listener.local_path,
+                            turn_s=SLOT_TURN_S, arrow_types_tz=self.arrow_types_tz)
+        made: list[tuple[Any, Any]] = []
+        making = threading.Lock()
+
+        def spark_work() -> tuple[Any, Any]:
+            with making:
+                sc = self.spark.sparkContext  # waits while a new SparkSession starts
+                if not made or made[0][0] is not sc:  # none yet, or of a JVM that died
+                    made[:] = [(sc, rdd_of(sc).mapPartitions(task_function(target)))]
+                return made[0]
+
+        return spark_work
 
     def _read_locally(self, sink: PushSink) -> None:
         """The BE's reader of an arrow-engine scan before its Spark tasks: split after split,
@@ -431,13 +439,7 @@ class SparkScan:
                         self.scheduler.jobs_unfinished(sink, spark_jobs)
                     any_finished = True
                     if self._cancelled is None:
-                        lost = jobs.finished(partition, exc, sink, self._failure)
-                        if lost is not None:
-                            if self.on_reader_lost is not None:
-                                self.on_reader_lost()
-                            log.warning("scan %s: a reader's Spark task was lost (%s); its split is read on by "
-                                        "another from where its rows stopped", self.context_id, lost,
-                                        extra=self.log_fields)
+                        self._reader_finished(jobs, sink, partition, exc)
             except Exception as exc:
                 if self.ended_early:  # every row was delivered: what failed after cannot change them
                     log.info("scan %s: a Spark job failed after every split was read (ignored): %s",
@@ -448,6 +450,16 @@ class SparkScan:
             except BaseException:
                 sink.stop()
                 raise
+
+    def _reader_finished(self, jobs: ScanReaders, sink: PushSink, partition: int, exc: BaseException | None) -> None:
+        """A reader ended: ``jobs`` raises what failed; a lost Spark task is counted and its
+        split read on by another reader."""
+        lost = jobs.finished(partition, exc, sink, self._failure)
+        if lost is not None:
+            if self.on_reader_lost is not None:
+                self.on_reader_lost()
+            log.warning("scan %s: a reader's Spark task was lost (%s); its split is read on by another from where "
+                        "its rows stopped", self.context_id, lost, extra=self.log_fields)
 
     def _end_early(self, sink: PushSink) -> None:
         """An arrow-engine scan's eos as soon as every split was delivered whole, not after

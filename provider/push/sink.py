@@ -10,6 +10,7 @@ import logging
 import secrets
 import socket
 import threading
+from typing import Any
 
 import pyarrow as pa
 
@@ -79,26 +80,8 @@ class PushSink(SplitBoard):
                     return
                 kind, size = FRAME.unpack(header)
                 if kind == BATCH:
-                    if size > max(self.queue.max_bytes, 1 << 16) * 4:
-                        self.fail(MemLimitExceeded(
-                            f"one batch needs {size} bytes, more than the scanner's memory limit of "
-                            f"{self.queue.max_bytes} bytes allows; raise mem_limit"))
-                        send_quietly(sock, STOP)
-                        drain(sock)
+                    if not self._take_batch(sock, attempt, split_no, size):
                         return
-                    payload = recv_arrow_buffer(sock, size)
-                    if payload is None:
-                        return
-                    try:
-                        batch = pa.ipc.read_record_batch(payload, self.schema)
-                    except Exception as exc:  # noqa: BLE001 - not a batch of this scan's schema
-                        self.fail(ScanFailed(f"split {split_no} sent a batch that is not Arrow of the scan's "
-                                             f"schema: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}"))
-                        send_quietly(sock, STOP)
-                        return
-                    answer = _ANSWERS.get(attempt.offer(batch, payload))
-                    if answer is not None:
-                        send_quietly(sock, answer)
                 elif kind == END:
                     payload = recv_exact(sock, size)
                     if payload is None or size not in (ROWS.size, ROWS_AND_READ.size):
@@ -126,3 +109,29 @@ class PushSink(SplitBoard):
                 sock.close()
             except OSError:
                 pass
+
+    def _take_batch(self, sock: socket.socket, attempt: Any, split_no: int, size: int) -> bool:
+        """One BATCH frame of ``size`` bytes offered to the split's attempt, and the task told
+        to pause or stop if it must; False when the connection is done (a batch past the
+        scanner's memory limit, or not of the scan's schema, fails the scan)."""
+        if size > max(self.queue.max_bytes, 1 << 16) * 4:
+            self.fail(MemLimitExceeded(
+                f"one batch needs {size} bytes, more than the scanner's memory limit of "
+                f"{self.queue.max_bytes} bytes allows; raise mem_limit"))
+            send_quietly(sock, STOP)
+            drain(sock)
+            return False
+        payload = recv_arrow_buffer(sock, size)
+        if payload is None:
+            return False
+        try:
+            batch = pa.ipc.read_record_batch(payload, self.schema)
+        except Exception as exc:  # noqa: BLE001 - not a batch of this scan's schema
+            self.fail(ScanFailed(f"split {split_no} sent a batch that is not Arrow of the scan's "
+                                 f"schema: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}"))
+            send_quietly(sock, STOP)
+            return False
+        answer = _ANSWERS.get(attempt.offer(batch, payload))
+        if answer is not None:
+            send_quietly(sock, answer)
+        return True

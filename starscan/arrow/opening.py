@@ -97,37 +97,47 @@ def open_part(read: ArrowRead, part: FilePart, statistics: StatisticsUse,
         raise SplitReadError(f"table {read.table}: file {part.relative}: {exc.message}") from None
 
 
-def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsUse,
-                        alone: bool) -> OpenPart | None:
-    storage = read.storage
-    identity = storage.file_identity(part.path)
+def _check_identity(read: ArrowRead, part: FilePart) -> None:
+    """The planned file is still the one planned (size and modification time), or the scan's
+    version is gone."""
+    identity = read.storage.file_identity(part.path)
     if identity is None:
         raise PlannedFileGone(f"table {read.table} version {read.version} is gone: file {part.relative} was removed "
                              "during the scan; ask the FE for a new plan")
     if identity != (part.size, part.mtime_ns):
         raise PlannedFileGone(f"table {read.table} version {read.version} is gone: file {part.relative} was rewritten "
                              "during the scan; ask the FE for a new plan")
-    parquet: pq.ParquetFile | None = None
-    orc: Any = None
+
+
+def _open_file(read: ArrowRead, part: FilePart) -> tuple[Any, pq.ParquetFile | None, Any, pa.Schema, int, int]:
+    """The file opened once for all its row groups, by its format (its first bytes): the
+    source, its Parquet reader or its ORC/Avro reader, its Arrow schema, row groups (ORC
+    stripes) and rows."""
     try:
-        source = storage.open(part.path)
+        source = read.storage.open(part.path)
         if isinstance(source, str):
             source = pa.OSFile(source)  # one open file for every row group, as planned
         head = bytes(source.read_at(4, 0))
         if head[:3] == b"ORC":
             import pyarrow.orc
 
-            orc = pyarrow.orc.ORCFile(source)
-            physical, num_row_groups, num_rows = orc.schema, orc.nstripes, orc.nrows
-        elif head == AVRO_MAGIC:  # an Iceberg Avro data file: decoded whole, read as ORC files are
+            orc: Any = pyarrow.orc.ORCFile(source)
+            return source, None, orc, orc.schema, orc.nstripes, orc.nrows
+        if head == AVRO_MAGIC:  # an Iceberg Avro data file: decoded whole, read as ORC files are
             orc = AvroDataFile(source)
-            physical, num_row_groups, num_rows = orc.schema, orc.nstripes, orc.nrows
-        else:
-            parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
-            physical, num_row_groups, num_rows = parquet.schema_arrow, parquet.num_row_groups, parquet.metadata.num_rows
+            return source, None, orc, orc.schema, orc.nstripes, orc.nrows
+        parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+        return source, parquet, None, parquet.schema_arrow, parquet.num_row_groups, parquet.metadata.num_rows
     except (OSError, ValueError, EOFError, pa.ArrowException) as exc:
         raise SplitReadError(f"table {read.table}: file {part.relative} is not a readable Parquet, ORC or Avro file: "
                              f"{first_line(exc, part)}") from None
+
+
+def _open_part_of_store(read: ArrowRead, part: FilePart, statistics: StatisticsUse,
+                        alone: bool) -> OpenPart | None:
+    storage = read.storage
+    _check_identity(read, part)
+    source, parquet, orc, physical, num_row_groups, num_rows = _open_file(read, part)
     lookup = file_fields(physical)
     columns, present = [], {}
     exact_names = True

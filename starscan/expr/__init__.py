@@ -90,6 +90,8 @@ LOGICAL = frozenset({Operator.AND, Operator.OR, Operator.NOT})
 KINDS = frozenset(k.value for k in Kind)
 LIKE_FORMS = ("like", "ilike")
 MAX_DEPTH = 500  # deeper predicates are refused (a hostile plan must not exhaust the stack)
+#: How many operands a node of these kinds takes.
+_OPERAND_COUNTS = {Kind.IN: lambda n: n >= 2, Kind.BETWEEN: lambda n: n == 3, Kind.IS_NULL: lambda n: n == 1}
 
 
 @dataclass(frozen=True)
@@ -113,13 +115,7 @@ class Expr:
             if not self.name:
                 raise PlanInvalid("query plan has a column without a name")
         elif kind is Kind.LITERAL:
-            try:
-                literal_type = LiteralType(self.literal_type)
-            except ValueError:
-                raise PlanInvalid(f"query plan has a literal of unknown type {self.literal_type!r}") from None
-            object.__setattr__(self, "literal_type", literal_type)
-            if literal_type is not LiteralType.NULL and self.literal_value is None:
-                raise PlanInvalid(f"query plan has a {literal_type} literal without a value")
+            self._check_literal()
         elif kind is Kind.OP:
             try:
                 operator = Operator(self.name)
@@ -131,24 +127,32 @@ class Expr:
             self._operands(n == 1)
             if not (self.type_name or "").strip():
                 raise PlanInvalid("query plan has a cast without a type")
-        elif kind is Kind.IN:
-            self._operands(n >= 2)
-        elif kind is Kind.BETWEEN:
-            self._operands(n == 3)
-        elif kind is Kind.IS_NULL:
-            self._operands(n == 1)
+        elif kind in _OPERAND_COUNTS:
+            self._operands(_OPERAND_COUNTS[kind](n))
         elif kind is Kind.LIKE:
             self._operands(n in (2, 3))
             if self.name not in LIKE_FORMS:
                 raise PlanInvalid(f"query plan has an unknown pattern match {self.name!r}")
         elif kind is Kind.CASE:
-            pairs = n - 1 if self.name == "else" else n
-            if self.name not in (None, "else"):
-                raise PlanInvalid(f"query plan has an unknown CASE form {self.name!r}")
-            if self.name == "else" and n == 0:
-                raise PlanInvalid("query plan CASE has no ELSE value")
-            if pairs <= 0 or pairs % 2:
-                raise PlanInvalid("query plan CASE needs WHEN/THEN pairs")
+            self._check_case(n)
+
+    def _check_literal(self) -> None:
+        try:
+            literal_type = LiteralType(self.literal_type)
+        except ValueError:
+            raise PlanInvalid(f"query plan has a literal of unknown type {self.literal_type!r}") from None
+        object.__setattr__(self, "literal_type", literal_type)
+        if literal_type is not LiteralType.NULL and self.literal_value is None:
+            raise PlanInvalid(f"query plan has a {literal_type} literal without a value")
+
+    def _check_case(self, n: int) -> None:
+        pairs = n - 1 if self.name == "else" else n
+        if self.name not in (None, "else"):
+            raise PlanInvalid(f"query plan has an unknown CASE form {self.name!r}")
+        if self.name == "else" and n == 0:
+            raise PlanInvalid("query plan CASE has no ELSE value")
+        if pairs <= 0 or pairs % 2:
+            raise PlanInvalid("query plan CASE needs WHEN/THEN pairs")
 
     def _operands(self, ok: bool) -> None:
         if not ok:

@@ -134,12 +134,7 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
     known = before.folders if before is not None else None
     walked: dict[str, WalkedFolder] = {}
     for folder, listed in storage.walk_folders(str(location), folders if local else None, known):
-        if folder in partitions:
-            partition = partitions[folder]
-        else:
-            skipped = folder and any(is_hidden_folder(f) or "=" not in f for f in folder[:-1].split("/"))
-            partition = partitions[folder] = None if skipped else partition_of(folder + "x")
-        if partition is None:
+        if _folder_partition(folder, partitions) is None:
             continue  # below a folder that is not a partition: Spark skips it too
         if listed is None:  # unchanged since the listing before
             assert before is not None
@@ -179,6 +174,29 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
     if before is not None:  # the files of folders gone, or read and now of no data file
         for folder in (read | before.by_folder.keys()) - by_folder.keys():
             removed.extend((f.path, f.size, f.mtime_ns) for f in before.by_folder.get(folder, ()))
+    _digest_the_rest(by_folder, digests, read, before)
+    version = hash_int("\n".join([f"{folder}\t{digests[folder].hex()}" for folder in sorted(digests)]), 31)
+    files = _in_path_order(by_folder)
+    part_cols = _partition_columns(partitions)
+    if local:
+        _mark_racy(folders)
+    return FolderFiles(files, part_cols, folders, by_folder, read, partitions, digests, version, columns,
+                       added, removed)
+
+
+def _folder_partition(folder: str, partitions: dict[str, Partition | None]) -> Partition | None:
+    """The partition of the files in ``folder`` (None: Spark skips what it holds: a hidden
+    folder, or one that is not ``column=value``, on the way), worked out once per folder."""
+    if folder not in partitions:
+        skipped = folder and any(is_hidden_folder(f) or "=" not in f for f in folder[:-1].split("/"))
+        partitions[folder] = None if skipped else partition_of(folder + "x")
+    return partitions[folder]
+
+
+def _digest_the_rest(by_folder: dict[str, list[DataFile]], digests: dict[str, bytes], read: set[str],
+                     before: FolderFiles | None) -> None:
+    """The hash of each folder's files that has none yet: worked out for a folder read again
+    (its files sorted), kept from the listing before for one that was not."""
     for folder, kept in by_folder.items():
         if folder in digests:
             continue
@@ -187,7 +205,20 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
             digests[folder] = _digest(kept)
         else:
             digests[folder] = before.digests[folder]
-    version = hash_int("\n".join([f"{folder}\t{digests[folder].hex()}" for folder in sorted(digests)]), 31)
+
+
+def _partition_columns(partitions: dict[str, Partition | None]) -> list[str]:
+    """The partition columns, in the order of the sorted paths."""
+    part_cols: list[str] = []
+    for folder in sorted(partitions):
+        for col, _ in partitions[folder] or ():
+            if col not in part_cols:
+                part_cols.append(col)
+    return part_cols
+
+
+def _in_path_order(by_folder: dict[str, list[DataFile]]) -> list[DataFile]:
+    """Every folder's files (each list in path order) as one list in path order."""
     order = sorted(by_folder)
     files = [f for folder in order for f in by_folder[folder]]
     if any(below.startswith(folder) for folder, below in zip(order, order[1:])):
@@ -195,15 +226,7 @@ def list_folder_table(location: Path | str, storage: Storage | None = None,
         # "a=1/b=2/f"): sorted again, runs already in order (a prefix sorts just before
         # the names it starts, so nested folders are next to each other in ``order``).
         files.sort(key=_path)
-    part_cols: list[str] = []
-    for folder in sorted(partitions):  # the columns in the order of the sorted paths
-        for col, _ in partitions[folder] or ():
-            if col not in part_cols:
-                part_cols.append(col)
-    if local:
-        _mark_racy(folders)
-    return FolderFiles(files, part_cols, folders, by_folder, read, partitions, digests, version, columns,
-                       added, removed)
+    return files
 
 
 def _merged(old: list[DataFile], paths: list[str], sizes: list[int], mtimes: list[int], partition: Partition,
