@@ -20,6 +20,7 @@ from starscan.planner.errors import error_response, handle_starscan_error
 from starscan.planner.query_plan import QueryPlanner, read_plan_body, table_version
 from starscan.security.audit import AuditLog
 from starscan.security.ratelimit import TokenBuckets
+from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
 from starscan.spark.session import spark_health, spark_problem
 from starscan.tables.consumers import check_consumer_name
@@ -91,6 +92,35 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+async def _plan(request: Request, db: str, table: str, who: str, client: str, settings: Settings, planner: QueryPlanner,
+                auth: Authenticator, planning: asyncio.Semaphore, info: dict) -> bytes:
+    """The plan a ``_query_plan`` request asks of an authenticated user: its body read and
+    checked, the grants it needs held, then made on the event loop when its answer is at
+    hand, else in a thread (at most ``planning`` at once)."""
+    if not db or not table:
+        raise BadRequest(f"{db}/{table} must be selected")
+    wanted = read_plan_body(await read_body(request, settings.max_request_body_bytes), settings.max_sql_length)
+    since = wanted.since_version
+    if since is None and "since_version" in request.query_params:  # the GET form's parameter
+        text = request.query_params["since_version"].strip()
+        since = table_version(int(text) if text.isdigit() else text, "since_version")
+    info["sql"] = wanted.sql
+    # The grants, from the users file authentication just read: no I/O on the loop.
+    auth.require_select(who, client, db, table)
+    if wanted.direct:
+        info["direct"] = True
+        auth.require_direct_read(who, client, db, table)
+    if since is None and wanted.consumer is None and not wanted.cursor and not wanted.direct:
+        # A plan whose answer is at hand is made here, on the event loop: nothing in
+        # it lists, reads or waits (QueryPlanner.quick_plan_json).
+        body = planner.quick_plan_json(db, table, wanted.sql, who, info)
+        if body is not None:
+            return body
+    async with planning:
+        return await run_in_threadpool(planner.query_plan_json, db, table, wanted.sql, who, info, since,
+                                       wanted.consumer, wanted.cursor, wanted.direct, wanted.direct_row_deletes)
+
+
 def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, audit: AuditLog | None = None) -> FastAPI:
     register_url_convertor("seg", _Segment())  # a path segment that may be empty (StarRocks' 404s)
     app = FastAPI(title="starscan FE", version=__version__, description="StarRocks FE scan-planning endpoints served from Spark tables.")
@@ -125,29 +155,7 @@ def create_app(planner: QueryPlanner, auth: Authenticator, live: LiveSettings, a
                 raise TooManyRequests(
                     f"user {user} is over plan_rate_per_user={settings.plan_rate_per_user:g}/s "
                     f"(burst {settings.plan_rate_burst}): retry in {wait:.2f} s", retry_after_s=wait)
-            if not db or not table:
-                raise BadRequest(f"{db}/{table} must be selected")
-            wanted = read_plan_body(await read_body(request, settings.max_request_body_bytes), settings.max_sql_length)
-            since = wanted.since_version
-            if since is None and "since_version" in request.query_params:  # the GET form's parameter
-                text = request.query_params["since_version"].strip()
-                since = table_version(int(text) if text.isdigit() else text, "since_version")
-            info["sql"] = wanted.sql
-            # The grants, from the users file authentication just read: no I/O on the loop.
-            auth.require_select(who, client, db, table)
-            if wanted.direct:
-                info["direct"] = True
-                auth.require_direct_read(who, client, db, table)
-            body = None
-            if since is None and wanted.consumer is None and not wanted.cursor and not wanted.direct:
-                # A plan whose answer is at hand is made here, on the event loop: nothing in
-                # it lists, reads or waits (QueryPlanner.quick_plan_json).
-                body = planner.quick_plan_json(db, table, wanted.sql, who, info)
-            if body is None:
-                async with planning:
-                    body = await run_in_threadpool(planner.query_plan_json, db, table, wanted.sql, who, info,
-                                                   since, wanted.consumer, wanted.cursor, wanted.direct,
-                                                   wanted.direct_row_deletes)
+            body = await _plan(request, db, table, who, client, settings, planner, auth, planning, info)
         except StarscanError as exc:
             _audit_plan(audit, user, client, db, table, info, started, exc.http_status, exc.message)
             raise

@@ -77,7 +77,7 @@ def _scanner_row(ops, ctx, now: float) -> dict:
 
 
 def install_routes(app: FastAPI, ops) -> None:
-    users, contexts = ops.users, ops.contexts
+    users = ops.users
     auth = app.state.auth
     app.add_middleware(_HttpMetrics, ops=ops)
 
@@ -89,15 +89,6 @@ def install_routes(app: FastAPI, ops) -> None:
         if not await run_in_threadpool(users.is_admin, user):
             raise PrivilegeMissing(f"user {user!r} needs the admin grant for this page (starscan user grant {user} admin)")
         return user
-
-    def scanners() -> list[dict]:
-        now = time.monotonic()
-        return [_scanner_row(ops, ctx, now) for ctx in sorted(contexts.snapshot(), key=lambda c: c.created)]
-
-    def state() -> dict:
-        return {"scanners": scanners(), "recent_plans": list(ops.recent_plans), "throughput": ops.metrics.throughput(),
-                "profiles_enabled": ops.settings.enable_profile_for_external_plan,
-                "consumers": [lag.as_dict() for lag in ops.consumer_lags()], "spark": ops.spark_status()}
 
     @app.get("/metrics", summary="Prometheus metrics", include_in_schema=True)
     async def metrics() -> Response:
@@ -130,15 +121,33 @@ def install_routes(app: FastAPI, ops) -> None:
             raise NotAuthorized(f"the profile of context_id {context_id} belongs to another user")
         return JSONResponse(found.as_dict())
 
+    _install_scanner_routes(app, ops, admin_of)
+
+
+def _scanners(ops) -> list[dict]:
+    now = time.monotonic()
+    return [_scanner_row(ops, ctx, now) for ctx in sorted(ops.contexts.snapshot(), key=lambda c: c.created)]
+
+
+def _state(ops) -> dict:
+    """What the admin page shows."""
+    return {"scanners": _scanners(ops), "recent_plans": list(ops.recent_plans), "throughput": ops.metrics.throughput(),
+            "profiles_enabled": ops.settings.enable_profile_for_external_plan,
+            "consumers": [lag.as_dict() for lag in ops.consumer_lags()], "spark": ops.spark_status()}
+
+
+def _install_scanner_routes(app: FastAPI, ops, admin_of) -> None:
+    """The admin's routes over live scanners and the admin page."""
+
     @app.get("/api/scanners", summary="Live scanners (admin)")
     async def list_scanners(request: Request) -> JSONResponse:
         await admin_of(request)
-        return JSONResponse({"scanners": await run_in_threadpool(scanners)})
+        return JSONResponse({"scanners": await run_in_threadpool(_scanners, ops)})
 
     @app.post("/api/scanners/{context_id}/close", summary="Close a scanner: its reader gets NOT_FOUND next (admin)")
     async def close_scanner(request: Request, context_id: str) -> JSONResponse:
         user = await admin_of(request)
-        ctx = await run_in_threadpool(contexts.remove, context_id)
+        ctx = await run_in_threadpool(ops.contexts.remove, context_id)
         if ctx is None:
             raise NotFound(f"context_id: {context_id} not found")
         log.info("scanner closed by admin %s", user, extra=logs.scan_fields(ctx))
@@ -147,7 +156,7 @@ def install_routes(app: FastAPI, ops) -> None:
     @app.get("/api/admin/state", summary="What the admin page shows, as JSON (admin)")
     async def admin_state(request: Request) -> JSONResponse:
         await admin_of(request)
-        return JSONResponse(await run_in_threadpool(state))
+        return JSONResponse(await run_in_threadpool(_state, ops))
 
     @app.get("/admin", summary="Admin page (admin)", response_class=HTMLResponse)
     async def admin_page(request: Request) -> HTMLResponse:
@@ -157,4 +166,4 @@ def install_routes(app: FastAPI, ops) -> None:
             raise
         except StarscanError as exc:
             return HTMLResponse(render_page(None, None, refused=exc.message), status_code=exc.http_status)
-        return HTMLResponse(render_page(user, await run_in_threadpool(state)))
+        return HTMLResponse(render_page(user, await run_in_threadpool(_state, ops)))
