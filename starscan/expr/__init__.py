@@ -90,6 +90,17 @@ LOGICAL = frozenset({Operator.AND, Operator.OR, Operator.NOT})
 KINDS = frozenset(k.value for k in Kind)
 LIKE_FORMS = ("like", "ilike")
 MAX_DEPTH = 500  # deeper predicates are refused (a hostile plan must not exhaust the stack)
+_E = TypeVar("_E", bound=Enum)
+
+
+def _member(enum: type[_E], value: Any, refusal: str) -> _E:
+    """``value`` as a member of ``enum``, or PlanInvalid: ``refusal`` and the value."""
+    try:
+        return enum(value)
+    except ValueError:
+        raise PlanInvalid(f"{refusal} {value!r}") from None
+
+
 #: How many operands a node of these kinds takes.
 _OPERAND_COUNTS = {Kind.IN: lambda n: n >= 2, Kind.BETWEEN: lambda n: n == 3, Kind.IS_NULL: lambda n: n == 1}
 
@@ -105,10 +116,7 @@ class Expr:
     type_name: str | None = None      # the target type of a cast
 
     def __post_init__(self) -> None:
-        try:
-            kind = Kind(self.kind)
-        except ValueError:
-            raise PlanInvalid(f"query plan predicate has an unknown node {self.kind!r}") from None
+        kind = _member(Kind, self.kind, "query plan predicate has an unknown node")
         object.__setattr__(self, "kind", kind)
         n = len(self.children)
         if kind is Kind.COLUMN:
@@ -117,10 +125,7 @@ class Expr:
         elif kind is Kind.LITERAL:
             self._check_literal()
         elif kind is Kind.OP:
-            try:
-                operator = Operator(self.name)
-            except ValueError:
-                raise PlanInvalid(f"query plan has an unknown operator {self.name!r}") from None
+            operator = _member(Operator, self.name, "query plan has an unknown operator")
             object.__setattr__(self, "name", operator)
             self._operands(n == operator.arity)
         elif kind is Kind.CAST:
@@ -137,10 +142,7 @@ class Expr:
             self._check_case(n)
 
     def _check_literal(self) -> None:
-        try:
-            literal_type = LiteralType(self.literal_type)
-        except ValueError:
-            raise PlanInvalid(f"query plan has a literal of unknown type {self.literal_type!r}") from None
+        literal_type = _member(LiteralType, self.literal_type, "query plan has a literal of unknown type")
         object.__setattr__(self, "literal_type", literal_type)
         if literal_type is not LiteralType.NULL and self.literal_value is None:
             raise PlanInvalid(f"query plan has a {literal_type} literal without a value")

@@ -24,6 +24,7 @@ branch per line, so that no other module asks which pyspark it runs on. Found wi
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -124,13 +125,15 @@ def dates_written_as_they_are(spark: Any) -> Iterator[None]:
                 spark.conf.set(k, value)
 
 
+#: pyspark's reader of a job's results (private): found once, not at every job.
+_LOAD_FROM_SOCKET: Any = importlib.import_module("pyspark.util" if SPARK_4 else "pyspark.rdd")._load_from_socket
+
+
 def run_job(sc: Any, mapped: Any, split: int) -> None:
     """One Spark job over one partition of ``mapped`` (what ``SparkContext.runJob`` does,
     without building a new Python RDD per call); the partition function returns nothing."""
-    import importlib
-
     sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
-    load: Any = importlib.import_module("pyspark.util" if SPARK_4 else "pyspark.rdd")._load_from_socket
+    load = _LOAD_FROM_SOCKET
     if SPARK_4_2:
         with load(sock_info, mapped._jrdd_deserializer) as stream:
             for _ in stream:
