@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 try:
@@ -13,13 +12,10 @@ except ModuleNotFoundError as missing:  # `pip install starscan` alone: the read
                      "pip install 'starscan[server]'") from None
 
 from starscan import __version__
-from starscan.app.cli_admin import config_app, fe_request, scanners_app
+from starscan.app.cli_admin import config_app, scanners_app
 from starscan.app.cli_common import (
-    EXIT_AUTH,
     EXIT_JAVA,
     EXIT_PORT,
-    EXIT_SERVER_ERROR,
-    EXIT_UNREACHABLE,
     EXIT_USAGE,
     CaOpt,
     ConfOpt,
@@ -27,10 +23,11 @@ from starscan.app.cli_common import (
     PasswordOpt,
     UserOpt,
     WarehouseOpt,
+    client_errors,
+    client_of,
     domain_errors,
     exit_code,
     fail,
-    password_of,
     settings_of,
 )
 from starscan.app.cli_users import secret_app, user_app
@@ -213,10 +210,10 @@ def scan(
     from starscan.client import ScanStats
 
     db, name, sql = _select(table, columns, where)
-    client = _client(fe, user, password, cacert)
+    client = client_of(fe, user, password, cacert)
     stats = ScanStats()
     started = time.perf_counter()
-    with _read_errors(client.fe):
+    with client_errors():
         for _ in client.batches(db, name, sql, batch_size, stats=stats):
             pass
     seconds = time.perf_counter() - started
@@ -238,42 +235,6 @@ def _select(table: str, columns: str, where: str | None) -> tuple[str, str, str]
     return db, name, select_sql(db, name, None if names in ([], ["*"]) else names, where)
 
 
-def _client(fe: str, user: str, password: str, cacert: Path | None):
-    """The bundled client with the command's connection options."""
-    import ssl
-
-    from starscan.client import StarscanClient
-
-    context = ssl.create_default_context(cafile=str(cacert)) if cacert else None
-    return StarscanClient(fe, user, password_of(password), ssl_context=context)
-
-
-@contextmanager
-def _read_errors(fe: str):
-    """The client's failures end the command with the documented exit codes: 6 refused
-    credentials or grants, 5 a server that cannot be reached (or is unavailable), 1 any other
-    error the server answered with."""
-    import httpx
-
-    from starscan.client import AuthenticationError, NetworkError, PermissionDenied, PlanError, ReadError, ScanError
-    from starscan.client.errors import from_http, from_scan_error
-
-    try:
-        yield
-    except ReadError as exc:
-        if isinstance(exc, PlanError):
-            exc = from_http(exc.http_status, exc.body, exc.kind)
-        elif isinstance(exc, ScanError):
-            exc = from_scan_error(exc)
-        if isinstance(exc, (AuthenticationError, PermissionDenied)):
-            fail(f"refused: {exc.message}", EXIT_AUTH)
-        if isinstance(exc, NetworkError):
-            fail(exc.message, EXIT_UNREACHABLE)
-        fail(exc.message, EXIT_SERVER_ERROR)
-    except (OSError, httpx.HTTPError) as exc:
-        fail(f"cannot reach starscan at {fe}: {exc}", EXIT_UNREACHABLE)
-
-
 @app.command()
 def plan(
     table: str = typer.Argument(..., help="db.table"),
@@ -287,8 +248,9 @@ def plan(
 
     db, name, selected = _select(table, columns, where)
     sql = sql if sql is not None else selected
-    resp = fe_request("POST", fe, f"/api/{db}/{name}/_query_plan", user, password, cacert, content=json.dumps({"sql": sql}))
-    typer.echo(resp.text)
+    with client_errors():
+        answer = client_of(fe, user, password, cacert).plan(db, name, sql)
+    typer.echo(json.dumps(answer))
 
 
 @app.command()
@@ -311,8 +273,8 @@ def follow(
     from starscan.client.export import follow_into
 
     db, name, sql = _select(table, columns, where)
-    client = _client(fe, user, password, cacert)
-    with _read_errors(client.fe):
+    client = client_of(fe, user, password, cacert)
+    with client_errors():
         for target, rows in follow_into(client, db, name, sql, consumer, into, poll_s, stop_when_idle):
             typer.echo(f"{target.name}: {rows:,} rows")
 

@@ -1,5 +1,6 @@
 """`starscan scanners ...` and `starscan config ...`: a running server's scanners and
-configuration, over the FE's admin HTTP API (an admin user)."""
+configuration, over the FE's admin HTTP API (an admin user), through starscan.client's
+``AdminClient``."""
 
 from __future__ import annotations
 
@@ -7,48 +8,12 @@ from pathlib import Path
 
 import typer
 
-from starscan.app.cli_common import (
-    EXIT_AUTH,
-    EXIT_SERVER_ERROR,
-    EXIT_UNREACHABLE,
-    CaOpt,
-    FeOpt,
-    PasswordOpt,
-    UserOpt,
-    fail,
-    fe_url,
-    password_of,
-)
+from starscan.app.cli_common import CaOpt, FeOpt, PasswordOpt, UserOpt, admin_of, client_errors
 
 scanners_app = typer.Typer(help="List and close the scanners of a running server (admin).", no_args_is_help=True)
 config_app = typer.Typer(help="Show (`config` / `config show`) or change (`config set KEY VALUE`) a running server's "
                               "configuration (admin).", invoke_without_command=True)
 
-
-def fe_request(method: str, fe: str, path: str, user: str, password: str, cacert: Path | None = None, **kwargs):
-    """One request to the FE; failures become the documented exit codes."""
-    import httpx
-
-    try:
-        resp = httpx.request(method, fe_url(fe) + path, auth=(user, password_of(password)), timeout=30,
-                             verify=str(cacert) if cacert else True, **kwargs)
-    except httpx.HTTPError as exc:
-        fail(f"cannot reach starscan at {fe_url(fe)}: {exc}", EXIT_UNREACHABLE)
-    if resp.status_code in (401, 403):
-        fail(f"refused ({resp.status_code}): {_message(resp)}", EXIT_AUTH)
-    if resp.status_code >= 400:
-        fail(f"{_message(resp)} (HTTP {resp.status_code})", EXIT_SERVER_ERROR)
-    return resp
-
-
-def _message(resp) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:500]
-    if isinstance(body, dict):
-        return str(body.get("exception") or body.get("msg") or body.get("message") or body)
-    return str(body)
 
 @scanners_app.command("list")
 def scanners_list(fe: str = FeOpt, user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt,
@@ -59,14 +24,15 @@ def scanners_list(fe: str = FeOpt, user: str = UserOpt, password: str = Password
 
     from starscan.planner.admin import human_bytes
 
-    body = fe_request("GET", fe, "/api/scanners", user, password, cacert).json()
+    with client_errors():
+        scanners = admin_of(fe, user, password, cacert).scanners()
     if as_json:
         import json
 
-        typer.echo(json.dumps(body, indent=2))
+        typer.echo(json.dumps({"scanners": scanners}, indent=2))
         return
     out = Table("context_id", "user", "table", "rows", "bytes", "throughput", "age", "idle", "state", "spark jobs")
-    for s in body["scanners"]:
+    for s in scanners:
         out.add_row(s["context_id"], str(s["user"] or "-"), str(s["table"] or "-"), f"{s['rows_sent']:,}",
                     human_bytes(s["bytes_sent"]), human_bytes(s["throughput_bytes_s"]) + "/s", f"{s['age_s']:.0f} s",
                     f"{s['idle_s']:.0f} s", s["state"], ", ".join(map(str, s["spark_jobs"])) or "-")
@@ -77,7 +43,8 @@ def scanners_list(fe: str = FeOpt, user: str = UserOpt, password: str = Password
 def scanners_close(context_id: str = typer.Argument(..., help="the scanner's context_id"), fe: str = FeOpt,
                    user: str = UserOpt, password: str = PasswordOpt, cacert: Path | None = CaOpt) -> None:
     """Close a scanner: its Spark job is cancelled and its reader gets NOT_FOUND. Exit 1 if there is no such scanner."""
-    body = fe_request("POST", fe, f"/api/scanners/{context_id}/close", user, password, cacert).json()
+    with client_errors():
+        body = admin_of(fe, user, password, cacert).close_scanner(context_id)
     typer.echo(f"closed {context_id} after {body.get('rows_sent', 0):,} rows")
 
 
@@ -91,7 +58,8 @@ def config_main(ctx: typer.Context, fe: str = FeOpt, user: str = UserOpt, passwo
 
 
 def _config_show(conn: dict) -> None:
-    body = fe_request("GET", conn["fe"], "/varz", conn["user"], conn["password"], conn["cacert"]).json()
+    with client_errors():
+        body = admin_of(conn["fe"], conn["user"], conn["password"], conn["cacert"]).config()
     runtime = set(body.get("runtime_changeable", []))
     for key, value in sorted(body["config"].items()):
         mark = "  # can change at run time" if key in runtime else ""
@@ -129,5 +97,6 @@ def config_set(ctx: typer.Context, key: str = typer.Argument(..., help="configur
                value: str = typer.Argument(..., help="new value")) -> None:
     """Change a key on the running server (POST /api/update_config). Keys that need a restart are refused (exit 1)."""
     conn = ctx.obj
-    fe_request("POST", conn["fe"], "/api/update_config", conn["user"], conn["password"], conn["cacert"], params={key: value})
+    with client_errors():
+        admin_of(conn["fe"], conn["user"], conn["password"], conn["cacert"]).update_config(key, value)
     typer.echo(f"{key} = {value}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -19,6 +20,11 @@ from starscan.core.errors import (
     UnknownUser,
 )
 from starscan.settings.config import Settings, load_settings
+
+if TYPE_CHECKING:
+    import ssl
+
+    from starscan.client import AdminClient, ReadError, StarscanClient
 
 ConfOpt = typer.Option(None, "--conf", help="starscan.conf file (key = value)")
 WarehouseOpt = typer.Option(None, "--warehouse", help="warehouse: a local folder or a URI (s3://bucket/prefix)")
@@ -76,3 +82,52 @@ def password_of(password: str) -> str:
 def fe_url(fe: str) -> str:
     return fe.rstrip("/") if "://" in fe else f"http://{fe}"
 
+
+# ---- commands that talk to a running server: through starscan.client ----
+def _ssl_context(cacert: Path | None) -> ssl.SSLContext | None:
+    import ssl
+
+    return ssl.create_default_context(cafile=str(cacert)) if cacert else None
+
+
+def client_of(fe: str, user: str, password: str, cacert: Path | None) -> StarscanClient:
+    """The bundled client with a command's connection options."""
+    from starscan.client import StarscanClient
+
+    return StarscanClient(fe, user, password_of(password), ssl_context=_ssl_context(cacert))
+
+
+def admin_of(fe: str, user: str, password: str, cacert: Path | None) -> AdminClient:
+    """The bundled admin client (scanners, configuration) with a command's connection options."""
+    from starscan.client import AdminClient
+
+    return AdminClient(fe, user, password_of(password), ssl_context=_ssl_context(cacert))
+
+
+def read_exit_code(exc: ReadError) -> int:
+    """The exit code of a client error, by its class: 6 refused credentials or grants, 5 a
+    server that cannot be reached (or is unavailable for now), 2 an option, 1 any other
+    error the server answered with."""
+    from starscan.client import AuthenticationError, NetworkError, OptionError, PermissionDenied
+
+    if isinstance(exc, (AuthenticationError, PermissionDenied)):
+        return EXIT_AUTH
+    if isinstance(exc, NetworkError):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, OptionError):
+        return EXIT_USAGE
+    return EXIT_SERVER_ERROR
+
+
+@contextmanager
+def client_errors():
+    """A failure of starscan.client ends the command with its message and exit code."""
+    from starscan.client import ReadError
+
+    try:
+        yield
+    except ReadError as exc:
+        code = read_exit_code(exc)
+        status = f" ({exc.status})" if isinstance(exc.status, int) else ""
+        fail(f"refused{status}: {exc.message}" if code == EXIT_AUTH else
+             f"{exc.message}{status if code == EXIT_SERVER_ERROR else ''}", code)

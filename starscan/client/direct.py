@@ -29,7 +29,7 @@ from starscan.arrow.opening import check_calendar
 from starscan.arrow.read import read_split
 from starscan.arrow.split_plan import ArrowRead, ArrowSplit, PlannedFileGone, SplitReadError
 from starscan.arrow.wire import BatchConverter
-from starscan.client.errors import ReadError, SnapshotGoneError
+from starscan.client.errors import DirectReadError, SnapshotGoneError
 from starscan.core.errors import StarscanError
 from starscan.storage.stores import Storage, StorageOptions, local_path, open_storage
 
@@ -118,8 +118,10 @@ class DirectReader:
         yield first
         try:
             yield from batches  # a failure from here on is the read's (rows were handed out)
-        except SplitReadError as exc:
-            raise (SnapshotGoneError if isinstance(exc, PlannedFileGone) else ReadError)(str(exc)) from None
+        except PlannedFileGone as exc:
+            raise SnapshotGoneError(str(exc)) from None
+        except (SplitReadError, StarscanError, OSError, pa.ArrowException) as exc:  # a file failing mid-read
+            raise DirectReadError(f"tablet {tablet_id}: {type(exc).__name__}: {str(exc)[:300]}") from None
 
     def _open(self, tablet_id: int, info: dict[str, Any]) -> tuple[Iterator[pa.RecordBatch], pa.RecordBatch | None]:
         """The tablet's batches (converted) after the first, and the first (None: no rows)."""

@@ -5,7 +5,10 @@ them all.
 
 A starscan server names each error's kind (starscan.core.protocol_extensions: an HTTP
 header, an opt-in Thrift status entry) and the classes follow the kind; from a StarRocks
-server, which names none, they follow the HTTP status or Thrift status code."""
+server, which names none, they follow the HTTP status or Thrift status code. Every raise
+site of starscan.client (``connect``'s reader, ``StarscanClient``'s own calls, the direct
+reader, the options) raises one of these classes: a connection's failure too is wrapped
+(``NetworkError``), never passed on as httpx's or thriftpy2's."""
 
 from __future__ import annotations
 
@@ -19,13 +22,17 @@ from starscan.core.protocol_extensions import ERROR_KIND_PREFIX
 class ReadError(Exception):
     """A read failed. ``message`` is the server's (or the connection's) own words; ``status``
     the HTTP status or the Thrift status code's name; ``kind`` the server's name of the
-    error's kind (None from a server that names none)."""
+    error's kind (None from a server that names none); ``call`` the protocol call that
+    failed (``_query_plan``, ``_schema``, ``open_scanner``, ``get_next``, an admin path), None
+    when no call did (an option, a file of a direct read)."""
 
-    def __init__(self, message: str, status: str | int | None = None, kind: str | None = None):
+    def __init__(self, message: str, status: str | int | None = None, kind: str | None = None,
+                 call: str | None = None):
         super().__init__(message)
         self.message = message
         self.status = status
         self.kind = kind
+        self.call = call
 
 
 class NetworkError(ReadError):
@@ -93,31 +100,6 @@ class FailoverMismatch(ScanIntegrityError):
                          f"{handed} already handed out from the lost BE: they disagree; read again")
 
 
-class ScanError(ReadError):
-    """A BE call answered with a status other than OK (``StarscanClient``'s own calls; the
-    reader raises the classified error, ``from_scan_error``). ``messages`` are the status's
-    messages without the kind entry."""
-
-    def __init__(self, call: str, status: Any):
-        self.call = call
-        self.status_code = status.status_code
-        messages = list(status.error_msgs or [])
-        kind = next((m[len(ERROR_KIND_PREFIX):] for m in messages if m.startswith(ERROR_KIND_PREFIX)), None)
-        self.messages = [m for m in messages if not m.startswith(ERROR_KIND_PREFIX)]
-        name = thrift_defs.wire.TStatusCode._VALUES_TO_NAMES.get(status.status_code, str(status.status_code))
-        super().__init__(f"{call}: {name}: {'; '.join(self.messages)}", name, kind)
-
-
-class PlanError(ReadError):
-    """An FE call answered with an HTTP error (``StarscanClient``'s own calls; the reader
-    raises the classified error, ``from_http``)."""
-
-    def __init__(self, http_status: int, body: str, kind: str | None = None):
-        self.http_status = http_status
-        self.body = body
-        super().__init__(f"_query_plan answered HTTP {http_status}: {body}", http_status, kind)
-
-
 #: Kinds a starscan server names (starscan.core.errors' class names), by what a caller does
 #: next. Every kind is named here (a test enumerates the server's classes); a kind the client
 #: does not know (a newer server) is classified by its status code.
@@ -140,9 +122,9 @@ _BY_KIND: dict[str, type[ReadError]] = {
 LOST_KINDS = frozenset({"ContextNotFound", "ServerShuttingDown", "SparkUnavailable"})
 
 
-def from_http(status: int, body: str, kind: str | None = None) -> ReadError:
-    """The error of a refused FE call (``_query_plan``, ``_schema``): by the kind the server
-    named, else by the HTTP status."""
+def from_http(status: int, body: str, kind: str | None = None, call: str = "_query_plan") -> ReadError:
+    """The error of a refused FE call (``_query_plan``, ``_schema``, an admin call): by the
+    kind the server named, else by the HTTP status."""
     try:
         doc = json.loads(body)
         message = str(doc.get("exception") or doc.get("msg") or doc.get("message") or body)
@@ -162,12 +144,17 @@ def from_http(status: int, body: str, kind: str | None = None) -> ReadError:
             cls = ServerError
         else:
             cls = QueryError
-    return cls(message, status, kind)
+    return cls(message, status, kind, call)
 
 
-def from_scan_error(exc: ScanError) -> ReadError:
-    """The classified error of a ``ScanError``."""
-    return from_status(exc.call, exc.status_code, exc.messages, exc.kind)
+def status_kind(status: Any) -> str | None:
+    """The kind a starscan BE named in a Thrift status (the opt-in entry), None if none."""
+    return next((m[len(ERROR_KIND_PREFIX):] for m in status.error_msgs or [] if m.startswith(ERROR_KIND_PREFIX)), None)
+
+
+def from_reply(call: str, status: Any) -> ReadError:
+    """The error of a BE call whose reply's ``TStatus`` is not OK."""
+    return from_status(call, status.status_code, status.error_msgs, status_kind(status))
 
 
 def from_status(call: str, code: int, error_msgs: list[str] | None, kind: str | None = None) -> ReadError:
@@ -187,7 +174,7 @@ def from_status(call: str, code: int, error_msgs: list[str] | None, kind: str | 
             cls = ServerError
         else:
             cls = QueryError
-    return cls(message, name, kind)
+    return cls(message, name, kind, call)
 
 
 def is_lost(call: str, status: Any) -> bool:
@@ -195,7 +182,7 @@ def is_lost(call: str, status: Any) -> bool:
     scanner is not there (closed by a restart, or never known to a BE that answers no kind)
     or the BE cannot scan now (shutting down, no Spark)."""
     codes = thrift_defs.wire.TStatusCode
-    kind = next((m[len(ERROR_KIND_PREFIX):] for m in status.error_msgs or [] if m.startswith(ERROR_KIND_PREFIX)), None)
+    kind = status_kind(status)
     if kind is not None:
         return kind in LOST_KINDS
     return status.status_code == codes.SERVICE_UNAVAILABLE or (status.status_code == codes.NOT_FOUND and call == "get_next")

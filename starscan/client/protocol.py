@@ -7,7 +7,6 @@ received, eos ends a scanner, close always sent.
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import ssl
@@ -18,15 +17,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
-import httpx
 import pyarrow as pa
 
-from starscan.client.errors import FailoverMismatch, NetworkError, PlanError, ScanError, ScanIntegrityError, is_lost
+from starscan.client.errors import (
+    FailoverMismatch,
+    NetworkError,
+    ReadError,
+    ScanIntegrityError,
+    ServerError,
+    from_http,
+    from_reply,
+    is_lost,
+)
+from starscan.client.fe import FrontEnd, table_path
 from starscan.core import thrift_defs
 from starscan.core.protocol_extensions import (
     EOS_ROWS_PREFIX,
     EOS_ROWS_PROPERTY,
-    ERROR_KIND_HEADER,
     ERROR_KIND_PROPERTY,
     ORDERED_ACK,
     ORDERED_PROPERTY,
@@ -39,9 +46,10 @@ if TYPE_CHECKING:
 
 class _BackendLost(Exception):
     """The BE a scanner was on is gone (its connection fails, or it no longer knows the
-    scanner): the scanner may go on on the tablets' next routing."""
+    scanner): the scanner may go on on the tablets' next routing. ``error`` is what the
+    read raises when it cannot."""
 
-    def __init__(self, error: BaseException):
+    def __init__(self, error: ReadError):
         super().__init__(str(error))
         self.error = error
 
@@ -59,6 +67,13 @@ class Followed:
     since: int | None
     version: int
     rows: pa.Table
+
+
+def _unreachable(endpoint: str, tablets: list[int], call: str, exc: BaseException) -> NetworkError:
+    """A BE connection's failure (past its retries) as the client's error."""
+    named = f"{tablets[:3]}{'...' if len(tablets) > 3 else ''}"
+    return NetworkError(f"the BE at {endpoint} (tablets {named}) cannot be reached: {type(exc).__name__}: {exc}",
+                        call=call)
 
 
 @dataclass
@@ -204,45 +219,17 @@ class StarscanClient:
         ``token``: a bearer token for the FE instead of the password. ``timeout_s``: the
         longest wait for an answer; ``connect_timeout_s`` for a connection to the FE or a BE
         (default: ``timeout_s``)."""
-        self.fe = fe if fe.startswith("http") else f"{'https' if ssl_context else 'http'}://{fe}"
+        self._fe = FrontEnd(fe, user, password, timeout_s, retries, ssl_context, token, connect_timeout_s)
+        self.fe = self._fe.url
         self.user = user
         self.password = password
         self.ssl_context = ssl_context
         self.token = token
         self.timeout_s = timeout_s
         self.connect_timeout_s = timeout_s if connect_timeout_s is None else connect_timeout_s
-        self._http_timeout = httpx.Timeout(timeout_s, connect=self.connect_timeout_s)
         self.retries = retries
         self.failovers = failovers
         self.be_host_mapping = dict(be_host_mapping or {})
-
-    @property
-    def _verify(self) -> Any:
-        """httpx's ``verify``: the caller's TLS context, the system's CAs for https, and
-        nothing for plain http (loading the CA bundle costs 20-40 ms per call)."""
-        if self.ssl_context is not None:
-            return self.ssl_context
-        return self.fe.startswith("https:")
-
-    def _http(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        """One FE call; a connection that fails (refused, reset, timed out) is a NetworkError.
-        A refused connection (nothing was sent: an FE restarting, back in seconds) is tried
-        again ``retries`` times, 1, 2, 4 ... s apart."""
-        for attempt in range(self.retries + 1):
-            try:
-                return httpx.request(method, url, timeout=self._http_timeout, verify=self._verify, **kwargs)
-            except httpx.ConnectError as exc:
-                if attempt == self.retries:
-                    raise NetworkError(f"cannot reach the FE at {self.fe}: {type(exc).__name__}: {exc}") from None
-                time.sleep(min(2.0 ** attempt, 8.0))
-            except httpx.HTTPError as exc:
-                raise NetworkError(f"cannot reach the FE at {self.fe}: {type(exc).__name__}: {exc}") from None
-        raise AssertionError("unreachable")
-
-    def _auth(self) -> str:
-        if self.token:
-            return f"Bearer {self.token}"
-        return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
 
     def plan(self, db: str, table: str, sql: str, since_version: int | None = None,
              consumer: str | None = None, cursor: bool = False, direct: bool = False) -> dict[str, Any]:
@@ -260,44 +247,34 @@ class StarscanClient:
             request["since_version"] = since_version
         if consumer is not None:
             request["consumer"] = consumer
-        r = self._http("POST", f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_query_plan",
-                       content=json.dumps(request),
-                       headers={"Authorization": self._auth(), "Content-Type": "application/json; charset=UTF-8"})
-        if r.status_code != 200:
-            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
-        body: dict[str, Any] = r.json()
-        if body.get("status") != 200:
-            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
+        body: dict[str, Any] = self._fe.call(
+            "POST", f"{table_path(db, table)}/_query_plan", "_query_plan", content=json.dumps(request),
+            headers={"Content-Type": "application/json; charset=UTF-8"})
+        if body.get("status") != 200:  # a StarRocks FE's refusal in a 200 answer
+            status = body.get("status")
+            raise from_http(status if isinstance(status, int) and status >= 400 else 500, json.dumps(body), None,
+                            "_query_plan")
         return body
 
     def schema(self, db: str, table: str) -> list[dict[str, Any]]:
         """The table's columns as `_schema` describes them (name, StarRocks type, precision
         and scale of decimals), in table order."""
-        r = self._http("GET", f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_schema",
-                       headers={"Authorization": self._auth()})
-        if r.status_code != 200:
-            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
-        properties: list[dict[str, Any]] = r.json().get("properties", [])
+        properties: list[dict[str, Any]] = self._fe.call("GET", f"{table_path(db, table)}/_schema",
+                                                         "_schema").get("properties", [])
         return properties
 
     def commit(self, db: str, table: str, consumer: str, version: int) -> dict[str, Any]:
         """Record ``version`` (a plan's ``"version"``) as the consumer's position: call it once
         the rows of that plan are handled. Returns the server's answer (consumer, version)."""
-        r = self._http("POST", f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/"
-                       f"{quote(consumer, safe='')}/commit", content=json.dumps({"version": version}),
-                       headers={"Authorization": self._auth(), "Content-Type": "application/json"})
-        if r.status_code != 200:
-            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
-        answer: dict[str, Any] = r.json()
+        answer: dict[str, Any] = self._fe.call(
+            "POST", f"{table_path(db, table)}/_consumers/{quote(consumer, safe='')}/commit", "commit",
+            content=json.dumps({"version": version}), headers={"Content-Type": "application/json"})
         return answer
 
     def position(self, db: str, table: str, consumer: str) -> int | None:
         """The consumer's committed version (None: nothing committed yet)."""
-        r = self._http("GET", f"{self.fe}/api/{quote(db, safe='')}/{quote(table, safe='')}/_consumers/"
-                       f"{quote(consumer, safe='')}", headers={"Authorization": self._auth()})
-        if r.status_code != 200:
-            raise PlanError(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER))
-        version = r.json().get("version")
+        version = self._fe.call("GET", f"{table_path(db, table)}/_consumers/{quote(consumer, safe='')}",
+                                "position").get("version")
         return None if version is None else int(version)
 
     def follow(self, db: str, table: str, sql: str, consumer: str | None = None, poll_s: float = 5.0,
@@ -315,8 +292,6 @@ class StarscanClient:
 
         While nothing is new it polls, waiting ``poll_s`` seconds and twice as long each time
         up to ``max_poll_s``; ``stop_when_idle``: return at the first empty poll instead."""
-        import time
-
         since = checkpoint
         delay = poll_s
         while True:
@@ -346,8 +321,6 @@ class StarscanClient:
         next routing and the rows already handed out are skipped, at most ``failovers``
         times per scanner with a growing pause. The scanners ask for rows in a fixed order
         (``ORDERED_PROPERTY``) so that the skip is exact: no row is lost or handed out twice."""
-        import time
-
         started = time.perf_counter()
         stats = stats if stats is not None else ScanStats()
         plan = plan if plan is not None else self.plan(db, table, sql, since_version)
@@ -367,8 +340,6 @@ class StarscanClient:
         """The rows of ``tablets`` (which share ``routings``) from one scanner on
         ``routings[first]``, opened again on the next routing when that BE is lost (see
         ``batches``)."""
-        import time
-
         handed = 0
         lost = 0
         while True:
@@ -417,9 +388,9 @@ class StarscanClient:
                     properties=properties,
                 ))
             except transport_errors() as exc:
-                raise _BackendLost(exc) from None
+                raise _BackendLost(_unreachable(endpoint, tablets, "open_scanner", exc)) from None
             if opened.status.status_code != thrift_defs.wire.TStatusCode.OK:
-                error = ScanError("open_scanner", opened.status)
+                error = from_reply("open_scanner", opened.status)
                 raise _BackendLost(error) if is_lost("open_scanner", opened.status) else error
             stats.scanners += 1
             stats.columns = [(c.name, c.type) for c in opened.selected_columns]
@@ -427,10 +398,9 @@ class StarscanClient:
             if ordered is not None:
                 ordered.append(acknowledged)
             if skip and not acknowledged:
-                raise ScanError("open_scanner", thrift_defs.wire.TStatus(
-                    status_code=thrift_defs.wire.TStatusCode.INTERNAL_ERROR,
-                    error_msgs=[f"the BE at {endpoint} does not keep rows in a fixed order, so the {skip} rows "
-                                "already read cannot be skipped exactly; read the table again"]))
+                raise ServerError(f"open_scanner: the BE at {endpoint} does not keep rows in a fixed order, so the "
+                                  f"{skip} rows already read cannot be skipped exactly; read the table again",
+                                  call="open_scanner")
             offset = 0
             try:
                 while True:
@@ -440,9 +410,9 @@ class StarscanClient:
                         res = conn.call("get_next", thrift_defs.wire.TScanNextBatchParams(
                             context_id=opened.context_id, offset=offset))
                     except transport_errors() as exc:
-                        raise _BackendLost(exc) from None
+                        raise _BackendLost(_unreachable(endpoint, tablets, "get_next", exc)) from None
                     if res.status.status_code != thrift_defs.wire.TStatusCode.OK:
-                        error = ScanError("get_next", res.status)
+                        error = from_reply("get_next", res.status)
                         raise _BackendLost(error) if is_lost("get_next", res.status) else error
                     if res.eos:
                         _verify_eos(res.status, opened.context_id, offset, stats)

@@ -24,36 +24,27 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from starscan.client.errors import (
     DirectReadDenied,
     DirectReadError,
-    NetworkError,
     OptionError,
-    PlanError,
     QueryError,
-    ReadError,
-    ScanError,
-    from_http,
-    from_scan_error,
 )
 from starscan.client.options import ReadOptions
 from starscan.client.protocol import ScanStats, StarscanClient
 from starscan.core.interleave import Interleaved
-from starscan.core.thrift_defs import transport_errors
 
 if TYPE_CHECKING:  # the direct reader loads starscan.storage.stores: only when a read uses it
     from starscan.client.direct import DirectReader
     from starscan.storage.stores import StorageOptions
 
 DATE, DATETIME, LARGEINT = 9, 10, 14
-_T = TypeVar("_T")
 Direct = bool | str  # False, True or "auto"
 #: A work item: (routings, tablets) read by one BE scanner, or one direct tablet's id with its
 #: ``partitions`` entry as the third element.
@@ -185,7 +176,7 @@ class Connection:
             return None, f"the plan's direct section cannot be used: {exc.message}"
 
     def plan(self, db: str, table: str, sql: str, since_version: int | None = None, direct: bool = False) -> dict[str, Any]:
-        return self._fe(lambda: self.client.plan(db, table, sql, since_version, direct=direct))
+        return self.client.plan(db, table, sql, since_version, direct=direct)
 
     def _plan_for(self, db: str, table: str, sql: str, since_version: int | None, mode: Direct) -> dict[str, Any]:
         """The plan for a read in ``mode``: "auto" falls back to a plan without storage when
@@ -203,21 +194,12 @@ class Connection:
 
     def columns(self, db: str, table: str, names: list[str] | None = None) -> list[dict[str, Any]]:
         """`_schema`'s description of the named columns (all, in table order, when None)."""
-        properties = self._fe(lambda: self.client.schema(db, table))
+        properties = self.client.schema(db, table)
         by_lower = {p["name"].lower(): p for p in properties}
         missing = [n for n in names or () if n.lower() not in by_lower]
         if missing:
             raise QueryError(f"unknown column {missing[0]!r} in {db}.{table}")
         return [by_lower[n.lower()] for n in names] if names else properties
-
-    def _fe(self, call: Callable[[], _T]) -> _T:
-        """One FE call, its failures as this package's errors."""
-        try:
-            return call()
-        except PlanError as exc:
-            raise from_http(exc.http_status, exc.body, exc.kind) from None
-        except httpx.HTTPError as exc:
-            raise NetworkError(f"cannot reach the FE at {self.client.fe}: {exc}") from None
 
     def scan(self, db: str, table: str, plan: dict[str, Any], routings: list[str], tablets: list[int],
              native: bool, first: int = 0) -> Iterator[pa.RecordBatch]:
@@ -235,11 +217,6 @@ class Connection:
                     types = types if types is not None else dict(stats.columns)  # known once the scanner opened
                     batch = to_native(batch, types)
                 yield batch
-        except ScanError as exc:
-            raise from_scan_error(exc) from None
-        except transport_errors() as exc:
-            raise NetworkError(f"the BEs of tablets {tablets[:3]}{'...' if len(tablets) > 3 else ''} "
-                               f"({', '.join(routings)}) cannot be reached: {exc}") from None
         finally:
             scan.close()  # closes its scanner when the read stops early
             with self._lock:
@@ -405,7 +382,7 @@ def to_native(batch: pa.RecordBatch, types: dict[str, int]) -> pa.RecordBatch:
             if code == LARGEINT:
                 digits = pc.utf8_length(pc.utf8_ltrim(column, characters="-"))
                 if pc.any(pc.greater(digits, 38)).as_py():
-                    raise ReadError(f"column {f.name}: a LARGEINT value has more than 38 digits and does not fit "
+                    raise QueryError(f"column {f.name}: a LARGEINT value has more than 38 digits and does not fit "
                                     "decimal128(38, 0); read it with native_types=False")
             column = pc.cast(column, _native_type(code))
             f = pa.field(f.name, column.type, f.nullable)

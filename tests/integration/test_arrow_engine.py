@@ -14,7 +14,7 @@ from support.readers import Reader, engine_counts, plan_for, scan_engine_setting
 from support.sockets import closed_without_a_word
 from support.waits import wait_until
 
-from starscan.client import PlanError
+from starscan.client import ReadError
 from starscan.core.thrift_defs import wire
 
 pytestmark = pytest.mark.spark_line  # the Spark-version tier (docs/scaling.md)
@@ -259,7 +259,7 @@ def test_a_truncated_file_fails_clearly_with_the_table_and_file(server, client, 
     server.warehouse.invalidate("arrowdb", name)
     try:
         plan, tablets = plan_for(client, "arrowdb", name, f"select id from arrowdb.{name}")
-    except PlanError as exc:  # refusing at plan time is a clear answer too
+    except ReadError as exc:  # refusing at plan time is a clear answer too
         message = str(exc)
     else:
         reader = Reader(be_addr)

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from starscan.client import PlanError, thrift_client
+from starscan.client import ReadError, thrift_client
 from starscan.core.thrift_defs import wire
 from starscan.storage.hadoop_paths import literal, unescape_path_name
 
@@ -132,17 +132,17 @@ def test_a_file_name_spark_cannot_open_is_refused_at_plan_time(server, client):
     _write(location / "ok.parquet", [1])
     _write(location / "j:k.parquet", [2])
     server.warehouse.invalidate("names", "colon")
-    with pytest.raises(PlanError) as err:
+    with pytest.raises(ReadError) as err:
         client.plan("names", "colon", "select id from names.colon")
-    assert err.value.http_status == 500
-    assert "j:k.parquet" in err.value.body and "rename the file" in err.value.body
+    assert err.value.status == 500
+    assert "j:k.parquet" in err.value.message and "rename the file" in err.value.message
     # A folder holding ':' above a file whose name holds glob characters.
     location = _fresh_table(server, "names", "colon2")
     _write(location / "p=a:b" / "x[1].parquet", [1])
     server.warehouse.invalidate("names", "colon2")
-    with pytest.raises(PlanError) as err:
+    with pytest.raises(ReadError) as err:
         client.plan("names", "colon2", "select id from names.colon2")
-    assert "p=a:b/x[1].parquet" in err.value.body and "rename the file or folder" in err.value.body
+    assert "p=a:b/x[1].parquet" in err.value.message and "rename the file or folder" in err.value.message
 
 
 # ---- partition folders -------------------------------------------------------------------------
@@ -244,11 +244,11 @@ def test_an_empty_partition_value_is_refused_at_plan_time(server, client):
     location = _fresh_table(server, "names", "emptypart")
     _write(location / "s=" / "f.parquet", [1])
     server.warehouse.invalidate("names", "emptypart")
-    with pytest.raises(PlanError) as err:
+    with pytest.raises(ReadError) as err:
         client.plan("names", "emptypart", "select id from names.emptypart")
-    assert err.value.http_status == 500
-    assert "table names.emptypart cannot be read by Spark: [EMPTY_PARTITION_COLUMN_VALUE]" in err.value.body
-    assert "'s='" in err.value.body
+    assert err.value.status == 500
+    assert "table names.emptypart cannot be read by Spark: [EMPTY_PARTITION_COLUMN_VALUE]" in err.value.message
+    assert "'s='" in err.value.message
 
 
 # ---- database, table and column names ---------------------------------------------------------
@@ -291,9 +291,9 @@ def test_columns_named_like_keywords_or_with_a_backtick(server, client, keyword_
 
 
 def test_a_missing_backtick_column_is_a_clear_error(server, client, keyword_table):
-    with pytest.raises(PlanError) as err:
+    with pytest.raises(ReadError) as err:
         client.plan("names", "keywords", "select `a``c` from names.keywords")
-    assert err.value.http_status in (400, 500) and "a`c" in err.value.body
+    assert err.value.status in (400, 500) and "a`c" in err.value.message
 
 
 # ---- loader and warm-up with glob characters in their paths ------------------------------------

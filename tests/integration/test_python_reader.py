@@ -112,6 +112,29 @@ def test_each_kind_of_failure_is_its_own_class_with_the_servers_message(fe_url, 
     assert connect(fe_url).read_arrow("db1.t1").num_rows == 3  # and the server goes on serving
 
 
+def test_the_protocol_clients_own_calls_raise_the_same_classes(fe_url, server):
+    """``StarscanClient`` step by step raises the classified errors too, with the call that
+    failed; a BE that cannot be reached is a NetworkError, never thriftpy2's exception."""
+    from starscan.client import NetworkError, ScanStats, StarscanClient
+
+    with pytest.raises(AuthenticationError) as refused:
+        StarscanClient(fe_url, "root", "wrong password").plan("demo", "all_types", "select id from demo.all_types")
+    assert refused.value.call == "_query_plan" and refused.value.status == 401
+    client = StarscanClient(fe_url, retries=0, failovers=0, timeout_s=10)
+    with pytest.raises(QueryError) as unknown:
+        client.schema("demo", "no_such_table")
+    assert unknown.value.call == "_schema" and "no_such_table" in unknown.value.message
+    plan = client.plan("db1", "t1", "select * from db1.t1")
+    tablets = [int(t) for t in plan["partitions"]]
+    routings = next(iter(plan["partitions"].values()))["routings"]
+    with pytest.raises(QueryError) as not_planned:  # a tablet the plan does not hold
+        list(client.scan_group("db1", "t1", plan, routings, [max(tablets) + 1000], 1024, ScanStats()))
+    assert not_planned.value.call == "open_scanner" and not_planned.value.kind == "NotFound"
+    with pytest.raises(NetworkError) as unreachable:
+        list(client.scan_group("db1", "t1", plan, ["127.0.0.1:1"], tablets, 1024, ScanStats()))
+    assert unreachable.value.call == "open_scanner" and "127.0.0.1:1" in unreachable.value.message
+
+
 def test_results_go_straight_into_duckdb_and_pandas(conn):
     import duckdb
 

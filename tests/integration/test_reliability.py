@@ -36,7 +36,7 @@ from support.servers import start_serve
 from support.waits import wait_until
 from thriftpy2.transport import TTransportException
 
-from starscan.client import ScanError, ScanIntegrityError, ScanStats, StarscanClient
+from starscan.client import ScanIntegrityError, ScanStats, ServerError, StarscanClient
 from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, EOS_ROWS_PROPERTY
 from starscan.core.thrift_defs import wire
 
@@ -386,7 +386,7 @@ def test_4_a_task_that_throws_gives_an_error_never_eos(rel_server, rel_client, r
     finally:
         conn.close()
     # The client library raises instead of returning a partial table.
-    with pytest.raises(ScanError, match="DIVIDE_BY_ZERO"):
+    with pytest.raises(ServerError, match="DIVIDE_BY_ZERO"):
         rel_client.read("rel", name, sql, batch_size=1000)
 
 

@@ -12,14 +12,12 @@ from starscan.client import (
     FailoverMismatch,
     NetworkError,
     PermissionDenied,
-    PlanError,
     QueryError,
     ReadError,
-    ScanError,
     ScanIntegrityError,
     SnapshotGoneError,
 )
-from starscan.client.errors import from_http, from_scan_error, from_status, is_lost
+from starscan.client.errors import from_http, from_reply, from_status, is_lost
 from starscan.core import errors as server_errors
 from starscan.core.protocol_extensions import ERROR_KIND_PREFIX
 from starscan.core.thrift_defs import wire
@@ -37,13 +35,11 @@ def test_every_failure_a_read_raises_is_a_read_error():
 
     defined = {cls for module in (client_errors, client_package) for _, cls in inspect.getmembers(module, inspect.isclass)
                if issubclass(cls, BaseException) and cls.__module__.startswith("starscan.client")}
-    assert {ScanIntegrityError, FailoverMismatch, ScanError, PlanError, NetworkError} <= defined
+    assert {ScanIntegrityError, FailoverMismatch, NetworkError} <= defined
     for cls in defined:
         assert issubclass(cls, ReadError), cls
     with pytest.raises(ReadError):
         raise FailoverMismatch("ctx", 10, 5)
-    with pytest.raises(ReadError):
-        raise ScanError("get_next", wire.TStatus(status_code=CODES.NOT_FOUND, error_msgs=["x"]))
 
 
 @pytest.mark.parametrize(("error", "expected"), [
@@ -68,9 +64,10 @@ def test_a_starscan_servers_kind_decides_the_class_on_both_wires(error, expected
     assert type(from_http(error.http_status, '{"exception": "privilege grant is gone expired"}', error.kind)) is expected
     code = getattr(CODES, error.status_code)
     status = wire.TStatus(status_code=code, error_msgs=["privilege grant context is gone", ERROR_KIND_PREFIX + error.kind])
-    got = from_scan_error(ScanError("open_scanner", status))
+    got = from_reply("open_scanner", status)
     assert type(got) is expected
     assert got.kind == error.kind and got.message == "open_scanner: privilege grant context is gone"
+    assert got.call == "open_scanner" and got.status == error.status_code
 
 
 def test_without_a_kind_the_status_code_decides():
@@ -117,7 +114,7 @@ def test_every_kind_the_server_names_has_a_class_of_its_own_choosing(kind):
     expected = _BY_KIND[kind.__name__]
     assert type(from_http(kind.http_status, "{}", kind.__name__)) is expected
     status = wire.TStatus(status_code=getattr(CODES, kind.status_code), error_msgs=["x", ERROR_KIND_PREFIX + kind.__name__])
-    assert type(from_scan_error(ScanError("get_next", status))) is expected
+    assert type(from_reply("get_next", status)) is expected
 
 
 def test_server_failures_are_not_the_callers_query_and_direct_read_refusals_are_their_own():
@@ -140,3 +137,38 @@ def test_option_errors_are_the_clients_and_value_errors():
         with pytest.raises(OptionError) as caught:
             bad()
         assert isinstance(caught.value, ValueError) and isinstance(caught.value, ReadError)
+
+
+def test_every_raise_site_of_the_client_raises_a_read_error():
+    """Read from the source: each ``raise Name(...)`` in starscan.client raises a ReadError,
+    except the package's internal signals, each caught inside it (named here with where)."""
+    import ast
+    import importlib
+    import pkgutil
+
+    import starscan.client as client_package
+
+    internal = {
+        "Unreadable": "direct.py: a tablet the reader sends to the BE, or DirectReadError",
+        "_BackendLost": "protocol.py: scan_group moves the scanner on, or raises its ReadError",
+        "TTransportException": "transport.py: thriftpy2's own signal, wrapped by protocol.py as NetworkError",
+        "AssertionError": "unreachable code",
+    }
+    seen = set()
+    for info in pkgutil.iter_modules(client_package.__path__):
+        module = importlib.import_module(f"starscan.client.{info.name}")
+        tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and isinstance(node.exc.func, ast.Name):
+                name = node.exc.func.id
+                seen.add(name)
+                if name in internal:
+                    continue
+                cls = getattr(module, name, None)
+                if callable(cls) and not isinstance(cls, type):  # a factory: by its declared return type
+                    import typing
+
+                    cls = typing.get_type_hints(cls).get("return")
+                assert isinstance(cls, type) and issubclass(cls, ReadError), \
+                    f"starscan/client/{info.name}.py:{node.lineno} raises {name}, not a ReadError"
+    assert {"NetworkError", "QueryError", "OptionError", "DirectReadError"} <= seen  # the walk found the sites
