@@ -9,7 +9,7 @@ that (plus one read of the socket) however long it sends.
 
 from __future__ import annotations
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from starscan.planner.uvicorn_internals import HttpToolsProtocol
 
 MAX_HEAD_BYTES = 1 << 20
 

@@ -15,16 +15,24 @@ import struct
 import threading
 from collections.abc import Callable
 
-from thriftpy2.protocol import TCyBinaryProtocolFactory
-from thriftpy2.server import TThreadedServer
-from thriftpy2.thrift import TApplicationException, TMessageType, TProcessor
-from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer, TServerSocket, TSocket, TTransportException
-
 from starscan.arrow.wire import IpcStream
 from starscan.core.thrift_defs import wire
+from starscan.provider import thriftpy2_internals
 from starscan.provider.peer import named_contexts, set_peer
 from starscan.provider.reply_keepalive import ReplyKeepAlive
 from starscan.provider.request_protocol import request_protocol_factory
+from starscan.provider.thriftpy2_internals import (
+    TApplicationException,
+    TCyBinaryProtocolFactory,
+    TCyBufferedTransport,
+    TCyMemoryBuffer,
+    TMessageType,
+    TProcessor,
+    TServerSocket,
+    TSocket,
+    TThreadedServer,
+    TTransportException,
+)
 
 log = logging.getLogger("starscan.provider")
 
@@ -225,6 +233,7 @@ class ThriftServer:
                  max_read_bytes: int = 64 << 20, ssl_context: ssl.SSLContext | None = None,
                  reply_keepalive_s: float = 0.0, on_reply_begun: Callable[[], None] | None = None,
                  on_connection_closed: Callable[[set[str]], None] | None = None):
+        thriftpy2_internals.require()  # its subclassed internals as they were tested, or no BE
         self.socket = _ExclusiveServerSocket(host=host, port=port)  # timeouts are set per connection
         self.tls = ssl_context is not None
         # Java's TBinaryProtocol.Factory default: strict write, lenient read (docs/protocol.md 3),

@@ -16,6 +16,7 @@ from starscan.app.operations import Operations
 from starscan.core import logs
 from starscan.core.errors import ServerShuttingDown, StarscanError
 from starscan.gc.reaper import ScanContextReaper
+from starscan.planner import uvicorn_internals
 from starscan.planner.app import create_app
 from starscan.planner.auth import Authenticator
 from starscan.planner.be_membership import BeMembership
@@ -304,6 +305,7 @@ class StarscanServer:
 
     def _serve_http(self, app, port: int, role: str) -> int:
         """Start uvicorn with ``app`` on ``port`` (0: a free one); returns the port bound."""
+        uvicorn_internals.require()  # the bounded protocol's hooks as they were tested, or no HTTP port
         # proto=IPPROTO_TCP, not the default 0: asyncio turns Nagle's algorithm off
         # (TCP_NODELAY) only on sockets whose proto says TCP, and uvicorn writes a reply's
         # headers and body separately; with Nagle on, every keep-alive request after the

@@ -1,0 +1,48 @@
+"""The internals of thriftpy2 and uvicorn the BE and FE reach (provider/thriftpy2_internals.py,
+planner/uvicorn_internals.py) are what they were tested on, and the installed releases are
+in the tested ranges: a release that renamed or reshaped one fails here (and the server
+refuses to start on it), not in a server that serves wrong bytes or drops its guards."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from starscan.core.errors import ConfigError
+from starscan.planner import uvicorn_internals
+from starscan.provider import thriftpy2_internals
+
+ADAPTERS = {"thriftpy2": thriftpy2_internals, "uvicorn": uvicorn_internals}
+
+
+@pytest.mark.parametrize("library", sorted(ADAPTERS))
+def test_every_internal_the_server_relies_on_is_as_tested(library):
+    assert ADAPTERS[library].check() == []
+    ADAPTERS[library].require()  # and so the server starts
+
+
+@pytest.mark.parametrize("library", sorted(ADAPTERS))
+def test_the_installed_release_is_in_the_tested_range(library):
+    installed = version(library)
+    assert installed in SpecifierSet(ADAPTERS[library].TESTED_ON), (
+        f"{library} {installed} is outside {ADAPTERS[library].TESTED_ON}: check {ADAPTERS[library].__name__} "
+        "against it (the whole suite) and widen the range")
+
+
+def test_a_reshaped_internal_is_named_and_stops_the_server(monkeypatch):
+    """What a changed release looks like to the checks: a hook with another call shape, and a
+    reader that no longer looks ``skip`` up (the bounded skip would silently do nothing)."""
+    def handle(self, client, address):  # a new parameter
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(thriftpy2_internals.TThreadedServer, "handle", handle)
+    monkeypatch.setattr(thriftpy2_internals.binary, "read_val", lambda *args: None)
+    problems = thriftpy2_internals.check()
+    assert "TThreadedServer.handle takes ('self', 'client', 'address'), not ('self', 'client')" in problems
+    assert "thriftpy2.protocol.binary.read_val no longer calls the module's skip" in problems
+    with pytest.raises(ConfigError, match="not what the BE was tested on"):
+        thriftpy2_internals.require()
+    monkeypatch.delattr(uvicorn_internals.HttpToolsProtocol, "on_headers_complete")
+    assert "HttpToolsProtocol.on_headers_complete is gone" in uvicorn_internals.check()
