@@ -2,9 +2,10 @@
 of a ticket the FE's Flight SQL front issued (starscan.flight.tickets) streams the ticket's
 tablets from the scan core, Spark's values in Arrow's own types (docs/flight-sql.md).
 
-The front adds no scheduling and no checks of its own: it opens a scanner on ``ScanService``
-as a Thrift reader's open_scanner does (the plan's signature and expiry, its user's grant,
-the tablets, the scanner caps, the queue's memory limit, the audit line, the metrics), asks
+The front adds no scheduling, no checks and no counting of its own: it opens a scanner on
+``ScanService`` as a Thrift reader's open_scanner does (the plan's signature and expiry, its
+user's grant, the tablets, the scanner caps, the queue's memory limit, the audit line; the
+metrics and profile, by the service's observer), asks
 for Arrow's own types (``ARROW_TYPES_PROPERTY``), reads it to the end through the same
 offset protocol, and closes it, also when the client goes away. gRPC's flow control is the
 back-pressure: a batch is taken from the scan's queue only when the client takes the last.
@@ -13,7 +14,7 @@ back-pressure: a batch is taken from the scan's queue only when the client takes
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -25,7 +26,6 @@ from starscan.core.thrift_defs import wire
 from starscan.flight import tickets
 from starscan.flight.errors import to_flight
 from starscan.plans.codec import Signer
-from starscan.provider.metrics import ScanMetrics
 from starscan.provider.service import ScanService
 from starscan.security.tls import FlightTls
 
@@ -33,16 +33,10 @@ log = logging.getLogger("starscan.provider")
 
 
 class BeFlightServer(flight.FlightServerBase):
-    def __init__(self, location: str, service: ScanService, signer: Signer, tls: FlightTls | None = None,
-                 metrics: ScanMetrics | None = None):
+    def __init__(self, location: str, service: ScanService, signer: Signer, tls: FlightTls | None = None):
         super().__init__(location, **(tls.server_options() if tls is not None else {}))
         self.service = service
         self.signer = signer
-        self.metrics = metrics  # the BE's: scanners opened, refused, rows and Arrow bytes sent, as over Thrift
-
-    def _sent(self, rows: int, nbytes: int) -> None:
-        if self.metrics is not None:
-            self.metrics.sent(rows, nbytes)
 
     def do_get(self, context, ticket):
         try:
@@ -64,11 +58,7 @@ class BeFlightServer(flight.FlightServerBase):
         opened = self.service.open(params, client=client)
         if opened.error is not None:
             self.service.close(opened.context_id)
-            if self.metrics is not None:
-                self.metrics.failed.labels(opened.error.status_code).inc()
             raise opened.error
-        if self.metrics is not None:
-            self.metrics.opened.inc()
         ctx = self.service.contexts.get(opened.context_id)
         first = None
         if ctx.run is not None:
@@ -76,11 +66,10 @@ class BeFlightServer(flight.FlightServerBase):
         else:  # answered from the result cache: its replies carry their schema
             first = self.service.next(opened.context_id, 0)
             schema = _schema_of(first.rows) if first.rows is not None else pa.schema([])
-        return flight.GeneratorStream(schema, _batches(self.service, opened.context_id, schema, first, self._sent))
+        return flight.GeneratorStream(schema, _batches(self.service, opened.context_id, schema, first))
 
 
-def _batches(service: ScanService, context_id: str, schema: pa.Schema, first,
-             on_sent: Callable[[int, int], None]) -> Iterator[pa.RecordBatch]:
+def _batches(service: ScanService, context_id: str, schema: pa.Schema, first) -> Iterator[pa.RecordBatch]:
     """The scanner's rows to its eos; the scanner is closed whatever ends the stream (the
     end, an error, the client gone: gRPC then stops pulling and the generator is closed)."""
     offset = 0
@@ -95,7 +84,6 @@ def _batches(service: ScanService, context_id: str, schema: pa.Schema, first,
                 return
             for batch in batches:
                 offset += batch.num_rows
-                on_sent(batch.num_rows, batch.get_total_buffer_size())
                 yield batch
     except StarscanError as exc:
         raise to_flight(exc) from None

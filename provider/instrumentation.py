@@ -1,5 +1,7 @@
-"""What the BE measures: metrics and profiles around each Thrift call (a wrapper with the
-handler's own methods and replies), and the accounting of every scan as its context goes."""
+"""What the BE measures: its scanners' metrics and profiles, told by the scan core whatever
+front a reader came by (``BeInstrumentation`` is ScanService's observer), the Thrift calls'
+own latencies and reply codes (a wrapper with the handler's methods and replies), and the
+accounting of every scan as its context goes."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Callable
 from starscan.core import logs
 from starscan.core.errors import StarscanError
 from starscan.core.thrift_defs import wire
+from starscan.provider import status
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.metrics import ScanMetrics
 from starscan.provider.profile import ProfileStore
@@ -39,6 +42,35 @@ class BeInstrumentation:
 
     def wrap(self, handler) -> InstrumentedHandler:
         return InstrumentedHandler(handler, self)
+
+    # ---- ScanService's observer (provider/service.py ScanObserver): every front's scanners ----
+    def opened(self, ctx: ScanContext | None, error: StarscanError | None, started: float, seconds: float) -> None:
+        if error is None:
+            self.metrics.opened.inc()
+            if ctx is not None and self.profiles_enabled():
+                self.profiles.start(ctx, started, seconds)
+            return
+        code = _code_name(status.from_error(error))  # the code the reader gets, on any front
+        self.metrics.failed.labels(code).inc()
+        if code == "NOT_AUTHORIZED":
+            self.metrics.auth_failures.labels("be").inc()
+
+    def replied(self, ctx: ScanContext | None, rows: int, nbytes: int, error: BaseException | None,
+                started: float, ended: float) -> None:
+        if error is not None and _code_name(status.from_error(error)) == "NOT_AUTHORIZED":
+            self.metrics.auth_failures.labels("be").inc()
+        if ctx is None:
+            return
+        self.metrics.sent(rows, nbytes)
+        profile = self.profiles.get(ctx.context_id)
+        if profile is not None:
+            with profile.lock:
+                profile.rpc["get_next"].add(ended - started)
+                if rows > 0:
+                    profile.batches += 1
+                    if profile.first_batch_ms is None:
+                        profile.first_batch_ms = (ended - profile.started) * 1000
+                profile.rows, profile.bytes = ctx.rows_sent, ctx.bytes_sent
 
     def peek(self, context_id) -> ScanContext | None:
         try:
@@ -73,66 +105,31 @@ class BeInstrumentation:
 
 
 class InstrumentedHandler:
-    """The BE handler with metrics and profiles around each RPC. Same methods, same replies."""
+    """The Thrift handler with each call's latency and reply code measured (the scanners
+    themselves are measured by the scan core's observer, above). Same methods, same replies."""
 
     def __init__(self, inner, be: BeInstrumentation):
         self.inner = inner
         self.be = be
 
-    def open_scanner(self, params):
-        be = self.be
+    def _timed(self, call: str, params):
         started = time.monotonic()
-        reply = self.inner.open_scanner(params)
-        seconds = time.monotonic() - started
-        code = _code_name(reply.status)
-        be.metrics.rpc_seconds.labels("open_scanner").observe(seconds)
-        be.metrics.rpc_replies.labels("open_scanner", code).inc()
-        if code == "OK":
-            be.metrics.opened.inc()
-            ctx = be.peek(reply.context_id)
-            if ctx is not None and be.profiles_enabled():
-                be.profiles.start(ctx, started, seconds)
-        else:
-            be.metrics.failed.labels(code).inc()
-            if code == "NOT_AUTHORIZED":
-                be.metrics.auth_failures.labels("be").inc()
+        reply = getattr(self.inner, call)(params)
+        self.be.metrics.rpc_seconds.labels(call).observe(time.monotonic() - started)
+        self.be.metrics.rpc_replies.labels(call, _code_name(reply.status)).inc()
         return reply
+
+    def open_scanner(self, params):
+        return self._timed("open_scanner", params)
 
     def get_next(self, params):
-        be = self.be
-        ctx = be.peek(params.context_id)
-        rows0, bytes0 = (ctx.rows_sent, ctx.bytes_sent) if ctx is not None else (0, 0)
-        started = time.monotonic()
-        reply = self.inner.get_next(params)
-        now = time.monotonic()
-        code = _code_name(reply.status)
-        be.metrics.rpc_seconds.labels("get_next").observe(now - started)
-        be.metrics.rpc_replies.labels("get_next", code).inc()
-        if code == "NOT_AUTHORIZED":
-            be.metrics.auth_failures.labels("be").inc()
-        if ctx is not None:
-            rows, nbytes = ctx.rows_sent - rows0, ctx.bytes_sent - bytes0
-            be.metrics.sent(rows, nbytes)
-            profile = be.profiles.get(ctx.context_id)
-            if profile is not None:
-                with profile.lock:
-                    profile.rpc["get_next"].add(now - started)
-                    if rows > 0:
-                        profile.batches += 1
-                        if profile.first_batch_ms is None:
-                            profile.first_batch_ms = (now - profile.started) * 1000
-                    profile.rows, profile.bytes = ctx.rows_sent, ctx.bytes_sent
-        return reply
+        return self._timed("get_next", params)
 
     def close_scanner(self, params):
-        be = self.be
         started = time.monotonic()
-        reply = self.inner.close_scanner(params)
-        seconds = time.monotonic() - started
-        be.metrics.rpc_seconds.labels("close_scanner").observe(seconds)
-        be.metrics.rpc_replies.labels("close_scanner", _code_name(reply.status)).inc()
-        profile = be.profiles.get(params.context_id or "")
+        reply = self._timed("close_scanner", params)
+        profile = self.be.profiles.get(getattr(params, "context_id", None) or "")
         if profile is not None:
             with profile.lock:
-                profile.rpc["close_scanner"].add(seconds)
+                profile.rpc["close_scanner"].add(time.monotonic() - started)
         return reply

@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
+from typing import Protocol
 
 from starscan.arrow.chunk_cache import ColumnChunkCache
 from starscan.core.errors import InternalError, SparkUnavailable, StarscanError
@@ -57,6 +59,19 @@ class OpenResult:
         self.error = error
 
 
+class ScanObserver(Protocol):
+    """What measures the scanners (the BE's metrics and profiles, provider/instrumentation.py),
+    told by the scan core whatever front the reader came by (Thrift, Flight): no front
+    counts scanners, rows or bytes itself."""
+
+    def opened(self, ctx: ScanContext | None, error: StarscanError | None, started: float, seconds: float) -> None:
+        """An open ended: ``error`` None, the scanner ``ctx`` is open; else it was refused."""
+
+    def replied(self, ctx: ScanContext | None, rows: int, nbytes: int, error: BaseException | None,
+                started: float, ended: float) -> None:
+        """A next call ended with ``rows`` rows of ``nbytes`` bytes sent, or ``error``."""
+
+
 class ScanService:
     def __init__(self, settings: Settings | LiveSettings, spark, signer: plan_codec.Signer, contexts: ScanContextManager | None = None,
                  admission: Admission | None = None, audit: AuditLog | None = None,
@@ -83,6 +98,7 @@ class ScanService:
         self.engine_listeners: list = []  # called with "arrow" or "sql" as each scan's engine is chosen
         self.open_listeners: list = []    # called as each open_scanner arrives
         self.reader_lost_listeners: list = []  # called as a scan's reader is lost (its Spark task died)
+        self.observer: ScanObserver | None = None  # the metrics and profiles of every front's scanners
         self._push_lock = threading.Lock()
         # Resumable scans (starscan.plans.scan_records): every scan is recorded where every
         # BE of the deployment finds it, and read in a fixed order; None: not resumable.
@@ -125,6 +141,20 @@ class ScanService:
 
     # ---- open_scanner ----
     def open(self, params, client: str = "") -> OpenResult:
+        started = time.monotonic()
+        result = self._open_scanner(params, client)
+        if self.observer is not None:
+            ctx = self._peek(result.context_id) if result.error is None else None
+            self.observer.opened(ctx, result.error, started, time.monotonic() - started)
+        return result
+
+    def _peek(self, context_id: str | None) -> ScanContext | None:
+        try:
+            return self.contexts.get(context_id)
+        except StarscanError:
+            return None
+
+    def _open_scanner(self, params, client: str) -> OpenResult:
         for listener in self.open_listeners:
             listener()
         keep_alive = params.keep_alive_min if params.keep_alive_min and params.keep_alive_min > 0 else self.settings.keep_alive_min
@@ -200,6 +230,22 @@ class ScanService:
 
     def next(self, context_id: str | None, offset: int | None, as_batch: bool = False) -> NextResult:
         """get_next's reply (``as_batch``: for a front that sends record batches: replies.next_reply)."""
+        if self.observer is None:
+            return self._next(context_id, offset, as_batch)
+        ctx = self._peek(context_id) if isinstance(context_id, str) else None
+        rows0, bytes0 = (ctx.rows_sent, ctx.bytes_sent) if ctx is not None else (0, 0)
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            return self._next(context_id, offset, as_batch)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:  # a scan resumed here from its record was not held before the call: nothing to count
+            sent = (ctx.rows_sent - rows0, ctx.bytes_sent - bytes0) if ctx is not None else (0, 0)
+            self.observer.replied(ctx, sent[0], sent[1], error, started, time.monotonic())
+
+    def _next(self, context_id: str | None, offset: int | None, as_batch: bool) -> NextResult:
         check_text(context_id, "context_id")
         if self.resumable is not None and not self.contexts.holds(context_id):
             self.resumable.resume(context_id, offset, self._open)

@@ -53,6 +53,7 @@ class Operations:
         self.jobs = SparkJobTracker(spark, self.metrics)
         self.be = BeInstrumentation(contexts, self.metrics, self.profiles, self.jobs,
                                     lambda: self.settings.enable_profile_for_external_plan)
+        service.observer = self.be  # every front's scanners: Thrift's and Flight's alike
         self.recent_plans: deque = deque(maxlen=RECENT_PLANS)
         audit.add_listener(self._audit_line)
 

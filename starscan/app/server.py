@@ -230,7 +230,7 @@ class StarscanServer:
             return
         scheme = "grpc+tls" if settings.flight_tls else "grpc"
         self.be_flight = BeFlightServer(f"{scheme}://{settings.bind_host}:{settings.be_flight_port}", self.service,
-                                        self.signer, tls.flight_tls(settings), metrics=self.ops.metrics)
+                                        self.signer, tls.flight_tls(settings))
         self.be_flight_port = self.be_flight.port
         if settings.be_flight_port == 0 and not settings.be_flight_endpoints:
             self.live_settings.bound(be_flight_port=self.be_flight_port)  # tests bind port 0: advertise what was bound
