@@ -23,9 +23,11 @@ parallel, as an unordered one does, and its rows still come in split order, each
 the order its reader sent them. Held batches take at most half of ``max_bytes`` (and one
 batch), and the queue as a whole stays within ``max_bytes`` as above: a later split's reader
 waits for room, while the reader of the split being handed out always finds room once the
-reader takes (the held half is never all of it), so the two never wait on each other. A
-held batch's reader that waits only counts as "not read" (``put``'s timeout) while the reader
-of the scan does not take: it is not the reader's slowness that holds it back.
+reader takes (the held half is never all of it), so the two never wait on each other.
+
+How long a producer waits for room before it gives up (``put``'s ``room_wait``) is the
+scheduler's ``YieldRule`` (provider/scheduler.py), asked with when the reader last took:
+the queue decides no time of its own.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -40,6 +43,13 @@ from starscan.core.errors import ScanCancelled, StarscanError
 
 EOS = object()  # returned by take() when the scan finished and everything was taken
 PUT_TIMED_OUT = None  # returned by put() when its timeout passed with the queue still full
+
+
+class RoomWait(Protocol):
+    """How long a producer waits for room (provider/scheduler.py ``YieldRule``)."""
+
+    def deadline(self, waited_from: float, last_take: float, held: bool) -> float:
+        """The monotonic time at which a producer waiting since ``waited_from`` gives up."""
 
 
 class _Turn:
@@ -104,20 +114,21 @@ class ResultQueue:
         self.take_wait_s = 0.0
 
     # ---- producer side ----
-    def put(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None = None, ipc=None,
+    def put(self, batch: pa.RecordBatch, nbytes: int, room_wait: RoomWait | None = None, ipc=None,
             split: int = 0) -> bool | None:
         """Add a batch; blocks while full. False when the queue was closed or failed,
-        PUT_TIMED_OUT (None) when ``timeout`` seconds passed with no room (nothing added).
+        PUT_TIMED_OUT (None) when ``room_wait`` gave up with no room (nothing added; None: wait
+        as long as it takes).
         ``ipc``: the batch's IPC message as it arrived, handed out again when a reply is
         exactly this batch (no serializing it a second time). ``split``: the split the batch
         belongs to (an ordered queue hands splits out in their order)."""
         with self._room:
             if self.ordered and split != self._head:
-                held = self._hold(batch, nbytes, timeout, ipc, split)
+                held = self._hold(batch, nbytes, room_wait, ipc, split)
                 if not isinstance(held, _Turn):
                     return held
             waited_from = time.monotonic()
-            deadline = None if timeout is None else waited_from + timeout
+            deadline = None if room_wait is None else room_wait.deadline(waited_from, self._last_take, False)
             self._puts_waiting += 1
             woke_reader = False
             try:
@@ -147,24 +158,23 @@ class ResultQueue:
             self._rows_cv.notify()
             return True
 
-    def _hold(self, batch: pa.RecordBatch, nbytes: int, timeout: float | None, ipc,
+    def _hold(self, batch: pa.RecordBatch, nbytes: int, room_wait: RoomWait | None, ipc,
               split: int) -> bool | None | _Turn:
         """``put`` of a batch of a later split than the one handed out (an ordered queue;
         the lock is held): held until its turn, waiting while the held batches fill their
         half of the bound or the queue its whole bound, or _ITS_TURN when the split became
-        the one handed out meanwhile. It times out only while the reader takes nothing."""
+        the one handed out meanwhile. ``room_wait`` is asked again as the reader takes."""
         waited_from = time.monotonic()
         while not self._stopped and split != self._head and (
                 (self._held_bytes and self._held_bytes + nbytes > self.max_bytes // 2)
                 or (self._bytes and self._bytes + nbytes > self.max_bytes)):
-            wait = None
-            if timeout is not None:
-                left = max(waited_from, self._last_take) + timeout - time.monotonic()
+            left = None
+            if room_wait is not None:
+                left = room_wait.deadline(waited_from, self._last_take, True) - time.monotonic()
                 if left <= 0:
                     self.put_wait_s += time.monotonic() - waited_from
                     return PUT_TIMED_OUT
-                wait = left
-            self._room.wait(wait)
+            self._room.wait(left)
         self.put_wait_s += time.monotonic() - waited_from
         if self._stopped:
             return False

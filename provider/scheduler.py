@@ -12,6 +12,9 @@
   itself (``reads_before_spark``).
 * **Turns** among the scans for Spark's task slots, **hand-over** of a slot after a task's
   turn (``SLOT_TURN_S``), and a bound on how long a waiting job holds the others back.
+* **Yields**: when a reader that finds no room in its scan's queue gives its slot back
+  (``YieldRule``, ``scan_yield_after_s``); the queue waits as long as the rule says and
+  decides no time of its own.
 
 The push transport (provider/push/) carries the frames of these decisions and decides none;
 SparkScan (provider/spark_scan.py) runs the readers it is told to start.
@@ -76,6 +79,27 @@ OWN_READ_MIN_FILE_BYTES = 1 << 20
 #: executor lost) before the scan fails: as ``spark.task.maxFailures`` (4 attempts), which
 #: only a cluster's Spark applies to its tasks.
 MAX_SPLIT_LOSSES = 3
+
+
+@dataclass(frozen=True)
+class YieldRule:
+    """When a reader that finds no room in its scan's queue gives its slot back: the split
+    yields (it is read again later from where it stopped) after ``after_s`` seconds of
+    waiting (``scan_yield_after_s``). A batch of a later split than the one being handed out
+    (an ordered scan) waits for the splits before it, not for this reader's own slowness:
+    its wait counts only while the scan's reader takes nothing."""
+
+    after_s: float
+
+    def deadline(self, waited_from: float, last_take: float, held: bool) -> float:
+        """When a producer waiting since ``waited_from`` gives up (the reader last took at
+        ``last_take``; ``held``: the batch is of a later split)."""
+        return (max(waited_from, last_take) if held else waited_from) + self.after_s
+
+    @classmethod
+    def of(cls, after_s: float | None) -> YieldRule | None:
+        """The rule for ``scan_yield_after_s`` (None: a reader never yields, as the warm-up's)."""
+        return None if after_s is None else cls(after_s)
 
 
 class Ask(Enum):

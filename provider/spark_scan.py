@@ -44,7 +44,7 @@ from starscan.provider.push.sink import PushSink
 from starscan.provider.push.task import PushTarget, push_arrow_splits, push_spark_arrow
 from starscan.provider.result_queue import ResultQueue
 from starscan.provider.scan_sources import Source
-from starscan.provider.scheduler import SLOT_TURN_S, ArrowReaders, Ask, ScanReaders, SqlSplitReaders, Start
+from starscan.provider.scheduler import SLOT_TURN_S, ArrowReaders, Ask, ScanReaders, SqlSplitReaders, Start, YieldRule
 from starscan.provider.spark_failures import jvm_gone, lost_task, scan_failure
 from starscan.spark import compat
 from starscan.spark.handle import calendar_rules, conf_value, started
@@ -72,7 +72,7 @@ class SparkScan:
         self.listener = listener
         self.scheduler = listener.scheduler
         self.tasks_per_scanner = max(1, tasks_per_scanner)
-        self.yield_after_s = yield_after_s
+        self.yield_rule = YieldRule.of(yield_after_s)
         self.pool = pool
         self.engine_setting = engine if source.planned else "sql"
         self.description = source.description
@@ -186,7 +186,7 @@ class SparkScan:
             rdd_of, source_schema, task_function, jobs = self._choose_engine()
             self._readers = jobs
             self.splits = jobs.splits
-            sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_after_s,
+            sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_rule,
                             ends_with_jobs=self.engine == "sql")
             with self._lock:
                 self._sink = sink

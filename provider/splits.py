@@ -11,7 +11,8 @@ the split yielded its slot, a task took on what the BE's own reader left) re-rea
 deterministically, so the attempt drops the rows delivered before and passes on only the
 rest: a retry neither loses nor repeats a row. A newer attempt supersedes an older one still
 running (a task Spark gave up on), whose batches are then dropped. A reader that stops
-reading makes the split yield (``yield_after_s``): the queue had no room for that long.
+reading makes the split yield when the queue had no room for as long as the scheduler's
+``YieldRule`` allows.
 
 The push transport (provider/push/) and the BE's own readers (provider/spark_scan.py) both
 read through attempts; the BE's scheduler (provider/scheduler.py) asks the board what is
@@ -28,7 +29,7 @@ from enum import Enum
 import pyarrow as pa
 
 from starscan.core.errors import MemLimitExceeded, ScanFailed, StarscanError
-from starscan.provider.result_queue import PUT_TIMED_OUT, ResultQueue
+from starscan.provider.result_queue import PUT_TIMED_OUT, ResultQueue, RoomWait
 
 
 @dataclass
@@ -128,9 +129,9 @@ class Attempt:
 class SplitBoard:
     """One scan's splits, what its readers claim and deliver, and what its driver asks."""
 
-    def __init__(self, queue: ResultQueue, splits: int, yield_after_s: float | None, ends_with_jobs: bool = False):
+    def __init__(self, queue: ResultQueue, splits: int, yield_rule: RoomWait | None, ends_with_jobs: bool = False):
         self.queue = queue
-        self.yield_after_s = yield_after_s
+        self.yield_rule = yield_rule  # the scheduler's YieldRule (None: never yield)
         # The sql engine's tasks are fed their rows by Spark's JVM, and a task whose JVM died
         # under it (an executor lost) sees the end of its input as the end of its split: it
         # ends the split short, without an error. There a split ends when its Spark job
@@ -296,7 +297,7 @@ class SplitBoard:
                 f"one batch of {batch.num_rows} rows needs {nbytes} bytes, more than the scanner's memory limit of "
                 f"{self.queue.max_bytes} bytes; raise mem_limit"))
             return Offer.STOP
-        outcome = self.queue.put(batch, nbytes, timeout=self.yield_after_s, ipc=ipc, split=split_no)
+        outcome = self.queue.put(batch, nbytes, room_wait=self.yield_rule, ipc=ipc, split=split_no)
         if outcome is PUT_TIMED_OUT:
             # The reader has not read for a while: give the slot back; the split is read
             # again later from where it stopped.

@@ -31,7 +31,7 @@ from starscan.provider.push.wire import (
     recv_exact,
     send_quietly,
 )
-from starscan.provider.result_queue import ResultQueue
+from starscan.provider.result_queue import ResultQueue, RoomWait
 from starscan.provider.splits import Offer, SplitBoard
 
 log = logging.getLogger("starscan.provider.push")
@@ -43,9 +43,9 @@ class PushSink(SplitBoard):
     """One scan's split board as its Spark tasks reach it: by the scan's secret token, over
     the BE's push listener (provider/push/listener.py), in the Arrow ``schema`` of the wire."""
 
-    def __init__(self, queue: ResultQueue, schema: pa.Schema, splits: int, yield_after_s: float | None,
+    def __init__(self, queue: ResultQueue, schema: pa.Schema, splits: int, yield_rule: RoomWait | None,
                  ends_with_jobs: bool = False):
-        super().__init__(queue, splits, yield_after_s, ends_with_jobs)
+        super().__init__(queue, splits, yield_rule, ends_with_jobs)
         self.token = secrets.token_bytes(32)
         self.schema = schema
         self._read_lock = threading.Lock()

@@ -36,6 +36,7 @@ from starscan.provider.push.wire import (
     recv_exact,
 )
 from starscan.provider.result_queue import EOS, ResultQueue
+from starscan.provider.scheduler import YieldRule
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
 
@@ -66,7 +67,7 @@ def sender_for(listener, token: bytes, split: int, attempt: int) -> TaskSender:
 
 
 def sink_for(listener, splits=1, max_bytes=1 << 20, yield_after_s=None) -> PushSink:
-    sink = PushSink(ResultQueue(max_bytes), SCHEMA, splits, yield_after_s)
+    sink = PushSink(ResultQueue(max_bytes), SCHEMA, splits, YieldRule.of(yield_after_s))
     listener.register(sink)
     return sink
 
@@ -182,7 +183,7 @@ def test_an_idle_reader_makes_the_task_yield_and_the_split_resumes(listener):
     state = sink.splits[0]
     wait_until(lambda: state.yielded, timeout_s=10, interval_s=0.01)
     assert state.yielded and not state.ended
-    sink.yield_after_s = 30  # read on from here: a stalled reader thread must not make it yield again
+    sink.yield_rule = YieldRule(30)  # read on from here: a stalled reader thread must not make it yield again
     got: list[int] = []
     reader = threading.Thread(target=lambda: got.extend(drain(sink.queue)), daemon=True)
     reader.start()  # the reader reads again: the split is resumed and read to its end
@@ -375,7 +376,7 @@ def test_a_yielded_split_is_the_first_one_given_again(listener):
         pass
     wait_until(lambda: sink.splits[0].yielded, timeout_s=10, interval_s=0.01)
     assert sink.yields == 1 and sink.lost() == [] and sink.unclaimed()
-    sink.yield_after_s = 30  # read on from here: a stalled reader thread must not make it yield again
+    sink.yield_rule = YieldRule(30)  # read on from here: a stalled reader thread must not make it yield again
     got: list[int] = []
     reader = threading.Thread(target=lambda: got.extend(drain(sink.queue)), daemon=True)
     reader.start()

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from starscan.core.errors import MemLimitExceeded, ScanCancelled, ScanTimeout
 from starscan.provider.result_queue import EOS, ResultQueue
+from starscan.provider.scheduler import YieldRule
 
 JOIN_S = 10.0     # upper bound for a call that must return
 BLOCKED_S = 0.3   # how long a call that must block is watched
@@ -364,8 +365,8 @@ def test_a_held_batch_times_out_only_while_the_reader_takes_nothing():
     q.put(batch(100, 1), 60, split=1)
     for i in range(4):
         q.put(batch(i, 1), 1, split=0)
-    # The reader takes every 0.25 s, for longer than the timeout: the put never times out then.
-    held = Call(q.put, batch(101, 1), 10, timeout=0.8, split=1)
+    # The reader takes every 0.25 s, for longer than the rule's 0.8 s: the put never gives up then.
+    held = Call(q.put, batch(101, 1), 10, room_wait=YieldRule(0.8), split=1)
     for _ in range(4):
         threading.Event().wait(0.25)
         assert ids_of(q.take(1)) is not None
@@ -414,7 +415,7 @@ def test_an_ordered_queue_gives_every_row_once_in_split_order(splits, readers, m
             if number is None:
                 return
             for start, n in rows[number]:
-                assert q.put(batch(start, n), n * 10, timeout=JOIN_S, split=number) is True
+                assert q.put(batch(start, n), n * 10, room_wait=YieldRule(JOIN_S), split=number) is True
             q.end_split(number)
 
     threads = [threading.Thread(target=reader, daemon=True) for _ in range(readers)]
