@@ -3,7 +3,9 @@ written by ``common.report``): for each benchmark its latest run in full (versio
 conditions, table) and the history of its runs with each run's headline figures (the trend). Analyses written by hand are in bench/notes/.
 
     python bench/results_page.py            # write bench/RESULTS.md
-    python bench/results_page.py --check    # exit 1 when RESULTS.md is not what the records give
+    python bench/results_page.py --check    # exit 1 when RESULTS.md is not what the records give,
+                                            # or a benchmark's latest run shows no headline figure
+    python bench/results_page.py --records DIR --notes DIR --out -   # the page of other records, printed
 """
 
 from __future__ import annotations
@@ -167,18 +169,38 @@ def write_page() -> Path:
     return PAGE
 
 
-def main() -> int:
+def missing_headlines(runs: list[dict]) -> list[str]:
+    """The benchmarks whose latest run shows no headline figure in its history (a benchmark
+    without a ``HEADLINES`` entry, or a table that lost the named row or column)."""
+    latest = {run["benchmark"]: run for run in runs}
+    return sorted(name for name, run in latest.items() if name not in HEADLINES or headline(run) == "–")
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="compare RESULTS.md with the records instead of writing it")
-    args = parser.parse_args()
-    expected = page(records(), sorted(NOTES_DIR.glob("*.md")))
+    parser.add_argument("--check", action="store_true", help="compare the page with the records instead of writing it")
+    parser.add_argument("--records", type=Path, default=RESULTS_DIR, help="the run records' folder")
+    parser.add_argument("--notes", type=Path, default=NOTES_DIR, help="the notes' folder")
+    parser.add_argument("--out", default=str(PAGE), help="the page to write or check ('-': print it)")
+    args = parser.parse_args(argv)
+    runs = records(args.records)
+    expected = page(runs, sorted(args.notes.glob("*.md")))
+    if args.out == "-":
+        sys.stdout.write(expected)
+        return 0
+    out = Path(args.out)
     if args.check:
-        if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != expected:
-            print("bench/RESULTS.md is not what bench/results/ gives: run python bench/results_page.py", file=sys.stderr)
+        missing = missing_headlines(runs)
+        if missing:
+            print(f"the latest run of {', '.join(missing)} shows no headline figure: add or fix its HEADLINES "
+                  "entry in bench/results_page.py", file=sys.stderr)
+            return 1
+        if not out.exists() or out.read_text(encoding="utf-8") != expected:
+            print(f"{out} is not what {args.records} gives: run python bench/results_page.py", file=sys.stderr)
             return 1
         return 0
-    PAGE.write_text(expected, encoding="utf-8")
-    print(f"wrote {PAGE}")
+    out.write_text(expected, encoding="utf-8")
+    print(f"wrote {out}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""bench/chaos.py's soak, bounded: an FE and two BEs behind one address, mixed readers (the
+"""The chaos soak (tests/support/chaos.py; bench/chaos.py runs it for minutes), bounded: an FE and two BEs behind one address, mixed readers (the
 bundled client, Spark-connector-like and Flink-like Thrift readers, the MySQL port), while a
 Python worker, a BE's JVM, a whole BE and the FE are each killed in turn. No read may return a
 wrong, lost or repeated row, every failed read must have failed with an error a reader can
@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from support.bench import bench_module
+from support import chaos
 
 pytestmark = pytest.mark.slow  # three `starscan serve` processes of its own
 
 
 def test_a_short_chaos_soak_loses_no_row_and_fails_only_retryably():
-    chaos = bench_module("chaos")
     args = argparse.Namespace(minutes=1.0, readers=4, fault_every=8.0, be_down_s=4.0, seed=3,
                               faults=["worker", "jvm", "be", "fe", "worker", "jvm", "be"])
     summary, result, _start_s = chaos.run(args)

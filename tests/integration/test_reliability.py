@@ -821,13 +821,13 @@ def test_10_sigterm_stops_serve_cleanly(tmp_path, server):
 
 # ---- the soak, briefly ---------------------------------------------------------------------
 def test_soak_smoke(server, spark, base_settings):
-    """bench/soak.py's workload for a few seconds on its own server (keep-alive 3 s): every
-    read checked against Spark, faults injected, nothing left behind."""
+    """The soak's workload (tests/support/soak.py, which bench/soak.py runs for minutes) for a
+    few seconds on its own server (keep-alive 3 s): every read checked against Spark, faults
+    injected, nothing left behind."""
     import argparse
 
-    from support.bench import bench_module
+    from support.soak import Soak
 
-    soak_bench = bench_module("soak")
     from starscan.app.server import StarscanServer
 
     srv = StarscanServer(_settings_for(base_settings, scan_context_gc_interval_s=0.5, keep_alive_s=3.0,
@@ -835,7 +835,7 @@ def test_soak_smoke(server, spark, base_settings):
     try:
         args = argparse.Namespace(minutes=0.1, readers=6, drop_probability=0.05, kill_every=2.0, slow_pause_s=0.02,
                                   keep_alive_s=3.0, seed=5)
-        run = soak_bench.Soak(args, srv, spark)
+        run = Soak(args, srv, spark)
         run.oracle()
         result = run.run()
     finally:

@@ -174,3 +174,19 @@ def test_test_file_names_are_unique_across_the_tiers():
     """pytest imports test files by their base name (the folders are not packages)."""
     names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+def test_the_tests_never_import_the_benchmarks():
+    """The benchmarks import the tests' support package (bench/common.py puts tests/ on the
+    path); the other way round would be a cycle: a test runs a benchmark's program, and a
+    workload both share lives in tests/support/ (the soaks)."""
+    bench_modules = {p.stem for p in (REPO / "bench").glob("*.py")}
+    offenders = []
+    for path in (REPO / "tests").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            offenders += [f"{path.relative_to(REPO)}:{node.lineno} imports {n}" for n in names
+                          if n.split(".")[0] in bench_modules | {"bench"}]
+    assert offenders == []
