@@ -122,3 +122,31 @@ def test_plan(server, fe):
     missing = cli("plan", "db1.nope", "--fe", fe)
     assert missing.returncode == 1 and "does not exists" in missing.stderr
     assert cli("plan", "nodot", "--fe", fe).returncode == 2
+
+
+def test_the_admin_client_is_what_the_commands_call(server, fe, client):
+    """docs/operations.md's AdminClient: the scanners (one open here is listed, then closed),
+    the configuration changed at run time, and its failures as the client's classes."""
+    from starscan.client import AdminClient, AuthenticationError, NetworkError, QueryError
+
+    admin = AdminClient(fe)
+    plan, tablets = plan_for(client, "db1", "t1", "select * from db1.t1")
+    reader = Reader(("127.0.0.1", server.be_port))
+    try:
+        cid = reader.open_ok("db1", "t1", plan, tablets)
+        assert cid in [s["context_id"] for s in admin.scanners()]
+        assert admin.close_scanner(cid)["rows_sent"] == 0
+        with pytest.raises(QueryError) as gone:
+            admin.close_scanner(cid)
+        assert gone.value.status == 404 and gone.value.call == "close scanner"
+    finally:
+        reader.close()
+    admin.update_config("query_timeout_max_s", "7200")
+    try:
+        assert admin.config()["config"]["query_timeout_max_s"] == 7200
+    finally:
+        admin.update_config("query_timeout_max_s", "86400")
+    with pytest.raises(AuthenticationError):
+        AdminClient(fe, "root", "wrong").scanners()
+    with pytest.raises(NetworkError):
+        AdminClient("127.0.0.1:1").config()
