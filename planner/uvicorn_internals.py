@@ -12,11 +12,10 @@ of an FE whose bound silently stops working.
 from __future__ import annotations
 
 import inspect
-from importlib.metadata import version
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from starscan.core.errors import ConfigError
+from starscan.core.library_internals import call_shape_problems, refuse_untested
 
 __all__ = ["HttpToolsProtocol", "TESTED_ON", "check", "require"]
 
@@ -25,24 +24,16 @@ TESTED_ON = ">=0.29,<0.55"
 #: The hooks the bounded protocol overrides, with their parameters: httptools' parser calls
 #: the first two, asyncio the third; ``connection_made`` sets ``self.transport``.
 _HOOKS = (
-    ("on_message_begin", ("self",)),
-    ("on_headers_complete", ("self",)),
-    ("data_received", ("self", "data")),
-    ("connection_made", ("self", "transport")),
+    (HttpToolsProtocol, "on_message_begin", ("self",)),
+    (HttpToolsProtocol, "on_headers_complete", ("self",)),
+    (HttpToolsProtocol, "data_received", ("self", "data")),
+    (HttpToolsProtocol, "connection_made", ("self", "transport")),
 )
 
 
 def check() -> list[str]:
     """What the FE needs of uvicorn's httptools protocol that the installed one lacks."""
-    problems = []
-    for name, params in _HOOKS:
-        method = getattr(HttpToolsProtocol, name, None)
-        if method is None:
-            problems.append(f"HttpToolsProtocol.{name} is gone")
-            continue
-        found = tuple(inspect.signature(method).parameters)
-        if found != params:
-            problems.append(f"HttpToolsProtocol.{name} takes {found}, not {params}")
+    problems = call_shape_problems(_HOOKS)
     try:
         source = inspect.getsource(HttpToolsProtocol.connection_made)
     except (OSError, TypeError):  # an install without sources: the call shapes above must do
@@ -54,7 +45,4 @@ def check() -> list[str]:
 
 def require() -> None:
     """Refuse to start an FE on a uvicorn whose protocol hooks differ from what it relies on."""
-    problems = check()
-    if problems:
-        raise ConfigError(f"uvicorn {version('uvicorn')} is not what the FE was tested on ({TESTED_ON}): "
-                          f"{'; '.join(problems)}; install a tested release: pip install 'uvicorn{TESTED_ON}'")
+    refuse_untested("uvicorn", TESTED_ON, "FE", check())

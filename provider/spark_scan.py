@@ -25,29 +25,21 @@ from concurrent.futures import ThreadPoolExecutor
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from pyspark.rdd import RDD
-from pyspark.serializers import NoOpSerializer
-
 from starscan.arrow.chunk_cache import ColumnChunkCache
-from starscan.arrow.filter import NotArrowable
-from starscan.arrow.read_stats import ReadStats
 from starscan.arrow.wire import BatchConverter
-from starscan.core.errors import (
-    InvalidArgument,
-    ScanCancelled,
-    ScanTimeout,
-    StarscanError,
-)
+from starscan.core.errors import ScanCancelled, ScanTimeout, StarscanError
 from starscan.core.logs import scan_fields
+from starscan.provider.own_reads import OwnReads
 from starscan.provider.push.listener import PushListener
 from starscan.provider.push.sink import PushSink
-from starscan.provider.push.task import PushTarget, push_arrow_splits, push_spark_arrow
+from starscan.provider.push.task import PushTarget
 from starscan.provider.result_queue import ResultQueue
+from starscan.provider.scan_engines import Engine, choose_engine
 from starscan.provider.scan_sources import Source
-from starscan.provider.scheduler import SLOT_TURN_S, ArrowReaders, Ask, ScanReaders, SqlSplitReaders, Start, YieldRule
-from starscan.provider.spark_failures import jvm_gone, lost_task, scan_failure
+from starscan.provider.scheduler import SLOT_TURN_S, ScanReaders, Start, YieldRule
+from starscan.provider.spark_failures import scan_failure
 from starscan.spark import compat
-from starscan.spark.handle import calendar_rules, conf_value, started
+from starscan.spark.handle import conf_value, started
 
 log = logging.getLogger("starscan.provider.scan")
 
@@ -98,9 +90,7 @@ class SparkScan:
         # Read the arrow engine's splits in this process until a Spark task connects (or a
         # reader of the scan gets one of the BE's own slots).
         self.local_reads = local_reads
-        self.local_splits = 0  # splits the BE read whole itself
-        self.own_readers = 0   # readers of this scan in the BE's own slots, running now
-        self.own_reader_runs = 0  # and ever started
+        self._own: OwnReads | None = None  # the BE's own readers (provider/own_reads.py), on the arrow engine
         self._readers: ScanReaders | None = None  # how its readers go, once the engine is chosen
         self.on_reader_lost: Callable[[], None] | None = None  # called as each is lost (metrics)
         self._cancelled: StarscanError | None = None
@@ -155,6 +145,21 @@ class SparkScan:
         return self._sink
 
     @property
+    def local_splits(self) -> int:
+        """Splits the BE read whole itself."""
+        return self._own.local_splits if self._own is not None else 0
+
+    @property
+    def own_readers(self) -> int:
+        """Readers of this scan in the BE's own slots, running now."""
+        return self._own.running if self._own is not None else 0
+
+    @property
+    def own_reader_runs(self) -> int:
+        """Readers of this scan ever started in the BE's own slots."""
+        return self._own.runs if self._own is not None else 0
+
+    @property
     def readers_lost(self) -> int:
         """Readers whose Spark task died and whose splits others read on: those the scheduler
         started again, or the split board's count where Spark retried the task itself (a
@@ -183,7 +188,8 @@ class SparkScan:
         sink = None
         own_slot = False  # one of the BE's own read slots, taken for the first reader
         try:
-            rdd_of, source_schema, task_function, jobs = self._choose_engine()
+            engine = self._choose_engine()
+            jobs = engine.readers
             self._readers = jobs
             self.splits = jobs.splits
             sink = PushSink(self.queue, self.converter.schema, self.splits, self.yield_rule,
@@ -199,7 +205,8 @@ class SparkScan:
             local = self._start_local_reader(sink) if read_first else None
             if not (local is not None and (sink.all_ended() or sink.stopped)) and self._cancelled is None:
                 handed, own_slot = own_slot, False  # the driver gives it back if unused
-                self._drive(self._spark_work(sink, rdd_of, source_schema, task_function), sink, jobs, handed)
+                self._drive(self._spark_work(sink, engine.rdd_of, engine.schema, engine.task_function), sink, jobs,
+                            handed)
             if self._cancelled is None:
                 if sink.error is not None and not self.ended_early:
                     raise sink.error
@@ -225,7 +232,8 @@ class SparkScan:
         """The BE's own reader of the scan's first splits, started; while Spark is still
         starting (a BE's first seconds) this waits for it, the BE reading on meanwhile, and
         Spark's tasks take what is left once Spark is up, if anything is."""
-        local = threading.Thread(target=self._read_locally, args=(sink,), name=f"scan-{self.context_id[:8]}-local",
+        assert self._own is not None  # an arrow-engine scan
+        local = threading.Thread(target=self._own.before_spark, args=(sink,), name=f"scan-{self.context_id[:8]}-local",
                                  daemon=True)
         local.start()
         if not started(self.spark):
@@ -254,96 +262,21 @@ class SparkScan:
 
         return spark_work
 
-    def _read_locally(self, sink: PushSink) -> None:
-        """The BE's reader of an arrow-engine scan before its Spark tasks: split after split,
-        until a Spark task of the scan has connected, a reader of the scan runs in one of the
-        BE's own slots, or none is left. A scan's first rows then wait for no Spark slot:
-        with more scanners than slots, or Spark's workers still starting, the first get_next
-        would otherwise wait seconds (beyond a Flink reader's 1 s timeout). The scan's other
-        readers take the splits left; a split this reader yields (its reader stopped
-        reading) is read on by another from where it stopped."""
-        self._read_splits(sink, lambda: self.scheduler.reads_before_spark(sink, self.own_readers))
+    def _choose_engine(self) -> Engine:
+        """The scan's engine (provider/scan_engines.py), noted and logged."""
+        def chosen(name: str, reason: str | None) -> None:
+            self.engine_reason = reason
+            self._set_engine(name)
 
-    def _read_splits(self, sink: PushSink, go_on: Callable[[], bool]) -> None:
-        """Split after split of an arrow-engine scan (``claim``, as a task gets them), read
-        with the kernel's reader in this process and put in the queue (``SplitBoard.read_here``),
-        while ``go_on()`` says so before each, until none is left, the scan stops, or a split
-        yields (its reader stopped reading: the split is read on later, from where it stopped)."""
-        from starscan.arrow.read import read_split
-        from starscan.provider.push.task import rechunk
-
-        read, splits = self._arrow_read, self._arrow_splits
-        assert read is not None and splits is not None
-        converter = BatchConverter(list(self.columns), self.arrow_types_tz)
-        while self._cancelled is None and not sink.stopped and go_on():
-            number = self.scheduler.split_for(sink, Ask.IN_TURN)
-            if number is None:
-                return
-            # Converted as decoded (runs of up to 64 Ki rows), then cut to the reader's batches.
-            stats = ReadStats()
-            decoded = read_split(read, splits[number], self.batch_rows, cut=False, chunks=self.chunk_cache, stats=stats)
-            batches = rechunk((converter.convert(b) for b in decoded if b.num_rows), self.batch_rows)
-            # A scan read in Arrow's own types is sent by the Flight front, which writes the
-            # batches itself: no IPC message of each made here.
-            whole = sink.read_here(number, batches, self._local_failure, serialize=self.arrow_types_tz is None)
-            sink.read_from_files(stats.rows_read)
-            if not whole:
-                return
-            with self._lock:
-                self.local_splits += 1
-
-    def _own_reader(self, sink: PushSink, finished: SimpleQueue, partition: int) -> Callable[[], None]:
-        """A reader of the scan in one of the BE's own slots (taken by the driver): split
-        after split until none is left for it or it yields; the slot is given back first,
-        then ``finished`` is told, as of a Spark job of ``partition``."""
-
-        def run() -> None:
-            error: BaseException | None = None
-            try:
-                self._read_splits(sink, lambda: True)
-            except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
-                error = exc
-            finally:
-                with self._lock:
-                    self.own_readers -= 1
-                self.scheduler.give_own_slot()
-            finished.put((partition, error, False))
-
-        return run
-
-    def _choose_engine(self) -> tuple[Callable[[Any], Any], Any, Any, ScanReaders]:
-        """For the engine this scan runs on: the RDD of its tasks, the Arrow schema they
-        produce, the partition function's factory, and how its jobs go: the ``arrow`` engine
-        runs one partition per task the scanner runs at once, each reading split after split
-        from the sink (push_task.push_arrow_splits); the ``sql`` engine one job per split."""
-        if self.engine_setting in ("auto", "arrow"):
-            try:
-                read, splits = self.source.arrow(self.time_zone, self.tasks_per_scanner, calendar_rules(self.spark))
-            except NotArrowable as why:
-                if self.engine_setting == "arrow":
-                    raise InvalidArgument(f"scan_engine = arrow cannot run this scan: {why}; "
-                                          "scan_engine = auto runs it on the sql engine") from None
-                self.engine_reason = str(why)
-            else:
-                self._set_engine("arrow")
-                self._arrow_splits, self._arrow_read = splits, read
-                readers = min(self.tasks_per_scanner, len(splits))
-
-                def readers_rdd(sc: Any) -> Any:
-                    return sc.parallelize(range(readers), readers) if splits else sc.emptyRDD()
-
-                readers_of_scan = ArrowReaders.for_splits(splits, readers)
-                # A reader lost with Spark's JVM is read on by the next one: in the BE's own
-                # slots, or as a Spark job once the node's new SparkSession is up.
-                readers_of_scan.lost_reason = lambda exc: lost_task(exc) or jvm_gone(exc, self.spark)
-                return (readers_rdd, read.output_schema, lambda target: push_arrow_splits(target, read, tuple(splits)),
-                        readers_of_scan)
-        self._set_engine("sql")
-        df = self.source.dataframe()
-        schema = compat.arrow_schema(df.schema, self.time_zone)
-        rdd = RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), self.spark.sparkContext, NoOpSerializer())
-        partitions = rdd.getNumPartitions()
-        return lambda _sc: rdd, schema, push_spark_arrow, SqlSplitReaders(partitions, self.tasks_per_scanner, self.source.ordered)
+        engine = choose_engine(self.spark, self.source, self.engine_setting, self.time_zone, self.tasks_per_scanner,
+                               chosen)
+        if engine.name == "arrow":
+            assert engine.splits is not None
+            self._arrow_splits, self._arrow_read = engine.splits, engine.read
+            self._own = OwnReads(self.scheduler, engine.read, engine.splits, self.columns, self.arrow_types_tz,
+                                 self.batch_rows, self.chunk_cache, self._local_failure,
+                                 lambda: self._cancelled is not None)
+        return engine
 
     def _set_engine(self, engine: str) -> None:
         self.engine = engine
@@ -411,12 +344,10 @@ class SparkScan:
                         start = self.scheduler.next_reader(sink, wants, jobs.own_reads, own_slot, self.own_readers,
                                                            started(self.spark))
                         if start is Start.OWN_SLOT:
+                            assert self._own is not None  # the scheduler gives own slots to arrow readers only
                             own_slot = False
                             in_flight += 1
-                            with self._lock:
-                                self.own_readers += 1
-                                self.own_reader_runs += 1
-                            pool.submit(self._own_reader(sink, finished, jobs.take()))
+                            pool.submit(self._own.in_slot(sink, finished, jobs.take()))
                         elif start is Start.SPARK:
                             in_flight += 1
                             spark_jobs += 1

@@ -13,7 +13,6 @@ public client API only (starscan.client.protocol) and is not bound by this range
 from __future__ import annotations
 
 import inspect
-from importlib.metadata import version
 
 from thriftpy2.protocol import TCyBinaryProtocolFactory, binary
 from thriftpy2.protocol.exc import TProtocolException
@@ -21,7 +20,7 @@ from thriftpy2.server import TThreadedServer
 from thriftpy2.thrift import TApplicationException, TMessageType, TProcessor, TType
 from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer, TServerSocket, TSocket, TTransportException
 
-from starscan.core.errors import ConfigError
+from starscan.core.library_internals import call_shape_problems, refuse_untested
 
 __all__ = [
     "TApplicationException", "TCyBinaryProtocolFactory", "TCyBufferedTransport", "TCyMemoryBuffer", "TMessageType",
@@ -47,15 +46,7 @@ _CALL_SHAPES = (
 
 def check() -> list[str]:
     """What the BE needs of thriftpy2 that the installed one does not have (empty: all)."""
-    problems = []
-    for owner, name, params in _CALL_SHAPES:
-        method = getattr(owner, name, None)
-        if method is None:
-            problems.append(f"{owner.__name__}.{name} is gone")
-            continue
-        found = tuple(inspect.signature(method).parameters)
-        if found != params:
-            problems.append(f"{owner.__name__}.{name} takes {found}, not {params}")
+    problems = call_shape_problems(_CALL_SHAPES)
     if "sock" not in inspect.signature(TSocket.__init__).parameters:
         problems.append("TSocket no longer takes an accepted socket (sock=)")
     # The bounded skip (provider/request_protocol.py) replaces the module's ``skip``, which
@@ -72,7 +63,4 @@ def check() -> list[str]:
 
 def require() -> None:
     """Refuse to start a BE on a thriftpy2 whose internals differ from what it relies on."""
-    problems = check()
-    if problems:
-        raise ConfigError(f"thriftpy2 {version('thriftpy2')} is not what the BE was tested on ({TESTED_ON}): "
-                          f"{'; '.join(problems)}; install a tested release: pip install 'thriftpy2{TESTED_ON}'")
+    refuse_untested("thriftpy2", TESTED_ON, "BE", check())

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 
 import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.mtimes import later
 from support.servers import basic
 
 pytestmark = pytest.mark.spark_line  # the Spark-version tier (docs/scaling.md)
@@ -20,8 +20,10 @@ pytestmark = pytest.mark.spark_line  # the Spark-version tier (docs/scaling.md)
 def _write(location, name: str, ids: range, **partition) -> None:
     folder = location.joinpath(*[f"{k}={v}" for k, v in partition.items()])
     folder.mkdir(parents=True, exist_ok=True)
-    time.sleep(0.01)  # a distinct modification time
     pq.write_table(pa.table({"id": pa.array(list(ids), pa.int64())}), folder / name)
+    # A distinct modification time for the file and every folder it changed, whatever the
+    # file system's clock granularity.
+    later(folder / name, *[folder, *folder.parents][: len(partition) + 1])
 
 
 def _plan(fe_url: str, sql: str, since=None, table: str = "events") -> httpx.Response:

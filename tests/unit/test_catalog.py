@@ -8,6 +8,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.mtimes import later
 from support.waits import wait_until
 
 from starscan.core.errors import DatabaseNotFound, TableNotFound
@@ -110,9 +111,9 @@ def test_a_large_file_is_cut_into_runs_of_whole_row_groups(tmp_path):
     # The same file gives the same cuts and ids; a rewritten one gives new ids.
     again = Warehouse(tmp_path / "wh", 0, sizing).snapshot("d", "big")
     assert [t.tablet_id for t in again.tablets] == [t.tablet_id for t in snap.tablets]
-    time.sleep(0.01)
     pq.write_table(pa.table({"a": list(range(100_000)), "b": [str(i) for i in range(100_000)]}),
                    table / "big.parquet", row_group_size=10_000)
+    later(table / "big.parquet", table)
     rewritten = Warehouse(tmp_path / "wh", 0, sizing).snapshot("d", "big")
     assert not {t.tablet_id for t in rewritten.tablets if t.is_cut} & {t.tablet_id for t in cuts}
 
@@ -135,8 +136,8 @@ def test_partition_values_are_decoded(wh):
 
 def test_version_changes_with_the_file_set_and_the_cache_sees_it(wh):
     before = wh.snapshot("d1", "t")
-    time.sleep(0.01)
     _write(wh.root / "d1.db" / "t" / "part-2.parquet")
+    later(wh.root / "d1.db" / "t")
     after = wh.snapshot("d1", "t")  # cached for 60 s, but the directory changed
     assert after.version != before.version and len(after.files) == 3
     # A rewritten file (same name, new content) is a new tablet and a new version.
@@ -260,8 +261,8 @@ def test_a_fresh_snapshot_never_lists_in_the_callers_thread(wh):
     now[0] += 20
     assert wh.fresh_snapshot("d1", "t") is None  # too old: snapshot lists it, and the caller waits
     assert wh.snapshot("d1", "t") is second
-    time.sleep(0.01)
     _write(wh.root / "d1.db" / "t" / "part-9.parquet")
+    later(wh.root / "d1.db" / "t")
     assert wh.fresh_snapshot("d1", "t") is None  # the folder changed
     assert wh.fresh_snapshot("d1", "no_such_table") is None and wh.fresh_snapshot("no_db", "t") is None
 
@@ -318,8 +319,8 @@ def test_callers_of_an_expired_listing_share_one_listing(wh):
     assert len(builds) == 1 and len(got) == 20
     assert len({s.version for s in got}) == 2  # the lister's new version, the others' previous one
 
-    time.sleep(0.01)
     _write(wh.root / "d1.db" / "t" / "part-9.parquet")  # the directory changes: nobody gets the old listing
+    later(wh.root / "d1.db" / "t")
     builds.clear()
     got.clear()
     threads = [threading.Thread(target=lambda: got.append(wh.snapshot("d1", "t"))) for _ in range(10)]
