@@ -8,12 +8,12 @@ import json
 from pyspark.sql import types as T
 
 from starscan.arrow.filter import NotArrowable
-from starscan.arrow.rebase import CalendarRules
 from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
 from starscan.arrow.split_plan import ArrowSplit
 from starscan.core.errors import SqlInvalid
 from starscan.core.sql_types import parse_schema
 from starscan.planner.mysql.catalog_view import CatalogView
+from starscan.spark.handle import calendar_rules
 from starscan.spark.reader_frames import reader_frame
 from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session
 
@@ -60,7 +60,7 @@ a table whose files name its columns apart)."""
     read = plan_read(snap.qualified_name, snap.version, fields, [(n, n) for n in names], None,
                      spark.conf.get("spark.sql.session.timeZone"), snap.file_format,
                      partition_names(first, fields, snap.plan_partition_columns), snap.storage,
-                     CalendarRules.of_session(spark), dict(snap.file_columns), nested=True)
+                     calendar_rules(spark), dict(snap.file_columns), nested=True)
     splits = [ArrowSplit((file_part(read, fields, snap.location, f.path, f.size, f.mtime_ns, None, folders,
                                     f.deletes, f.recorded_partition),)) for f in snap.files]
     return reader_frame(spark, read, splits, schema)

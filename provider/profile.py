@@ -19,6 +19,7 @@ from cachetools import TTLCache
 
 from starscan.provider.contexts import ScanInfo
 from starscan.provider.scan_audit import rows_read
+from starscan.spark import pyspark_internals
 
 log = logging.getLogger("starscan.provider.profile")
 
@@ -160,7 +161,7 @@ def spark_jobs(spark, group: str) -> tuple[list[int], list[int], list[float], bo
     stages: list[int] = []
     durations: list[float] = []
     all_done = True
-    store = sc._jsc.sc().statusStore()
+    store = pyspark_internals.status_store(sc)
     for jid in job_ids:
         info = tracker.getJobInfo(jid)
         if info is not None:
@@ -181,7 +182,7 @@ def stage_input_records(spark, stage_ids: list[int]) -> int | None:
     """Records Spark's tasks read from their input in these stages (its UI's "Input Size /
     Records": the rows a sql-engine scan read from its files), from the status store; None
     when the store has none of them (evicted, or Spark stopping)."""
-    store = spark.sparkContext._jsc.sc().statusStore()
+    store = pyspark_internals.status_store(spark.sparkContext)
     total, found = 0, False
     for stage in stage_ids:
         try:

@@ -10,16 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.rdd import RDD
-from pyspark.serializers import NoOpSerializer
-
 from starscan.arrow.filter import NotArrowable
 from starscan.core.errors import InvalidArgument
 from starscan.provider.push.task import push_arrow_splits, push_spark_arrow
 from starscan.provider.scan_sources import Source
 from starscan.provider.scheduler import ArrowReaders, ScanReaders, SqlSplitReaders
 from starscan.provider.spark_failures import jvm_gone, lost_task
-from starscan.spark import compat
+from starscan.spark import compat, pyspark_internals
 from starscan.spark.handle import calendar_rules
 
 
@@ -73,6 +70,6 @@ def choose_engine(spark: Any, source: Source, setting: str, time_zone: str, task
     chosen("sql", reason)
     df = source.dataframe()
     schema = compat.arrow_schema(df.schema, time_zone)
-    rdd = RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), spark.sparkContext, NoOpSerializer())
+    rdd = pyspark_internals.arrow_batch_rdd(df, spark.sparkContext)
     return Engine("sql", lambda _sc: rdd, schema, push_spark_arrow,
                   SqlSplitReaders(rdd.getNumPartitions(), tasks_per_scanner, source.ordered), reason=reason)

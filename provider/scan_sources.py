@@ -18,6 +18,7 @@ from starscan.core.errors import InvalidArgument, ScanFailed, SnapshotGone, Star
 from starscan.expr import unflatten
 from starscan.provider.arrow_engine import plan_arrow
 from starscan.spark.columns import column_ref, to_column
+from starscan.spark.handle import calendar_rules
 from starscan.spark.reader_frames import reader_frame
 from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session
 from starscan.spark.types import is_supported, sql_type
@@ -191,7 +192,7 @@ class PlannedRead:
         time_zone = spark.conf.get("spark.sql.session.timeZone")
         read, splits = plan_arrow(_columns_only(self.plan, names), self._plan_tablets, self._tablet_ids, time_zone,
                                   max(1, spark.sparkContext.defaultParallelism), self.storage,
-                                  CalendarRules.of_session(spark), nested=True,
+                                  calendar_rules(spark), nested=True,
                                   open_cost_bytes=self.open_cost_bytes)
         return reader_frame(spark, read, splits, T.StructType([self._by_lower[n.lower()] for n in names]))
 

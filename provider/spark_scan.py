@@ -38,7 +38,7 @@ from starscan.provider.scan_engines import Engine, choose_engine
 from starscan.provider.scan_sources import Source
 from starscan.provider.scheduler import SLOT_TURN_S, ScanReaders, Start, YieldRule
 from starscan.provider.spark_failures import scan_failure
-from starscan.spark import compat
+from starscan.spark import pyspark_internals
 from starscan.spark.handle import conf_value, started
 
 log = logging.getLogger("starscan.provider.scan")
@@ -310,7 +310,7 @@ class SparkScan:
                 sc, mapped = spark_work()
                 sc.setJobGroup(self.context_id, description, True)
                 sc.setLocalProperty("spark.scheduler.pool", self.pool)
-                compat.run_job(sc, mapped, partition)
+                pyspark_internals.run_job(sc, mapped, partition)
                 finished.put((partition, None, True))
             except BaseException as exc:  # noqa: BLE001 - handed to the driver loop
                 finished.put((partition, exc, True))

@@ -35,7 +35,7 @@ from starscan.plans import codec as plan_codec
 from starscan.security.tls import FlightTls
 from starscan.security.users import UserStore
 from starscan.settings.runtime import LiveSettings
-from starscan.spark import compat
+from starscan.spark import pyspark_internals
 
 log = logging.getLogger("starscan.flight")
 
@@ -135,7 +135,7 @@ class FlightSqlServer(flight.FlightServerBase):
         schema = statements.query_schema(df, settings.time_zone)
         cap = settings.sql_query_max_rows
         df.sparkSession.sparkContext.setJobDescription(f"flight sql: {prepared.description} ({view.user})")
-        table = compat.collect_arrow(df.limit(cap + 1), settings.time_zone)
+        table = pyspark_internals.collect_arrow(df.limit(cap + 1), settings.time_zone)
         if table.num_rows > cap:
             raise BadRequest(f"the query's result has more than sql_query_max_rows={cap} rows: aggregate or filter "
                              "it further, or read the table with a plain SELECT (its tablets stream from the BEs)")

@@ -43,6 +43,7 @@ from starscan.security.tokens import TokenVerifier
 from starscan.security.users import UserStore
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
+from starscan.spark import pyspark_internals
 from starscan.spark.handle import SparkHandle
 from starscan.spark.schemas import SchemaResolver
 from starscan.tables.catalog import Warehouse
@@ -95,14 +96,14 @@ class StarscanServer:
         if settings.hive_databases:
             from starscan.tables.hive import HiveTables
 
-            catalogs.append(HiveTables(spark, settings.hive_databases, settings.storage_options,
+            catalogs.append(HiveTables(pyspark_internals.SessionJvm(spark), settings.hive_databases, settings.storage_options,
                                        settings.listing_cache_ttl_s))
         self.warehouse = Warehouse.of(settings, extra_catalogs=catalogs)
         if self.warehouse.storage.scheme == "s3":
             # The same endpoint and keys for Hadoop's s3a client, should Spark have one (the sql
             # engine's path); set at run time, so they are in no Spark UI page or event log.
             def hadoop_keys(session: Any) -> None:
-                hadoop = session._jsc.hadoopConfiguration()
+                hadoop = pyspark_internals.hadoop_configuration(session)
                 for key, value in settings.storage_options.hadoop_conf().items():
                     hadoop.set(key, value)
 

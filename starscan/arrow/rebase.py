@@ -117,12 +117,10 @@ class CalendarRules:
         return cls.of_conf(spark_conf.get, zone or machine_zone())
 
     @classmethod
-    def of_session(cls, spark: Any) -> CalendarRules:
-        """From a running SparkSession (the BE's driver): its settings and its JVM's zone."""
-        try:
-            zone = str(spark._jvm.java.util.TimeZone.getDefault().getID())
-        except Exception:  # noqa: BLE001 - Spark Connect or a stopped JVM: this machine's zone
-            zone = machine_zone()
+    def of_session(cls, spark: Any, jvm_zone: str | None) -> CalendarRules:
+        """From a running SparkSession (the BE's driver): its settings and its JVM's default
+        zone (starscan.spark.pyspark_internals.jvm_time_zone; None: this machine's)."""
+        zone = jvm_zone or machine_zone()
 
         def get(key: str) -> str | None:
             try:

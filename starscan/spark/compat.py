@@ -9,22 +9,21 @@ branch per line, so that no other module asks which pyspark it runs on. Found wi
 - ``pyspark.sql.pandas.types.to_arrow_schema`` takes no ``timezone`` before 4.2 (nor
   ``prefers_large_types`` before 4.0) and gives every timestamp as UTC; Spark's JVM writes
   timestamps in the session's time zone on every line (``arrow_schema``);
-- ``DataFrame.toArrow`` is new in 4.0 (``collect_arrow``; 3.5 has ``_collect_as_arrow``);
+- ``DataFrame.toArrow`` is new in 4.0 (3.5 has the private ``_collect_as_arrow``:
+  starscan.spark.pyspark_internals ``collect_arrow``);
 - ``StructType.fromDDL`` is new in 4.0 (``struct_type``);
 - the Python data source API (``pyspark.sql.datasource``) is new in 4.0
   (``HAS_PYTHON_DATA_SOURCE``), and Spark offers such a source its filters from 4.1
   (``HAS_DATA_SOURCE_FILTERS``: the filter classes and ``pushFilters``);
-- ``_load_from_socket`` (private: how ``SparkContext.runJob`` reads a job's results) is a
-  context manager from 4.2, an iterator before; it is in ``pyspark.util`` from 4.0 and in
-  ``pyspark.rdd`` before (``run_job``);
-- the JVM side: Spark 4 is built on Scala 2.13 (``scala.jdk.javaapi.CollectionConverters``),
-  3.5's pyspark on 2.12 (``scala.collection.JavaConverters``), and Spark's internal
-  ``PartitioningUtils.parsePartitions`` takes one argument more from 4.0 (``parse_partitions``).
+- below the public API (starscan.spark.pyspark_internals, which branches by these flags):
+  ``_load_from_socket`` is a context manager from 4.2, an iterator before, in
+  ``pyspark.util`` from 4.0 and in ``pyspark.rdd`` before; Spark 4 is built on Scala 2.13,
+  3.5 on 2.12, and Spark's internal ``PartitioningUtils.parsePartitions`` takes one argument
+  more from 4.0.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -85,16 +84,6 @@ def _in_zone(arrow_type: pa.DataType, time_zone: str) -> pa.DataType:
     return arrow_type
 
 
-def collect_arrow(df: Any, time_zone: str) -> pa.Table:
-    """The DataFrame's rows collected at the driver as one Arrow table (Spark's Arrow types,
-    timestamps in ``time_zone``)."""
-    if SPARK_4:
-        return df.toArrow()
-    schema = arrow_schema(df.schema, time_zone)
-    batches = df._collect_as_arrow()
-    return pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
-
-
 def struct_type(spark: Any, ddl: str) -> T.StructType:
     """A StructType from its DDL (``a INT, b STRING``)."""
     if SPARK_4:
@@ -123,49 +112,3 @@ def dates_written_as_they_are(spark: Any) -> Iterator[None]:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, value)
-
-
-#: pyspark's reader of a job's results (private): found once, not at every job.
-_LOAD_FROM_SOCKET: Any = importlib.import_module("pyspark.util" if SPARK_4 else "pyspark.rdd")._load_from_socket
-
-
-def run_job(sc: Any, mapped: Any, split: int) -> None:
-    """One Spark job over one partition of ``mapped`` (what ``SparkContext.runJob`` does,
-    without building a new Python RDD per call); the partition function returns nothing."""
-    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
-    load = _LOAD_FROM_SOCKET
-    if SPARK_4_2:
-        with load(sock_info, mapped._jrdd_deserializer) as stream:
-            for _ in stream:
-                pass
-    else:  # an iterator before 4.2
-        for _ in load(sock_info, mapped._jrdd_deserializer):
-            pass
-
-
-def parse_partitions(spark: Any, paths: list[str], base: str, type_inference: bool, case_sensitive: bool,
-                     validate: bool, time_zone: str) -> T.StructType:
-    """Spark's ``PartitioningUtils.parsePartitions`` over the folders ``paths`` under ``base``
-    (what ``spark.read.parquet`` runs on the folders it lists): the partition columns it
-    infers, with the session's inference settings."""
-    import json
-
-    jvm: Any = spark._jvm
-    folders = jvm.java.util.ArrayList()
-    for path in paths:
-        folders.add(jvm.org.apache.hadoop.fs.Path(path))
-    bases = jvm.java.util.HashSet()
-    bases.add(jvm.org.apache.hadoop.fs.Path(base))
-    utils = getattr(jvm, "org.apache.spark.sql.execution.datasources.PartitioningUtils$").__getattr__("MODULE$")
-    if SPARK_4:
-        scala = jvm.scala.jdk.javaapi.CollectionConverters
-        folder_seq, base_set = scala.asScala(folders).toList(), scala.asScala(bases).toSet()
-        extra: tuple[Any, ...] = (False,)
-    else:
-        scala = jvm.scala.collection.JavaConverters
-        folder_seq, base_set = scala.asScalaBuffer(folders).toList(), scala.asScalaSet(bases).toSet()
-        extra = ()
-    spec = utils.parsePartitions(folder_seq, type_inference, base_set, jvm.scala.Option.empty(), case_sensitive,
-                                 validate, time_zone, *extra)
-    schema: T.StructType = T.StructType.fromJson(json.loads(spec.partitionColumns().json()))
-    return schema

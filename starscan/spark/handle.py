@@ -268,4 +268,4 @@ def calendar_rules(spark: Any) -> CalendarRules:
     which its JVM will have)."""
     if isinstance(spark, SparkHandle) and not started(spark):
         return CalendarRules.of_conf(spark.planned_conf.get, machine_zone())
-    return CalendarRules.of_session(spark)
+    return CalendarRules.of_session(spark, pyspark_internals.jvm_time_zone(spark))

@@ -1,23 +1,45 @@
-"""What starscan reaches inside pyspark to find out that Spark's JVM died and to start a new
-one in the same process. pyspark has no public way to do either: a SparkSession whose JVM is
-gone keeps its objects, and ``SparkSession.builder.getOrCreate`` hands them out again.
+"""Everything starscan reaches below pyspark's public API, in one place:
 
-Tested on every Spark line starscan supports, 3.5 to 4.3 (``TESTED_ON``; the names are the
-same on each). ``check()`` says which of the names used here is
-missing: a node logs it as an error when it starts, and the unit tests fail on it, instead
-of a restart that silently does nothing.
+* **a JVM restart**: pyspark has no public way to find out that Spark's JVM died or to start
+  a new one in the same process (a SparkSession whose JVM is gone keeps its objects, and
+  ``SparkSession.builder.getOrCreate`` hands them out again): ``jvm_exited``,
+  ``context_stopped``, ``forget_session``, ``forget_gateway`` reset pyspark's process-wide
+  state (``_PROCESS_STATE``);
+* **Py4J handles of Spark's JVM**, for what pyspark does not offer: the JVM (``jvm``), the
+  JavaSparkContext (``java_context``), its status store (``status_store``: finished jobs'
+  times, kept with the UI off), the Hadoop configuration (``hadoop_configuration``), the
+  session's catalog and SQL configuration (``SessionJvm``, for the Hive tables), the JVM's
+  default time zone (``jvm_time_zone``);
+* **jobs**: one Spark job over one partition, as ``SparkContext.runJob`` does without a new
+  Python RDD per call (``run_job``), the Arrow batches of a DataFrame as an RDD
+  (``arrow_batch_rdd``), a DataFrame's rows collected as Arrow (``collect_arrow``: private
+  on 3.5), and Spark's own partition-value parser (``parse_partitions``).
+
+Where the lines differ below the public API, the branch is here, by starscan.spark.compat's
+flags. Tested on every Spark line starscan supports, 3.5 to 4.3 (``TESTED_ON``): the
+Spark-version tier runs every function here on each. ``check()`` says which of the Python
+names used here is missing: a node logs it as an error when it starts, and the unit tests
+fail on it, instead of a restart that silently does nothing.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import logging
 from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from starscan.spark.compat import SPARK_4, SPARK_4_2, arrow_schema
 
 log = logging.getLogger("starscan.spark")
 
 TESTED_ON = ">=3.5.5,<4.4"
 
-#: (module, class, attribute) of the process-wide state pyspark keeps for its one JVM.
+#: (module, class, attribute) of the process-wide state pyspark keeps for its one JVM, and
+#: the private Python names the jobs below use.
 _PROCESS_STATE = (
     ("pyspark", "SparkContext", "_gateway"),  # pyspark.core.context from 4.0, pyspark.context before
     ("pyspark", "SparkContext", "_jvm"),
@@ -26,21 +48,21 @@ _PROCESS_STATE = (
     ("pyspark.sql.session", "SparkSession", "_instantiatedSession"),
     ("pyspark.sql.session", "SparkSession", "_activeSession"),
     ("pyspark.sql.context", "SQLContext", "_instantiatedContext"),
+    ("pyspark.rdd", "RDD", None),                       # an RDD over a Java RDD (arrow_batch_rdd)
+    ("pyspark.serializers", "NoOpSerializer", None),
 )
 
 
 def check() -> list[str]:
     """The names this module needs that the installed pyspark lacks (empty when all are there)."""
-    import importlib
-
-    missing = []
+    missing = [] if _LOAD_FROM_SOCKET is not None else ["_load_from_socket"]
     for module, cls, attribute in _PROCESS_STATE:
         try:
             owner = getattr(importlib.import_module(module), cls)
         except (ImportError, AttributeError):
             missing.append(f"{module}.{cls}")
             continue
-        if not hasattr(owner, attribute):
+        if attribute is not None and not hasattr(owner, attribute):
             missing.append(f"{module}.{cls}.{attribute}")
     return missing
 
@@ -135,3 +157,126 @@ def _drop_context(sc: Any) -> None:
             pass
         sc._accumulatorServer = None
     sc._jsc = None
+
+
+# ---- Py4J handles of Spark's JVM ----
+def jvm(spark: Any) -> Any:
+    """The JVM's gateway view of a SparkSession or SparkContext (``jvm.java.util...``)."""
+    return spark._jvm
+
+
+def java_context(sc: Any) -> Any:
+    """The JavaSparkContext of a SparkContext (None once pyspark dropped a dead one)."""
+    return sc._jsc
+
+
+def status_store(sc: Any) -> Any:
+    """Spark's status store (jobs' submission and completion times), kept with the UI off."""
+    return sc._jsc.sc().statusStore()
+
+
+def hadoop_configuration(spark: Any) -> Any:
+    """The session's Hadoop configuration (set at run time: in no UI page or event log)."""
+    return spark._jsc.hadoopConfiguration()
+
+
+def jvm_time_zone(spark: Any) -> str | None:
+    """The JVM's default time zone (what Spark's readers rebase with), or None when the JVM
+    does not answer (Spark Connect, a stopped JVM)."""
+    try:
+        return str(spark._jvm.java.util.TimeZone.getDefault().getID())
+    except Exception:  # noqa: BLE001 - no JVM of ours to ask
+        return None
+
+
+class SessionJvm:
+    """A session's JVM side as the Hive tables use it (starscan.tables.hive): its session
+    catalog, its SQL configuration and the JVM for Spark's classes."""
+
+    def __init__(self, spark: Any):
+        self.spark = spark
+
+    @property
+    def jvm(self) -> Any:
+        return self.spark._jvm
+
+    def catalog(self) -> Any:
+        return self.spark._jsparkSession.sessionState().catalog()
+
+    def sql_conf(self) -> Any:
+        return self.spark._jsparkSession.sessionState().conf()
+
+    def as_java_map(self, scala_map: Any) -> Any:
+        """A Scala map of the JVM as a Java one (which Py4J gives as a dict): Spark 4 is built
+        on Scala 2.13, 3.5 on 2.12, whose converters differ."""
+        if SPARK_4:
+            return self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map)
+        return self.spark._jvm.scala.collection.JavaConverters.mapAsJavaMap(scala_map)
+
+
+# ---- jobs ----
+def collect_arrow(df: Any, time_zone: str) -> pa.Table:
+    """The DataFrame's rows collected at the driver as one Arrow table (Spark's Arrow types,
+    timestamps in ``time_zone``)."""
+    if SPARK_4:
+        return df.toArrow()
+    schema = arrow_schema(df.schema, time_zone)  # 3.5: private, and every timestamp as UTC
+    batches = df._collect_as_arrow()
+    return pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
+
+
+def arrow_batch_rdd(df: Any, sc: Any) -> Any:
+    """The DataFrame's rows as an RDD of Arrow IPC batches, as Spark's JVM writes them (what
+    ``DataFrame.toArrow`` collects), for tasks that push them on (the sql engine)."""
+    from pyspark.rdd import RDD
+    from pyspark.serializers import NoOpSerializer
+
+    return RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), sc, NoOpSerializer())
+
+
+
+
+def run_job(sc: Any, mapped: Any, split: int) -> None:
+    """One Spark job over one partition of ``mapped`` (what ``SparkContext.runJob`` does,
+    without building a new Python RDD per call); the partition function returns nothing."""
+    sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
+    load = _LOAD_FROM_SOCKET
+    if SPARK_4_2:
+        with load(sock_info, mapped._jrdd_deserializer) as stream:
+            for _ in stream:
+                pass
+    else:  # an iterator before 4.2
+        for _ in load(sock_info, mapped._jrdd_deserializer):
+            pass
+
+
+def parse_partitions(spark: Any, paths: list[str], base: str, type_inference: bool, case_sensitive: bool,
+                     validate: bool, time_zone: str) -> T.StructType:
+    """Spark's ``PartitioningUtils.parsePartitions`` over the folders ``paths`` under ``base``
+    (what ``spark.read.parquet`` runs on the folders it lists): the partition columns it
+    infers, with the session's inference settings."""
+    jvm: Any = spark._jvm
+    folders = jvm.java.util.ArrayList()
+    for path in paths:
+        folders.add(jvm.org.apache.hadoop.fs.Path(path))
+    bases = jvm.java.util.HashSet()
+    bases.add(jvm.org.apache.hadoop.fs.Path(base))
+    utils = getattr(jvm, "org.apache.spark.sql.execution.datasources.PartitioningUtils$").__getattr__("MODULE$")
+    if SPARK_4:
+        scala = jvm.scala.jdk.javaapi.CollectionConverters
+        folder_seq, base_set = scala.asScala(folders).toList(), scala.asScala(bases).toSet()
+        extra: tuple[Any, ...] = (False,)
+    else:
+        scala = jvm.scala.collection.JavaConverters
+        folder_seq, base_set = scala.asScalaBuffer(folders).toList(), scala.asScalaSet(bases).toSet()
+        extra = ()
+    spec = utils.parsePartitions(folder_seq, type_inference, base_set, jvm.scala.Option.empty(), case_sensitive,
+                                 validate, time_zone, *extra)
+    schema: T.StructType = T.StructType.fromJson(json.loads(spec.partitionColumns().json()))
+    return schema
+
+
+#: pyspark's reader of a job's results: found once, not at every job (None: not where the line
+#: keeps it; ``check`` names it).
+_LOAD_FROM_SOCKET: Any = getattr(importlib.import_module("pyspark.util" if SPARK_4 else "pyspark.rdd"),
+                                 "_load_from_socket", None)

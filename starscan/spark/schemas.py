@@ -13,7 +13,7 @@ from cachetools import LRUCache
 from pyspark.sql import types as T
 
 from starscan.core.errors import SqlInvalid, StarscanError, TableUnreadable
-from starscan.spark import compat
+from starscan.spark import pyspark_internals
 from starscan.spark.session import spark_problem
 from starscan.storage.hadoop_paths import check_openable, literal
 from starscan.tables.catalog import TableSnapshot
@@ -174,7 +174,7 @@ class SchemaResolver:
         # (a thousand for a million files, where each file was asked before).
         folders = sorted({t.files[0].path.rpartition("/")[0] for t in snap.tablets if t.files})
         conf = self.spark.conf
-        return compat.parse_partitions(
+        return pyspark_internals.parse_partitions(
             self.spark, [storage.spark_path(storage.join(snap.location, folder)) for folder in folders],
             storage.spark_path(snap.location),
             conf.get("spark.sql.sources.partitionColumnTypeInference.enabled", "true") == "true",

@@ -176,8 +176,7 @@ def spark_health(spark: SparkSession) -> tuple[str, str, int]:
 
 def _session_problem(session: SparkSession) -> str | None:
     try:
-        jsc = session.sparkContext._jsc
-        if jsc is None or jsc.sc().isStopped():
+        if pyspark_internals.context_stopped(session):
             return "the SparkContext is stopped"
     except Exception as exc:  # noqa: BLE001 - py4j cannot reach the JVM
         return f"Spark's JVM does not answer ({type(exc).__name__})"
@@ -284,7 +283,7 @@ def scan_session(spark: SparkSession, ordered: bool = False, exact_floats: bool 
     sc = spark.sparkContext
     key = (id(sc), ordered, exact_floats)
     with _SESSIONS_LOCK:
-        for old in [k for k, s in _SESSIONS.items() if s.sparkContext._jsc is None]:
+        for old in [k for k, s in _SESSIONS.items() if pyspark_internals.java_context(s.sparkContext) is None]:
             del _SESSIONS[old]  # of a SparkContext stopped (a JVM that died and was replaced)
         session = _SESSIONS.get(key)
         if session is None:

@@ -22,7 +22,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from cachetools import LRUCache
@@ -34,8 +34,19 @@ from starscan.storage.stores import StorageOptions, local_path, open_storage
 from starscan.tables.catalog_tables import CatalogTable, asking
 from starscan.tables.tablets import hash_int
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+
+class SessionJvm(Protocol):
+    """A Spark session's JVM side (starscan.spark.pyspark_internals.SessionJvm, the one place
+    that reaches it): Spark's classes, the session catalog, its SQL configuration."""
+
+    @property
+    def jvm(self) -> Any: ...
+
+    def catalog(self) -> Any: ...
+
+    def sql_conf(self) -> Any: ...
+
+    def as_java_map(self, scala_map: Any) -> Any: ...
 
 #: The file format of a metastore table that Spark's own reader for the table (its Hive SerDe or
 #: data source, with the table's properties) reads: text, CSV, JSON, Avro and the rest.
@@ -45,9 +56,9 @@ _SERDES = {"org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe": "parqu
 
 
 class HiveTables:
-    def __init__(self, spark: SparkSession, databases: list[str], options: StorageOptions | None = None,
+    def __init__(self, session: SessionJvm, databases: list[str], options: StorageOptions | None = None,
                  ttl_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
-        self.spark = spark
+        self.session = session
         self.only = list(databases)
         self.options = options
         self._ttl_s = ttl_s
@@ -56,7 +67,7 @@ class HiveTables:
         self._snapshots: LRUCache[tuple[str, str], tuple[float, CatalogTable]] = LRUCache(maxsize=1024)
 
     def _session_catalog(self) -> Any:
-        return self.spark._jsparkSession.sessionState().catalog()
+        return self.session.catalog()
 
     def serves(self, db: str) -> bool:
         return db in self.only
@@ -104,7 +115,7 @@ class HiveTables:
             if not self.serves(db) or db not in self.databases():
                 raise DatabaseNotFound(db)
             raise TableNotFound(table)
-        jvm: Any = self.spark._jvm
+        jvm: Any = self.session.jvm
         ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(table, jvm.scala.Some(db))
         catalog = self._session_catalog()
         meta = self._call(lambda: catalog.getTableMetadata(ident))
@@ -115,7 +126,7 @@ class HiveTables:
         serde = str(meta.storage().serde().get()) if meta.storage().serde().isDefined() else ""
         file_format = provider if provider in ("parquet", "orc") else _SERDES.get(serde) if provider == "hive" else None
         if file_format is None:
-            _check_reader(name, jvm, self.spark, provider, serde)
+            _check_reader(name, self.session, provider, serde)
             file_format = METASTORE
         location = unquote(str(meta.location().toString())).rstrip("/")  # a URI: its text is %-encoded
         storage = open_storage(location, self.options)
@@ -127,7 +138,7 @@ class HiveTables:
             partitions = self._call(lambda: _java_list(catalog.listPartitions(ident, jvm.scala.Option.empty())))
             for partition in partitions:
                 spec = {str(k): (None if v is None else str(v))
-                        for k, v in jvm.scala.jdk.javaapi.CollectionConverters.asJava(partition.spec()).items()}
+                        for k, v in self.session.as_java_map(partition.spec()).items()}
                 where = unquote(str(partition.location().toString())).rstrip("/")
                 if storage.is_local:
                     where = local_path(where)
@@ -164,9 +175,10 @@ def _folder_of(name: str, where: str, location: str, columns: tuple[str, ...],
     return folder, tuple((col, raw) for col, (_, raw) in zip(columns, values))
 
 
-def _check_reader(name: str, jvm: Any, spark: SparkSession, provider: str, serde: str) -> None:
+def _check_reader(name: str, session: SessionJvm, provider: str, serde: str) -> None:
     """TableUnreadable when this Spark has no reader for the table's format: its Hive SerDe
     class, or its data source (Avro's is a module Spark does not bundle)."""
+    jvm = session.jvm
     if provider == "hive":
         if not serde:
             raise TableUnreadable(f"table {name} is a Hive table with no SerDe; starscan cannot read it")
@@ -178,7 +190,7 @@ def _check_reader(name: str, jvm: Any, spark: SparkSession, provider: str, serde
         return
     try:
         jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
-            provider, spark._jsparkSession.sessionState().conf())
+            provider, session.sql_conf())
     except Exception:  # noqa: BLE001 - py4j wraps AnalysisException
         raise TableUnreadable(f"table {name} is a {provider} table, and this server's Spark has no {provider} data "
                               f"source: add its module to Spark (spark.jars.packages or spark.jars) to serve the "

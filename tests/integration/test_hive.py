@@ -121,14 +121,16 @@ def test_a_format_this_spark_cannot_read_is_refused_by_name(spark):
     refuses to create such tables, but one made by Hive elsewhere is listed): refused by name
     when planned, before any scan."""
     from starscan.core.errors import TableUnreadable
+    from starscan.spark.pyspark_internals import SessionJvm
     from starscan.tables.hive import _check_reader
 
+    session = SessionJvm(spark)
     with pytest.raises(TableUnreadable, match="org.apache.hive.hcatalog.data.JsonSerDe"):
-        _check_reader("hivedb.t", spark._jvm, spark, "hive", "org.apache.hive.hcatalog.data.JsonSerDe")
+        _check_reader("hivedb.t", session, "hive", "org.apache.hive.hcatalog.data.JsonSerDe")
     with pytest.raises(TableUnreadable, match="no avro data source"):
-        _check_reader("hivedb.t", spark._jvm, spark, "avro", "")
-    _check_reader("hivedb.t", spark._jvm, spark, "hive", "org.apache.hadoop.hive.serde2.avro.AvroSerDe")
-    _check_reader("hivedb.t", spark._jvm, spark, "json", "")
+        _check_reader("hivedb.t", session, "avro", "")
+    _check_reader("hivedb.t", session, "hive", "org.apache.hadoop.hive.serde2.avro.AvroSerDe")
+    _check_reader("hivedb.t", session, "json", "")
 
 
 def test_incremental_reads_of_a_metastore_table_are_its_new_files(hive_server, spark, hive_db):
