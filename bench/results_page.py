@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notes", type=Path, default=NOTES_DIR, help="the notes' folder")
     parser.add_argument("--out", default=str(PAGE), help="the page to write or check ('-': print it)")
     args = parser.parse_args(argv)
+    if args.check and args.out == "-":
+        parser.error("--check compares a page file with the records: give --out a file, not -")
     runs = records(args.records)
     expected = page(runs, sorted(args.notes.glob("*.md")))
     if args.out == "-":

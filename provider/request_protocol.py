@@ -15,7 +15,7 @@ Replies are still written with the Cython writer.
 
 from __future__ import annotations
 
-from starscan.provider.thriftpy2_internals import TProtocolException, TType, binary
+from starscan.core.thriftpy2_internals import TProtocolException, TType, binary
 
 _WIRE_TYPES = frozenset({TType.BOOL, TType.BYTE, TType.I16, TType.I32, TType.I64, TType.DOUBLE, TType.STRING,
                          TType.STRUCT, TType.MAP, TType.SET, TType.LIST})

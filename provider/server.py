@@ -16,12 +16,9 @@ import threading
 from collections.abc import Callable
 
 from starscan.arrow.wire import IpcStream
+from starscan.core import thriftpy2_internals
 from starscan.core.thrift_defs import wire
-from starscan.provider import thriftpy2_internals
-from starscan.provider.peer import named_contexts, set_peer
-from starscan.provider.reply_keepalive import ReplyKeepAlive
-from starscan.provider.request_protocol import request_protocol_factory
-from starscan.provider.thriftpy2_internals import (
+from starscan.core.thriftpy2_internals import (
     TApplicationException,
     TCyBinaryProtocolFactory,
     TCyBufferedTransport,
@@ -33,6 +30,9 @@ from starscan.provider.thriftpy2_internals import (
     TThreadedServer,
     TTransportException,
 )
+from starscan.provider.peer import named_contexts, set_peer
+from starscan.provider.reply_keepalive import ReplyKeepAlive
+from starscan.provider.request_protocol import request_protocol_factory
 
 log = logging.getLogger("starscan.provider")
 

@@ -275,8 +275,11 @@ def follow(
     db, name, sql = _select(table, columns, where)
     client = client_of(fe, user, password, cacert)
     with client_errors():
-        for target, rows in follow_into(client, db, name, sql, consumer, into, poll_s, stop_when_idle):
-            typer.echo(f"{target.name}: {rows:,} rows")
+        try:
+            for target, rows in follow_into(client, db, name, sql, consumer, into, poll_s, stop_when_idle):
+                typer.echo(f"{target.name}: {rows:,} rows")
+        except OSError as exc:  # the client's own failures are its errors: this is the folder's
+            fail(f"cannot write into {into}: {exc}", EXIT_USAGE)
 
 
 def main() -> None:

@@ -79,10 +79,6 @@ def password_of(password: str) -> str:
     return sys.stdin.readline().rstrip("\n") if password == "-" else password
 
 
-def fe_url(fe: str) -> str:
-    return fe.rstrip("/") if "://" in fe else f"http://{fe}"
-
-
 # ---- commands that talk to a running server: through starscan.client ----
 def _ssl_context(cacert: Path | None) -> ssl.SSLContext | None:
     import ssl

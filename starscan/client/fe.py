@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
-from starscan.client.errors import NetworkError, from_http
+from starscan.client.errors import NetworkError, ServerError, from_http
 from starscan.core.protocol_extensions import ERROR_KIND_HEADER
 
 
@@ -51,25 +51,27 @@ class FrontEnd:
         """The JSON answer of one call (``call`` names it in an error); any failure raised as
         the client's error."""
         headers = {"Authorization": self.authorization(), **kwargs.pop("headers", {})}
-        r = self._send(method, self.url + path, headers=headers, **kwargs)
+        r = self._send(method, self.url + path, call, headers=headers, **kwargs)
         if r.status_code != 200:
             raise from_http(r.status_code, r.text, r.headers.get(ERROR_KIND_HEADER), call)
         try:
             return r.json()
-        except ValueError:
-            raise from_http(502, f"{call} answered 200 with a body that is not JSON: {r.text[:200]!r}",
-                            None, call) from None
+        except ValueError:  # not a starscan or StarRocks FE at that address, or a broken one
+            raise ServerError(f"{call}: the FE at {self.url} answered 200 with a body that is not JSON: "
+                              f"{r.text[:200]!r}", 200, None, call) from None
 
-    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    def _send(self, method: str, url: str, call: str, **kwargs: Any) -> httpx.Response:
         for attempt in range(self.retries + 1):
             try:
                 return httpx.request(method, url, timeout=self.timeout, verify=self._verify, **kwargs)
             except httpx.ConnectError as exc:
                 if attempt == self.retries:
-                    raise NetworkError(f"cannot reach the FE at {self.url}: {type(exc).__name__}: {exc}") from None
+                    raise NetworkError(f"cannot reach the FE at {self.url}: {type(exc).__name__}: {exc}",
+                                       call=call) from None
                 time.sleep(min(2.0 ** attempt, 8.0))
             except httpx.HTTPError as exc:
-                raise NetworkError(f"cannot reach the FE at {self.url}: {type(exc).__name__}: {exc}") from None
+                raise NetworkError(f"cannot reach the FE at {self.url}: {type(exc).__name__}: {exc}",
+                                   call=call) from None
         raise AssertionError("unreachable")
 
 

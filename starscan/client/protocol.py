@@ -38,7 +38,7 @@ from starscan.core.protocol_extensions import (
     ORDERED_ACK,
     ORDERED_PROPERTY,
 )
-from starscan.core.thrift_defs import transport_errors
+from starscan.core.thrift_defs import protocol_errors, transport_errors
 
 if TYPE_CHECKING:
     from thriftpy2.thrift import TClient
@@ -74,6 +74,14 @@ def _unreachable(endpoint: str, tablets: list[int], call: str, exc: BaseExceptio
     named = f"{tablets[:3]}{'...' if len(tablets) > 3 else ''}"
     return NetworkError(f"the BE at {endpoint} (tablets {named}) cannot be reached: {type(exc).__name__}: {exc}",
                         call=call)
+
+
+def _not_the_protocol(endpoint: str, call: str, exc: BaseException) -> ServerError:
+    """A BE's answer that is not the protocol's (an exception message, bytes thriftpy2 cannot
+    read, rows that are not Arrow IPC: another service at the address, or a broken one) as
+    the client's error."""
+    return ServerError(f"{call}: the BE at {endpoint} did not answer as the protocol says: {type(exc).__name__}: {exc}",
+                       call=call)
 
 
 @dataclass
@@ -251,8 +259,8 @@ class StarscanClient:
             "POST", f"{table_path(db, table)}/_query_plan", "_query_plan", content=json.dumps(request),
             headers={"Content-Type": "application/json; charset=UTF-8"})
         if body.get("status") != 200:  # a StarRocks FE's refusal in a 200 answer
-            status = body.get("status")
-            raise from_http(status if isinstance(status, int) and status >= 400 else 500, json.dumps(body), None,
+            status = body.get("status")  # a StarRocks FE's code for the refusal, where it gives one
+            raise from_http(status if isinstance(status, int) and status >= 400 else 400, json.dumps(body), None,
                             "_query_plan")
         return body
 
@@ -389,6 +397,8 @@ class StarscanClient:
                 ))
             except transport_errors() as exc:
                 raise _BackendLost(_unreachable(endpoint, tablets, "open_scanner", exc)) from None
+            except protocol_errors() as exc:
+                raise _not_the_protocol(endpoint, "open_scanner", exc) from None
             if opened.status.status_code != thrift_defs.wire.TStatusCode.OK:
                 error = from_reply("open_scanner", opened.status)
                 raise _BackendLost(error) if is_lost("open_scanner", opened.status) else error
@@ -411,6 +421,8 @@ class StarscanClient:
                             context_id=opened.context_id, offset=offset))
                     except transport_errors() as exc:
                         raise _BackendLost(_unreachable(endpoint, tablets, "get_next", exc)) from None
+                    except protocol_errors() as exc:
+                        raise _not_the_protocol(endpoint, "get_next", exc) from None
                     if res.status.status_code != thrift_defs.wire.TStatusCode.OK:
                         error = from_reply("get_next", res.status)
                         raise _BackendLost(error) if is_lost("get_next", res.status) else error
@@ -419,7 +431,11 @@ class StarscanClient:
                         if offset < skip:  # this BE's scan has fewer rows than were handed out before
                             raise FailoverMismatch(opened.context_id, skip, offset)
                         return
-                    for batch in pa.ipc.open_stream(res.rows):
+                    try:
+                        batches = list(pa.ipc.open_stream(res.rows))  # a reply's batches, read in place
+                    except (pa.ArrowException, TypeError) as exc:
+                        raise _not_the_protocol(endpoint, "get_next", exc) from None
+                    for batch in batches:
                         offset += batch.num_rows
                         if offset <= skip:
                             continue  # handed out before the failover

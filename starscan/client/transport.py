@@ -26,6 +26,8 @@ from typing import Any
 import pyarrow as pa
 from thriftpy2.transport import TTransportException
 
+from starscan.core.thriftpy2_internals import socket_of
+
 #: Reads at least this large bypass the read buffer (a reply's rows; headers are bytes).
 DIRECT_READ_BYTES = 64 << 10
 IPC_CONTINUATION = b"\xff\xff\xff\xff"
@@ -97,7 +99,7 @@ class ArrowReadTransport:
     def _recv_into(self, view: memoryview) -> int:
         """Socket errors and timeouts pass as thriftpy2's TSocket lets them; a closed
         connection is its END_OF_FILE."""
-        sock = self._trans.sock
+        sock = socket_of(self._trans)
         if sock is None:
             raise TTransportException(type=TTransportException.NOT_OPEN, message="Transport not open")
         got = sock.recv_into(view)

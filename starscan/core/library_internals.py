@@ -1,4 +1,4 @@
-"""What the adapters of libraries' internals share (provider/thriftpy2_internals.py,
+"""What the adapters of libraries' internals share (starscan/core/thriftpy2_internals.py,
 planner/uvicorn_internals.py): the check that each method reached below a library's public
 API still has the parameters it was tested with, and the refusal to start on one that has
 changed (docs/architecture.md "Libraries' internals")."""

@@ -115,7 +115,7 @@ def test_each_kind_of_failure_is_its_own_class_with_the_servers_message(fe_url, 
 def test_the_protocol_clients_own_calls_raise_the_same_classes(fe_url, server):
     """``StarscanClient`` step by step raises the classified errors too, with the call that
     failed; a BE that cannot be reached is a NetworkError, never thriftpy2's exception."""
-    from starscan.client import NetworkError, ScanStats, StarscanClient
+    from starscan.client import NetworkError, ScanStats, ServerError, StarscanClient
 
     with pytest.raises(AuthenticationError) as refused:
         StarscanClient(fe_url, "root", "wrong password").plan("demo", "all_types", "select id from demo.all_types")
@@ -133,6 +133,10 @@ def test_the_protocol_clients_own_calls_raise_the_same_classes(fe_url, server):
     with pytest.raises(NetworkError) as unreachable:
         list(client.scan_group("db1", "t1", plan, ["127.0.0.1:1"], tablets, 1024, ScanStats()))
     assert unreachable.value.call == "open_scanner" and "127.0.0.1:1" in unreachable.value.message
+    http = f"127.0.0.1:{server.http_port}"  # an HTTP server where a BE was planned: not the protocol's answer
+    with pytest.raises(ServerError) as foreign:
+        list(client.scan_group("db1", "t1", plan, [http], tablets, 1024, ScanStats()))
+    assert foreign.value.call == "open_scanner" and "did not answer as the protocol says" in foreign.value.message
 
 
 def test_results_go_straight_into_duckdb_and_pandas(conn):

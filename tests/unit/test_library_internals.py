@@ -1,4 +1,4 @@
-"""The internals of thriftpy2 and uvicorn the BE and FE reach (provider/thriftpy2_internals.py,
+"""The internals of thriftpy2 and uvicorn the BE and FE reach (starscan/core/thriftpy2_internals.py,
 planner/uvicorn_internals.py) are what they were tested on, and the installed releases are
 in the tested ranges: a release that renamed or reshaped one fails here (and the server
 refuses to start on it), not in a server that serves wrong bytes or drops its guards."""
@@ -10,9 +10,9 @@ from importlib.metadata import version
 import pytest
 from packaging.specifiers import SpecifierSet
 
+from starscan.core import thriftpy2_internals
 from starscan.core.errors import ConfigError
 from starscan.planner import uvicorn_internals
-from starscan.provider import thriftpy2_internals
 
 ADAPTERS = {"thriftpy2": thriftpy2_internals, "uvicorn": uvicorn_internals}
 
