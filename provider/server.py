@@ -29,6 +29,7 @@ from starscan.core.thriftpy2_internals import (
     TSocket,
     TThreadedServer,
     TTransportException,
+    socket_of,
 )
 from starscan.provider.peer import named_contexts, set_peer
 from starscan.provider.reply_keepalive import ReplyKeepAlive
@@ -93,7 +94,7 @@ class _Processor(TProcessor):
         assert call is not None
         pending = None
         if self.keepalive is not None:
-            pending = self.keepalive.begin(oprot.trans.sock, lambda: self._written(
+            pending = self.keepalive.begin(socket_of(oprot.trans), lambda: self._written(
                 lambda p: p.write_message_begin(api, TMessageType.REPLY, seqid)))
         try:
             result.success = call()
@@ -120,7 +121,7 @@ class _Processor(TProcessor):
         bytes of it are still to go before the rest."""
         batch = result.success if api == "get_next" else None
         rows = getattr(batch, "rows", None)
-        sock = oprot.trans.sock
+        sock = socket_of(oprot.trans)
         if (rows is None and begun is None) or sock is None:
             if batch is not None and rows is not None and not isinstance(rows, bytes):
                 batch.rows = bytes(rows)
@@ -173,8 +174,10 @@ class _Server(TThreadedServer):
         self.ssl_context = ssl_context
         self.client_timeout_s = client_timeout_s
 
-    def handle(self, client: TSocket) -> None:  # type: ignore[override]
-        raw = client.sock
+    def handle(self, client: TSocket) -> None:
+        raw = socket_of(client)
+        if raw is None:  # closed before it was served: nothing to do
+            return
         try:
             address = raw.getpeername()[0]
         except OSError:
@@ -224,8 +227,9 @@ class _ExclusiveServerSocket(TServerSocket):
 
     def _init_sock(self):
         super()._init_sock()
-        if hasattr(socket, "SO_REUSEPORT") and self.sock.family in (socket.AF_INET, socket.AF_INET6):
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 0)
+        sock = socket_of(self)
+        if sock is not None and hasattr(socket, "SO_REUSEPORT") and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 0)
 
 
 class ThriftServer:
@@ -256,11 +260,13 @@ class ThriftServer:
 
     @property
     def port(self) -> int:
-        return self.socket.sock.getsockname()[1]
+        sock = socket_of(self.socket)
+        assert sock is not None  # bound in __init__'s listen
+        return int(sock.getsockname()[1])
 
     def start(self) -> None:
         self.socket.listen()
-        self.server.trans.listen = lambda: None  # type: ignore[method-assign]  # already listening (port known before serve)
+        self.server.trans.listen = lambda: None  # already listening (port known before serve)
         self._thread = threading.Thread(target=self.server.serve, name="be-thrift-accept", daemon=True)
         self._thread.start()
         log.info("BE thrift listening on %s:%d%s", self.socket.host, self.port, " (TLS)" if self.tls else "")

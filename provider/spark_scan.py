@@ -86,7 +86,6 @@ class SparkScan:
         self.engine_reason: str | None = None  # why not the arrow engine
         self.on_engine: Callable[[str], None] | None = None  # called with the engine once chosen
         self._arrow_splits: list[Any] | None = None  # the arrow engine's splits (ArrowSplit), for messages
-        self._arrow_read: Any = None                  # and its read instructions (ArrowRead)
         # Read the arrow engine's splits in this process until a Spark task connects (or a
         # reader of the scan gets one of the BE's own slots).
         self.local_reads = local_reads
@@ -272,7 +271,7 @@ class SparkScan:
                                chosen)
         if engine.name == "arrow":
             assert engine.splits is not None
-            self._arrow_splits, self._arrow_read = engine.splits, engine.read
+            self._arrow_splits = engine.splits
             self._own = OwnReads(self.scheduler, engine.read, engine.splits, self.columns, self.arrow_types_tz,
                                  self.batch_rows, self.chunk_cache, self._local_failure,
                                  lambda: self._cancelled is not None)

@@ -33,9 +33,12 @@ def __getattr__(name: str) -> Any:
 
             idl, module_name = _MODULES[name]
             try:
-                from starscan.core.thriftpy2_internals import parse_with_kept_tables
+                try:  # an optimisation only (kept parser tables): the load below parses anyway
+                    from starscan.core.thriftpy2_internals import parse_with_kept_tables
 
-                parse_with_kept_tables(str(IDL_DIR / idl), module_name, _cache_folder())
+                    parse_with_kept_tables(str(IDL_DIR / idl), module_name, _cache_folder())
+                except Exception:  # noqa: BLE001
+                    pass
                 loaded = thriftpy2.load(str(IDL_DIR / idl), module_name=module_name)
             except OSError as exc:  # a broken installation, not a network failure
                 raise RuntimeError(f"starscan's Thrift IDL {idl} cannot be loaded: {exc}") from exc
@@ -50,11 +53,12 @@ def _cache_folder() -> Path:
 
 def protocol_errors() -> tuple[type[BaseException], ...]:
     """What a call raises when the answer is not the protocol's: an exception message (an
-    unknown method) or bytes thriftpy2 cannot read as the reply (for ``except``, as below)."""
+    unknown method) or bytes thriftpy2 cannot read as the reply, a name that is not UTF-8
+    among them (for ``except``, as below)."""
     from thriftpy2.protocol.exc import TProtocolException
     from thriftpy2.thrift import TApplicationException
 
-    return (TApplicationException, TProtocolException)
+    return (TApplicationException, TProtocolException, UnicodeDecodeError)
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:

@@ -18,30 +18,45 @@ optimisation only: should the grammar module change, the IDL is parsed as thrift
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 import socket
 from pathlib import Path
 from typing import Any
 
-from thriftpy2.protocol import TCyBinaryProtocolFactory, binary
-from thriftpy2.protocol.exc import TProtocolException
-from thriftpy2.server import TThreadedServer
-from thriftpy2.thrift import TApplicationException, TMessageType, TProcessor, TType
-from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer, TServerSocket, TSocket, TTransportException
-
 from starscan.core.library_internals import call_shape_problems, refuse_untested
 
-__all__ = [
-    "TApplicationException", "TCyBinaryProtocolFactory", "TCyBufferedTransport", "TCyMemoryBuffer", "TMessageType",
-    "TProcessor", "TProtocolException", "TServerSocket", "TSocket", "TThreadedServer", "TTransportException", "TType",
-    "binary", "check", "parse_with_kept_tables", "require", "socket_of",
-]
+#: thriftpy2's classes and modules the BE builds on, imported when first asked for (module
+#: ``__getattr__``): the client takes only ``socket_of`` from here and loads none of them.
+_LAZY = {
+    "TCyBinaryProtocolFactory": "thriftpy2.protocol", "binary": "thriftpy2.protocol.binary",
+    "TProtocolException": "thriftpy2.protocol.exc", "TThreadedServer": "thriftpy2.server",
+    "TApplicationException": "thriftpy2.thrift", "TMessageType": "thriftpy2.thrift", "TProcessor": "thriftpy2.thrift",
+    "TType": "thriftpy2.thrift", "TCyBufferedTransport": "thriftpy2.transport", "TCyMemoryBuffer": "thriftpy2.transport",
+    "TServerSocket": "thriftpy2.transport", "TSocket": "thriftpy2.transport", "TTransportException": "thriftpy2.transport",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "binary":
+        return importlib.import_module(module)
+    return getattr(importlib.import_module(module), name)
+
+__all__ = [*_LAZY, "check", "parse_with_kept_tables", "require", "socket_of"]
 
 TESTED_ON = ">=0.7.1,<0.8"
 
-#: (owner, method, its parameters as the BE calls or overrides it).
-_CALL_SHAPES = (
+def _call_shapes() -> tuple[tuple[type, str, tuple[str, ...]], ...]:
+    """(owner, method, its parameters as the BE calls or overrides it)."""
+    from thriftpy2.server import TThreadedServer
+    from thriftpy2.thrift import TProcessor
+    from thriftpy2.transport import TServerSocket, TSocket
+
+    return (
     (TProcessor, "process_in", ("self", "iprot")),            # -> (api, seqid, result, call)
     (TProcessor, "process", ("self", "iprot", "oprot")),
     (TProcessor, "send_result", ("self", "oprot", "api", "result", "seqid")),
@@ -51,18 +66,31 @@ _CALL_SHAPES = (
     (TThreadedServer, "serve", ("self",)),
     (TServerSocket, "_init_sock", ("self",)),                 # where SO_REUSEPORT is set
     (TSocket, "read", ("self", "sz")),
-)
+    )
 
 
 def check() -> list[str]:
     """What the BE needs of thriftpy2 that the installed one does not have (empty: all)."""
-    problems = call_shape_problems(_CALL_SHAPES)
+    from thriftpy2.protocol import binary
+    from thriftpy2.transport import TCyBufferedTransport, TServerSocket, TSocket
+
+    problems = call_shape_problems(_call_shapes())
     if "sock" not in inspect.signature(TSocket.__init__).parameters:
         problems.append("TSocket no longer takes an accepted socket (sock=)")
-    else:
+    else:  # socket_of: a TSocket's, the BE's buffered transport's over it, the server socket's
         with socket.socket() as raw:
             if getattr(TSocket(sock=raw), "sock", None) is not raw:  # type: ignore[no-untyped-call]
                 problems.append("TSocket no longer keeps its socket as .sock")
+            elif getattr(TCyBufferedTransport(TSocket(sock=raw)), "sock", None) is not raw:  # type: ignore[no-untyped-call]
+                problems.append("TCyBufferedTransport no longer gives its socket's .sock")
+        server = TServerSocket(host="127.0.0.1", port=0)  # type: ignore[no-untyped-call]
+        try:
+            server._init_sock()  # type: ignore[no-untyped-call]
+            if not isinstance(getattr(server, "sock", None), socket.socket):
+                problems.append("TServerSocket no longer keeps its listening socket as .sock")
+        finally:
+            if isinstance(getattr(server, "sock", None), socket.socket):
+                server.sock.close()
     # The bounded skip (provider/request_protocol.py) replaces the module's ``skip``, which
     # the pure-Python reader must look up when it calls it, and keeps its depth budget.
     if not hasattr(binary, "DEFAULT_MAX_DEPTH") or tuple(inspect.signature(binary.skip).parameters) != (
@@ -81,7 +109,8 @@ def require() -> None:
 
 
 def socket_of(transport: Any) -> socket.socket | None:
-    """The socket of a thriftpy2 ``TSocket`` (None when it is not open)."""
+    """The socket of a thriftpy2 ``TSocket``, of the buffered transport over one, or of a
+    ``TServerSocket`` (None when it is not open)."""
     sock: socket.socket | None = transport.sock
     return sock
 

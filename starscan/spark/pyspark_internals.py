@@ -241,6 +241,9 @@ def run_job(sc: Any, mapped: Any, split: int) -> None:
     without building a new Python RDD per call); the partition function returns nothing."""
     sock_info = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), mapped._jrdd, [split])
     load = _LOAD_FROM_SOCKET
+    if load is None:
+        raise RuntimeError(f"this pyspark has no _load_from_socket where its line keeps it ({TESTED_ON} was tested): "
+                           "install a tested pyspark")
     if SPARK_4_2:
         with load(sock_info, mapped._jrdd_deserializer) as stream:
             for _ in stream:

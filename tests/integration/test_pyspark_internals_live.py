@@ -8,6 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from pyspark.sql import types as T
+from support.waits import wait_until
 
 from starscan.spark import pyspark_internals as internals
 
@@ -31,8 +32,10 @@ def test_the_status_store_has_a_finished_jobs_times(spark):
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     [job] = sc.statusTracker().getJobIdsForGroup("pyspark-internals-live")
-    data = internals.status_store(sc).job(job)
-    assert data.submissionTime().isDefined() and data.completionTime().isDefined()
+    # Spark's listener bus records the job's end a moment after count() returns.
+    wait_until(lambda: internals.status_store(sc).job(job).completionTime().isDefined(), 30,
+               what="the status store to record the job's end")
+    assert internals.status_store(sc).job(job).submissionTime().isDefined()
 
 
 def test_the_sessions_jvm_side_as_the_hive_tables_use_it(spark):

@@ -40,3 +40,15 @@ def test_a_direct_reader_loads_no_thrift_and_no_pandas():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     loaded = {m.split(".")[0] for m in json.loads(out.strip().splitlines()[-1])}
     assert not loaded & {"thriftpy2", "pandas"}
+
+
+def test_a_be_reader_loads_thriftpy2s_client_side_only():
+    """The client's transport takes the socket from thriftpy2's adapter
+    (starscan.core.thriftpy2_internals), whose server-side classes load only when the BE asks
+    for them: a reader is not bound to thriftpy2's server internals."""
+    code = ("import json, sys; from starscan.client.protocol import thrift_client, _thrift_parts; _thrift_parts(); "
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    loaded = set(json.loads(out.strip().splitlines()[-1]))
+    assert "starscan.client.transport" in loaded and "starscan.core.thriftpy2_internals" in loaded
+    assert "thriftpy2.server" not in loaded
