@@ -17,9 +17,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
 
@@ -40,6 +39,7 @@ from starscan.tables.changes import FolderChanges, TableChanges
 from starscan.tables.delta import DELTA_LOG, DeltaChanges, read_delta
 from starscan.tables.folder_files import DataFile, FolderFiles, Partition, list_folder_table, list_table_files
 from starscan.tables.iceberg import IcebergTables
+from starscan.tables.listing_cache import Build, ListingCache
 from starscan.tables.snapshot import TableSnapshot
 
 if TYPE_CHECKING:
@@ -51,28 +51,10 @@ from starscan.tables.versions import VersionHistory
 
 log = logging.getLogger("starscan.tables.catalog")
 
-#: A listing's files are stat'ed again (for rewrites in place) at most once per this many
-#: times the last such pass took: a tenth of a core at most. A table's folders are checked
-#: at every listing. A million files' pass took 6 s on a slow 2-core machine, longer than
-#: the listing TTL: every file was stat'ed again and again, and a caller waited for it.
-FILES_CHECK_SPACING = 10
-
-_stopwatch = time.monotonic  # times those passes (tests replace it alone)
-
 __all__ = ["DataFile", "Tablet", "TableSnapshot", "Warehouse", "list_table_files", "partition_of"]
 
 DEFAULT_DB = "default"
 DB_SUFFIX = ".db"
-
-
-@dataclass(frozen=True)
-class _Listing:
-    stamp: int            # the table directory's mtime when listed
-    listed_at: float      # the warehouse clock (time.monotonic())
-    snapshot: TableSnapshot
-    folders: FolderFiles | None = None  # a local folder table: its folders and their files, for the next listing
-    files_checked: float = 0.0  # when every file was last stat'ed (the warehouse clock): by a full walk or a check
-    check_s: float = 0.0        # seconds that took
 
 
 class Warehouse:
@@ -91,10 +73,7 @@ class Warehouse:
         self.sizing = sizing or Sizing()
         self._lock = threading.Lock()
         self._ttl_s = listing_ttl_s
-        self._clock = clock
-        self._listings: LRUCache[str, _Listing] = LRUCache(maxsize=4096)  # table location -> _Listing
-        self._refreshing: dict[str, threading.Event] = {}  # table location -> set when listed
-        self._generation = 0  # counts invalidations
+        self.listings = ListingCache(self.storage, listing_ttl_s, clock)  # the folder tables' listings
         # Called with a folder table's location, new version, files (in path order) and
         # storage as soon as it is listed, before its tablets are cut (the schema's footer
         # read starts there: starscan.spark.schemas.SchemaResolver.prefetch).
@@ -223,14 +202,10 @@ class Warehouse:
         # One stat in the common case (a plan's hot path): an existing table folder means
         # its database exists too. Otherwise require_table says which is missing.
         location = self.table_location(db, table) if self._table_name_ok(db, table) else self.require_table(db, table)
-        key = location
         if not self.storage.is_local and self._ttl_s > 0:
-            # An object store has no folder stamps, and every question costs a request: a
-            # listing is used for the TTL, as it is.
-            with self._lock:
-                cached = self._listings.get(key)
-                if cached is not None and self._clock() - cached.listed_at < self._ttl_s:
-                    return cached.snapshot
+            cached = self.listings.within_ttl(location)
+            if cached is not None:
+                return cached
         stamp = self.storage.dir_stamp(location)
         if stamp is None:
             self.require_table(db, table)
@@ -238,109 +213,11 @@ class Warehouse:
         if self._ttl_s <= 0:
             with collector_paused():
                 return self._build_snapshot(db, table, location)[0]
-        # A cached listing is used while the table directory itself is unchanged (files
-        # added or removed at the top level, or the directory replaced, show at once);
-        # changes deeper in partition folders, and files rewritten in place, show when the
-        # TTL runs out: a listing that ran out less than a TTL ago is still answered while
-        # one caller's thread lists the table again in the background, an older one only
-        # after the new listing.
-        waited = False
-        while True:
-            now = self._clock()
-            with self._lock:
-                at_hand = self._at_hand(db, table, location, stamp, now)
-                if at_hand is not None:
-                    return at_hand
-                cached = self._listings.get(key)
-                same = cached if cached is not None and cached.stamp == stamp else None
-                if same is not None and waited:
-                    return same.snapshot  # listed while this caller waited for it
-                refreshing = self._refreshing.get(key)
-                if refreshing is None:
-                    refreshing = self._refreshing[key] = threading.Event()
-                    generation = self._generation
-                    break  # this caller lists the table and waits for it
-                if same is not None:
-                    # Another caller is listing the table again after its TTL: this listing is
-                    # as good as it was a moment ago (50 callers listing a 10,000-file table at
-                    # once took over a second each).
-                    return same.snapshot
-            refreshing.wait()  # the directory changed: wait for the one listing under way
-            waited = True
-        return self._relist(db, table, location, stamp, now, generation, refreshing)
+        return self.listings.snapshot(location, stamp, self._builder(db, table, location))
 
-    def _relist(self, db: str, table: str, location: str, stamp: int, now: float, generation: int,
-                refreshing: threading.Event) -> TableSnapshot:
-        """List the table, keep the listing unless it was invalidated meanwhile, and wake the
-        callers waiting for it."""
-        try:
-            with self._lock:
-                before = self._listings.get(location)
-            kept = before.folders if before is not None else None
-            due = before is None or now - before.files_checked >= FILES_CHECK_SPACING * before.check_s
-            checked, check_s = now, 0.0
-            reused = False
-            if kept is not None and self._folders_unchanged(kept):
-                assert before is not None
-                if not due:
-                    reused, checked, check_s = True, before.files_checked, before.check_s
-                else:
-                    started = _stopwatch()
-                    reused = self._files_unchanged(location, before)
-                    check_s = _stopwatch() - started
-            folders: FolderFiles | None
-            if reused:
-                assert before is not None
-                snap, folders = before.snapshot, kept
-            else:
-                # A full walk stat-s every file; one from the listing before reads only the
-                # folders that changed, until every file is due to be stat-ed again.
-                incremental = kept is not None and not due
-                started = _stopwatch()
-                with collector_paused():
-                    snap, folders = self._build_snapshot(db, table, location,
-                                                         before.snapshot if before is not None else None,
-                                                         kept if incremental else None)
-                if incremental:
-                    assert before is not None
-                    checked, check_s = before.files_checked, before.check_s
-                else:
-                    check_s = _stopwatch() - started
-            with self._lock:
-                if generation == self._generation:  # not invalidated while it was listed
-                    self._listings[location] = _Listing(stamp, now, snap, folders, checked, check_s)
-            return snap
-        finally:
-            with self._lock:
-                self._refreshing.pop(location, None)
-            refreshing.set()
-
-    def _folders_unchanged(self, listed: FolderFiles) -> bool:
-        """Whether a local folder table's folders hold the same names as when listed, asked
-        with a stat of each: a folder whose entries changed has a new modification time."""
-        storage = self.storage
-        return all(storage.dir_stamp(folder) == stamp.mtime_ns for folder, stamp in listed.folders.items())
-
-    def _files_unchanged(self, location: str, listing: _Listing) -> bool:
-        """Whether every listed file has its listed size and time (a file rewritten in place
-        under its name changes no folder): a stat of each instead of a walk. A 10,000-file
-        table is checked with a third of a listing's CPU (bench/RESULTS.md, plan_latency)."""
-        storage = self.storage
-        return all(storage.file_identity(storage.join(location, f.path)) == (f.size, f.mtime_ns)
-                   for f in listing.snapshot.files)
-
-    def _relist_behind(self, *args: Any) -> None:
-        """``_relist`` on a thread of its own, the callers answered meanwhile (``_refreshing``
-        already names the table)."""
-        threading.Thread(target=self._relist_quietly, name="starscan-listing", daemon=True, args=args).start()
-
-    def _relist_quietly(self, *args: Any) -> None:
-        """``_relist`` in the background: a failure is the next caller's to meet (the
-        listing it answered from runs out)."""
-        try:
-            self._relist(*args)
-        except Exception:  # noqa: BLE001 - the next synchronous listing reports it
-            log.debug("background listing failed", exc_info=True)
+    def _builder(self, db: str, table: str, location: str) -> Build:
+        """How the listing cache lists this table (starscan.tables.listing_cache)."""
+        return lambda previous, kept: self._build_snapshot(db, table, location, previous, kept)
 
     def fresh_snapshot(self, db: str, table: str) -> TableSnapshot | None:
         """``snapshot`` when a listing at hand answers it (a folder of a local warehouse without
@@ -357,40 +234,20 @@ class Warehouse:
         stamp = self.storage.dir_stamp(location)
         if stamp is None:
             return None
-        with self._lock:
-            return self._at_hand(db, table, location, stamp, self._clock())
-
-    def _at_hand(self, db: str, table: str, location: str, stamp: int, now: float) -> TableSnapshot | None:
-        """Under the lock: the cached listing when it answers now without anyone waiting. It
-        is fresh, or it ran out less than a TTL ago: then it is listed again behind the
-        answer (under load, the caller that listed a 10,000-file table itself waited ~0.4 s;
-        bench/RESULTS.md, plan_latency)."""
-        cached = self._listings.get(location)
-        if cached is None or cached.stamp != stamp:
-            return None
-        age = now - cached.listed_at
-        if age >= 2 * self._ttl_s:
-            return None
-        if age >= self._ttl_s and location not in self._refreshing:
-            refreshing = self._refreshing[location] = threading.Event()
-            self._relist_behind(db, table, location, stamp, now, self._generation, refreshing)
-        return cached.snapshot
+        return self.listings.at_hand(location, stamp, self._builder(db, table, location))
 
     def set_sizing(self, sizing: Sizing) -> None:
         """New tablet sizes: listings are made again (a plan issued before still reads what it
         planned while this process holds its tablet list or the table is unchanged)."""
         with self._lock:
             self.sizing = sizing
-            self._generation += 1
-            self._listings.clear()
+        self.listings.clear()
 
     def invalidate(self, db: str, table: str) -> None:
         """Forget a cached listing (after this process wrote the table)."""
         for catalog in self.catalogs:
             catalog.invalidate(db, table)
-        with self._lock:
-            self._generation += 1
-            self._listings.pop(self.table_location(db, table), None)
+        self.listings.forget(self.table_location(db, table))
 
     def changes(self, snap: TableSnapshot) -> TableChanges:
         """How the table's versions are told apart (starscan.tables.changes)."""

@@ -157,7 +157,7 @@ def test_cache_serves_unchanged_tables(wh):
 
 
 def _wait_for_listings(wh):
-    wait_until(lambda: not wh._refreshing, 30, 0.005, what="the background listings to end")
+    wait_until(lambda: not wh.listings.refreshing, 30, 0.005, what="the background listings to end")
 
 
 def test_a_file_rewritten_in_place_shows_after_the_ttl(wh):
@@ -194,7 +194,7 @@ def test_a_large_tables_files_are_stated_again_only_as_often_as_a_tenth_of_the_t
     """Every listing checks a table's folders; its files (rewrites in place) only once per
     FILES_CHECK_SPACING times the last such check took, so a table whose check outlasts the
     TTL is not stat'ed file by file at every TTL. Here the check is made to take 100 s."""
-    from starscan.tables import catalog
+    from starscan.tables import listing_cache
 
     now = [0.0]
     wh = Warehouse(wh.root, listing_ttl_s=5, clock=lambda: now[0])
@@ -203,10 +203,10 @@ def test_a_large_tables_files_are_stated_again_only_as_often_as_a_tenth_of_the_t
     os.utime(table, ns=(long_ago, long_ago))  # not a racily clean folder: its listing is trusted
     first = wh.snapshot("d1", "t")
     ticks = iter([1.0, 101.0])  # the check of every file: started, ended
-    monkeypatch.setattr(catalog, "_stopwatch", lambda: next(ticks))
+    monkeypatch.setattr(listing_cache, "_stopwatch", lambda: next(ticks))
     now[0] += 60
     assert wh.snapshot("d1", "t") is first  # files checked (100 s), none changed
-    monkeypatch.setattr(catalog, "_stopwatch", time.monotonic)
+    monkeypatch.setattr(listing_cache, "_stopwatch", time.monotonic)
     _rewrite_in_place(table / "part-0.parquet", rows=7)
     os.utime(table, ns=(long_ago, long_ago))
     now[0] += 60

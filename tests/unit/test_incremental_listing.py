@@ -59,9 +59,9 @@ def files_not_due(monkeypatch):
     """Every file is stat-ed again only once per FILES_CHECK_SPACING times its last pass took
     (a small table's files are due at every listing, which then walks it whole): here not
     before the test says."""
-    from starscan.tables import catalog
+    from starscan.tables import listing_cache
 
-    monkeypatch.setattr(catalog, "FILES_CHECK_SPACING", 10**9)
+    monkeypatch.setattr(listing_cache, "FILES_CHECK_SPACING", 10**9)
 
 
 @pytest.fixture()
@@ -174,8 +174,8 @@ def test_a_racily_clean_folder_is_read_again(table, reads):
 
 def test_every_file_is_stat_ed_again_when_due(table, reads, monkeypatch):
     """A file rewritten in place changes no folder: the listing is kept until the files are
-    due to be stat-ed again (catalog.FILES_CHECK_SPACING), and then the rewrite shows."""
-    from starscan.tables import catalog
+    due to be stat-ed again (listing_cache.FILES_CHECK_SPACING), and then the rewrite shows."""
+    from starscan.tables import listing_cache
 
     root, t = table
     now = [0.0]
@@ -186,7 +186,7 @@ def test_every_file_is_stat_ed_again_when_due(table, reads, monkeypatch):
     os.utime(path.parent, ns=(LONG_AGO, LONG_AGO))
     now[0] += 20
     assert wh.snapshot("d", "t") is first
-    monkeypatch.setattr(catalog, "FILES_CHECK_SPACING", 0)  # always due
+    monkeypatch.setattr(listing_cache, "FILES_CHECK_SPACING", 0)  # always due
     now[0] += 20
     snap = wh.snapshot("d", "t")
     assert snap.version != first.version
@@ -269,7 +269,7 @@ def test_a_settled_file_rewritten_in_place_shows_when_the_files_are_due(table, m
     otherwise: in a remembered folder it shows, as a rewrite in a folder that did not
     change does, once every file is due to be stat-ed again; the answer is then the one a
     listing from scratch gives."""
-    from starscan.tables import catalog
+    from starscan.tables import listing_cache
 
     root, t = table
     now = [0.0]
@@ -285,7 +285,7 @@ def test_a_settled_file_rewritten_in_place_shows_when_the_files_are_due(table, m
     now[0] += 20
     sizes = {f.path: f.size for f in wh.snapshot("d", "t").files}
     assert (sizes["day=2024-01-03/part-2.parquet"] == path.stat().st_size) == (entries_min == "small folders")
-    monkeypatch.setattr(catalog, "FILES_CHECK_SPACING", 0)  # always due
+    monkeypatch.setattr(listing_cache, "FILES_CHECK_SPACING", 0)  # always due
     now[0] += 20
     snap = wh.snapshot("d", "t")
     assert {f.path: f.size for f in snap.files}["day=2024-01-03/part-2.parquet"] == path.stat().st_size
