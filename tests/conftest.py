@@ -71,7 +71,12 @@ def base_settings(warehouse_dir):
         # test_be_start.py, test_resumable_scans.py, test_flink_latency.py; and so are its own
         # read slots (scan_local_read_slots, the machine's cores by default), by test_local_reads.py.
         scan_local_reads=False, scan_local_read_slots=0,
-        spark_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4"},
+        # The Python data source's filter flag is the application's, set when it starts, as
+        # docs/python-client.md advises: Spark reads it from the session active on the calling
+        # thread when `df.rdd` plans a source's partitions, and a test that made a second
+        # session of its own active there (createDataFrame does) would read it as off.
+        spark_conf={"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "4",
+                    "spark.sql.python.filterPushdown.enabled": "true"},
     )
 
 
