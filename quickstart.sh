@@ -122,7 +122,8 @@ case "$cmd" in
   test-spark-line)
     # What differs between Spark lines (tests marked spark_line: scans on both engines, the sql
     # engine over starscan's reader, a standalone cluster from that pyspark's own jars, the
-    # PySpark data source, incremental reads, the pyspark internals a JVM restart reaches) on
+    # PySpark data source, incremental reads, Hive metastore tables, the pyspark internals a
+    # JVM restart reaches) on
     # another supported pyspark,
     # installed as a user would: pip install 'starscan[server]' 'pyspark==VERSION'.
     [ $# -ge 1 ] || die "usage: $0 test-spark-line PYSPARK_VERSION [pytest args...] (e.g. 3.5.9)"

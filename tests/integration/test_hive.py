@@ -9,6 +9,10 @@ import datetime as dt
 import pytest
 from support.servers import basic, running_server
 
+#: The Spark-version tier too (docs/scaling.md): the metastore's tables and partitions are
+#: reached through the session's JVM, whose collections differ by Scala version (2.12 on 3.5).
+pytestmark = pytest.mark.spark_line
+
 
 @pytest.fixture(scope="module")
 def hive_db(spark, tmp_path_factory):
