@@ -123,9 +123,8 @@ case "$cmd" in
     # What differs between Spark lines (tests marked spark_line: scans on both engines, the sql
     # engine over starscan's reader, a standalone cluster from that pyspark's own jars, the
     # PySpark data source, incremental reads, Hive metastore tables, the pyspark internals a
-    # JVM restart reaches) on
-    # another supported pyspark,
-    # installed as a user would: pip install 'starscan[server]' 'pyspark==VERSION'.
+    # JVM restart reaches) on another supported pyspark, installed as a user would:
+    # pip install 'starscan[server]' 'pyspark==VERSION'.
     [ $# -ge 1 ] || die "usage: $0 test-spark-line PYSPARK_VERSION [pytest args...] (e.g. 3.5.9)"
     version="$1"; shift
     check_python; check_java
