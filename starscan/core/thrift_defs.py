@@ -33,12 +33,12 @@ def __getattr__(name: str) -> Any:
 
             idl, module_name = _MODULES[name]
             try:
-                try:  # an optimisation only (kept parser tables): the load below parses anyway
-                    from starscan.core.thriftpy2_internals import parse_with_kept_tables
+                # An optimisation only: this parse, with kept parser tables, fills thriftpy2's
+                # cache of parsed modules, which the load then answers from; it raises nothing,
+                # and where it cannot be made the load parses as it always did.
+                from starscan.core.thriftpy2_internals import parse_with_kept_tables
 
-                    parse_with_kept_tables(str(IDL_DIR / idl), module_name, _cache_folder())
-                except Exception:  # noqa: BLE001
-                    pass
+                parse_with_kept_tables(str(IDL_DIR / idl), module_name, _cache_folder())
                 loaded = thriftpy2.load(str(IDL_DIR / idl), module_name=module_name)
             except OSError as exc:  # a broken installation, not a network failure
                 raise RuntimeError(f"starscan's Thrift IDL {idl} cannot be loaded: {exc}") from exc
