@@ -238,11 +238,18 @@ def test_2_two_hundred_abandoned_scanners_are_all_reclaimed(rel_server, rel_clie
         finally:
             conn.close()  # left without close_scanner
 
-    workers = [threading.Thread(target=opener, args=(w,), daemon=True) for w in range(8)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(300)
+    # The big scans' first batches wait for Spark slots, which paused scans give back after
+    # scan_yield_after_s (2 s by default: 19 s of opening here, 8 s at 0.5 s).
+    saved = rel_server.service.settings.scan_yield_after_s
+    rel_server.ops.update_config({"scan_yield_after_s": 0.5})
+    try:
+        workers = [threading.Thread(target=opener, args=(w,), daemon=True) for w in range(8)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join(300)
+    finally:
+        rel_server.ops.update_config({"scan_yield_after_s": saved})
     assert not errors, errors
     assert len(cids) == 200 and len(set(cids)) == 200
 
