@@ -8,6 +8,7 @@ user), which the ``starscan scanners`` and ``starscan config`` commands use."""
 from __future__ import annotations
 
 import base64
+import logging
 import ssl
 import time
 from typing import Any
@@ -17,6 +18,11 @@ import httpx
 
 from starscan.client.errors import NetworkError, ServerError, from_http
 from starscan.core.protocol_extensions import ERROR_KIND_HEADER
+
+#: The client's retries and failovers are told here at WARNING, as urllib3 tells its own: a
+#: program that configures no logging sees them on stderr (Python's last-resort handler),
+#: so a read that waits on an FE coming back says why it waits.
+log = logging.getLogger("starscan.client")
 
 
 class FrontEnd:
@@ -68,7 +74,10 @@ class FrontEnd:
                 if attempt == self.retries:
                     raise NetworkError(f"cannot reach the FE at {self.url}: {type(exc).__name__}: {exc}",
                                        call=call) from None
-                time.sleep(min(2.0 ** attempt, 8.0))
+                pause = min(2.0 ** attempt, 8.0)
+                log.warning("the FE at %s refused the connection (%s); trying again in %.0f s (%d of %d)", self.url,
+                            exc, pause, attempt + 1, self.retries)
+                time.sleep(pause)
             except httpx.HTTPError as exc:
                 raise NetworkError(f"cannot reach the FE at {self.url}: {type(exc).__name__}: {exc}",
                                    call=call) from None

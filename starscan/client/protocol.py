@@ -29,7 +29,7 @@ from starscan.client.errors import (
     from_reply,
     is_lost,
 )
-from starscan.client.fe import FrontEnd, table_path
+from starscan.client.fe import FrontEnd, log, table_path
 from starscan.core import thrift_defs
 from starscan.core.protocol_extensions import (
     EOS_ROWS_PREFIX,
@@ -374,7 +374,10 @@ class StarscanClient:
                     # cannot be resumed by skipping rows: they could be other rows.
                     raise exc.error from None
                 stats.failovers += 1
-                time.sleep(min(FAILOVER_PAUSE_S * 2 ** (lost - 1), FAILOVER_PAUSE_MAX_S))
+                pause = min(FAILOVER_PAUSE_S * 2 ** (lost - 1), FAILOVER_PAUSE_MAX_S)
+                log.warning("%s; the scanner is opened again on the next routing in %.1f s, its rows so far skipped "
+                            "(failover %d of %d)", exc.error.message, pause, lost, self.failovers)
+                time.sleep(pause)
 
     def _scan_on(self, endpoint: str, db: str, table: str, plan: dict[str, Any], tablets: list[int], batch_size: int,
                  stats: ScanStats, keep_alive_min: int | None, mem_limit: int | None, query_timeout: int | None,

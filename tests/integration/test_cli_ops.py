@@ -73,7 +73,11 @@ def test_exit_codes_for_auth_and_unreachable(server, fe):
     unreachable = cli("scanners", "list", "--fe", "127.0.0.1:1")
     assert unreachable.returncode == 5 and "cannot reach" in unreachable.stderr
     assert cli("config", "--fe", "127.0.0.1:1").returncode == 5
-    assert cli("scan", "db1.t1", "--fe", "127.0.0.1:1").returncode == 5
+    unreachable_scan = cli("scan", "db1.t1", "--fe", "127.0.0.1:1")
+    assert unreachable_scan.returncode == 5
+    # A refused connection is tried again (an FE restarting is back in seconds), and each wait says so.
+    assert "refused the connection" in unreachable_scan.stderr
+    assert "trying again in 4 s (3 of 3)" in unreachable_scan.stderr, unreachable_scan.stderr
 
 
 @pytest.mark.parametrize("command", [["scan", "db1.t1"], ["follow", "db1.t1", "--consumer", "c", "--into", "out"],

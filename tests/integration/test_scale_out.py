@@ -87,7 +87,7 @@ def test_tablets_are_routed_over_both_bes_and_a_full_read_equals_spark(cluster, 
         assert "starrocks_be_active_scan_context_count" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
 
 
-def test_a_be_killed_mid_scan_costs_the_client_nothing_and_comes_back(cluster):
+def test_a_be_killed_mid_scan_costs_the_client_nothing_and_comes_back(cluster, caplog):
     from starscan.client import ScanStats, StarscanClient
 
     client = StarscanClient(cluster["fe_url"], timeout_s=30)
@@ -103,6 +103,8 @@ def test_a_be_killed_mid_scan_costs_the_client_nothing_and_comes_back(cluster):
             victim.kill()  # in the middle of its scanner: rows sent, more to come
     assert stats.failovers >= 1
     assert seen == _expected()  # every row, none twice
+    told = [r.getMessage() for r in caplog.records if r.name == "starscan.client" and r.levelname == "WARNING"]
+    assert len(told) == stats.failovers and "opened again on the next routing" in told[0], told  # and said why
 
     # the dead BE leaves the routings within seconds ...
     def routed_to_survivor_only() -> bool:
