@@ -189,6 +189,7 @@ class Soak:
         self.faults: list[tuple[float, str, str]] = []  # (seconds since start, fault, what was hit)
         self.stop = threading.Event()
         self.lock = threading.Lock()
+        self.restarts: list[threading.Timer] = []  # killed BEs' starts, due be_down_s after the kill
         self.expected = {name: expected_rows(where) for name, (_sql, where) in QUERIES.items()}
         self.started = time.monotonic()
 
@@ -307,7 +308,9 @@ class Soak:
                 be = rng.choice(live)
                 be.kill()
                 hit = be.name
-                threading.Timer(self.args.be_down_s, be.start).start()
+                restart = threading.Timer(self.args.be_down_s, be.start)
+                self.restarts.append(restart)
+                restart.start()
         else:
             cluster.fe.kill()
             cluster.fe.start()
@@ -336,6 +339,10 @@ class Soak:
         faulter.join(30)
         for t in threads:
             t.join(300)
+        # A BE killed near the end would otherwise start after the cluster stopped, and outlive it.
+        for restart in self.restarts:
+            restart.cancel()
+            restart.join(120)
         hung = sum(t.is_alive() for t in threads)
         return {"hung": hung, "wall": time.monotonic() - self.started}
 
