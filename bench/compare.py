@@ -4,7 +4,7 @@ One run, one process tree, the same generated data (``demo.lineitem`` written by
 ``starscan.app.demo.create_demo`` at ``--scale``, default 1 = ~6 M rows):
 
 - **starscan** (in this process: FE over HTTP + BE over Thrift on local Spark), read through the
-  protocol by ``starscan/client.py`` (thriftpy2) and by a client that Debian's Apache Thrift
+  protocol by ``starscan.client`` (thriftpy2) and by a client that Debian's Apache Thrift
   compiler generates from ``idl/StarrocksExternalService.thrift`` at run time (the official
   ``thrift`` library, as ``tests/wire/test_wire_official.py``);
 - **Spark Connect**: a local Spark Connect server (``spark-submit --class ...SparkConnectServer``

@@ -5,7 +5,7 @@ Every node is a `starscan serve --role ...` process of its own, as deployed: one
 (`--role fe --be-endpoints ...`) and one or two BEs on local Spark (`local[2]` each), or one
 BE whose Spark is a standalone master and worker started from pyspark's own jars
 (`spark-class ...deploy.master.Master` / `...deploy.worker.Worker`, 2 cores, 2 GiB). The
-readers are 4 separate client processes (starscan/client.py), each reading the whole of
+readers are 4 separate client processes (starscan.client), each reading the whole of
 `select * from demo.lineitem`, started together; aggregate rows/s = all rows ÷ wall time.
 Each configuration gets the same warm-up (one full read by one reader), then ``--repeats``
 measured runs. Peak RSS is sampled per process (each node's Python and JVM).

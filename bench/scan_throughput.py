@@ -299,7 +299,7 @@ def main(argv=None) -> int:
 
     table_md = common.markdown_table(HEADER, rows) + "\n"
     client_where = "threads in the server's process" if args.client_in_process else \
-        "threads in a separate client process (starscan/client.py StarscanClient, batches counted and dropped)"
+        "threads in a separate client process (starscan.client StarscanClient, batches counted and dropped)"
     conditions = {
         "what": "MB/s = Arrow bytes delivered (sum of RecordBatch.nbytes) ÷ wall time, MB = 10^6 B; "
                 "for N scanners the aggregate over all N (each reads the whole result); rows/s likewise; "

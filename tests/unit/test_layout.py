@@ -8,6 +8,7 @@ import importlib
 import importlib.machinery
 import importlib.resources
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,32 @@ def test_the_tests_never_import_the_benchmarks():
             offenders += [f"{path.relative_to(REPO)}:{node.lineno} imports {n}" for n in names
                           if n.split(".")[0] in bench_modules | {"bench"}]
     assert offenders == []
+
+
+#: Files that name the repository's files: the docs, the benchmarks' README and the sources'
+#: comments and docstrings (the dated notes and the run records name files as they were).
+_NAMING = ["README.md", "docs/*.md", "bench/README.md", "*.sh", ".ci/run", "pyproject.toml",
+           "starscan/**/*.py", "planner/**/*.py", "provider/**/*.py", "gc/**/*.py", "tests/**/*.py", "bench/*.py"]
+_REPO_PATH = re.compile(r"(?<![\w./-])((?:starscan|planner|provider|gc|tests|bench|idl|docs)/[\w/.-]*\w\.(?:py|md|thrift|sh|json|toml))\b")
+
+
+def _naming_files() -> list[Path]:
+    return sorted({p for pattern in _NAMING for p in REPO.glob(pattern) if p.is_file() and ".venv" not in p.parts})
+
+
+def test_every_repository_file_the_docs_and_comments_name_exists():
+    """A file renamed or split (the client module became a package) leaves no doc or
+    comment naming the old path."""
+    stale = [f"{path.relative_to(REPO)}:{n}: {match}" for path in _naming_files()
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             for match in _REPO_PATH.findall(line)
+             if not (REPO / match).exists() and not (path.parent / match).exists()]
+    assert stale == []
+
+
+def test_nothing_points_outside_the_repository():
+    """The repository stands alone: no doc or comment sends a reader to ../ folders."""
+    outside = [f"{path.relative_to(REPO)}:{n}" for path in _naming_files()
+               for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+               if "../shared" in line and path != Path(__file__)]
+    assert outside == []
