@@ -124,6 +124,19 @@ class SparkHandle:
         """Look at the JVM now (a caller saw a Spark call fail): restart if it is gone."""
         self._wake.set()
 
+    def seen_down(self, reason: str) -> None:
+        """A caller saw this session's JVM process exited: the handle is not up from now on,
+        so a scan's next reader waits for the new session instead of starting Spark jobs that
+        fail at once on the dead one (each a lost reader: a scan lost six in 10 ms and failed,
+        while the watcher had yet to look on a busy machine). The watcher, woken, restarts it.
+        A handle that does not watch (a session not ours to restart) is only woken."""
+        with self._lock:
+            if self._watch and self._state is SparkState.UP and self._session is not None:
+                self._state = SparkState.RECOVERING
+                self.down_reason, self._down_at = reason, time.monotonic()
+                self.ready.clear()
+        self._wake.set()
+
     def stop(self) -> None:
         """Stop watching and stop the session, if one is up."""
         self._stopped.set()
@@ -228,9 +241,10 @@ class SparkHandle:
             if self._stopped.is_set():
                 return
             old, self._session = self._session, None
+            if self._state is not SparkState.RECOVERING:  # else a caller saw it first (seen_down)
+                self._down_at = time.monotonic()
             self._state = SparkState.RECOVERING
             self.down_reason = reason
-            self._down_at = time.monotonic()
             self.ready.clear()
         try:
             pyspark_internals.forget_session(old)

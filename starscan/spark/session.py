@@ -149,7 +149,10 @@ def spark_problem(spark: SparkSession) -> str | None:
         if session is None:  # given up a moment ago
             return spark.status()[1]
         # The JVM's process first: asking a dead JVM makes Py4J log a traceback.
-        problem = "Spark's JVM exited" if pyspark_internals.jvm_exited(session) else _session_problem(session)
+        if pyspark_internals.jvm_exited(session):
+            spark.seen_down("its process exited")  # not up from now on; the watcher restarts it
+            return "Spark's JVM exited: a new SparkSession is starting"
+        problem = _session_problem(session)
         if problem is None:
             return None
         spark.check()  # the watcher looks now, and restarts it
