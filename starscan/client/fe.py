@@ -19,10 +19,10 @@ import httpx
 from starscan.client.errors import NetworkError, ServerError, from_http
 from starscan.core.protocol_extensions import ERROR_KIND_HEADER
 
-#: The client's retries and failovers are told here at WARNING, as urllib3 tells its own: a
-#: program that configures no logging sees them on stderr (Python's last-resort handler),
-#: so a read that waits on an FE coming back says why it waits.
-log = logging.getLogger("starscan.client")
+#: A refused connection's retries are told at WARNING, as urllib3 tells its own: a program
+#: that configures no logging sees them on stderr (Python's last-resort handler), so a read
+#: that waits on an FE coming back says why it waits.
+log = logging.getLogger(__name__)
 
 
 class FrontEnd:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import ssl
 import threading
 import time
@@ -29,7 +30,7 @@ from starscan.client.errors import (
     from_reply,
     is_lost,
 )
-from starscan.client.fe import FrontEnd, log, table_path
+from starscan.client.fe import FrontEnd, table_path
 from starscan.core import thrift_defs
 from starscan.core.protocol_extensions import (
     EOS_ROWS_PREFIX,
@@ -42,6 +43,11 @@ from starscan.core.thrift_defs import protocol_errors, transport_errors
 
 if TYPE_CHECKING:
     from thriftpy2.thrift import TClient
+
+
+#: A scanner's failover to the next routing is told at WARNING (as fe.py tells the FE's
+#: retries): the read pauses, and says why.
+log = logging.getLogger(__name__)
 
 
 class _BackendLost(Exception):

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pytest
 from support.holders import holders
 from support.proxies import FaultProxy
-from support.readers import Reader, arrow_rows, job_states, one_batch, plan_for, spark_rows
+from support.readers import Reader, arrow_rows, job_states, one_batch, plan_for, runtime_settings, spark_rows
 from support.servers import start_serve
 from support.waits import wait_until
 from thriftpy2.transport import TTransportException
@@ -240,16 +240,12 @@ def test_2_two_hundred_abandoned_scanners_are_all_reclaimed(rel_server, rel_clie
 
     # The big scans' first batches wait for Spark slots, which paused scans give back after
     # scan_yield_after_s (2 s by default: 19 s of opening here, 8 s at 0.5 s).
-    saved = rel_server.service.settings.scan_yield_after_s
-    rel_server.ops.update_config({"scan_yield_after_s": 0.5})
-    try:
+    with runtime_settings(rel_server, scan_yield_after_s=0.5):
         workers = [threading.Thread(target=opener, args=(w,), daemon=True) for w in range(8)]
         for t in workers:
             t.start()
         for t in workers:
             t.join(300)
-    finally:
-        rel_server.ops.update_config({"scan_yield_after_s": saved})
     assert not errors, errors
     assert len(cids) == 200 and len(set(cids)) == 200
 
@@ -300,33 +296,32 @@ def test_3_a_killed_client_is_reclaimed_and_other_scanners_are_unaffected(rel_se
     plan, tablets = plan_for(rel_client, "demo", "lineitem", sql)
     # A reader whose connection ends before eos and close is kept this long from its last
     # call, not its keep-alive (60 s by default; seconds here).
-    saved = rel_server.service.settings.abandoned_scan_keep_alive_s
-    rel_server.ops.update_config({"abandoned_scan_keep_alive_s": 1.0})
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, *map(str, rel_be), plan, ",".join(map(str, tablets))],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        line = proc.stdout.readline().strip()
-        assert line, proc.stderr.read()
-        cid = line
-        ctx = rel_server.contexts.get(cid)
-        assert ctx.replies.offset == 100 and not ctx.scan.done.is_set()
-        # Another reader is mid-scan when the client dies.
-        other_cols = ["l_orderkey", "l_linenumber", "l_quantity"]
-        other = rel_client.batches("demo", "lineitem", f"select {', '.join(other_cols)} from `demo`.`lineitem`",
-                                   batch_size=500)
-        got = [next(other)]
-        proc.kill()  # SIGKILL: the kernel resets its socket
-        assert proc.wait(30) == -signal.SIGKILL
-        got.extend(other)
-        # Its keep-alive (minutes) is not what reclaims it: its connection's end is.
-        assert ctx.keep_alive_s >= 60
-        assert_no_scan_left(spark, rel_server, [cid], "killed client's scanner")
-    finally:
-        rel_server.ops.update_config({"abandoned_scan_keep_alive_s": saved})
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
+    with runtime_settings(rel_server, abandoned_scan_keep_alive_s=1.0):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, *map(str, rel_be), plan,
+                                 ",".join(map(str, tablets))],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            line = proc.stdout.readline().strip()
+            assert line, proc.stderr.read()
+            cid = line
+            ctx = rel_server.contexts.get(cid)
+            assert ctx.replies.offset == 100 and not ctx.scan.done.is_set()
+            # Another reader is mid-scan when the client dies.
+            other_cols = ["l_orderkey", "l_linenumber", "l_quantity"]
+            other = rel_client.batches("demo", "lineitem", f"select {', '.join(other_cols)} from `demo`.`lineitem`",
+                                       batch_size=500)
+            got = [next(other)]
+            proc.kill()  # SIGKILL: the kernel resets its socket
+            assert proc.wait(30) == -signal.SIGKILL
+            got.extend(other)
+            # Its keep-alive (minutes) is not what reclaims it: its connection's end is.
+            assert ctx.keep_alive_s >= 60
+            assert_no_scan_left(spark, rel_server, [cid], "killed client's scanner")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
     assert arrow_rows(got) == snapshot_rows(spark, rel_server, "demo", "lineitem", other_cols)
     wait_until(ctx.scan.done.is_set, what="the killed client's producer to end")
     assert ctx.queue.bytes == 0 and ctx.queue.depth == 0

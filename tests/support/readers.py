@@ -201,6 +201,18 @@ def job_states(spark, group: str) -> dict[int, str]:
 
 
 @contextmanager
+def runtime_settings(server, **changes: object) -> Iterator[None]:
+    """The server's run-time settings ``changes`` (through the run-time config path) for the
+    ``with`` block; the values it had are set again afterwards."""
+    saved = {key: getattr(server.service.settings, key) for key in changes}
+    server.ops.update_config(changes)
+    try:
+        yield
+    finally:
+        server.ops.update_config(saved)
+
+
+@contextmanager
 def scan_engine_setting(server) -> Iterator[Callable[[str], None]]:
     """A setter of the server's ``scan_engine`` through the run-time config path; the engine
     it had is set again afterwards."""
