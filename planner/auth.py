@@ -1,12 +1,13 @@
 """Who is calling: HTTP Basic (as StarRocks' FE parses it) or a signed bearer token, with
-failed logins rate-limited per user and client address."""
+failed logins rate-limited per user and client address. What the caller may then do is the
+statement service's (planner/statements)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 
-from starscan.core.errors import DirectReadDenied, SelectPrivilegeMissing, TooManyRequests, Unauthorized
+from starscan.core.errors import TooManyRequests, Unauthorized
 from starscan.security.ratelimit import LoginGuard
 from starscan.security.tokens import TokenVerifier
 from starscan.security.users import UserStore
@@ -69,22 +70,3 @@ class Authenticator:
         if not self.users.exists(user):
             raise Unauthorized(f"Access denied for {user}@{client}: the token's user is not in the users file")
         return user
-
-    def require_select(self, user: str, client: str, db: str, table: str) -> None:
-        """After ``authenticate`` in the same request (the users file was just read)."""
-        require_select(self.users, user, client, db, table, reload=False)
-
-
-    def require_direct_read(self, user: str, client: str, db: str, table: str) -> None:
-        """A direct plan names the table's files: only for holders of DIRECT_READ on it."""
-        if not self.users.can_direct_read(user, db, table, reload=False):
-            raise DirectReadDenied(
-                f"Access denied; a direct plan (\"direct\": true) of TABLE {db}.{table} needs the DIRECT_READ privilege "
-                f"for {user}@{client}: an administrator grants it with `starscan user grant {user} {db}.{table} "
-                "--direct-read`; without \"direct\" the same plan reads through the BE")
-
-
-def require_select(users: UserStore, user: str, client: str, db: str, table: str, reload: bool = True) -> None:
-    if not users.can_select(user, db, table, reload=reload):
-        raise SelectPrivilegeMissing(f"Access denied; you need (at least one of) the SELECT privilege(s) on TABLE {db}.{table} "
-                                     f"for {user}@{client}")

@@ -74,6 +74,27 @@ def _answer(encoded: str, partitions_json: bytes, tail: bytes) -> bytes:
 
 
 @dataclass(frozen=True)
+class ScanPlan:
+    """A plain plan as the SQL fronts take it: the plan and its signed encoding (None and
+    "" when no tablet is planned), each planned tablet's BEs, and the plan's columns."""
+
+    plan: Any
+    encoded: str
+    routings: dict[int, list[str]]
+    columns: list
+
+
+@dataclass(frozen=True)
+class _Made:
+    snap: TableSnapshot
+    body: _PlanBody
+    tablets: list[Tablet]
+    plan: Any
+    encoded: str
+    tail: bytes
+
+
+@dataclass(frozen=True)
 class _PlanBody:
     """What every plain plan of one statement over one table version says alike, as planned
     under these settings and live BEs; each plan adds its query id, user and times, and is
@@ -91,6 +112,7 @@ class _PlanBody:
     parts: TabletParts | None        # None: no tablet planned
     schema_json: str
     shash: int
+    predicate_expr: Any = None       # as parsed (direct plans name the files it keeps)
     size: int = dataclass_field(init=False)  # bytes it holds, about (its answer's tablets)
 
     def __post_init__(self) -> None:
@@ -197,6 +219,27 @@ class QueryPlanner:
         also for a whole read, the start of a reader that keeps its own cursor). ``direct``: name
         each tablet's files too (planner.direct_plans; the caller checked the grant)."""
         audit = {} if audit is None else audit
+        made = self._make(db, table, sql, user, audit, since_version, consumer, cursor, direct)
+        tail = made.tail
+        if made.plan is None:
+            return _EMPTY_ANSWER + tail + b"}"
+        partitions_json = made.body.partitions_json
+        if direct:
+            partitions_json, section = self._direct(made.snap, made.plan, made.body.predicate_expr, made.tablets,
+                                                    partitions_json, audit, direct_row_deletes)
+            tail += b',"direct":' + section
+        return _answer(made.encoded, partitions_json, tail)
+
+    def scan_plan(self, db: str, table: str, sql: str, user: str, audit: dict | None = None) -> ScanPlan:
+        """A plain plan of ``sql`` as an object (what the SQL fronts read: the signed plan
+        and each tablet's BEs), made as ``query_plan_json`` makes it."""
+        made = self._make(db, table, sql, user, {} if audit is None else audit)
+        if made.plan is None:
+            return ScanPlan(made.plan, "", {}, made.body.columns)
+        return ScanPlan(made.plan, made.encoded, self._routings(made.tablets, made.body.live), made.body.columns)
+
+    def _make(self, db: str, table: str, sql: str, user: str, audit: dict, since_version: int | None = None,
+              consumer: str | None = None, cursor: bool = False, direct: bool = False) -> _Made:
         for listener in self.plan_listeners:
             listener()
         snap = self.warehouse.snapshot(db, table)           # 404s (step 6)
@@ -233,20 +276,14 @@ class QueryPlanner:
         if tablets:
             parts = self._tablet_parts(snap, tablets, shash, live, inline=since_version is not None)
         body = _PlanBody(weakref.ref(snap), settings, live, sql, columns,
-                         E.flatten(predicate) if predicate is not None else None, len(tablets), parts, schema_json, shash)
+                         E.flatten(predicate) if predicate is not None else None, len(tablets), parts, schema_json, shash,
+                         predicate)
         if not tail and not direct and (parts is None or len(parts.tablets) <= QUICK_INLINE_MAX_BYTES) and \
                 body.size <= QUICK_BODIES_MAX_BYTES // 16:
             with self._parts_lock:
                 self._bodies[(db, table, sql)] = body
         plan, encoded = self._signed(body, snap, user, audit)
-        if plan is None:
-            return _EMPTY_ANSWER + tail + b"}"
-        partitions_json = body.partitions_json
-        if direct:
-            partitions_json, section = self._direct(snap, plan, predicate, tablets, partitions_json, audit,
-                                                    direct_row_deletes)
-            tail += b',"direct":' + section
-        return _answer(encoded, partitions_json, tail)
+        return _Made(snap, body, tablets, plan, encoded, tail)
 
     @staticmethod
     def _pruned(snap: TableSnapshot, candidates: Sequence[Tablet], predicate: E.Expr | None,
@@ -383,17 +420,19 @@ class QueryPlanner:
             value = TabletParts(packed, None, None, b"")
         else:
             value = TabletParts(b"", self._list_digest(snap), [t.tablet_id for t in tablets], b"")
-        if self.membership is not None and live:
-            partitions = {str(t.tablet_id): {"routings": self.membership.routings_of(t.tablet_id, live),
-                                             "version": snap.version, "schemaHash": shash} for t in tablets}
-        else:
-            routings = self.settings.routings
-            partitions = {str(t.tablet_id): {"routings": list(routings), "version": snap.version, "schemaHash": shash}
-                          for t in tablets}
+        partitions = {str(tablet_id): {"routings": routings, "version": snap.version, "schemaHash": shash}
+                      for tablet_id, routings in self._routings(tablets, live).items()}
         value.partitions_json = json.dumps(partitions, separators=(",", ":")).encode("ascii")
         with self._parts_lock:
             self._parts_cache[key] = value
         return value
+
+    def _routings(self, tablets: Sequence[Tablet], live: tuple[str, ...] | None) -> dict[int, list[str]]:
+        """Each tablet's BEs, in the order a reader tries them."""
+        if self.membership is not None and live:
+            return {t.tablet_id: self.membership.routings_of(t.tablet_id, live) for t in tablets}
+        routings = self.settings.routings
+        return {t.tablet_id: list(routings) for t in tablets}
 
     def _list_digest(self, snap) -> bytes:
         """The digest of the snapshot's whole tablet list (starscan.plans.tablet_lists): once

@@ -48,8 +48,13 @@ class BeFlightServer(flight.FlightServerBase):
             raise to_flight(exc) from None
 
     def stream(self, ticket: tickets.ScanTicket, client: str) -> flight.FlightDataStream:
-        """The ticket's rows as a Flight stream (also the FE's proxy of a node that is FE and
-        BE at once: its own tablets read in its own process)."""
+        """The ticket's rows as a Flight stream."""
+        schema, batches = self.batches(ticket, client)
+        return flight.GeneratorStream(schema, _as_flight(batches))
+
+    def batches(self, ticket: tickets.ScanTicket, client: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+        """The ticket's rows, their schema then their batches (also what the FE reads of a
+        node that is FE and BE at once: its own tablets read in its own process)."""
         properties = {ARROW_TYPES_PROPERTY: "true"}
         if ticket.ordered:  # the FE's proxy, which can then go on from another BE
             properties[ORDERED_PROPERTY] = "true"
@@ -66,7 +71,17 @@ class BeFlightServer(flight.FlightServerBase):
         else:  # answered from the result cache: its replies carry their schema
             first = self.service.next(opened.context_id, 0)
             schema = _schema_of(first.rows) if first.rows is not None else pa.schema([])
-        return flight.GeneratorStream(schema, _batches(self.service, opened.context_id, schema, first))
+        return schema, _batches(self.service, opened.context_id, schema, first)
+
+
+def _as_flight(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` with a failure on the way as its gRPC status."""
+    try:
+        yield from batches
+    except StarscanError as exc:
+        raise to_flight(exc) from None
+    finally:
+        batches.close()  # type: ignore[attr-defined]
 
 
 def _batches(service: ScanService, context_id: str, schema: pa.Schema, first) -> Iterator[pa.RecordBatch]:
@@ -85,8 +100,6 @@ def _batches(service: ScanService, context_id: str, schema: pa.Schema, first) ->
             for batch in batches:
                 offset += batch.num_rows
                 yield batch
-    except StarscanError as exc:
-        raise to_flight(exc) from None
     finally:
         service.close(context_id)
 

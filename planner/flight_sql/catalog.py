@@ -1,19 +1,18 @@
-"""Flight SQL's metadata commands and the SHOW/DESC statements, answered from what the user
-may see (``CatalogView``: databases and tables with a SELECT grant). The result schemas are
-the ones Flight SQL defines for each command. starscan has one catalog, StarRocks'
+"""Flight SQL's metadata commands, answered from what the user may see (``CatalogView``:
+databases and tables with a SELECT grant). The result schemas are the ones Flight SQL
+defines for each command. starscan has one catalog, StarRocks'
 ``default_catalog``; its databases are Flight SQL's "db schemas"."""
 
 from __future__ import annotations
-
-import re
 
 import pyarrow as pa
 from google.protobuf import any_pb2
 
 import starscan
-from starscan.core.errors import BadRequest, DatabaseNotFound, TableNotFound
+from starscan.core.errors import BadRequest
 from starscan.flight import flight_sql_pb2 as sql_pb2
-from starscan.planner.mysql.catalog_view import CatalogView, describe
+from starscan.planner.statements.catalog_view import CatalogView
+from starscan.planner.statements.show import like_pattern
 from starscan.spark.types import sql_type as spark_sql_type
 
 CATALOG = "default_catalog"
@@ -68,10 +67,7 @@ _INT32_INFO = {_I.FLIGHT_SQL_SERVER_TRANSACTION: 0}  # int32 values: no transact
 
 def _like(pattern: str | None, value: str) -> bool:
     """Flight SQL's filter patterns: SQL LIKE (``%``, ``_``), case-sensitive."""
-    if pattern is None:
-        return True
-    regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, value, re.DOTALL) is not None
+    return like_pattern(pattern, value)
 
 
 def _catalog_ok(catalog: str | None) -> bool:
@@ -191,36 +187,3 @@ _SCHEMAS = {
     sql_pb2.CommandGetExportedKeys: FOREIGN_KEYS_SCHEMA, sql_pb2.CommandGetImportedKeys: FOREIGN_KEYS_SCHEMA,
     sql_pb2.CommandGetCrossReference: FOREIGN_KEYS_SCHEMA,
 }
-
-
-# ---- SHOW / DESC as statements ----
-_SHOW_DATABASES = re.compile(r"^\s*show\s+(databases|schemas)\s*;?\s*$", re.I)
-_SHOW_TABLES = re.compile(r"^\s*show\s+tables(?:\s+(?:from|in)\s+`?([\w$]+)`?)?\s*;?\s*$", re.I)
-_DESC = re.compile(r"^\s*(?:desc|describe)\s+(?:`?([\w$]+)`?\.)?`?([\w$]+)`?\s*;?\s*$", re.I)
-
-
-def is_show(sql: str) -> bool:
-    return any(p.match(sql) for p in (_SHOW_DATABASES, _SHOW_TABLES, _DESC))
-
-
-def show(sql: str, database: str | None, view: CatalogView) -> pa.Table:
-    """SHOW DATABASES, SHOW TABLES [FROM db], DESC [db.]table, as the MySQL port answers them."""
-    if _SHOW_DATABASES.match(sql):
-        return pa.table({"Database": sorted(view.databases())})
-    if m := _SHOW_TABLES.match(sql):
-        db = m.group(1) or database
-        if not db:
-            raise BadRequest("No database selected: SHOW TABLES FROM db")
-        if not view.database_visible(db):
-            raise DatabaseNotFound(db)
-        return pa.table({f"Tables_in_{db}": view.tables(db)})
-    m = _DESC.match(sql)
-    assert m is not None
-    db, table = m.group(1) or database, m.group(2)
-    if not db:
-        raise BadRequest("No database selected: DESC db.table")
-    if not (view.can_select(db, table) and view.warehouse.has_table(db, table)):
-        raise TableNotFound(f"{db}.{table}")
-    rows, header = describe(view.columns(db, table))
-    return pa.Table.from_pylist([dict(zip(header, row)) for row in rows],
-                                schema=pa.schema([(name, _UTF8) for name in header]))

@@ -1,19 +1,19 @@
 """The FE's Flight SQL server: pyarrow's Flight server with Flight SQL's commands.
 
 ``GetFlightInfo`` / ``GetSchema`` take a statement (``CommandStatementQuery``, or a prepared
-one) or a metadata command and answer its schema and endpoints (planner/flight_sql/
-statements.py); ``DoGet`` answers the tickets the FE keeps for itself (queries on Spark SQL,
-SHOW/DESC, metadata) and, in proxy mode, relays a BE's stream of a scan's tablets, trying
-the tablets' next BE when one cannot be reached. ``DoAction`` creates and closes prepared
-statements. Every failure is a gRPC status (starscan.flight.errors)."""
+one), which the statement service answers (planner/statements: the same answer as on the
+MySQL port), rendered as its schema and endpoints (planner/flight_sql/statements.py), or a
+metadata command (planner/flight_sql/catalog.py). ``DoGet`` streams the tickets the FE keeps
+for itself (a statement's rows, metadata) and, in proxy mode, relays a BE's stream of a
+scan's tablets, trying the tablets' next BE when one cannot be reached. ``DoAction`` creates
+and closes prepared statements. Every failure is a gRPC status (starscan.flight.errors)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -25,50 +25,40 @@ from starscan.core.errors import BadRequest, InvalidArgument, NotFound, Privileg
 from starscan.flight import flight_sql_pb2 as sql_pb2
 from starscan.flight import tickets
 from starscan.flight.errors import to_flight
-from starscan.planner import sql_queries
 from starscan.planner.auth import Authenticator
-from starscan.planner.flight_sql import catalog, relay, statements
+from starscan.planner.flight_sql import catalog, statements
 from starscan.planner.flight_sql.auth import CallerMiddlewareFactory, HandshakeAccepted, SessionTokens, caller
-from starscan.planner.mysql.catalog_view import CatalogView
-from starscan.planner.query_plan import QueryPlanner
+from starscan.planner.statements import Answer, QueryAnswer, Statement, StatementService
 from starscan.plans import codec as plan_codec
 from starscan.security.tls import FlightTls
-from starscan.security.users import UserStore
 from starscan.settings.runtime import LiveSettings
-from starscan.spark import pyspark_internals
 
 log = logging.getLogger("starscan.flight")
 
+DOOR = "flight-sql"
 PREPARED_MAX = 10_000
 PREPARED_TTL_S = 3600
+# A query's answer (its DataFrame, built for GetFlightInfo's schema) kept for the DoGet that
+# follows, so that it is built once; a DoGet after this, or on another FE, builds it again.
+ANSWERS_MAX = 256
+ANSWERS_TTL_S = 120
 _CREATE_PREPARED = "CreatePreparedStatement"
 _CLOSE_PREPARED = "ClosePreparedStatement"
 
 
 class FlightSqlServer(flight.FlightServerBase):
-    def __init__(self, location: str, advertised: str, planner: QueryPlanner, auth: Authenticator, users: UserStore,
-                 spark, signer: plan_codec.Signer, live: LiveSettings, tls: FlightTls | None = None):
+    def __init__(self, location: str, advertised: str, service: StatementService, auth: Authenticator,
+                 signer: plan_codec.Signer, live: LiveSettings, tls: FlightTls | None = None):
         super().__init__(location, auth_handler=HandshakeAccepted(),
                          middleware={"caller": CallerMiddlewareFactory(auth, SessionTokens())},
                          **(tls.server_options() if tls is not None else {}))
-        self.relay_options = tls.client_options() if tls is not None else {}  # the FE's client of the BEs
         self.advertised = advertised   # this FE's own Flight URI (endpoints it answers, proxy mode)
-        self.planner = planner
-        self.users = users
-        self.spark = spark
+        self.service = service
         self.signer = signer
         self.live = live
         self._prepared: TTLCache = TTLCache(maxsize=PREPARED_MAX, ttl=PREPARED_TTL_S)
+        self._answers: TTLCache = TTLCache(maxsize=ANSWERS_MAX, ttl=ANSWERS_TTL_S)
         self._lock = threading.Lock()
-        # A node that is this FE's BE too (--role all): its routing and its Flight front's
-        # stream of a ticket, so that proxy mode reads that BE's tablets in this process
-        # instead of relaying them over a connection to itself (set by the node's wiring).
-        self.local_be: Callable[[], str | None] = lambda: None
-        self.local_stream: Callable[[tickets.ScanTicket, str], flight.FlightDataStream] | None = None
-
-    # ---- what a user sees ----
-    def _view(self, user: str) -> CatalogView:
-        return CatalogView(self.planner.warehouse, self.planner.schemas, self.users, user)
 
     # ---- GetFlightInfo / GetSchema ----
     def get_flight_info(self, context, descriptor):
@@ -79,7 +69,7 @@ class FlightSqlServer(flight.FlightServerBase):
             if schema is not None:  # metadata: answered by this FE
                 ticket = tickets.encode(tickets.meta_ticket(user, command.SerializeToString()), self.signer)
                 return flight.FlightInfo(schema, descriptor, [flight.FlightEndpoint(ticket, [])], -1, -1)
-            planned = self._statement(user, command)
+            planned = self._statement(user, command, _peer(context))
             endpoints = [flight.FlightEndpoint(e.ticket, [flight.Location(u) for u in e.locations])
                          for e in planned.endpoints]
             return flight.FlightInfo(planned.schema, descriptor, endpoints, planned.rows, -1)
@@ -90,7 +80,7 @@ class FlightSqlServer(flight.FlightServerBase):
         info = self.get_flight_info(context, descriptor)
         return flight.SchemaResult(info.schema)
 
-    def _statement(self, user: str, command: any_pb2.Any) -> statements.Planned:
+    def _statement(self, user: str, command: any_pb2.Any, peer: str) -> statements.Planned:
         query = sql_pb2.CommandStatementQuery()
         prepared = sql_pb2.CommandPreparedStatementQuery()
         if command.Unpack(query):
@@ -101,10 +91,11 @@ class FlightSqlServer(flight.FlightServerBase):
             raise BadRequest("starscan is read-only: updates are refused")
         else:
             raise BadRequest(f"the command {command.type_url.rsplit('/', 1)[-1]} is not supported by starscan")
-        settings = self.live.current
-        return statements.plan(sql, None, self._view(user), self.planner, self.spark, settings, self.signer,
-                               {be: f"{_scheme(settings)}://{uri}" for be, uri in settings.flight_routes.items()},
-                               self.advertised)
+        answer = self.service.execute(Statement(user, peer, DOOR, sql))
+        if isinstance(answer, QueryAnswer):
+            with self._lock:
+                self._answers[(user, None, sql)] = answer
+        return statements.planned(answer, self.service, self.live.current, self.signer, self.advertised, user, sql, None)
 
     # ---- DoGet ----
     def do_get(self, context, ticket):
@@ -112,34 +103,22 @@ class FlightSqlServer(flight.FlightServerBase):
             user = caller(context)
             found = tickets.decode(ticket.ticket, self.signer)
             if isinstance(found, tickets.ScanTicket):
-                return self._relay(user, found, context.peer())
+                return self._relay(user, found, _peer(context))
             if found.user != user:
                 raise PrivilegeMissing("this ticket was issued to another user")
-            view = self._view(user)
-            settings = self.live.current
             if isinstance(found, tickets.MetaTicket):
                 command = any_pb2.Any()
                 command.ParseFromString(found.command)
-                return flight.RecordBatchStream(catalog.answer(command, view, settings.time_zone))
-            if catalog.is_show(found.sql):
-                return flight.RecordBatchStream(catalog.show(found.sql, found.database, view))
-            return flight.RecordBatchStream(self._query(found, view))
+                return flight.RecordBatchStream(catalog.answer(command, self.service.view(user),
+                                                               self.live.current.time_zone))
+            with self._lock:
+                kept: Answer | None = self._answers.pop((user, found.database, found.sql), None)
+            answer = kept if kept is not None else \
+                self.service.execute(Statement(user, _peer(context), DOOR, found.sql, found.database))
+            schema, batches = self.service.rows(answer, _peer(context))
+            return flight.GeneratorStream(schema, _as_flight(batches))
         except Exception as exc:  # noqa: BLE001 - every failure is a gRPC status
             raise self._failure(exc, "DoGet") from None
-
-    def _query(self, ticket: tickets.QueryTicket, view: CatalogView) -> pa.Table:
-        """A query answered on Spark SQL, at most ``sql_query_max_rows`` rows."""
-        settings = self.live.current
-        prepared = sql_queries.prepare(statements.parse(ticket.sql), ticket.database, view, statements.CLIENT)
-        df = sql_queries.dataframe(self.spark, prepared, view)
-        schema = statements.query_schema(df, settings.time_zone)
-        cap = settings.sql_query_max_rows
-        df.sparkSession.sparkContext.setJobDescription(f"flight sql: {prepared.description} ({view.user})")
-        table = pyspark_internals.collect_arrow(df.limit(cap + 1), settings.time_zone)
-        if table.num_rows > cap:
-            raise BadRequest(f"the query's result has more than sql_query_max_rows={cap} rows: aggregate or filter "
-                             "it further, or read the table with a plain SELECT (its tablets stream from the BEs)")
-        return table.cast(schema) if table.schema != schema else table
 
     def _relay(self, user: str, ticket: tickets.ScanTicket, peer: str):
         """A scan's tablets read from the first of their BEs that answers, streamed on (this
@@ -147,19 +126,8 @@ class FlightSqlServer(flight.FlightServerBase):
         plan = plan_codec.decode(ticket.plan, self.signer)
         if plan.user != user:
             raise PrivilegeMissing("this ticket was issued to another user")
-        settings = self.live.current
-        routes = settings.flight_routes
-        live = self.planner.membership.live() if self.planner.membership is not None else tuple(routes)
-        # The plan's BEs for these tablets first, then the other live BEs, the rest last.
-        preferred = [be for be in ticket.routings if be in routes and be in live]
-        order = preferred + [be for be in routes if be in live and be not in preferred] + \
-            [be for be in routes if be not in live]
-        own = self.local_be()
-        if own is not None and order and own == order[0] and self.local_stream is not None:
-            return self.local_stream(ticket, peer)
-        # Rows in a fixed order, so that a BE lost on the way is replaced by the next (relay.py).
-        ordered = flight.Ticket(tickets.encode(dataclasses.replace(ticket, ordered=True), self.signer))
-        return relay.relay([(be, f"{_scheme(settings)}://{routes[be]}") for be in order], ordered, self.relay_options)
+        schema, batches = self.service.reads.read(ticket, peer)
+        return flight.GeneratorStream(schema, _as_flight(batches))
 
     # ---- DoAction: prepared statements ----
     def list_actions(self, context):
@@ -179,7 +147,7 @@ class FlightSqlServer(flight.FlightServerBase):
                     raise InvalidArgument("CreatePreparedStatement needs an ActionCreatePreparedStatementRequest")
                 command = any_pb2.Any()
                 command.Pack(sql_pb2.CommandStatementQuery(query=request.query))
-                planned = self._statement(user, command)
+                planned = self._statement(user, command, _peer(context))
                 handle = secrets.token_bytes(16)
                 with self._lock:
                     self._prepared[handle] = (user, request.query)
@@ -211,6 +179,29 @@ class FlightSqlServer(flight.FlightServerBase):
         return to_flight(exc)
 
 
+def _as_flight(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` with a failure on the way as its gRPC status."""
+    try:
+        yield from batches
+    except Exception as exc:  # noqa: BLE001 - every failure is a gRPC status
+        if not isinstance(exc, (StarscanError, flight.FlightError, pa.ArrowException)):
+            log.exception("Flight SQL DoGet failed while streaming")
+        raise to_flight(exc) from None
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
+
+def _peer(context) -> str:
+    """The caller's address (gRPC names it ``ipv4:host:port`` or ``ipv6:[host]:port``)."""
+    peer = context.peer() or "unknown"
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6") and rest:
+        return rest.rsplit(":", 1)[0].strip("[]")
+    return peer
+
+
 def _command(descriptor: flight.FlightDescriptor) -> any_pb2.Any:
     if descriptor.descriptor_type != flight.DescriptorType.CMD:
         raise InvalidArgument("a Flight SQL command is expected (a CMD descriptor), not a path")
@@ -221,6 +212,3 @@ def _command(descriptor: flight.FlightDescriptor) -> any_pb2.Any:
         raise InvalidArgument("the descriptor's command is not a packed Flight SQL message") from None
     return command
 
-
-def _scheme(settings) -> str:
-    return "grpc+tls" if settings.flight_tls else "grpc"

@@ -15,11 +15,10 @@ from starscan.core.errors import StarscanError
 from starscan.planner.mysql.auth import UsersFileIdentity, client_address
 from starscan.planner.mysql.session import PortContext, StarscanSession
 from starscan.planner.mysql.variables import global_variables
+from starscan.planner.statements import StatementService
 from starscan.security.ratelimit import LoginGuard
 from starscan.security.users import UserStore
 from starscan.settings.config import Settings
-from starscan.spark.schemas import SchemaResolver
-from starscan.tables.catalog import Warehouse
 
 log = logging.getLogger("starscan.mysql")
 # mysql-mimic logs every error a client gets at ERROR level; the session logs them itself
@@ -38,12 +37,11 @@ class MysqlPort:
     """``start()`` binds ``settings.query_port`` (0: a free port, see ``port``); ``stop()``
     closes the listener and every open connection."""
 
-    def __init__(self, settings: Settings, warehouse: Warehouse, schemas: SchemaResolver, users: UserStore, spark,
+    def __init__(self, settings: Settings, statements: StatementService, users: UserStore,
                  guard: LoginGuard | None = None, on_refused: Callable[[], None] | None = None):
         self.host = settings.bind_host
         self.requested_port = settings.query_port
-        self.ctx = PortContext(warehouse=warehouse, schemas=schemas, users=users, spark=spark,
-                               variables=global_variables(settings.time_zone), max_rows=settings.query_max_rows)
+        self.ctx = PortContext(statements=statements, variables=global_variables(settings.time_zone))
         self.port: int | None = None
         self._server = _Server(session_factory=lambda: StarscanSession(self.ctx),
                                identity_provider=UsersFileIdentity(users, guard, on_refused))

@@ -25,6 +25,7 @@ from starscan.planner.http_protocol import BoundedHttpToolsProtocol
 from starscan.planner.mysql import MysqlPort
 from starscan.planner.ops_routes import install_routes
 from starscan.planner.query_plan import QueryPlanner
+from starscan.planner.statements import ScanReads, StatementService
 from starscan.plans.scan_records import FOLDER as SCAN_RECORDS
 from starscan.plans.scan_records import ScanRecords
 from starscan.plans.secrets import RotatingPlanSigner
@@ -130,6 +131,7 @@ class StarscanServer:
         self.be_flight_port: int | None = None
         self.mysql: MysqlPort | None = None  # when the FE runs
         self.flight_sql: FlightSqlServer | None = None   # the FE's Flight SQL front
+        self.statements: StatementService | None = None  # what every FE door's statements answer
         self.be_flight: BeFlightServer | None = None     # the BE's Flight front
         self.workers: PythonWorkerKeeper | None = None  # with the warm-up
         self.warmed = threading.Event()  # the background warm-up is done (or skipped)
@@ -204,16 +206,15 @@ class StarscanServer:
         if self.fe_enabled:
             if self.membership is not None:
                 self.membership.start()
-            app = create_app(self.planner, auth, self.live_settings, self.audit)
+            statements = self.statements = self._statement_service()
+            app = create_app(statements, auth, self.live_settings)
             install_routes(app, self.ops)
-            self.live_settings.subscribe(["plan_rate_per_user", "plan_rate_burst"],
-                                         lambda s, _: app.state.plan_rate.configure(s.plan_rate_per_user, s.plan_rate_burst))
             self.http_port = self._serve_http(app, self.settings.http_port, "FE")
-            mysql = self.mysql = MysqlPort(self.settings, self.warehouse, self.planner.schemas, self.users, self.spark,
-                                           self.login_guard, on_refused=self.ops.metrics.auth_failures.labels("mysql").inc)
+            mysql = self.mysql = MysqlPort(self.settings, statements, self.users, self.login_guard,
+                                           on_refused=self.ops.metrics.auth_failures.labels("mysql").inc)
             mysql.start()
             self.query_port = mysql.port
-            self._serve_flight_sql(auth)
+            self._serve_flight_sql(auth, statements)
         elif self.be_enabled:
             # A BE node on its own answers health and metrics (and the operations pages) on
             # be_http_port, as a StarRocks BE's web server does.
@@ -237,19 +238,27 @@ class StarscanServer:
             self.live_settings.bound(be_flight_port=self.be_flight_port)  # tests bind port 0: advertise what was bound
         log.info("BE flight listening on %s:%d", settings.bind_host, self.be_flight_port)
 
-    def _serve_flight_sql(self, auth: Authenticator) -> None:
+    def _statement_service(self) -> StatementService:
+        """The FE's statement service, with its reader of the BEs' rows (the node's own BE
+        read in this process when it is one)."""
+        flight_tls = tls.flight_tls(self.settings)
+        reads = ScanReads(self.live_settings, self.signer, self.membership,
+                          flight_tls.client_options() if flight_tls is not None else {})
+        if self.be_flight is not None:  # this node is its FE's BE too: its tablets read here
+            be_flight = self.be_flight
+            reads.local_be = lambda: f"{self.settings.advertise_host}:{self.be_port}" if self.be_port else None
+            reads.local_batches = lambda ticket, client: be_flight.batches(ticket, client)
+        return StatementService(self.planner, self.users, self.spark, self.live_settings, self.audit, reads)
+
+    def _serve_flight_sql(self, auth: Authenticator, statements: StatementService) -> None:
         settings = self.settings
         if settings.flight_sql_port < 0:
             return
         scheme = "grpc+tls" if settings.flight_tls else "grpc"
         server = self.flight_sql = FlightSqlServer(
-            f"{scheme}://{settings.bind_host}:{settings.flight_sql_port}", "", self.planner, auth, self.users,
-            self.spark, self.signer, self.live_settings, tls.flight_tls(settings))
+            f"{scheme}://{settings.bind_host}:{settings.flight_sql_port}", "", statements, auth, self.signer,
+            self.live_settings, tls.flight_tls(settings))
         self.flight_sql_port = server.port
-        if self.be_flight is not None:  # this node is its FE's BE too: proxied tablets read here
-            be_flight = self.be_flight
-            server.local_be = lambda: f"{self.settings.advertise_host}:{self.be_port}" if self.be_port else None
-            server.local_stream = lambda ticket, client: be_flight.stream(ticket, client)
         server.advertised = f"{scheme}://{settings.advertise_host}:{server.port}"
         log.info("FE flight sql listening on %s:%d", settings.bind_host, server.port)
 

@@ -1,19 +1,30 @@
 """Every error kind starscan reports, modelled once.
 
-Each kind carries the HTTP status the FE answers with and the ``TStatusCode`` name the
-BE answers with. Rendering to the wire happens in exactly two places:
-``starscan.planner.errors`` (HTTP) and ``starscan.provider.status`` (Thrift).
-Only status codes the StarRocks Java SDK knows are ever used (docs/protocol.md section 3).
+What each kind answers on every wire (its HTTP status, Thrift ``TStatusCode`` name, gRPC
+status and MySQL error number with its SQLSTATE) is one table, ``WIRES``, at the end: each
+front renders an error from the attributes it sets (``starscan.planner.errors`` for HTTP,
+``starscan.provider.status`` for Thrift, ``starscan.flight.errors`` for gRPC,
+``starscan.planner.mysql.errors`` for MySQL), and a kind missing from it fails the unit
+tests. Only status codes the StarRocks Java SDK knows are ever used (docs/protocol.md
+section 3). A failure no kind models is answered as ``internal_error``: an id on the wire,
+the details in the server's log only.
 """
 
 from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
 
 
 class StarscanError(Exception):
     """Base of all domain errors. ``message`` is what the person at the client reads."""
 
+    # Set from WIRES below, the one table of what each kind answers on every wire.
     http_status: int = 500
     status_code: str = "INTERNAL_ERROR"
+    grpc_status: str = "UNKNOWN"
+    mysql_error: tuple[int, str] = (1105, "HY000")
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -31,7 +42,6 @@ class StarscanError(Exception):
 class ConfigError(StarscanError):
     """A configuration key is unknown or has a bad value (raised at start)."""
 
-    status_code = "CONFIGURATION_ERROR"
 
 
 class JavaMissingError(StarscanError):
@@ -40,15 +50,16 @@ class JavaMissingError(StarscanError):
 
 # ---- FE / request validation -------------------------------------------------------
 class BadRequest(StarscanError):
-    http_status = 400
-    status_code = "INVALID_ARGUMENT"
+    """A request or statement starscan does not answer as written (its shape, a read-only refusal)."""
+
+
+class NoDatabaseSelected(BadRequest):
+    """A statement names a table without its database, and none is current."""
 
 
 class Unauthorized(StarscanError):
     """Missing or wrong credentials, or no SELECT grant: HTTP 401 in the auth shape."""
 
-    http_status = 401
-    status_code = "NOT_AUTHORIZED"
 
 
 class SelectPrivilegeMissing(Unauthorized):
@@ -57,8 +68,6 @@ class SelectPrivilegeMissing(Unauthorized):
 
 
 class DatabaseNotFound(StarscanError):
-    http_status = 404
-    status_code = "NOT_FOUND"
 
     def __init__(self, db: str):
         super().__init__(f"Database [{db}] does not exists")
@@ -66,8 +75,6 @@ class DatabaseNotFound(StarscanError):
 
 
 class TableNotFound(StarscanError):
-    http_status = 404
-    status_code = "NOT_FOUND"
 
     def __init__(self, table: str):
         super().__init__(f"Table [{table}] does not exists")
@@ -80,8 +87,6 @@ class SqlInvalid(StarscanError):
     (``The Sql is invalid: unknown column 'x' in db.t``). ``detail`` is the reason alone;
     it names only what the SQL and the table's schema say, never a path or a secret."""
 
-    http_status = 500
-    status_code = "ANALYSIS_ERROR"
     PREFIX = "The Sql is invalid"
 
     def __init__(self, detail: str = ""):
@@ -94,16 +99,12 @@ class TableUnreadable(StarscanError):
     cannot open, an empty partition value, an unreadable footer). Refused at plan time, so
     a reader never gets part of a table."""
 
-    http_status = 500
-    status_code = "INTERNAL_ERROR"
 
 
 # ---- plans ------------------------------------------------------------------------
 class PlanInvalid(StarscanError):
     """The opaque plan is not ours, was altered, or has expired."""
 
-    http_status = 400
-    status_code = "INVALID_ARGUMENT"
 
 
 class PlanExpired(PlanInvalid):
@@ -112,13 +113,11 @@ class PlanExpired(PlanInvalid):
 
 # ---- BE / scanning -----------------------------------------------------------------
 class InvalidArgument(StarscanError):
-    http_status = 400
-    status_code = "INVALID_ARGUMENT"
+    """A BE call's argument cannot be used (a ticket, a tablet, a property)."""
 
 
 class NotFound(StarscanError):
-    http_status = 404
-    status_code = "NOT_FOUND"
+    """What a call names is not there."""
 
 
 class UnknownUser(NotFound):
@@ -138,13 +137,10 @@ class InvalidInput(StarscanError):
     """A command's input cannot be used as given (a name, a format, a grant, a source
     that is not there); nothing was changed."""
 
-    http_status = 400
-    status_code = "INVALID_ARGUMENT"
 
 
 class NotAuthorized(StarscanError):
-    http_status = 403
-    status_code = "NOT_AUTHORIZED"
+    """The caller may not do this (credentials or a grant the call needs)."""
 
 
 class CredentialsRejected(NotAuthorized):
@@ -163,12 +159,11 @@ class DirectReadDenied(PrivilegeMissing):
 
 
 class TooManyTasks(StarscanError):
-    http_status = 429
-    status_code = "TOO_MANY_TASKS"
+    """A scanner cap of the BE is reached: open the scanner again later, or on another BE."""
 
 
 class ScanCancelled(StarscanError):
-    status_code = "CANCELLED"
+    """The scan was cancelled (its reader closed it, or the server stops)."""
 
 
 class ServerShuttingDown(ScanCancelled):
@@ -176,24 +171,21 @@ class ServerShuttingDown(ScanCancelled):
 
 
 class ScanTimeout(StarscanError):
-    status_code = "TIMEOUT"
+    """The scan ran past its query timeout."""
 
 
 class MemLimitExceeded(StarscanError):
-    status_code = "MEM_LIMIT_EXCEEDED"
+    """The scan's queue would pass its memory limit."""
 
 
 class SnapshotGone(StarscanError):
     """A file of the planned table version no longer exists (or changed)."""
 
-    http_status = 410
-    status_code = "NOT_FOUND"
 
 
 class ScanFailed(StarscanError):
     """Spark failed while running a scan."""
 
-    status_code = "INTERNAL_ERROR"
 
 
 class SparkUnavailable(StarscanError):
@@ -201,67 +193,51 @@ class SparkUnavailable(StarscanError):
     is starting (health answers RECOVERING), or none could be started (health answers 503
     and starscan must be restarted). Retryable: a reader reads again, here or elsewhere."""
 
-    http_status = 503
-    status_code = "SERVICE_UNAVAILABLE"
 
 
 class NoLiveBackend(StarscanError):
     """Every configured BE failed its last health probes: a plan would route readers
     nowhere."""
 
-    http_status = 503
-    status_code = "SERVICE_UNAVAILABLE"
 
 
 class VersionUnknown(StarscanError):
     """A ``since_version`` this server never observed for the table, or one older than the
     versions it keeps."""
 
-    http_status = 404
-    status_code = "INVALID_ARGUMENT"
 
 
 class TableRewritten(StarscanError):
     """Files present at ``since_version`` were removed or rewritten since: what changed is
     not only appended rows, so an incremental read cannot be exact."""
 
-    http_status = 409
-    status_code = "INVALID_ARGUMENT"
 
 
 class PositionBehind(StarscanError):
     """A consumer commit of a version earlier than the one it committed: positions never
     move back (the consumer would be served rows it already had)."""
 
-    http_status = 409
-    status_code = "INVALID_ARGUMENT"
 
 
 class StorageUnavailable(StarscanError):
     """The store that holds the tables does not answer, or its bucket or folder is gone."""
 
-    http_status = 503
-    status_code = "SERVICE_UNAVAILABLE"
 
 
 class StorageDenied(StarscanError):
     """The store refused starscan's credentials (wrong keys, no permission): an operator
     must fix the ``s3_*`` configuration; the reader cannot."""
 
-    http_status = 403
-    status_code = "NOT_AUTHORIZED"
 
 
 class InternalError(StarscanError):
-    status_code = "INTERNAL_ERROR"
+    """Something failed that no other kind models: the answer names its id, the server log has the details."""
 
 
 # ---- limits -------------------------------------------------------------------------
 class TooManyRequests(StarscanError):
     """A rate limit (plan requests per user, failed logins) was hit: HTTP 429."""
 
-    http_status = 429
-    status_code = "TOO_MANY_TASKS"
 
     def __init__(self, message: str, retry_after_s: float = 1.0):
         super().__init__(message)
@@ -271,18 +247,87 @@ class TooManyRequests(StarscanError):
 class RequestTooLarge(StarscanError):
     """An HTTP body or SQL text over its configured maximum."""
 
-    http_status = 413
-    status_code = "INVALID_ARGUMENT"
+
+
+class ResultTooLarge(StarscanError):
+    """A statement's result has more rows than an operator's limit (``query_max_rows``): the
+    statement fails instead of answering fewer rows."""
+
 
 
 class ConfigChangeRefused(StarscanError):
     """POST /api/update_config with an unknown key, a key fixed until a restart, or a bad value."""
 
-    http_status = 400
-    status_code = "INVALID_ARGUMENT"
 
 
-def unexpected_error_message(exc: BaseException) -> str:
-    """What a client reads when something failed that no error kind models: the kind of
-    failure only. Its text (a JVM stack trace, file paths) goes to the server log."""
-    return f"internal error ({type(exc).__name__}); the server log has the details"
+def internal_error(exc: BaseException, log: logging.Logger, what: str) -> InternalError:
+    """The answer to a failure no error kind models: logged with its traceback under an id
+    (on ``log``, saying ``what`` failed), and answered on every wire as that id only (its
+    text, a JVM stack trace or a file path, stays in the server's log)."""
+    error_id = uuid.uuid4().hex[:12]
+    log.error("%s failed: internal error %s: %s: %s", what, error_id, type(exc).__name__, exc, exc_info=exc)
+    return InternalError(f"internal error (id {error_id}); the server log has the details")
+
+
+@dataclass(frozen=True)
+class Wires:
+    """What one error kind answers on each wire."""
+
+    http: int        # the FE's HTTP status
+    thrift: str      # the BE's TStatusCode name
+    grpc: str        # Flight's gRPC status code name
+    mysql: int       # the MySQL port's error number
+    sqlstate: str    # ... and its SQLSTATE
+
+
+_INTERNAL = Wires(500, "INTERNAL_ERROR", "UNKNOWN", 1105, "HY000")
+_UNAVAILABLE = Wires(503, "SERVICE_UNAVAILABLE", "UNAVAILABLE", 1105, "HY000")
+
+#: Every kind, and what it answers on each wire: the only place these are set.
+WIRES: dict[type[StarscanError], Wires] = {
+    StarscanError: _INTERNAL,
+    ConfigError: Wires(500, "CONFIGURATION_ERROR", "UNKNOWN", 1105, "HY000"),
+    JavaMissingError: _INTERNAL,
+    BadRequest: Wires(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1235, "42000"),
+    NoDatabaseSelected: Wires(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1046, "3D000"),
+    Unauthorized: Wires(401, "NOT_AUTHORIZED", "UNAUTHENTICATED", 1045, "28000"),
+    SelectPrivilegeMissing: Wires(401, "NOT_AUTHORIZED", "PERMISSION_DENIED", 1142, "42000"),
+    DatabaseNotFound: Wires(404, "NOT_FOUND", "NOT_FOUND", 1049, "42000"),
+    TableNotFound: Wires(404, "NOT_FOUND", "NOT_FOUND", 1146, "42S02"),
+    SqlInvalid: Wires(500, "ANALYSIS_ERROR", "INVALID_ARGUMENT", 1064, "42000"),
+    TableUnreadable: _INTERNAL,
+    PlanInvalid: Wires(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1210, "HY000"),
+    PlanExpired: Wires(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1210, "HY000"),
+    InvalidArgument: Wires(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1210, "HY000"),
+    NotFound: Wires(404, "NOT_FOUND", "NOT_FOUND", 1105, "HY000"),
+    UnknownUser: Wires(404, "NOT_FOUND", "NOT_FOUND", 1105, "HY000"),
+    ContextNotFound: Wires(404, "NOT_FOUND", "NOT_FOUND", 1105, "HY000"),
+    InvalidInput: Wires(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1210, "HY000"),
+    NotAuthorized: Wires(403, "NOT_AUTHORIZED", "PERMISSION_DENIED", 1045, "28000"),
+    CredentialsRejected: Wires(403, "NOT_AUTHORIZED", "PERMISSION_DENIED", 1045, "28000"),
+    PrivilegeMissing: Wires(403, "NOT_AUTHORIZED", "PERMISSION_DENIED", 1227, "42000"),
+    DirectReadDenied: Wires(403, "NOT_AUTHORIZED", "PERMISSION_DENIED", 1227, "42000"),
+    TooManyTasks: Wires(429, "TOO_MANY_TASKS", "UNAVAILABLE", 1226, "42000"),
+    ScanCancelled: Wires(500, "CANCELLED", "CANCELLED", 1317, "70100"),
+    ServerShuttingDown: Wires(500, "CANCELLED", "UNAVAILABLE", 1053, "08S01"),
+    ScanTimeout: Wires(500, "TIMEOUT", "DEADLINE_EXCEEDED", 3024, "HY000"),
+    MemLimitExceeded: Wires(500, "MEM_LIMIT_EXCEEDED", "UNKNOWN", 1041, "HY000"),
+    SnapshotGone: Wires(410, "NOT_FOUND", "NOT_FOUND", 1105, "HY000"),
+    ScanFailed: _INTERNAL,
+    SparkUnavailable: _UNAVAILABLE,
+    NoLiveBackend: _UNAVAILABLE,
+    VersionUnknown: Wires(404, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1105, "HY000"),
+    TableRewritten: Wires(409, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1105, "HY000"),
+    PositionBehind: Wires(409, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1105, "HY000"),
+    StorageUnavailable: _UNAVAILABLE,
+    StorageDenied: Wires(403, "NOT_AUTHORIZED", "PERMISSION_DENIED", 1105, "HY000"),
+    InternalError: _INTERNAL,
+    TooManyRequests: Wires(429, "TOO_MANY_TASKS", "UNAVAILABLE", 1226, "42000"),
+    RequestTooLarge: Wires(413, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1153, "08S01"),
+    ResultTooLarge: Wires(413, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1104, "42000"),
+    ConfigChangeRefused: Wires(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1231, "42000"),
+}
+
+for _kind, _wires in WIRES.items():
+    _kind.http_status, _kind.status_code = _wires.http, _wires.thrift
+    _kind.grpc_status, _kind.mysql_error = _wires.grpc, (_wires.mysql, _wires.sqlstate)

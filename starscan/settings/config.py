@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     be_port: int = Field(9060, ge=0, le=65535, description="BE Thrift port (open_scanner/get_next/close_scanner)")
     be_http_port: int = Field(8040, ge=0, le=65535, description="HTTP port of a BE node on its own (serve --role be): health and metrics")
     query_port: int = Field(9030, ge=0, le=65535, description="FE MySQL protocol port (metadata, SELECT queries)")
-    query_max_rows: int = Field(10000, ge=1, description="rows a SELECT on the MySQL port returns at most")
+    query_max_rows: int | None = Field(None, ge=1, description="rows a statement the FE streams (the MySQL port, Flight SQL's FE endpoints) may return; past it the statement fails with an error naming this setting, never a shorter answer (default: no limit)", json_schema_extra=RUNTIME)
     flight_sql_port: int = Field(9408, ge=-1, le=65535, description="FE Arrow Flight SQL port (StarRocks' arrow_flight_port; -1: off)")
     be_flight_port: int = Field(9419, ge=-1, le=65535, description="BE Arrow Flight port serving the FE's tickets (-1: off)")
     be_flight_endpoints: list[str] = Field(
@@ -76,7 +76,6 @@ class Settings(BaseSettings):
     # slots); more endpoints are more scanners on the same cores (lineitem SF1, one BE, 2
     # cores: ADBC read 3.8 M rows/s from one endpoint, 2.5-2.9 M from two).
     flight_endpoints_per_be: int = Field(1, ge=1, le=64, description="Flight SQL endpoints a BE's tablets of a scan are cut into", json_schema_extra=RUNTIME)
-    sql_query_max_rows: int = Field(1_000_000, ge=1, description="rows a query the FE answers itself (aggregates, joins) may return over Flight SQL")
     bind_host: str = Field("127.0.0.1", description="address both ports listen on (0.0.0.0 for all)")
     advertise_host: str = Field("127.0.0.1", description="host put in `routings`; must be an IP or name clients reach")
     be_endpoints: list[str] = Field(

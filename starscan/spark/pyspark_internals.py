@@ -12,8 +12,8 @@
   default time zone (``jvm_time_zone``);
 * **jobs**: one Spark job over one partition, as ``SparkContext.runJob`` does without a new
   Python RDD per call (``run_job``), the Arrow batches of a DataFrame as an RDD
-  (``arrow_batch_rdd``), a DataFrame's rows collected as Arrow (``collect_arrow``: private
-  on 3.5), and Spark's own partition-value parser (``parse_partitions``).
+  (``arrow_batch_rdd``) and streamed to the driver (``arrow_batches``), a DataFrame's rows
+  collected as Arrow (``collect_arrow``: private on 3.5), and Spark's own partition-value parser (``parse_partitions``).
 
 Where the lines differ below the public API, the branch is here, by starscan.spark.compat's
 flags. Tested on every Spark line starscan supports, 3.5 to 4.3 (``TESTED_ON``): the
@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -234,6 +235,21 @@ def arrow_batch_rdd(df: Any, sc: Any) -> Any:
     return RDD(df._jdf.toArrowBatchRdd().toJavaRDD(), sc, NoOpSerializer())
 
 
+
+
+def arrow_batches(df: Any, time_zone: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The DataFrame's rows streamed to the caller as Arrow batches (Spark's Arrow types,
+    timestamps in ``time_zone``), a partition at a time: its Arrow batch RDD read through
+    ``toLocalIterator``, so the driver holds one partition's batches, never the whole answer
+    as a collect would. Nothing runs until the batches are read."""
+    schema = arrow_schema(df.schema, time_zone)
+    rdd = arrow_batch_rdd(df, df.sparkSession.sparkContext)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for raw in rdd.toLocalIterator():
+            yield pa.ipc.read_record_batch(pa.py_buffer(raw), schema)
+
+    return schema, batches()
 
 
 def run_job(sc: Any, mapped: Any, split: int) -> None:

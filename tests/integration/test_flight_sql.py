@@ -222,13 +222,13 @@ def test_raw_flight_client_reads_endpoints_in_parallel(server, uri, via, monkeyp
     (proxy-local), or relays them from the BE's Flight port when its own BE is not among the
     routings (proxy-relay)."""
     proxy = via != "be"
-    fe = server.flight_sql
+    reads = server.statements.reads
     streams = []
     if via == "proxy-relay":
-        monkeypatch.setattr(fe, "local_be", lambda: None)
+        monkeypatch.setattr(reads, "local_be", lambda: None)
     else:
-        local = fe.local_stream
-        monkeypatch.setattr(fe, "local_stream", lambda ticket, peer: streams.append(peer) or local(ticket, peer))
+        local = reads.local_batches
+        monkeypatch.setattr(reads, "local_batches", lambda ticket, peer: streams.append(peer) or local(ticket, peer))
     before = server.live_settings.current
     server.live_settings.bound(flight_proxy=proxy, flight_endpoints_per_be=4)
     try:

@@ -13,6 +13,7 @@ import subprocess
 
 import pymysql
 import pytest
+from support.readers import runtime_settings
 from support.servers import new_user
 
 from starscan.spark.types import STRING_LENGTH, starrocks_type
@@ -283,15 +284,30 @@ def test_plain_select_runs_on_spark(port):
         assert len(rows(conn, "select * from demo.lineitem limit 7")) == 7
 
 
-def test_select_is_bounded_by_the_row_limit(server, port):
-    total = server.spark.read.parquet(str(server.warehouse.snapshot("demo", "lineitem").location)).count()
-    cap = server.mysql.ctx.max_rows
-    assert total > 100
+def test_every_row_comes_back_and_only_a_limit_someone_sets_cuts_it(server, port):
+    """No silent cap: a whole-table SELECT answers every row (the table has more rows than
+    the 10,000 the port once cut at); MySQL's sql_select_limit limits as MySQL's does (a
+    LIMIT of the statement's own wins); an operator's query_max_rows fails the statement
+    with an error naming it, never a shorter answer."""
+    location = str(server.warehouse.snapshot("demo", "lineitem").location)
+    want = sorted(tuple(r) for r in server.spark.read.parquet(location).select("l_orderkey", "l_linenumber").collect())
+    assert len(want) > 10_000
     with connect(port) as conn:
+        assert sorted(rows(conn, "select l_orderkey, l_linenumber from demo.lineitem")) == want
         rows(conn, "SET sql_select_limit = 100")
         assert len(rows(conn, "select l_orderkey from demo.lineitem")) == 100
+        assert len(rows(conn, "select l_orderkey from demo.lineitem limit 150")) == 150
+        assert len(rows(conn, "select l_orderkey, count(*) from demo.lineitem group by l_orderkey")) == 100
         rows(conn, "SET sql_select_limit = DEFAULT")
-        assert len(rows(conn, "select l_orderkey from demo.lineitem")) == min(total, cap)
+        assert len(rows(conn, "select l_orderkey from demo.lineitem")) == len(want)
+        with runtime_settings(server, query_max_rows=1000):
+            for sql in ("select l_orderkey from demo.lineitem", "select l_orderkey from demo.lineitem order by 1"):
+                with pytest.raises(pymysql.err.OperationalError) as failed:
+                    rows(conn, sql)
+                assert "query_max_rows=1000" in str(failed.value)
+            assert len(rows(conn, "select l_orderkey from demo.lineitem limit 1000")) == 1000
+        assert rows(conn, "select 1") == [(1,)]  # the connection is still usable
+        assert len(rows(conn, "select l_orderkey from demo.lineitem where l_orderkey < 0")) == 0
 
 
 # ---- other statements: an error, and the connection stays usable ------------------------
@@ -395,7 +411,7 @@ def test_port_stops_cleanly_and_closes_connections(server, base_settings):
 
     from starscan.planner.mysql import MysqlPort
 
-    extra = MysqlPort(base_settings, server.warehouse, server.planner.schemas, server.users, server.spark).start()
+    extra = MysqlPort(base_settings, server.statements, server.users).start()
     assert extra.port and extra.port != server.query_port
     conn = connect(extra.port)
     assert rows(conn, "select 1") == [(1,)]

@@ -1,6 +1,6 @@
-"""The FE's proxy of a scan ticket (``flight_proxy``, StarRocks' arrow_flight_proxy): the
-ticket's rows read from the first of its BEs that answers and streamed on to a client that
-cannot reach the BEs itself.
+"""The FE's reader of a scan ticket: the ticket's rows read from the first of its BEs that
+answers, for the MySQL port's plain SELECTs and for Flight SQL's proxy (``flight_proxy``,
+StarRocks' arrow_flight_proxy: streamed on to a client that cannot reach the BEs itself).
 
 A BE lost in the middle of the stream does not end it: the proxy asks every BE for the rows
 in a fixed order (the ticket's ``ordered``, the scan protocol's ``ORDERED_PROPERTY``: the
@@ -19,20 +19,21 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from starscan.core.errors import NoLiveBackend, NotFound
-from starscan.flight.errors import to_flight
 
 log = logging.getLogger("starscan.planner")
 
 
-def relay(bes: Sequence[tuple[str, str]], ticket: flight.Ticket, options: dict) -> flight.FlightDataStream:
-    """The ticket's stream from the first of ``bes`` ((name, Flight URI), in the order to
-    try) that answers, going on from the next ones if that BE is lost on the way."""
+def relay(bes: Sequence[tuple[str, str]], ticket: flight.Ticket,
+          options: dict) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The ticket's rows (their schema, then their batches) from the first of ``bes``
+    ((name, Flight URI), in the order to try) that answers, going on from the next ones if
+    that BE is lost on the way. Closing the batches' generator closes the BE's stream."""
     failures: list[str] = []
     for i, (be, uri) in enumerate(bes):
         opened = _open(be, uri, ticket, options, failures)
         if opened is not None:
             client, reader = opened
-            return flight.GeneratorStream(reader.schema, _relayed(bes[i + 1:], ticket, options, client, reader, failures))
+            return reader.schema, _relayed(bes[i + 1:], ticket, options, client, reader, failures)
     raise NotFound(f"no BE answered for the ticket's tablets: {'; '.join(failures)}")
 
 
@@ -83,7 +84,6 @@ def _relayed(rest: Sequence[tuple[str, str]], ticket: flight.Ticket, options: di
             if opened is not None:
                 log.warning("flight proxy: the BE of a stream was lost after %d rows; going on from %s", sent, be)
         if opened is None:
-            raise to_flight(NoLiveBackend(f"the BE streaming this ticket was lost and no other BE answered: "
-                                          f"{'; '.join(failures)}"))
+            raise NoLiveBackend(f"the BE streaming this ticket was lost and no other BE answered: {'; '.join(failures)}")
         client, reader = opened
         skip = sent

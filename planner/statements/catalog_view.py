@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import types as T
 
-from starscan.core.errors import StarscanError
+from starscan.core.errors import DatabaseNotFound, StarscanError
 from starscan.security.users import UserStore, grant_matches
 from starscan.spark.schemas import SchemaResolver
 from starscan.spark.types import mysql_column_type
@@ -38,19 +38,25 @@ class CatalogView:
         self.users = users
         self.user = user
 
-    def _grants(self) -> list[str]:
+    def grants(self) -> list[str]:
         return self.users.users().get(self.user, [])
 
     def can_select(self, db: str, table: str) -> bool:
-        return any(grant_matches(g, db, table) for g in self._grants())
+        return any(grant_matches(g, db, table) for g in self.grants())
 
     def database_visible(self, db: str) -> bool:
         if not self.warehouse.has_database(db):
             return False
-        grants = self._grants()
+        grants = self.grants()
         if any(g.partition(".")[0] in ("*", db) and g.partition(".")[2] == "*" for g in grants):
             return True
         return any(self.can_select(db, t) for t in self.warehouse.tables(db))
+
+    def require_database(self, db: str) -> None:
+        """DatabaseNotFound unless the user sees ``db`` (a database without a granted table
+        reads as missing)."""
+        if not self.database_visible(db):
+            raise DatabaseNotFound(db)
 
     def databases(self) -> list[str]:
         return [db for db in self.warehouse.databases() if self.database_visible(db)]

@@ -13,8 +13,8 @@ from mysql_mimic.constants import INFO_SCHEMA as MIMIC_INFO_SCHEMA
 from sqlglot import exp
 from sqlglot.executor import Table, execute
 
-from starscan.planner.mysql.catalog_view import INFORMATION_SCHEMA, CatalogView
-from starscan.planner.mysql.errors import not_supported
+from starscan.core.errors import BadRequest
+from starscan.planner.statements.catalog_view import INFORMATION_SCHEMA, CatalogView
 
 _TEXT, _INT = "TEXT", "BIGINT"
 
@@ -49,14 +49,25 @@ SCHEMA = _schema()
 _KNOWN_UPPER = {c.lower(): c for cols in OURS.values() for c, _ in cols}
 
 
+def table_names() -> list[str]:
+    """The tables of information_schema, sorted."""
+    return sorted(SCHEMA[INFORMATION_SCHEMA])
+
+
+def reads(expression: exp.Expression, current_db: str | None) -> bool:
+    """Whether ``expression`` reads information_schema (named, or the current database)."""
+    tables = [t for t in expression.find_all(exp.Table) if t.name]
+    return bool(tables) and any((t.text("db") or current_db or "").lower() == INFORMATION_SCHEMA for t in tables)
+
+
 def query(expression: exp.Expression, view: CatalogView) -> tuple[list[tuple], list[str]]:
     if not isinstance(expression, exp.Query):
-        raise not_supported(f"only SELECT is supported on {INFORMATION_SCHEMA}")
+        raise BadRequest(f"only SELECT is supported on {INFORMATION_SCHEMA}")
     expression = _normalize(expression)
     names = {t.name for t in expression.find_all(exp.Table)}
     unknown = sorted(n for n in names if n not in SCHEMA[INFORMATION_SCHEMA])
     if unknown:
-        raise not_supported(f"Unknown table '{INFORMATION_SCHEMA}.{unknown[0]}'")
+        raise BadRequest(f"Unknown table '{INFORMATION_SCHEMA}.{unknown[0]}'")
     where = expression.args.get("where") if isinstance(expression, exp.Select) else None
     schemas = _constraint(where, ("table_schema", "schema_name"))
     tables = _constraint(where, ("table_name",))
@@ -108,9 +119,9 @@ def _normalize(expression: exp.Expression) -> exp.Expression:
         if not table.args.get("db"):
             table.set("db", exp.to_identifier(INFORMATION_SCHEMA))
         elif table.text("db") != INFORMATION_SCHEMA:
-            raise not_supported("a query may not mix information_schema with other tables")
+            raise BadRequest("a query may not mix information_schema with other tables")
         if table.args.get("catalog") and table.text("catalog") != "def":
-            raise not_supported(f"unknown catalog {table.text('catalog')!r}")
+            raise BadRequest(f"unknown catalog {table.text('catalog')!r}")
     out = expression.transform(lambda n: n.left if isinstance(n, exp.Collate) else n)
     assert isinstance(out, exp.Expression)
     return out

@@ -12,7 +12,7 @@ from starscan.arrow.scan import Fields, file_part, partition_names, plan_read
 from starscan.arrow.split_plan import ArrowSplit
 from starscan.core.errors import SqlInvalid
 from starscan.core.sql_types import parse_schema
-from starscan.planner.mysql.catalog_view import CatalogView
+from starscan.planner.statements.catalog_view import CatalogView
 from starscan.spark.handle import calendar_rules
 from starscan.spark.reader_frames import reader_frame
 from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session

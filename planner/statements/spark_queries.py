@@ -1,26 +1,26 @@
 """Read-only queries the FE runs on Spark SQL itself: aggregates, joins, CTEs, window
-functions, ORDER BY, over one or several warehouse tables (the SQL fronts: the MySQL port and
-Arrow Flight SQL). A plain single-table scan goes the tablet-parallel way instead.
+functions, ORDER BY, over one or several warehouse tables (the statement service's queries, for
+every SQL door). A plain single-table scan goes the tablet-parallel way instead.
 
 The statement is parsed once (StarRocks' dialect, as readers write it), refused unless it
 only reads, and every table it names is checked against the user's SELECT grants before
 anything runs. Each table then becomes a temporary view of its rows as Spark SQL reads them
-(planner/table_frames.py) in a session of its own, the statement's table names are replaced
+(planner/statements/table_frames.py) in a session of its own, the statement's table names are replaced
 by those views, and Spark SQL answers: Spark SQL's answer is the contract, so it is also
 the answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
 
-from starscan.core.errors import BadRequest, DatabaseNotFound, SqlInvalid, TableNotFound
+from starscan.core.errors import BadRequest, DatabaseNotFound, NoDatabaseSelected, SqlInvalid, TableNotFound
 from starscan.expr.functions import PLAIN_CALLS, SPARK_FUNCTIONS
-from starscan.planner.auth import require_select
-from starscan.planner.mysql.catalog_view import CatalogView
-from starscan.planner.table_frames import table_frame
+from starscan.planner.statements.catalog_view import CatalogView
+from starscan.planner.statements.table_frames import table_frame
 
 # Nodes that write, define or change something: a statement holding one anywhere is refused.
 _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Merge, exp.TruncateTable,
@@ -53,17 +53,20 @@ class PreparedQuery:
     description: str                     # for Spark's UI and the log
 
 
-def is_query(expression: exp.Expression) -> bool:
-    """Whether the statement is a query (SELECT, UNION, a CTE's SELECT, ...)."""
-    return isinstance(expression, exp.Query)
-
-
-def prepare(expression: exp.Expression, current_db: str | None, view: CatalogView, client: str = "%") -> PreparedQuery:
-    """Check ``expression`` for ``view``'s user at ``client`` (no Spark): it only reads, and
-    every table it names exists and is granted. Unqualified names are of ``current_db``."""
-    if not is_query(expression) or any(True for _ in expression.find_all(*_WRITES)):
+def require_read_only(expression: exp.Expression) -> None:
+    """BadRequest unless the statement is a query (SELECT, UNION, a CTE's SELECT, ...) that
+    writes, defines and changes nothing."""
+    if not isinstance(expression, exp.Query) or any(True for _ in expression.find_all(*_WRITES)):
         raise BadRequest("only queries are answered here (SELECT, WITH ... SELECT, UNION): starscan is read-only; "
                          "DDL, DML and SET statements are refused")
+
+
+def prepare(expression: exp.Expression, current_db: str | None, view: CatalogView, client: str,
+            require_select: Callable[[str, str, str, str], None]) -> PreparedQuery:
+    """Check ``expression`` for ``view``'s user at ``client`` (no Spark): it only reads, and
+    every table it names is granted (``require_select(user, client, db, table)``: the
+    statement service's rule) and exists. Unqualified names are of ``current_db``."""
+    require_read_only(expression)
     for call in expression.find_all(exp.Func):
         name = (call.name if isinstance(call, exp.Anonymous) else call.sql_name()).lower()
         if name in _DENIED or isinstance(call, exp.Anonymous) and name not in _PLAIN_ALLOWED:
@@ -82,9 +85,9 @@ def prepare(expression: exp.Expression, current_db: str | None, view: CatalogVie
             raise BadRequest(f"unknown catalog {catalog!r}: starscan serves default_catalog")
         db = named_db or current_db
         if not db:
-            raise BadRequest(f"no database selected for table {table.name!r}: name it as db.table")
+            raise NoDatabaseSelected(f"No database selected for table {table.name!r}: name it as db.table")
         name = table.name
-        require_select(view.users, view.user, client, db, name)
+        require_select(view.user, client, db, name)
         if not view.warehouse.has_database(db):
             raise DatabaseNotFound(db)
         if not view.warehouse.has_table(db, name):

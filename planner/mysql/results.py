@@ -1,0 +1,121 @@
+"""Arrow rows as the MySQL protocol sends them, streamed: each batch is turned into rows
+and written as it arrives, so the port holds one batch of a result, whatever its size.
+
+Values as StarRocks' MySQL port prints them: timestamps as the wall-clock time in the
+session's time zone, decimals as their digits, nested values as JSON, TINYINT as a signed
+byte."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import struct
+from collections.abc import AsyncIterator, Callable, Iterator
+from decimal import Decimal
+from typing import Any, cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from mysql_mimic import ResultColumn, ResultSet
+from mysql_mimic.types import ColumnType
+
+
+def result_set(schema: pa.Schema, batches: Iterator[pa.RecordBatch],
+               error: Callable[[BaseException], BaseException]) -> ResultSet:
+    """The rows of ``batches`` (read in worker threads: Spark and the BEs block) as
+    mysql-mimic's streamed result; a failure on the way is ``error(exc)`` (the client gets
+    that error after the rows it has, never a shorter answer alone)."""
+    columns = [_result_column(field) for field in schema]
+    converters = [_converter(field.type) for field in schema]
+    return ResultSet(rows=_rows(batches, converters, error), columns=columns)
+
+
+async def _rows(batches: Iterator[pa.RecordBatch], converters: list[Callable[[pa.Array], list]],
+                error: Callable[[BaseException], BaseException]) -> AsyncIterator[tuple]:
+    done = object()
+    try:
+        while True:
+            try:
+                rows = await asyncio.to_thread(_next_rows, batches, converters, done)
+            except Exception as exc:  # noqa: BLE001 - every failure is the wire's error
+                raise error(exc) from None
+            if rows is done:
+                return
+            for row in cast(list, rows):
+                yield row
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            await asyncio.to_thread(close)
+
+
+def _next_rows(batches: Iterator[pa.RecordBatch], converters: list, done: object) -> list[tuple] | object:
+    """The next batch's rows, converted (in a worker thread); ``done`` after the last."""
+    while True:
+        batch = next(batches, None)
+        if batch is None:
+            return done
+        if batch.num_rows:
+            return list(zip(*(convert(column) for convert, column in zip(converters, batch.columns))))
+
+
+_TYPES = [
+    (pa.types.is_boolean, ColumnType.TINY), (pa.types.is_int8, ColumnType.TINY), (pa.types.is_int16, ColumnType.SHORT),
+    (pa.types.is_int32, ColumnType.LONG), (pa.types.is_int64, ColumnType.LONGLONG),
+    (pa.types.is_float32, ColumnType.FLOAT), (pa.types.is_float64, ColumnType.DOUBLE),
+    (pa.types.is_decimal, ColumnType.NEWDECIMAL), (pa.types.is_date, ColumnType.DATE),
+    (pa.types.is_timestamp, ColumnType.DATETIME), (pa.types.is_binary, ColumnType.BLOB),
+    (pa.types.is_large_binary, ColumnType.BLOB),
+]
+
+
+def _result_column(field: pa.Field) -> ResultColumn:
+    if pa.types.is_int8(field.type):
+        # mysql-mimic's binary TINY encoder writes bool(value): pack the signed byte here.
+        return ResultColumn(field.name, ColumnType.TINY, binary_encoder=lambda col, v: struct.pack("<b", int(v)))
+    kind = next((t for test, t in _TYPES if test(field.type)), ColumnType.VARCHAR)
+    return ResultColumn(field.name, kind)
+
+
+def _converter(arrow_type: pa.DataType) -> Callable[[pa.Array], list]:
+    """How a column of ``arrow_type`` becomes Python values mysql-mimic writes."""
+    if pa.types.is_timestamp(arrow_type):
+        if arrow_type.tz is not None:
+            return lambda column: pc.local_timestamp(column).to_pylist()  # the wall clock in the type's zone
+        return _pylist
+    if pa.types.is_decimal(arrow_type):
+        return lambda column: [None if v is None else format(v, "f") for v in column.to_pylist()]
+    if pa.types.is_nested(arrow_type):
+        return lambda column: [None if v is None else _json(v, arrow_type) for v in column.to_pylist()]
+    if pa.types.is_null(arrow_type):
+        return lambda column: [None] * len(column)
+    return _pylist
+
+
+def _pylist(column: pa.Array) -> list:
+    return column.to_pylist()
+
+
+def _json(value: Any, arrow_type: pa.DataType) -> str:
+    """A nested value as Spark's to_json writes it: maps and structs as objects, no spaces,
+    decimals as numbers, dates and timestamps as text."""
+    if value is None:
+        return "null"
+    if pa.types.is_map(arrow_type):
+        return "{" + ",".join(json.dumps(str(k)) + ":" + _json(v, arrow_type.item_type) for k, v in value) + "}"
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return "[" + ",".join(_json(v, arrow_type.value_type) for v in value) + "]"
+    if pa.types.is_struct(arrow_type):
+        return "{" + ",".join(json.dumps(f.name) + ":" + _json(value.get(f.name), f.type) for f in arrow_type) + "}"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dt.datetime, dt.date)):
+        return json.dumps(value.isoformat())
+    if isinstance(value, bytes):
+        return json.dumps(value.decode("utf-8", errors="replace"))
+    if isinstance(value, float) and value != value:
+        return '"NaN"'
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,130 @@
+"""Every SQL door gives the same answer: the statements real readers send (Trino's StarRocks
+plugin, BI tools, notebooks) on the MySQL port (PyMySQL) and on Arrow Flight SQL (ADBC),
+each checked against Spark SQL's own answer over the same files; and the rules every door
+keeps (the plan rate limit, the audit line) kept on each, by the one statement service.
+
+Spark SQL's answer is the contract: a door that returns fewer rows, other values, or an
+error where Spark SQL answers fails here."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import adbc_driver_flightsql.dbapi as flight_sql
+import pymysql
+import pytest
+from adbc_driver_manager import DatabaseError, ProgrammingError
+from support.readers import runtime_settings
+from support.servers import new_user
+
+TABLES = (("demo", "lineitem"), ("demo", "all_types"), ("db1", "t1"))
+
+# (SQL as a reader sends it, with {lineitem}-style names, ordered: whether row order counts)
+STATEMENTS = [
+    # A whole table: far more rows than any cap a door ever had.
+    ("SELECT l_orderkey, l_linenumber, l_shipdate FROM {lineitem}", False),
+    # Trino's StarRocks plugin: back-quoted names with the catalog, pushed ranges, IN lists
+    # with OR IS NULL, DATE and TIMESTAMP literals, SELECT 1, WHERE 1 = 0, null ordering.
+    ("SELECT `l_orderkey`, `l_quantity` FROM `default_catalog`.`demo`.`lineitem` "
+     "WHERE (`l_shipdate` >= TIMESTAMP '1970-01-01 00:00:00.000000') AND (`l_linenumber` IN (1, 2) "
+     "OR `l_linenumber` IS NULL)", False),
+    ("SELECT 1 FROM {lineitem} WHERE l_shipdate >= DATE '1998-01-01'", False),
+    ("SELECT `l_orderkey` FROM `default_catalog`.`demo`.`lineitem` WHERE 1 = 0", False),
+    ("SELECT l_orderkey, l_linenumber FROM {lineitem} ORDER BY l_orderkey IS NULL ASC, l_orderkey ASC, "
+     "l_linenumber DESC LIMIT 25", True),
+    ("SELECT l_returnflag, l_linestatus, count(*) AS n, sum(l_quantity) AS q FROM {lineitem} "
+     "GROUP BY l_returnflag, l_linestatus", False),
+    # String functions over every kind of value a table holds (nulls, empties, odd text).
+    ("SELECT id, upper(c_string) AS u, lower(c_varchar) AS l, concat(c_string, '-', c_varchar) AS c, "
+     "length(c_string) AS n, substr(c_string, 1, 2) AS s FROM {all_types}", False),
+    ("SELECT k1, v1, d FROM {t1} WHERE d < DATE '2000-01-01' OR d IS NULL", False),
+    # A join and a CTE: the FE's Spark SQL, streamed.
+    ("WITH big AS (SELECT l_orderkey, max(l_quantity) AS q FROM {lineitem} GROUP BY l_orderkey) "
+     "SELECT count(*) AS n, sum(q) AS s FROM big JOIN {lineitem} USING (l_orderkey)", False),
+]
+
+
+@pytest.fixture(scope="module")
+def spark_views(server):
+    """A Spark session whose views are the warehouse's tables, read from their files."""
+    spark = server.spark.newSession()
+    for db, table in TABLES:
+        snap = server.warehouse.snapshot(db, table)
+        spark.read.parquet(str(snap.location)).createOrReplaceTempView(f"{db}_{table}")
+    return spark
+
+
+def _sql(template: str, names: dict[str, str]) -> str:
+    return template.format(**names)
+
+
+def _for_starscan(template: str) -> str:
+    return _sql(template, {table: f"{db}.{table}" for db, table in TABLES})
+
+
+def _for_spark(template: str) -> str:
+    spark_sql = _sql(template, {table: f"{db}_{table}" for db, table in TABLES})
+    return spark_sql.replace("`default_catalog`.`demo`.`lineitem`", "demo_lineitem")
+
+
+def _plain(value):
+    """A value as both clients can give it: decimals and floats as Decimal, timestamps naive."""
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, Decimal):
+        return value.normalize()
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=None)
+    return value
+
+
+def _rows(rows, ordered: bool) -> list[tuple]:
+    out = [tuple(_plain(v) for v in row) for row in rows]
+    return out if ordered else sorted(out, key=repr)
+
+
+def mysql_rows(port: int, sql: str, user: str = "root", password: str = "") -> list[tuple]:
+    with pymysql.connect(host="127.0.0.1", port=port, user=user, password=password, connect_timeout=20,
+                         read_timeout=300) as conn, conn.cursor() as cur:
+        cur.execute(sql)
+        return list(cur.fetchall())
+
+
+def flight_rows(server, sql: str, user: str = "root", password: str = "") -> list[tuple]:
+    uri = f"grpc://127.0.0.1:{server.flight_sql_port}"
+    with flight_sql.connect(uri, db_kwargs={"username": user, "password": password}, autocommit=True) as conn, \
+            conn.cursor() as cur:
+        cur.execute(sql)
+        table = cur.fetch_arrow_table()
+    return [tuple(row.values()) for row in table.to_pylist()]
+
+
+@pytest.mark.parametrize("template, ordered", STATEMENTS, ids=[s[:50] for s, _ in STATEMENTS])
+def test_each_door_answers_spark_sqls_rows(server, spark_views, template, ordered):
+    want = _rows([tuple(r) for r in spark_views.sql(_for_spark(template)).collect()], ordered)
+    sql = _for_starscan(template)
+    assert _rows(mysql_rows(server.query_port, sql), ordered) == want
+    assert _rows(flight_rows(server, sql), ordered) == want
+
+
+def test_plans_keep_the_rate_limit_and_the_audit_line_on_every_door(server):
+    """A plain SELECT is a plan whatever door asks: the user's plan_rate_per_user applies,
+    and the plan's audit line names the door."""
+    user = new_user(server, "pw", "db1.t1", prefix="doors")
+    lines: list[dict] = []
+    server.audit.add_listener(lines.append)
+    sql = "SELECT k1, v1 FROM db1.t1"
+    assert len(mysql_rows(server.query_port, sql, user, "pw")) == 3
+    assert len(flight_rows(server, sql, user, "pw")) == 3
+    plans = [line for line in lines if line["event"] == "plan" and line["user"] == user]
+    assert {line["door"] for line in plans} >= {"mysql", "flight-sql"}
+    assert all(line["status"] == 200 and line["table"] == "db1.t1" for line in plans)
+    with runtime_settings(server, plan_rate_per_user=0.001, plan_rate_burst=1):
+        mysql_rows(server.query_port, sql, user, "pw")  # the burst's one plan, or refused already
+        with pytest.raises(pymysql.err.MySQLError, match="plan_rate_per_user"):
+            mysql_rows(server.query_port, sql, user, "pw")
+        with pytest.raises((DatabaseError, ProgrammingError), match="plan_rate_per_user"):
+            flight_rows(server, sql, user, "pw")
+    refused = [line for line in lines if line["event"] == "plan" and line["user"] == user and line["status"] == 429]
+    assert {line["door"] for line in refused} == {"mysql", "flight-sql"}
