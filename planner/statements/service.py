@@ -159,9 +159,18 @@ class StatementService:
         shape (a function only Spark SQL knows) or the BEs do not read it (an output that is
         an expression, not a column: StarRocks' scan protocol sends columns only): the FE
         runs it on Spark SQL."""
-        try:
-            parsed = sqlmod.parse(sql, db, table)
-        except (BadRequest, SqlInvalid):
+        # The reader's own SQL where the scan path takes it as written (the plan and the BE's
+        # audit line name it), else the statement qualified and without its LIMIT.
+        candidates = [stmt.sql, sql] if limit is None and stmt.sql != sql else [sql]
+        parsed = None
+        for text in candidates:
+            try:
+                parsed = sqlmod.parse(text, db, table)
+            except (BadRequest, SqlInvalid):
+                continue
+            sql = text
+            break
+        if parsed is None:
             return None  # Spark SQL's answer, or its refusal
         if not all(item.is_star or (item.expr is not None and item.expr.kind == "column") for item in parsed.items):
             return None
