@@ -2,8 +2,8 @@
 and written as it arrives, so the port holds one batch of a result, whatever its size.
 
 Values as StarRocks' MySQL port prints them: timestamps as the wall-clock time in the
-session's time zone, decimals as their digits, nested values as JSON, TINYINT as a signed
-byte."""
+session's time zone, decimals as their digits at their scale, nested values as JSON, TINYINT
+as a signed byte."""
 
 from __future__ import annotations
 
@@ -70,10 +70,17 @@ _TYPES = [
 ]
 
 
+# A date's binary form from the text its column carries (dates are sent as text, below).
+_DATE_BINARY = ResultColumn("date", ColumnType.DATE).binary_encoder
+
+
 def _result_column(field: pa.Field) -> ResultColumn:
     if pa.types.is_int8(field.type):
         # mysql-mimic's binary TINY encoder writes bool(value): pack the signed byte here.
         return ResultColumn(field.name, ColumnType.TINY, binary_encoder=lambda col, v: struct.pack("<b", int(v)))
+    if pa.types.is_date(field.type):
+        return ResultColumn(field.name, ColumnType.DATE,
+                            binary_encoder=lambda col, v: _DATE_BINARY(col, dt.date.fromisoformat(v)))
     kind = next((t for test, t in _TYPES if test(field.type)), ColumnType.VARCHAR)
     return ResultColumn(field.name, kind)
 
@@ -85,12 +92,28 @@ def _converter(arrow_type: pa.DataType) -> Callable[[pa.Array], list]:
             return lambda column: pc.local_timestamp(column).to_pylist()  # the wall clock in the type's zone
         return _pylist
     if pa.types.is_decimal(arrow_type):
-        return lambda column: [None if v is None else format(v, "f") for v in column.to_pylist()]
+        return _decimal_text
+    if pa.types.is_date(arrow_type):
+        # As text, by Arrow (YYYY-MM-DD: what the text protocol sends), faster than dates.
+        return lambda column: pc.cast(column, pa.string()).to_pylist()
     if pa.types.is_nested(arrow_type):
         return lambda column: [None if v is None else _json(v, arrow_type) for v in column.to_pylist()]
     if pa.types.is_null(arrow_type):
         return lambda column: [None] * len(column)
     return _pylist
+
+
+def _decimal_text(column: pa.Array) -> list:
+    """Decimals as their digits at their scale (``12.30``, ``-0.0000000001``): Arrow's text,
+    three to four times faster than Python's Decimals, except where it writes an exponent
+    (tiny values: ``-1E-10``), which Python writes out."""
+    text = pc.cast(column, pa.string())
+    out = text.to_pylist()
+    if pc.any(pc.match_substring(text, "E")).as_py():
+        for i, value in enumerate(out):
+            if value is not None and "E" in value:
+                out[i] = format(Decimal(value), "f")
+    return out
 
 
 def _pylist(column: pa.Array) -> list:

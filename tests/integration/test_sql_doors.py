@@ -128,3 +128,26 @@ def test_plans_keep_the_rate_limit_and_the_audit_line_on_every_door(server):
             flight_rows(server, sql, user, "pw")
     refused = [line for line in lines if line["event"] == "plan" and line["user"] == user and line["status"] == 429]
     assert {line["door"] for line in refused} == {"mysql", "flight-sql"}
+
+
+def test_the_binary_protocol_gives_the_text_protocols_values(server):
+    """A server-side prepared statement (COM_STMT_EXECUTE: MySQL's binary rows, as JDBC's
+    useServerPrepStmts and mysql-connector's prepared cursor read them) answers the values
+    the text protocol does: dates, timestamps, decimals, signed bytes, nulls."""
+    import mysql.connector
+
+    sql = "SELECT id, c_tinyint, c_int, c_bigint, c_decimal32, c_decimal128, c_date, c_datetime_ntz, c_string " \
+          "FROM demo.all_types"
+    conn = mysql.connector.connect(host="127.0.0.1", port=server.query_port, user="root", password="",
+                                   connection_timeout=20)
+    try:
+        text = conn.cursor()
+        text.execute(sql)
+        want = sorted(text.fetchall(), key=repr)
+        binary = conn.cursor(prepared=True)
+        binary.execute(sql)
+        got = sorted(binary.fetchall(), key=repr)
+    finally:
+        conn.close()
+    assert len(want) == 8
+    assert got == want
