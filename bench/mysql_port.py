@@ -18,8 +18,8 @@ separate client process per run; and ADBC's Flight SQL driver on starscan's Flig
 Workloads: the whole table (``SELECT * FROM demo.lineitem``), then two queries the FE answers
 on Spark SQL (a GROUP BY, a join) with their time to the first row. Each system and client
 gets one warm-up read, then ``--repeats`` timed runs (best and median reported). Memory: the
-starscan process's Python RSS and its JVM's, sampled every 50 ms during each read, against
-their idle values before it. Recorded in bench/results/ and bench/RESULTS.md (``--no-append``).
+starscan process's Python RSS and its JVM's before the first timed run, and their peak,
+sampled every 50 ms during each read. Recorded in bench/results/ and bench/RESULTS.md (``--no-append``).
 
     python bench/mysql_port.py                               # SF1
     python bench/mysql_port.py --scale 0.05 --repeats 1 --no-append   # quick check
@@ -213,6 +213,13 @@ class Memory:
         self._thread.join()
 
 
+def _memory(runs: list[dict], process: str) -> str:
+    """The process's RSS before the first timed run and its peak over the runs."""
+    if process not in runs[0]:
+        return ""
+    return f"{runs[0][process][0]:,.0f} -> {max(r[process][1] for r in runs):,.0f}"
+
+
 def read(kind: str, port: int, sql: str, timeout_s: float, password: str = "") -> dict:
     out = subprocess.run([sys.executable, "-c", _CLIENT, kind, "127.0.0.1", str(port), "root", password, sql],
                          capture_output=True, text=True, timeout=timeout_s)
@@ -271,8 +278,8 @@ def main(argv=None) -> int:
                     with memory:
                         got = read(client, port, sql, args.timeout)
                     if system.startswith("starscan"):
-                        got["python_mb"] = (memory.peak[0] - memory.idle[0]) / 1e6
-                        got["jvm_mb"] = (memory.peak[1] - memory.idle[1]) / 1e6
+                        got["python"] = (memory.idle[0] / 1e6, memory.peak[0] / 1e6)
+                        got["jvm"] = (memory.idle[1] / 1e6, memory.peak[1] / 1e6)
                     results.setdefault((sql_name, system, client), []).append(got)
                     common.log(f"  {got['rows']:,} rows in {got['s']:.2f} s")
         for (sql_name, system, client), runs in results.items():
@@ -284,8 +291,7 @@ def main(argv=None) -> int:
                 ratio = f"{min(r['s'] for r in peer) / best['s']:.2f}x"
             rows_out.append([sql_name, system, client, f"{best['rows']:,}", common.fmt(best["rows"] / best["s"] / 1e6, 2),
                              common.fmt(best["s"], 2), common.fmt(median, 2), common.fmt(best["first_s"], 2), ratio,
-                             common.fmt(max(r.get("python_mb", 0) for r in runs), 0) if system != "MariaDB" else "",
-                             common.fmt(max(r.get("jvm_mb", 0) for r in runs), 0) if system != "MariaDB" else ""])
+                             _memory(runs, "python"), _memory(runs, "jvm")])
     finally:
         maria.stop()
         server.stop()
@@ -293,7 +299,7 @@ def main(argv=None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     table = common.markdown_table(
         ["query", "system", "client", "rows", "M rows/s (best)", "best s", "median s", "first row s",
-         "x MariaDB's rows/s (same client)", "starscan Python RSS over idle, MB", "starscan JVM RSS over idle, MB"],
+         "x MariaDB's rows/s (same client)", "starscan Python RSS before -> peak, MB", "starscan JVM RSS before -> peak, MB"],
         rows_out)
     conditions = {"data": f"demo.lineitem scale {args.scale:g} ({warehouse_dir})", "repeats": args.repeats,
                   "warm-up": "one read per system, client and query before the timed runs", **notes}

@@ -20,6 +20,7 @@ from starscan.provider.arrow_engine import plan_arrow
 from starscan.spark.columns import column_ref, to_column
 from starscan.spark.handle import calendar_rules
 from starscan.spark.reader_frames import reader_frame
+from starscan.spark.reader_choice import Reader, table_reader
 from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session
 from starscan.spark.types import is_supported, sql_type
 from starscan.storage.stores import LOCAL, Storage
@@ -143,22 +144,21 @@ class PlannedRead:
                     raise ScanFailed(f"table {self.description}: file {f.path} does not hold the planned "
                                      f"tablet {tid}: {problem}")
                 cuts.append((storage.spark_path(path), t.first_row or 0, t.rows or 0))
-        if plan.file_format == "metastore":  # Spark's own reader for the table (starscan.tables.hive)
+        has_deletes = any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files)
+        reader = table_reader(plan.file_format, bool(plan.file_columns), bool(plan.partition_columns), has_deletes,
+                              storage.is_local, self.reader_always)
+        if reader is Reader.METASTORE:  # Spark's own reader for the table (starscan.tables.hive)
             return read_metastore_files(scan_session(self.spark, ordered=self.ordered), plan.database, plan.table,
                                         [storage.join(location, f.path) for tid in self._tablet_ids
                                          for f in by_id[tid].files])
         frames = []
         folders = plan.partition_columns is None  # else the partition values are in the files
         spark = scan_session(self.spark, ordered=self.ordered, exact_floats=filters_floats(predicate, self._table_schema))
-        # Spark's own readers know neither row-level deletes, nor columns the files name
-        # apart, nor partition values that only the plan carries.
-        needs_reader = (bool(plan.file_columns) or bool(plan.partition_columns)
-                        or any(f.deletes for tid in self._tablet_ids for f in by_id[tid].files))
-        if needs_reader or not storage.is_local or (self.reader_always and plan.file_format != "orc"):
+        if reader in (Reader.OWN, Reader.OWN_FIRST):
             try:
                 return self._through_reader(spark, predicate)
             except NotArrowable as why:
-                if needs_reader:
+                if reader is Reader.OWN:
                     raise InvalidArgument(f"table {self.description} has rows deleted by deletion vectors, or columns "
                                           "or partition values its files record apart (column mapping), which only "
                                           f"starscan's file reader reads, and it cannot read this scan: {why}") from None

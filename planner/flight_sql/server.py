@@ -28,7 +28,7 @@ from starscan.flight.errors import to_flight
 from starscan.planner.auth import Authenticator
 from starscan.planner.flight_sql import catalog, statements
 from starscan.planner.flight_sql.auth import CallerMiddlewareFactory, HandshakeAccepted, SessionTokens, caller
-from starscan.planner.statements import Answer, QueryAnswer, Statement, StatementService
+from starscan.planner.statements import Answer, ScanAnswer, Statement, StatementService
 from starscan.plans import codec as plan_codec
 from starscan.security.tls import FlightTls
 from starscan.settings.runtime import LiveSettings
@@ -38,8 +38,9 @@ log = logging.getLogger("starscan.flight")
 DOOR = "flight-sql"
 PREPARED_MAX = 10_000
 PREPARED_TTL_S = 3600
-# A query's answer (its DataFrame, built for GetFlightInfo's schema) kept for the DoGet that
-# follows, so that it is built once; a DoGet after this, or on another FE, builds it again.
+# An answer this FE streams itself (a query's DataFrame, built for GetFlightInfo's schema; a
+# scan with a LIMIT, planned once) kept for the DoGet that follows, so that it is made once; a
+# DoGet after this, or on another FE, makes it again.
 ANSWERS_MAX = 256
 ANSWERS_TTL_S = 120
 _CREATE_PREPARED = "CreatePreparedStatement"
@@ -92,7 +93,7 @@ class FlightSqlServer(flight.FlightServerBase):
         else:
             raise BadRequest(f"the command {command.type_url.rsplit('/', 1)[-1]} is not supported by starscan")
         answer = self.service.execute(Statement(user, peer, DOOR, sql))
-        if isinstance(answer, QueryAnswer):
+        if not isinstance(answer, ScanAnswer) or answer.limit is not None:  # streamed by this FE's DoGet
             with self._lock:
                 self._answers[(user, None, sql)] = answer
         return statements.planned(answer, self.service, self.live.current, self.signer, self.advertised, user, sql, None)

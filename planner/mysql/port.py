@@ -12,6 +12,7 @@ from collections.abc import Callable
 from mysql_mimic import MysqlServer
 
 from starscan.core.errors import StarscanError
+from starscan.planner.mysql import mimic_internals
 from starscan.planner.mysql.auth import UsersFileIdentity, client_address
 from starscan.planner.mysql.session import PortContext, StarscanSession
 from starscan.planner.mysql.variables import global_variables
@@ -49,6 +50,7 @@ class MysqlPort:
         self._thread: threading.Thread | None = None
 
     def start(self) -> MysqlPort:
+        mimic_internals.require()
         ready = threading.Event()
         failure: list[BaseException] = []
 

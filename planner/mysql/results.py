@@ -20,19 +20,23 @@ import pyarrow.compute as pc
 from mysql_mimic import ResultColumn, ResultSet
 from mysql_mimic.types import ColumnType
 
+from starscan.planner.mysql.mimic_internals import streamed_result
+
 
 def result_set(schema: pa.Schema, batches: Iterator[pa.RecordBatch],
                error: Callable[[BaseException], BaseException]) -> ResultSet:
-    """The rows of ``batches`` (read in worker threads: Spark and the BEs block) as
-    mysql-mimic's streamed result; a failure on the way is ``error(exc)`` (the client gets
-    that error after the rows it has, never a shorter answer alone)."""
+    """The rows of ``batches`` (read and converted in worker threads: Spark and the BEs
+    block) as a result mysql-mimic streams (planner/mysql/mimic_internals.py); a failure on
+    the way is ``error(exc)`` (the client gets that error after the rows it has, never a
+    shorter answer alone)."""
     columns = [_result_column(field) for field in schema]
     converters = [_converter(field.type) for field in schema]
-    return ResultSet(rows=_rows(batches, converters, error), columns=columns)
+    row_lists = _row_lists(batches, converters, error)
+    return streamed_result(_one_by_one(row_lists), row_lists, columns)
 
 
-async def _rows(batches: Iterator[pa.RecordBatch], converters: list[Callable[[pa.Array], list]],
-                error: Callable[[BaseException], BaseException]) -> AsyncIterator[tuple]:
+async def _row_lists(batches: Iterator[pa.RecordBatch], converters: list[Callable[[pa.Array], list]],
+                     error: Callable[[BaseException], BaseException]) -> AsyncIterator[list]:
     done = object()
     try:
         while True:
@@ -42,12 +46,17 @@ async def _rows(batches: Iterator[pa.RecordBatch], converters: list[Callable[[pa
                 raise error(exc) from None
             if rows is done:
                 return
-            for row in cast(list, rows):
-                yield row
+            yield cast(list, rows)
     finally:
         close = getattr(batches, "close", None)
         if close is not None:
             await asyncio.to_thread(close)
+
+
+async def _one_by_one(row_lists: AsyncIterator[list]) -> AsyncIterator[tuple]:
+    async for rows in row_lists:
+        for row in rows:
+            yield row
 
 
 def _next_rows(batches: Iterator[pa.RecordBatch], converters: list, done: object) -> list[tuple] | object:

@@ -99,9 +99,8 @@ def prepare(expression: exp.Expression, current_db: str | None, view: CatalogVie
         replacement = exp.Table(this=exp.to_identifier(views[key]))
         replacement.set("alias", alias if alias is not None else exp.TableAlias(this=exp.to_identifier(name)))
         table.replace(replacement)
-    if not views:
-        raise BadRequest("the query reads no table: starscan answers queries over its warehouse's tables")
-    tables = ", ".join(f"{db}.{t}" for db, t in views)
+    # A query of no table (a client's ``SELECT 1`` on connect) is Spark SQL's to answer too.
+    tables = ", ".join(f"{db}.{t}" for db, t in views) or "no table"
     return PreparedQuery(stmt.sql(dialect="spark"), {v: k for k, v in views.items()}, f"query over {tables}")
 
 

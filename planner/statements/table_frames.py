@@ -14,31 +14,33 @@ from starscan.core.errors import SqlInvalid
 from starscan.core.sql_types import parse_schema
 from starscan.planner.statements.catalog_view import CatalogView
 from starscan.spark.handle import calendar_rules
+from starscan.spark.reader_choice import Reader, table_reader
 from starscan.spark.reader_frames import reader_frame
 from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session
 
 
 def table_frame(spark, view: CatalogView, db: str, table: str, predicate=None):
     """A DataFrame of the table's rows as Spark SQL reads them, in a session of ``spark``'s
-    context (starscan's file reader where only it reads the files right, else Spark's own
-    readers); ``predicate`` (a plan expression) chooses the session's float rule."""
+    context, read by the reader ``table_reader`` chooses (the BE's sql engine's rule);
+    ``predicate`` (a plan expression) chooses the session's float rule."""
     snap = view.warehouse.snapshot(db, table)
     if not snap.tablets:
         raise SqlInvalid(f"table {db}.{table} has no data files yet")
     schema = view.schemas.schema(snap)
     storage = snap.storage
     session = scan_session(spark, exact_floats=predicate is not None and filters_floats(predicate, schema))
-    needs_reader = bool(snap.file_columns) or snap.partitions_recorded or any(f.deletes for f in snap.files)
+    reader = table_reader(snap.file_format, bool(snap.file_columns), snap.partitions_recorded,
+                          any(f.deletes for f in snap.files), storage.is_local)
     df = None
-    if needs_reader or not storage.is_local:
+    if reader is Reader.METASTORE:  # Spark's reader for the table (starscan.tables.hive)
+        df = read_metastore_files(session, snap.db, snap.name, [storage.join(snap.location, f.path) for f in snap.files])
+    elif reader in (Reader.OWN, Reader.OWN_FIRST):
         try:
             df = _through_reader(session, snap, schema)
         except NotArrowable as why:
-            if needs_reader:
+            if reader is Reader.OWN:
                 raise SqlInvalid(f"table {snap.qualified_name} has deleted rows or mapped columns, which only "
                                  f"starscan's file reader reads, and it cannot read this table: {why}") from None
-    if df is None and snap.file_format == "metastore":  # Spark's reader for the table (starscan.tables.hive)
-        df = read_metastore_files(session, snap.db, snap.name, [storage.join(snap.location, f.path) for f in snap.files])
     if df is None:  # Spark's own readers (on an object store: with Hadoop's connector)
         paths = [storage.spark_path(storage.join(snap.location, f.path)) for f in snap.files]
         df = read_parquet_files(session, schema, storage.spark_path(snap.location), paths, snap.partitions_in_folders,

@@ -87,6 +87,21 @@ def test_tablets_are_routed_over_both_bes_and_a_full_read_equals_spark(cluster, 
         assert "starrocks_be_active_scan_context_count" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
 
 
+def test_an_fe_only_node_answers_a_mysql_select_with_every_row_from_the_bes(cluster):
+    """The FE of its own (no BE in its process) reads a plain SELECT's tablets from both BEs'
+    Flight ports and streams them to the MySQL client: every row, once; a query it answers on
+    Spark SQL agrees."""
+    import pymysql
+
+    port = int(cluster["fe"].args[cluster["fe"].args.index("--query-port") + 1])
+    with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", read_timeout=300) as conn, \
+            conn.cursor(pymysql.cursors.SSCursor) as cur:
+        cur.execute("select id, v from big.events")
+        assert Counter(cur.fetchall()) == _expected()
+        cur.execute("select count(*), count(distinct v) from big.events")
+        assert cur.fetchall() == ((FILES * ROWS_PER_FILE, FILES * ROWS_PER_FILE),)
+
+
 def test_a_be_killed_mid_scan_costs_the_client_nothing_and_comes_back(cluster, caplog):
     from starscan.client import ScanStats, StarscanClient
 

@@ -9,12 +9,15 @@ error where Spark SQL answers fails here."""
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from decimal import Decimal
 
 import adbc_driver_flightsql.dbapi as flight_sql
 import pymysql
 import pytest
 from adbc_driver_manager import DatabaseError, ProgrammingError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.readers import runtime_settings
 from support.servers import new_user
 
@@ -151,3 +154,59 @@ def test_the_binary_protocol_gives_the_text_protocols_values(server):
         conn.close()
     assert len(want) == 8
     assert got == want
+
+
+@pytest.fixture(scope="module")
+def lineitem_info(spark, server):
+    from support.random_queries import TableInfo
+
+    return TableInfo(spark, server, "demo", "lineitem", 0.002)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_selects_on_the_mysql_port_answer_spark_sqls_rows(server, lineitem_info, data):
+    """Random projections and WHERE predicates (the generator the scan properties use): the
+    rows a MySQL client gets equal Spark SQL's over the same files, every one of them."""
+    from support.random_queries import columns_strategy, predicate
+
+    info = lineitem_info
+    columns = data.draw(columns_strategy(info.columns), label="columns")
+    where = data.draw(predicate(info.scalar, info.samples, info.zone), label="where")
+    template = info.sql(columns, where)
+    want = Counter(tuple(row) for row in info.reference.sql(template.format(table=info.source)).collect())
+    got = Counter(mysql_rows(server.query_port, template.format(table="demo.lineitem")))
+    assert got == want, template
+
+
+def test_what_connector_j_sends_for_trinos_connector_is_answered_with_spark_sqls_rows(server, spark_views):
+    """The statements MySQL Connector/J sent, recorded, as Trino's StarRocks connector drives
+    it: the connect chatter and metadata answer (getTables and getColumns list the table and
+    its columns in order), and each scan answers Spark SQL's rows (a LIMIT without ORDER BY:
+    as many rows)."""
+    import re
+
+    from support import reader_sql
+
+    columns = [f.name for f in spark_views.table("demo_lineitem").schema.fields]
+    with pymysql.connect(host="127.0.0.1", port=server.query_port, user="root", password="", connect_timeout=20,
+                         read_timeout=300) as conn, conn.cursor() as cur:
+        for sql in reader_sql.CONNECT:
+            cur.execute(sql)
+        for sql in reader_sql.METADATA:
+            cur.execute(sql)
+            got = cur.fetchall()
+            if "FROM INFORMATION_SCHEMA.COLUMNS" in sql:
+                assert [row[3] for row in got] == columns, sql[:80]
+            elif "FROM INFORMATION_SCHEMA.TABLES" in sql and "TABLE_ROWS" not in sql:
+                assert ("demo", None, "lineitem", "TABLE") in [tuple(row[:4]) for row in got], sql[:80]
+        for sql in reader_sql.SCANS:
+            cur.execute(sql)
+            got = _rows(cur.fetchall(), False)
+            spark_sql = re.sub(r"`demo`\.`(\w+)`", r"demo_\1", sql)
+            want = _rows([tuple(r) for r in spark_views.sql(spark_sql).collect()], False)
+            if " LIMIT " in sql and "ORDER BY" not in sql:
+                assert len(got) == len(want), sql
+            else:
+                assert got == want, sql

@@ -1,5 +1,6 @@
-"""The internals of thriftpy2 and uvicorn the BE and FE reach (starscan/core/thriftpy2_internals.py,
-planner/uvicorn_internals.py) are what they were tested on, and the installed releases are
+"""The internals of thriftpy2, uvicorn and mysql-mimic the BE and FE reach
+(starscan/core/thriftpy2_internals.py, planner/uvicorn_internals.py,
+planner/mysql/mimic_internals.py) are what they were tested on, and the installed releases are
 in the tested ranges: a release that renamed or reshaped one fails here (and the server
 refuses to start on it), not in a server that serves wrong bytes or drops its guards."""
 
@@ -13,8 +14,9 @@ from packaging.specifiers import SpecifierSet
 from starscan.core import thriftpy2_internals
 from starscan.core.errors import ConfigError
 from starscan.planner import uvicorn_internals
+from starscan.planner.mysql import mimic_internals
 
-ADAPTERS = {"thriftpy2": thriftpy2_internals, "uvicorn": uvicorn_internals}
+ADAPTERS = {"thriftpy2": thriftpy2_internals, "uvicorn": uvicorn_internals, "mysql-mimic": mimic_internals}
 
 
 @pytest.mark.parametrize("library", sorted(ADAPTERS))
@@ -46,3 +48,23 @@ def test_a_reshaped_internal_is_named_and_stops_the_server(monkeypatch):
         thriftpy2_internals.require()
     monkeypatch.delattr(uvicorn_internals.HttpToolsProtocol, "on_headers_complete")
     assert "HttpToolsProtocol.on_headers_complete is gone" in uvicorn_internals.check()
+
+
+def test_a_mysql_mimic_that_makes_its_connections_otherwise_stops_the_port(monkeypatch):
+    """The port streams through its own connection class, put where mysql-mimic's server
+    makes connections: a release that makes them elsewhere, or reshaped the writer it
+    overrides, is named, and the port refuses to start."""
+    from mysql_mimic import server as mimic_server
+    from mysql_mimic.connection import Connection
+
+    def write_text_resultset(self, result_set, more):  # a new parameter
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(mimic_server, "Connection", object)
+    monkeypatch.setattr(Connection, "write_text_resultset", write_text_resultset)
+    problems = mimic_internals.check()
+    assert "mysql_mimic.server no longer makes its connections with mysql_mimic.connection.Connection" in problems
+    assert "Connection.write_text_resultset takes ('self', 'result_set', 'more'), not ('self', 'result_set')" \
+        in problems
+    with pytest.raises(ConfigError, match="not what the MySQL port was tested on"):
+        mimic_internals.require()
