@@ -36,6 +36,12 @@ def records(folder: Path = RESULTS_DIR) -> list[dict]:
 # each benchmark, (label, the row: column -> start of its cell, the column). A run whose table
 # has no such row shows a dash.
 HEADLINES: dict[str, list[tuple[str, dict[str, str], str]]] = {
+    "mysql_port": [
+        ("whole table, mysqlclient", {"query": "whole table", "system": "starscan", "client": "mysqlclient"},
+         "x MariaDB's rows/s (same client)"),
+        ("PyMySQL", {"query": "whole table", "system": "starscan", "client": "pymysql"},
+         "x MariaDB's rows/s (same client)"),
+    ],
     "compare": [
         ("starscan warm full M rows/s", {"system": "starscan (thriftpy2", "scan": "full", "phase": "warm", "readers": "1"}, "M rows/s"),
         ("x Flight", {"system": "starscan (thriftpy2", "scan": "full", "phase": "warm", "readers": "1"}, "× Flight MB/s (rows/s)"),

@@ -19,8 +19,8 @@ from starscan.expr import unflatten
 from starscan.provider.arrow_engine import plan_arrow
 from starscan.spark.columns import column_ref, to_column
 from starscan.spark.handle import calendar_rules
-from starscan.spark.reader_frames import reader_frame
 from starscan.spark.reader_choice import Reader, table_reader
+from starscan.spark.reader_frames import reader_frame
 from starscan.spark.session import filters_floats, read_metastore_files, read_parquet_files, scan_session
 from starscan.spark.types import is_supported, sql_type
 from starscan.storage.stores import LOCAL, Storage

@@ -34,7 +34,9 @@ COLUMNS = [("TABLE_CATALOG", _TEXT), ("TABLE_SCHEMA", _TEXT), ("TABLE_NAME", _TE
            ("COLLATION_NAME", _TEXT), ("COLUMN_TYPE", _TEXT), ("COLUMN_KEY", _TEXT), ("EXTRA", _TEXT),
            ("PRIVILEGES", _TEXT), ("COLUMN_COMMENT", _TEXT), ("COLUMN_SIZE", _INT), ("DECIMAL_DIGITS", _INT),
            ("GENERATION_EXPRESSION", _TEXT), ("SRS_ID", _INT)]
-OURS = {"schemata": SCHEMATA, "tables": TABLES, "columns": COLUMNS}
+# MySQL 8's histograms, which readers probe for (Trino's MySQL-family connectors): none here.
+COLUMN_STATISTICS = [("SCHEMA_NAME", _TEXT), ("TABLE_NAME", _TEXT), ("COLUMN_NAME", _TEXT), ("HISTOGRAM", _TEXT)]
+OURS = {"schemata": SCHEMATA, "tables": TABLES, "columns": COLUMNS, "column_statistics": COLUMN_STATISTICS}
 
 
 def _schema() -> dict:
@@ -122,9 +124,20 @@ def _normalize(expression: exp.Expression) -> exp.Expression:
             raise BadRequest("a query may not mix information_schema with other tables")
         if table.args.get("catalog") and table.text("catalog") != "def":
             raise BadRequest(f"unknown catalog {table.text('catalog')!r}")
-    out = expression.transform(lambda n: n.left if isinstance(n, exp.Collate) else n)
+    out = expression.transform(_mysql_coercions)
     assert isinstance(out, exp.Expression)
     return out
+
+
+def _mysql_coercions(node: exp.Expression) -> exp.Expression:
+    """What MySQL does that sqlglot's executor does not: a COLLATE clause names how to compare
+    (gone: the executor compares as is), and UPPER / LOWER take any value as text
+    (Connector/J's getColumns upper-cases a CASE that yields numbers)."""
+    if isinstance(node, exp.Collate):
+        return node.left
+    if isinstance(node, (exp.Upper, exp.Lower)) and not isinstance(node.this, exp.Cast):
+        node.set("this", exp.cast(node.this.copy(), "text"))
+    return node
 
 
 def _constraint(where: exp.Where | None, columns: tuple[str, ...]) -> set[str] | None:

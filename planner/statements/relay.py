@@ -47,7 +47,8 @@ def _open(be: str, uri: str, ticket: flight.Ticket, options: dict,
         reader.schema  # noqa: B018 - the first message: the BE has opened the scan
     except flight.FlightUnavailableError as exc:
         client.close()
-        failures.append(f"{be}: {exc}")
+        log.info("the BE at %s cannot be reached over Flight: %s", be, exc)
+        failures.append(f"{be} cannot be reached")
         return None
     except BaseException:
         client.close()
@@ -75,8 +76,8 @@ def _relayed(rest: Sequence[tuple[str, str]], ticket: flight.Ticket, options: di
             finally:
                 client.close()
         except flight.FlightUnavailableError as exc:
-            lost = f"{exc}".strip().splitlines()[0] if f"{exc}".strip() else type(exc).__name__
-            failures.append(f"lost after {sent} rows: {lost}")
+            log.info("the BE stream of a ticket was lost after %d rows: %s", sent, exc)
+            failures.append(f"lost after {sent} rows")
         opened = None
         while opened is None and rest:
             (be, uri), rest = rest[0], rest[1:]

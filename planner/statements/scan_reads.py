@@ -82,6 +82,8 @@ class ScanReads:
         return relay.relay([(be, uris[be]) for be in order], ordered, self.client_options)
 
     def can_read(self) -> bool:
-        """Whether the BEs' rows can be read here: their Flight ports are on (be_flight_port)."""
+        """Whether every BE's rows can be read here: each routing has a Flight address with a
+        port (``be_flight_endpoints``, or this node's bound ``be_flight_port``)."""
         settings = self.live.current
-        return bool(settings.be_flight_endpoints) or settings.be_flight_port >= 0
+        routes = settings.flight_routes
+        return all(be in routes and routes[be].rsplit(":", 1)[-1] not in ("0", "-1") for be in settings.routings)

@@ -99,7 +99,7 @@ def test_an_fe_only_node_answers_a_mysql_select_with_every_row_from_the_bes(clus
         cur.execute("select id, v from big.events")
         assert Counter(cur.fetchall()) == _expected()
         cur.execute("select count(*), count(distinct v) from big.events")
-        assert cur.fetchall() == ((FILES * ROWS_PER_FILE, FILES * ROWS_PER_FILE),)
+        assert list(cur.fetchall()) == [(FILES * ROWS_PER_FILE, FILES * ROWS_PER_FILE)]
 
 
 def test_a_be_killed_mid_scan_costs_the_client_nothing_and_comes_back(cluster, caplog):
