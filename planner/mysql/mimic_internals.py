@@ -99,4 +99,4 @@ def require() -> None:
     """Refuse to start the port on a mysql-mimic whose internals differ, then make the
     server's connections stream."""
     refuse_untested("mysql-mimic", TESTED_ON, "MySQL port", check())
-    mimic_server.Connection = StreamingConnection  # type: ignore[misc]
+    mimic_server.Connection = StreamingConnection

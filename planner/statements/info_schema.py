@@ -133,7 +133,7 @@ def _mysql_coercions(node: exp.Expression) -> exp.Expression:
     """What MySQL does that sqlglot's executor does not: a COLLATE clause names how to compare
     (gone: the executor compares as is), and UPPER / LOWER take any value as text
     (Connector/J's getColumns upper-cases a CASE that yields numbers)."""
-    if isinstance(node, exp.Collate):
+    if isinstance(node, exp.Collate) and isinstance(node.left, exp.Expression):
         return node.left
     if isinstance(node, (exp.Upper, exp.Lower)) and not isinstance(node.this, exp.Cast):
         node.set("this", exp.cast(node.this.copy(), "text"))
