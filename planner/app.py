@@ -15,7 +15,7 @@ from starscan import __version__
 from starscan.core.errors import BadRequest, RequestTooLarge, StarscanError, internal_error
 from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
-from starscan.planner.query_plan import read_plan_body, table_version
+from starscan.planner.plan_requests import read_plan_body, table_version
 from starscan.planner.statements import StatementService
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings

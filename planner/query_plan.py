@@ -1,4 +1,5 @@
-"""`_query_plan` and `_schema`: checks in StarRocks' order, then the signed plan."""
+"""`_query_plan` and `_schema`: checks in StarRocks' order, then the signed plan (the request's
+body is read by planner/plan_requests.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pyspark.sql import types as T
 
 from starscan import expr as E
 from starscan.arrow.rebase import CalendarRules
-from starscan.core.errors import BadRequest, RequestTooLarge, SqlInvalid
+from starscan.core.errors import BadRequest, SqlInvalid
 from starscan.core.thrift_defs import plan as plan_idl
 from starscan.planner import sql as sqlmod
 from starscan.planner.be_membership import BeMembership
@@ -32,7 +33,7 @@ from starscan.settings.runtime import LiveSettings
 from starscan.spark.schemas import SchemaResolver
 from starscan.spark.types import starrocks_type
 from starscan.tables.catalog import TableSnapshot, Warehouse
-from starscan.tables.consumers import ConsumerPositions, check_consumer_name
+from starscan.tables.consumers import ConsumerPositions
 from starscan.tables.tablets import Tablet
 
 
@@ -124,61 +125,6 @@ class _PlanBody:
         return self.parts.partitions_json if self.parts is not None else b"{}"
 
 
-def read_sql_body(body: bytes, max_sql_length: int | None = None) -> str:
-    """Steps 2-4 of the ladder: the body must be a JSON object with a non-empty `sql`."""
-    return read_plan_body(body, max_sql_length).sql
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    sql: str
-    since_version: int | None = None  # only the data appended after this version (starscan.tables.versions)
-    consumer: str | None = None       # a named consumer: from its committed version (starscan.tables.consumers)
-    cursor: bool = False              # "since_version" was sent (null: from the start): answer with "version"
-    direct: bool = False              # a direct plan: name the storage of each tablet (starscan.arrow.direct)
-    # The reader applies row-level deletes itself (a client that predates them would not, and
-    # would return deleted rows): only then are tablets with deletes direct.
-    direct_row_deletes: bool = False
-
-
-def table_version(value: object, what: str = "version") -> int:
-    """A table version a client sends back (a plan's ``"version"``): an int of 31 bits."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 31:
-        raise BadRequest(f"{what} must be a table version (an integer from a plan's \"version\"), not {value!r}")
-    return value
-
-
-def read_plan_body(body: bytes, max_sql_length: int | None = None) -> PlanRequest:
-    """The request body: a JSON object with a non-empty `sql` and, optionally, an integer
-    `since_version` (an incremental read)."""
-    if not body or not body.strip():
-        raise BadRequest("POST body must contains [sql] root object")
-    text = body.decode("utf-8", errors="replace")
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
-        raise BadRequest(f"malformed json [ {text} ]") from None
-    if not isinstance(doc, dict):
-        raise BadRequest(f"malformed json [ {text} ]")
-    sql = doc.get("sql")
-    if not isinstance(sql, str) or not sql.strip():
-        raise BadRequest("POST body must contains [sql] root object")
-    if max_sql_length is not None and len(sql) > max_sql_length:
-        raise RequestTooLarge(f"sql is {len(sql)} characters, more than max_sql_length={max_sql_length}")
-    since = doc.get("since_version")
-    if since is not None:
-        since = table_version(since, "since_version")
-    consumer = doc.get("consumer")
-    direct = doc.get("direct", False)
-    if not isinstance(direct, bool):
-        raise BadRequest(f'"direct" must be true or false, not {direct!r}')
-    row_deletes = doc.get("direct_row_deletes", False)
-    if not isinstance(row_deletes, bool):
-        raise BadRequest(f'"direct_row_deletes" must be true or false, not {row_deletes!r}')
-    return PlanRequest(sql, since, check_consumer_name(consumer) if consumer is not None else None,
-                       cursor="since_version" in doc, direct=direct, direct_row_deletes=row_deletes)
-
-
 class QueryPlanner:
     def __init__(self, settings: Settings | LiveSettings, warehouse: Warehouse, schemas: SchemaResolver, signer: plan_codec.Signer,
                  tablet_lists: TabletLists | None = None, consumers: ConsumerPositions | None = None,
@@ -249,7 +195,7 @@ class QueryPlanner:
         if since_version is not None:
             candidates = tuple(self.warehouse.tablets_added_since(snap, since_version))
             audit["since_version"] = since_version
-        parsed = self._parse(sql, db, table)                 # 400/500 (steps 8-13)
+        parsed = self.parse(sql, db, table)                 # 400/500 (steps 8-13)
         schema = self.schemas.schema(snap)
         cols = ResolvedColumns({f.name.lower(): f for f in schema.fields}, f"{db}.{table}",
                                {name.lower(): why for name, why in snap.unread_columns})
@@ -387,7 +333,7 @@ class QueryPlanner:
         self.consumers.commit(snap.qualified_name, snap.location, name, version, user, self.warehouse.changes(snap))
         return {"consumer": name, "version": version}
 
-    def _parse(self, sql: str, db: str, table: str) -> sqlmod.ParsedQuery:
+    def parse(self, sql: str, db: str, table: str) -> sqlmod.ParsedQuery:
         """sqlglot's parse, kept for repeated statements (readers send the same SQL for every
         plan of a job; parsing is a third of a plan's time). Errors are not kept."""
         key = (sql, db, table)

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from starscan.arrow.wire import IpcStream
-from starscan.core.errors import InvalidArgument, StarscanError
+from starscan.core.errors import InvalidArgument
 from starscan.core.protocol_extensions import ARROW_TYPES_PROPERTY, ORDERED_PROPERTY
 from starscan.core.thrift_defs import wire
 from starscan.flight import tickets
-from starscan.flight.errors import to_flight
+from starscan.flight.errors import as_flight, to_flight
 from starscan.plans.codec import Signer
 from starscan.provider.service import ScanService
 from starscan.security.tls import FlightTls
@@ -50,7 +50,7 @@ class BeFlightServer(flight.FlightServerBase):
     def stream(self, ticket: tickets.ScanTicket, client: str) -> flight.FlightDataStream:
         """The ticket's rows as a Flight stream."""
         schema, batches = self.batches(ticket, client)
-        return flight.GeneratorStream(schema, _as_flight(batches))
+        return flight.GeneratorStream(schema, as_flight(batches))
 
     def batches(self, ticket: tickets.ScanTicket, client: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
         """The ticket's rows, their schema then their batches (also what the FE reads of a
@@ -72,16 +72,6 @@ class BeFlightServer(flight.FlightServerBase):
             first = self.service.next(opened.context_id, 0)
             schema = _schema_of(first.rows) if first.rows is not None else pa.schema([])
         return schema, _batches(self.service, opened.context_id, schema, first)
-
-
-def _as_flight(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``batches`` with a failure on the way as its gRPC status."""
-    try:
-        yield from batches
-    except StarscanError as exc:
-        raise to_flight(exc) from None
-    finally:
-        batches.close()  # type: ignore[attr-defined]
 
 
 def _batches(service: ScanService, context_id: str, schema: pa.Schema, first) -> Iterator[pa.RecordBatch]:

@@ -13,18 +13,16 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from collections.abc import Iterator
 
-import pyarrow as pa
 import pyarrow.flight as flight
 from cachetools import TTLCache
 from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
-from starscan.core.errors import BadRequest, InvalidArgument, NotFound, PrivilegeMissing, StarscanError
+from starscan.core.errors import BadRequest, InvalidArgument, NotFound, PrivilegeMissing
 from starscan.flight import flight_sql_pb2 as sql_pb2
 from starscan.flight import tickets
-from starscan.flight.errors import to_flight
+from starscan.flight.errors import as_flight, to_flight
 from starscan.planner.auth import Authenticator
 from starscan.planner.flight_sql import catalog, statements
 from starscan.planner.flight_sql.auth import CallerMiddlewareFactory, HandshakeAccepted, SessionTokens, caller
@@ -117,7 +115,7 @@ class FlightSqlServer(flight.FlightServerBase):
             answer = kept if kept is not None else \
                 self.service.execute(Statement(user, _peer(context), DOOR, found.sql, found.database))
             schema, batches = self.service.rows(answer, _peer(context))
-            return flight.GeneratorStream(schema, _as_flight(batches))
+            return flight.GeneratorStream(schema, as_flight(batches))
         except Exception as exc:  # noqa: BLE001 - every failure is a gRPC status
             raise self._failure(exc, "DoGet") from None
 
@@ -128,7 +126,7 @@ class FlightSqlServer(flight.FlightServerBase):
         if plan.user != user:
             raise PrivilegeMissing("this ticket was issued to another user")
         schema, batches = self.service.reads.read(ticket, peer)
-        return flight.GeneratorStream(schema, _as_flight(batches))
+        return flight.GeneratorStream(schema, as_flight(batches))
 
     # ---- DoAction: prepared statements ----
     def list_actions(self, context):
@@ -174,24 +172,9 @@ class FlightSqlServer(flight.FlightServerBase):
         return entry[1]
 
     def _failure(self, exc: Exception, rpc: str) -> BaseException:
-        """The gRPC status of ``exc``; a failure that is not one of ours is logged with its traceback."""
-        if not isinstance(exc, (StarscanError, flight.FlightError, pa.ArrowException)):
-            log.exception("Flight SQL %s failed", rpc)
-        return to_flight(exc)
-
-
-def _as_flight(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``batches`` with a failure on the way as its gRPC status."""
-    try:
-        yield from batches
-    except Exception as exc:  # noqa: BLE001 - every failure is a gRPC status
-        if not isinstance(exc, (StarscanError, flight.FlightError, pa.ArrowException)):
-            log.exception("Flight SQL DoGet failed while streaming")
-        raise to_flight(exc) from None
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()
+        """The gRPC status of ``exc`` (a failure that is not one of ours is logged with its
+        traceback, by to_flight)."""
+        return to_flight(exc, f"Flight SQL {rpc}")
 
 
 def _peer(context) -> str:

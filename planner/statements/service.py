@@ -43,7 +43,7 @@ from starscan.core.errors import (
 )
 from starscan.core.sql_types import parse_type
 from starscan.planner import sql as sqlmod
-from starscan.planner.query_plan import QueryPlanner
+from starscan.planner.query_plan import AUDIT_SQL_CHARS, QueryPlanner
 from starscan.planner.sql import syntax_error
 from starscan.planner.statements import info_schema, show, spark_queries
 from starscan.planner.statements.answers import Answer, QueryAnswer, ScanAnswer, Statement, TableAnswer
@@ -56,8 +56,6 @@ from starscan.settings.runtime import LiveSettings
 from starscan.spark import compat, pyspark_internals
 
 log = logging.getLogger("starscan.planner")
-
-AUDIT_SQL_CHARS = 2000
 
 # What makes a SELECT more than a scan (``_query_plan``'s refusals), LIMIT aside: the rows'
 # reader stops at a LIMIT itself.
@@ -167,7 +165,7 @@ class StatementService:
         parsed = None
         for text in candidates:
             try:
-                parsed = sqlmod.parse(text, db, table)
+                parsed = self.planner.parse(text, db, table)
             except (BadRequest, SqlInvalid):
                 continue
             sql = text

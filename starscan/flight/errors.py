@@ -11,6 +11,7 @@ failure's own text: a failure no kind models is answered by its id (``internal_e
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -35,10 +36,24 @@ _BY_GRPC: dict[str, type[BaseException]] = {
 }
 
 
-def to_flight(exc: BaseException) -> BaseException:
-    """The exception a Flight handler raises for ``exc``."""
+def to_flight(exc: BaseException, what: str = "a Flight call") -> BaseException:
+    """The exception a Flight handler raises for ``exc``; a failure no kind models is logged
+    as ``what`` failing, with its traceback, under the id its answer names."""
     if isinstance(exc, flight.FlightError):
         return exc  # type: ignore[no-any-return]  # pyarrow has no annotations
     if not isinstance(exc, E.StarscanError):
-        exc = E.internal_error(exc, log, "a Flight call")
+        exc = E.internal_error(exc, log, what)
     return pyarrow_internals.bare(_BY_GRPC[exc.grpc_status](f"{exc.message} [{exc.kind}]"))
+
+
+def as_flight(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` for a Flight stream: a failure on the way is its gRPC status (``to_flight``),
+    and the batches' generator is closed whatever ends the stream."""
+    try:
+        yield from batches
+    except Exception as exc:  # noqa: BLE001 - every failure is a gRPC status
+        raise to_flight(exc) from None
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()

@@ -124,7 +124,7 @@ def test_plans_keep_the_rate_limit_and_the_audit_line_on_every_door(server):
     assert {line["door"] for line in plans} >= {"mysql", "flight-sql"}
     assert all(line["status"] == 200 and line["table"] == "db1.t1" for line in plans)
     with runtime_settings(server, plan_rate_per_user=0.001, plan_rate_burst=1):
-        mysql_rows(server.query_port, sql, user, "pw")  # the burst's one plan, or refused already
+        mysql_rows(server.query_port, sql, user, "pw")  # the burst's one plan
         with pytest.raises(pymysql.err.MySQLError, match="plan_rate_per_user"):
             mysql_rows(server.query_port, sql, user, "pw")
         with pytest.raises((DatabaseError, ProgrammingError), match="plan_rate_per_user"):
