@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import replace
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -15,7 +16,7 @@ from starscan import __version__
 from starscan.core.errors import BadRequest, RequestTooLarge, StarscanError, internal_error
 from starscan.planner.auth import Authenticator
 from starscan.planner.errors import error_response, handle_starscan_error
-from starscan.planner.plan_requests import read_plan_body, table_version
+from starscan.planner.plan_requests import PlanRequest, read_plan_body, table_version
 from starscan.planner.statements import StatementService
 from starscan.settings.config import Settings
 from starscan.settings.runtime import LiveSettings
@@ -89,32 +90,16 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _plan(request: Request, db: str, table: str, who: str, client: str, settings: Settings,
-                statements: StatementService, info: dict) -> bytes:
-    """The plan a ``_query_plan`` request asks of an authenticated user: its body read and
-    checked, then the statement service's answer (the grants it needs; made on the event
-    loop when its answer is at hand, else in a thread, in one of the planning slots)."""
+async def _plan_request(request: Request, db: str, table: str, settings: Settings) -> PlanRequest:
+    """What a ``_query_plan`` request asks for: its path, body and (the GET form's)
+    ``since_version`` parameter read and checked."""
     if not db or not table:
         raise BadRequest(f"{db}/{table} must be selected")
     wanted = read_plan_body(await read_body(request, settings.max_request_body_bytes), settings.max_sql_length)
-    since = wanted.since_version
-    if since is None and "since_version" in request.query_params:  # the GET form's parameter
+    if wanted.since_version is None and "since_version" in request.query_params:
         text = request.query_params["since_version"].strip()
-        since = table_version(int(text) if text.isdigit() else text, "since_version")
-    info["sql"] = wanted.sql
-    # The grants, from the users file authentication just read: no I/O on the loop.
-    statements.require_select(who, client, db, table, reload=False)
-    if wanted.direct:
-        info["direct"] = True
-        statements.require_direct_read(who, client, db, table)
-    if since is None and wanted.consumer is None and not wanted.cursor and not wanted.direct:
-        # A plan whose answer is at hand is made here, on the event loop: nothing in
-        # it lists, reads or waits (QueryPlanner.quick_plan_json).
-        body = statements.planner.quick_plan_json(db, table, wanted.sql, who, info)
-        if body is not None:
-            return body
-    return await run_in_threadpool(statements.plan_json, who, db, table, wanted.sql, info, since,
-                                   wanted.consumer, wanted.cursor, wanted.direct, wanted.direct_row_deletes)
+        wanted = replace(wanted, since_version=table_version(int(text) if text.isdigit() else text, "since_version"))
+    return wanted
 
 
 def create_app(statements: StatementService, auth: Authenticator, live: LiveSettings) -> FastAPI:
@@ -136,8 +121,10 @@ def create_app(statements: StatementService, auth: Authenticator, live: LiveSett
             recent = auth.authenticate_recent(header, client)
             who = recent if recent is not None else await run_in_threadpool(auth.authenticate, header, client)
             info["user"] = who
-            statements.take_plan_token(who)
-            body = await _plan(request, db, table, who, client, settings, statements, info)
+            wanted = await _plan_request(request, db, table, settings)
+            body = statements.admit_plan(who, client, db, table, wanted, info)
+            if body is None:
+                body = await run_in_threadpool(statements.plan, who, db, table, wanted, info)
         return Response(body, media_type="application/json")
 
     async def selecting_user(request: Request, db: str, table: str) -> str:

@@ -20,7 +20,7 @@ from starscan.core.errors import DatabaseNotFound
 from starscan.planner.mysql import results
 from starscan.planner.mysql.auth import client_address, login_refused
 from starscan.planner.mysql.errors import log, to_mysql
-from starscan.planner.statements import Statement, StatementService
+from starscan.planner.statements import Statement, StatementService, admin_show
 from starscan.planner.statements.catalog_view import INFORMATION_SCHEMA
 from starscan.planner.statements.show import SESSION_KINDS
 
@@ -82,6 +82,8 @@ class StarscanSession(Session):
             raise MysqlError("Access denied", code=ErrorCode.ACCESS_DENIED_ERROR)
         started = time.monotonic()
         try:
+            if admin_show.match(sql)[0]:  # StarRocks' own syntax, which mysql-mimic's parser does not know
+                return await self._answer(None, sql)
             return await super().handle_query(sql, attrs)
         except BaseException as exc:  # noqa: BLE001 - every failure becomes a MySQL error
             if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
@@ -112,7 +114,7 @@ class StarscanSession(Session):
     async def query(self, expression: exp.Expression, sql: str, attrs: dict[str, str]):
         return await self._answer(expression, sql)
 
-    async def _answer(self, expression: exp.Expression, sql: str):
+    async def _answer(self, expression: exp.Expression | None, sql: str):
         assert self.username is not None
         stmt = Statement(self.username, client_address.get(), DOOR, sql, self.database, expression, self._limit())
         service = self.ctx.statements

@@ -35,6 +35,7 @@ from sqlglot.errors import ParseError, TokenError
 from starscan.core.errors import (
     BadRequest,
     DirectReadDenied,
+    PrivilegeMissing,
     ResultTooLarge,
     SelectPrivilegeMissing,
     SqlInvalid,
@@ -43,9 +44,10 @@ from starscan.core.errors import (
 )
 from starscan.core.sql_types import parse_type
 from starscan.planner import sql as sqlmod
+from starscan.planner.plan_requests import PlanRequest
 from starscan.planner.query_plan import AUDIT_SQL_CHARS, QueryPlanner
 from starscan.planner.sql import syntax_error
-from starscan.planner.statements import info_schema, show, spark_queries
+from starscan.planner.statements import admin_show, info_schema, show, spark_queries
 from starscan.planner.statements.answers import Answer, QueryAnswer, ScanAnswer, Statement, TableAnswer
 from starscan.planner.statements.catalog_view import INFORMATION_SCHEMA, CatalogView
 from starscan.planner.statements.scan_reads import Batches, ScanReads
@@ -111,6 +113,13 @@ class StatementService:
                 f"for {user}@{client}: an administrator grants it with `starscan user grant {user} {db}.{table} "
                 "--direct-read`; without \"direct\" the same plan reads through the BE")
 
+    def require_admin(self, user: str, client: str) -> None:
+        """The FE's configuration is an administrator's (root or the ``admin`` grant)."""
+        if not self.users.is_admin(user):
+            raise PrivilegeMissing(
+                f"Access denied; you need (at least one of) the OPERATE privilege(s) on SYSTEM for {user}@{client}: "
+                f"an administrator grants it with `starscan user grant {user} admin`")
+
     @contextmanager
     def audited_plan(self, door: str, client: str, db: str, table: str) -> Iterator[dict]:
         """The audit line of one plan, written when the block ends (with the error's status
@@ -124,17 +133,38 @@ class StatementService:
             raise
         self._audit_plan(door, client, db, table, info, started, 200, None)
 
-    def plan_json(self, user: str, db: str, table: str, sql: str, info: dict, since_version=None, consumer=None,
-                  cursor: bool = False, direct: bool = False, direct_row_deletes: bool = False) -> bytes:
-        """``_query_plan``'s answer, made in one of the ``plan_concurrency`` planning slots
-        (call in a thread)."""
+    def admit_plan(self, user: str, client: str, db: str, table: str, wanted: PlanRequest, info: dict) -> bytes | None:
+        """The rules a ``_query_plan`` request keeps before it is planned: the plan rate, the
+        SELECT grant (from the users file authentication just read: no I/O, so the HTTP door
+        may call this on its event loop), DIRECT_READ for a direct plan. Returns the plan
+        when its answer is at hand (``QueryPlanner.quick_plan_json``: nothing listed, read
+        or waited for); None when it must be made in a thread (``plan``)."""
+        self.take_plan_token(user)
+        info["sql"] = wanted.sql
+        self.require_select(user, client, db, table, reload=False)
+        if wanted.direct:
+            info["direct"] = True
+            self.require_direct_read(user, client, db, table)
+        if wanted.since_version is None and wanted.consumer is None and not wanted.cursor and not wanted.direct:
+            return self.planner.quick_plan_json(db, table, wanted.sql, user, info)
+        return None
+
+    def plan(self, user: str, db: str, table: str, wanted: PlanRequest, info: dict) -> bytes:
+        """``_query_plan``'s answer to a request ``admit_plan`` let through, made in one of
+        the ``plan_concurrency`` planning slots (call in a thread)."""
         with self.planning:
-            return self.planner.query_plan_json(db, table, sql, user, info, since_version, consumer, cursor, direct,
-                                                direct_row_deletes)
+            return self.planner.query_plan_json(db, table, wanted.sql, user, info, wanted.since_version,
+                                                wanted.consumer, wanted.cursor, wanted.direct,
+                                                wanted.direct_row_deletes)
 
     # ---- SQL statements ----
     def execute(self, stmt: Statement) -> Answer:
         """What ``stmt`` answers (nothing read yet: ``rows`` reads it)."""
+        if stmt.expression is None:
+            is_config, pattern = admin_show.match(stmt.sql)
+            if is_config:
+                self.require_admin(stmt.user, stmt.client)
+                return TableAnswer(admin_show.frontend_config(pattern, self.live.current))
         expression = stmt.expression if stmt.expression is not None else parse(stmt.sql)
         view = self.view(stmt.user)
         if isinstance(expression, exp.Show):

@@ -10,6 +10,7 @@ import re
 
 import pyarrow as pa
 from sqlglot import exp
+from sqlglot.executor import Table, execute
 
 from starscan.core.errors import BadRequest, NoDatabaseSelected, TableNotFound
 from starscan.planner.statements.catalog_view import INFORMATION_SCHEMA, CatalogView, describe
@@ -25,13 +26,36 @@ _FIXED: dict[str, tuple[list[tuple], list[str]]] = {
     "PROCESSLIST": ([], ["Id", "User", "Host", "db", "Command", "Time", "State", "Info"]),
     "INDEX": ([], ["Table", "Non_unique", "Key_name", "Seq_in_index", "Column_name"]),
     "KEYS": ([], ["Table", "Non_unique", "Key_name", "Seq_in_index", "Column_name"]),
-    "TABLE STATUS": ([], ["Table", "Non_unique", "Key_name", "Seq_in_index", "Column_name"]),
 }
+# MySQL's (and StarRocks') SHOW TABLE STATUS columns.
+TABLE_STATUS = ["Name", "Engine", "Version", "Row_format", "Rows", "Avg_row_length", "Data_length", "Max_data_length",
+                "Index_length", "Data_free", "Auto_increment", "Create_time", "Update_time", "Check_time", "Collation",
+                "Checksum", "Create_options", "Comment"]
 SESSION_KINDS = frozenset({"VARIABLES", "STATUS", "WARNINGS", "ERRORS"})
 
 
 def answer(show: exp.Show, database: str | None, view: CatalogView, info_schema_tables: list[str]) -> pa.Table:
-    """The rows of ``show`` for ``view``'s user; ``database``: the current one."""
+    """The rows of ``show`` for ``view``'s user; ``database``: the current one. A ``WHERE``
+    filters them as MySQL's does, on the answer's own columns."""
+    rows = _answer(show, database, view, info_schema_tables)
+    where = show.args.get("where")
+    return rows if where is None else _filtered(rows, where)
+
+
+def _filtered(rows: pa.Table, where: exp.Where) -> pa.Table:
+    names = {name.lower(): name for name in rows.column_names}
+    condition = where.this.copy()
+    for column in condition.find_all(exp.Column):
+        if column.name.lower() not in names:
+            raise BadRequest(f"Unknown column '{column.name}' in 'where clause'")
+        column.replace(exp.column(f"c{rows.column_names.index(names[column.name.lower()])}"))
+    data = Table(tuple(f"c{i}" for i in range(rows.num_columns)), rows=[tuple(r.values()) for r in rows.to_pylist()])
+    query = exp.select("*").from_("shown").where(condition)
+    kept = execute(query, tables={"shown": data}).rows
+    return table(list(kept), rows.column_names)
+
+
+def _answer(show: exp.Show, database: str | None, view: CatalogView, info_schema_tables: list[str]) -> pa.Table:
     kind = show.name.upper()
     if kind == "DATABASES":
         names = [INFORMATION_SCHEMA] + view.databases()
@@ -40,11 +64,7 @@ def answer(show: exp.Show, database: str | None, view: CatalogView, info_schema_
         db = show.text("db") or database
         if not db:
             raise NoDatabaseSelected("No database selected: SHOW TABLES FROM db")
-        if db.lower() == INFORMATION_SCHEMA:
-            names = info_schema_tables
-        else:
-            view.require_database(db)
-            names = view.tables(db)
+        names = info_schema_tables if db.lower() == INFORMATION_SCHEMA else _tables_of(db, view)
         full = bool(show.args.get("full"))
         rows: list[tuple] = [(n, "BASE TABLE") if full else (n,) for n in names if like(show, n)]
         return table(rows, [f"Tables_in_{db}"] + (["Table_type"] if full else []))
@@ -54,11 +74,23 @@ def answer(show: exp.Show, database: str | None, view: CatalogView, info_schema_
     if kind == "CREATE TABLE":
         db, name = visible_table(show.text("db") or database, show.text("target"), view)
         return table([(name, create_table(view, db, name))], ["Table", "Create Table"])
+    if kind == "TABLE STATUS":
+        db = show.text("db") or database
+        if not db:
+            raise NoDatabaseSelected("No database selected: SHOW TABLE STATUS FROM db")
+        names = info_schema_tables if db.lower() == INFORMATION_SCHEMA else _tables_of(db, view)
+        return table([(n, "StarRocks") + (None,) * 12 + ("utf8_general_ci", None, "", "") for n in names
+                      if like(show, n)], TABLE_STATUS)
     if kind == "GRANTS":
         return table([(_grant_statement(g, view.user),) for g in view.grants()], [f"Grants for {view.user}@%"])
     if kind in _FIXED:
         return table(*_FIXED[kind])
     raise BadRequest(f"SHOW {kind} is not supported by starscan")
+
+
+def _tables_of(db: str, view: CatalogView) -> list[str]:
+    view.require_database(db)
+    return view.tables(db)
 
 
 def describe_table(target: exp.Expression, database: str | None, view: CatalogView) -> pa.Table:

@@ -166,9 +166,11 @@ def lineitem_info(spark, server):
 @settings(max_examples=12, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_random_selects_on_the_mysql_port_answer_spark_sqls_rows(server, lineitem_info, data):
+@pytest.mark.parametrize("door", ["mysql", "flight-sql"])
+def test_random_selects_on_each_door_answer_spark_sqls_rows(server, lineitem_info, door, data):
     """Random projections and WHERE predicates (the generator the scan properties use): the
-    rows a MySQL client gets equal Spark SQL's over the same files, every one of them."""
+    rows a MySQL client and an ADBC Flight SQL client get equal Spark SQL's over the same
+    files, every one of them."""
     from support.random_queries import columns_strategy, predicate
 
     info = lineitem_info
@@ -176,7 +178,8 @@ def test_random_selects_on_the_mysql_port_answer_spark_sqls_rows(server, lineite
     where = data.draw(predicate(info.scalar, info.samples, info.zone), label="where")
     template = info.sql(columns, where)
     want = Counter(tuple(row) for row in info.reference.sql(template.format(table=info.source)).collect())
-    got = Counter(mysql_rows(server.query_port, template.format(table="demo.lineitem")))
+    sql = template.format(table="demo.lineitem")
+    got = Counter(mysql_rows(server.query_port, sql) if door == "mysql" else flight_rows(server, sql))
     assert got == want, template
 
 
@@ -210,3 +213,72 @@ def test_what_connector_j_sends_for_trinos_connector_is_answered_with_spark_sqls
                 assert len(got) == len(want), sql
             else:
                 assert got == want, sql
+
+
+def test_starrocks_own_sqlalchemy_dialect_reflects_and_pages_as_a_bi_tool_does(server, spark_views, recwarn):
+    """StarRocks' SQLAlchemy dialect (the ``starrocks`` package Superset and pandas use; it
+    shares nothing with starscan) on the MySQL port: its connect probe (ADMIN SHOW FRONTEND
+    CONFIG), its reflection (information_schema, SHOW CREATE TABLE, SHOW FULL COLUMNS) with
+    StarRocks' nested types, a page of rows read through pandas, and a count, each Spark
+    SQL's answer; no warning from the dialect."""
+    import logging
+
+    import pandas as pd
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(f"starrocks://root:@127.0.0.1:{server.query_port}/demo")
+    dialect_log: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = dialect_log.append  # type: ignore[method-assign]
+    logging.getLogger("starrocks").addHandler(handler)
+    try:
+        inspector = sa.inspect(engine)
+        assert "demo" in inspector.get_schema_names()
+        assert {"all_types", "lineitem"} <= set(inspector.get_table_names())
+        types = {c["name"]: c["type"] for c in inspector.get_columns("all_types")}
+        assert types.keys() == {f.name for f in spark_views.table("demo_all_types").schema.fields}
+        assert {type(types[c]).__name__ for c in ("c_array", "c_map", "c_struct")} == {"ARRAY", "MAP", "STRUCT"}
+        assert not any(isinstance(t, sa.types.NullType) for t in types.values())
+        page = pd.read_sql("SELECT l_orderkey, l_linenumber, l_quantity FROM lineitem "
+                           "ORDER BY l_orderkey, l_linenumber LIMIT 20 OFFSET 40", engine)
+        want = spark_views.sql("SELECT l_orderkey, l_linenumber, l_quantity FROM demo_lineitem "
+                               "ORDER BY l_orderkey, l_linenumber LIMIT 20 OFFSET 40").collect()
+        assert [tuple(r) for r in page.itertuples(index=False)] == [tuple(r) for r in want]
+        lineitem = sa.Table("lineitem", sa.MetaData(), autoload_with=engine)
+        with engine.connect() as conn:
+            count = conn.execute(sa.select(sa.func.count()).select_from(lineitem)
+                                 .where(lineitem.c.l_quantity > 10)).scalar()
+        assert count == spark_views.sql("SELECT count(*) FROM demo_lineitem WHERE l_quantity > 10").first()[0]
+    finally:
+        logging.getLogger("starrocks").removeHandler(handler)
+        engine.dispose()
+    assert not dialect_log, [r.getMessage() for r in dialect_log]
+    assert not [w for w in recwarn if issubclass(w.category, sa.exc.SAWarning)], [str(w.message) for w in recwarn]
+
+
+def test_show_table_status_and_the_fe_config_answer_as_starrocks_does(server):
+    """SHOW TABLE STATUS (DBeaver's and Navicat's table list) with MySQL's columns, WHERE on
+    any SHOW's own columns, and ADMIN SHOW FRONTEND CONFIG for an administrator only."""
+    conn = pymysql.connect(host="127.0.0.1", port=server.query_port, user="root", password="", database="db1")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW TABLE STATUS LIKE 't%'")
+            header = [d[0] for d in cur.description]
+            assert header[:5] == ["Name", "Engine", "Version", "Row_format", "Rows"] and header[-1] == "Comment"
+            assert "t1" in [row[0] for row in cur.fetchall()]
+            cur.execute("SHOW TABLES WHERE Tables_in_db1 = 't1'")
+            assert cur.fetchall() == (("t1",),)
+            with pytest.raises(pymysql.err.MySQLError, match="Unknown column 'nope'"):
+                cur.execute("SHOW TABLES WHERE nope = 1")
+            cur.execute("ADMIN SHOW FRONTEND CONFIG LIKE 'plan_rate%'")
+            assert {row[0]: row[2] for row in cur.fetchall()} == {
+                "plan_rate_per_user": str(server.service.settings.plan_rate_per_user),
+                "plan_rate_burst": str(server.service.settings.plan_rate_burst)}
+            cur.execute("admin show frontend config like 'run_mode'")
+            assert cur.fetchall()[0][:3] == ("run_mode", "[]", "shared_nothing")
+    finally:
+        conn.close()
+    user = new_user(server, "pw", "db1.t1", prefix="cfg")
+    with pytest.raises(pymysql.err.MySQLError, match="OPERATE privilege") as refused:
+        mysql_rows(server.query_port, "ADMIN SHOW FRONTEND CONFIG", user, "pw")
+    assert refused.value.args[0] == 1227
