@@ -47,6 +47,7 @@ class QueryAnswer:
     frame: Any
     description: str
     limit: int | None
+    prepared: Any = None  # spark_queries.PreparedQuery: the tables its views stand for (its errors name them)
 
 
 @dataclass(frozen=True)

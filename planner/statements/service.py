@@ -215,12 +215,18 @@ class StatementService:
 
     def _query(self, stmt: Statement, expression: exp.Expression, view: CatalogView) -> QueryAnswer:
         prepared = spark_queries.prepare(expression, stmt.database, view, stmt.client, self.require_select)
-        frame = spark_queries.dataframe(self.spark, prepared, view)
+        try:
+            frame = spark_queries.dataframe(self.spark, prepared, view)
+        except Exception as exc:
+            refused = spark_queries.query_error(exc, prepared)
+            if refused is None:
+                raise
+            raise refused from None
         if self.audit is not None:
             self.audit.record("query", user=stmt.user, client=stmt.client, door=stmt.door,
                               tables=[f"{db}.{t}" for db, t in prepared.views.values()], sql=stmt.sql[:AUDIT_SQL_CHARS])
         has_limit = isinstance(expression, exp.Query) and expression.args.get("limit") is not None
-        return QueryAnswer(frame, prepared.description, None if has_limit else stmt.limit)
+        return QueryAnswer(frame, prepared.description, None if has_limit else stmt.limit, prepared)
 
     # ---- an answer's rows ----
     def schema(self, answer: Answer) -> pa.Schema:
@@ -240,8 +246,10 @@ class StatementService:
         if isinstance(answer, TableAnswer):
             return answer.table.schema, iter(answer.table.to_batches())
         if isinstance(answer, QueryAnswer):
-            schema, batches = pyspark_internals.arrow_batches(answer.frame, self.live.current.time_zone)
-            return schema, self._bounded(batches, answer.limit)
+            settings = self.live.current
+            schema, batches = pyspark_internals.arrow_batches(answer.frame, settings.time_zone, settings.bind_host,
+                                                              settings.advertise_host)
+            return schema, self._bounded(_refused_as_sql(batches, answer.prepared), answer.limit)
         if not answer.plan.encoded:
             return self.schema(answer), iter(())
         tickets = self.reads.tickets_of(answer.plan.encoded, answer.plan.routings, 1)
@@ -335,6 +343,18 @@ def _plain_select(expression: exp.Expression, current_db: str | None) -> tuple[s
     plain_source.set("db", exp.to_identifier(db, quoted=True))
     plain_source.set("this", exp.to_identifier(table, quoted=True))
     return db, table, stmt.sql(dialect="starrocks"), limit
+
+
+def _refused_as_sql(batches: Iterator[pa.RecordBatch], prepared) -> Iterator[pa.RecordBatch]:
+    """A query's batches; Spark's refusal of the statement while it runs (a malformed cast,
+    a division by zero) as the statement's error (spark_queries.query_error)."""
+    try:
+        yield from batches
+    except Exception as exc:
+        refused = spark_queries.query_error(exc, prepared) if prepared is not None else None
+        if refused is None:
+            raise
+        raise refused from None
 
 
 def _chained(first: Iterator[pa.RecordBatch], rest: list, open_next) -> Iterator[pa.RecordBatch]:

@@ -120,3 +120,47 @@ def dataframe(spark, prepared: PreparedQuery, view: CatalogView):
         df, _ = table_frame(session, view, db, table)
         df.createOrReplaceTempView(name)
     return session.sql(prepared.spark_sql)
+
+
+def query_error(exc: BaseException, prepared: PreparedQuery) -> SqlInvalid | None:
+    """Spark's refusal of the statement itself, as a client can act on it: an error Spark
+    names with an error condition and a SQLSTATE of the statement's (``42703`` unresolved
+    column, ``22018`` a cast of a malformed value, ``22012`` division by zero; not ``XX``,
+    Spark's own internal errors), found on the exception or among the causes of a failed
+    job, and told in Spark's words with the statement's table names for the views it ran
+    over. None for anything else (an internal error: its details stay in the server's log)."""
+    for error in _spark_errors(exc):
+        state = _call(error, "getSqlState")
+        condition = _call(error, "getCondition") or _call(error, "getErrorClass")
+        if condition and state and not str(state).startswith("XX"):
+            message = (_call(error, "getMessage") or str(error)).strip().splitlines()[0]
+            for view, (db, table) in prepared.views.items():
+                message = message.replace(f"`{view}`", f"`{db}`.`{table}`").replace(view, f"{db}.{table}")
+            return SqlInvalid(message)
+    return None
+
+
+def _spark_errors(exc: BaseException, depth: int = 12) -> list:
+    """``exc`` and, for a JVM exception, each of its causes as PySpark's exception classes."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException, convert_exception
+
+    found: list = [exc] if isinstance(exc, CapturedException) else []
+    java = exc.java_exception if isinstance(exc, Py4JJavaError) else getattr(exc, "_origin", None)
+    while java is not None and len(found) < depth:
+        try:
+            found.append(convert_exception(java))
+            java = java.getCause()
+        except Exception:  # noqa: BLE001 - the JVM object is gone or not an exception: no more causes
+            break
+    return found
+
+
+def _call(error, name: str):
+    method = getattr(error, name, None)
+    if method is None:
+        return None
+    try:
+        return method()
+    except Exception:  # noqa: BLE001 - this Spark line lacks the JVM method
+        return None

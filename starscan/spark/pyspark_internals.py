@@ -237,17 +237,21 @@ def arrow_batch_rdd(df: Any, sc: Any) -> Any:
 
 
 
-def arrow_batches(df: Any, time_zone: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+def arrow_batches(df: Any, time_zone: str, bind_host: str = "127.0.0.1",
+                  advertise_host: str = "127.0.0.1") -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """The DataFrame's rows streamed to the caller as Arrow batches (Spark's Arrow types,
-    timestamps in ``time_zone``), a partition at a time: its Arrow batch RDD read through
-    ``toLocalIterator``, so the driver holds one partition's batches, never the whole answer
-    as a collect would. Nothing runs until the batches are read."""
+    timestamps in ``time_zone``), a partition at a time, sent by the tasks themselves to a
+    listener of this process on ``bind_host`` (which they reach as ``advertise_host``:
+    starscan.spark.result_stream): neither the driver's JVM nor this process ever holds a
+    whole partition. Nothing runs until the batches are read."""
+    from starscan.spark.result_stream import ResultStream
+
     schema = arrow_schema(df.schema, time_zone)
-    rdd = arrow_batch_rdd(df, df.sparkSession.sparkContext)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for raw in rdd.toLocalIterator():
-            yield pa.ipc.read_record_batch(pa.py_buffer(raw), schema)
+        sc = df.sparkSession.sparkContext
+        rdd = arrow_batch_rdd(df, sc)  # plans the query (and runs an adaptive plan's first stages)
+        yield from ResultStream(bind_host, advertise_host).batches(sc, rdd, schema)
 
     return schema, batches()
 

@@ -282,3 +282,39 @@ def test_show_table_status_and_the_fe_config_answer_as_starrocks_does(server):
     with pytest.raises(pymysql.err.MySQLError, match="OPERATE privilege") as refused:
         mysql_rows(server.query_port, "ADMIN SHOW FRONTEND CONFIG", user, "pw")
     assert refused.value.args[0] == 1227
+
+
+@pytest.mark.parametrize("sql, condition", [
+    ("SELECT nocol, count(*) FROM demo.lineitem GROUP BY 1", "UNRESOLVED_COLUMN"),
+    ("SELECT 1 / 0 FROM demo.lineitem LIMIT 1", "DIVIDE_BY_ZERO"),
+    ("SELECT CAST(CASE WHEN l_orderkey < 1000 THEN '1' ELSE 'x' END AS INT) FROM demo.lineitem", "CAST_INVALID_INPUT"),
+])
+def test_spark_sqls_refusals_are_the_statements_errors_on_every_door(server, sql, condition):
+    """A statement Spark SQL refuses, before it runs or while its tasks run, is answered with
+    Spark's own words (its error condition and SQLSTATE, the statement's table names), as a
+    SQL error on both doors: not an internal error with an id."""
+    with pytest.raises(pymysql.err.MySQLError) as on_mysql:
+        mysql_rows(server.query_port, sql)
+    assert on_mysql.value.args[0] == 1064 and condition in on_mysql.value.args[1], on_mysql.value.args
+    assert "starscan_table" not in on_mysql.value.args[1]
+    with pytest.raises((DatabaseError, ProgrammingError), match=condition):
+        flight_rows(server, sql)
+
+
+def test_a_query_task_that_fails_after_sending_rows_fails_the_statement(spark):
+    """The tasks of an FE query send their rows themselves (starscan.spark.result_stream): a
+    task that fails after some of its rows were read ends the statement with an error,
+    after the rows it had; Spark's next attempt never sends them twice."""
+    from starscan.spark import pyspark_internals
+
+    frame = spark.range(0, 60_000, numPartitions=1).selectExpr(
+        "id", "CAST(CASE WHEN id < 45000 THEN '1' ELSE 'x' END AS INT) AS v")
+    _, batches = pyspark_internals.arrow_batches(frame, "UTC")
+    rows = 0
+    with pytest.raises(Exception) as failed:
+        for batch in batches:
+            rows += batch.num_rows
+    assert rows < 45_000
+    assert "CAST_INVALID_INPUT" in str(failed.value) or "after sending" in str(failed.value), failed.value
+    ids = [b.column("id") for b in pyspark_internals.arrow_batches(spark.range(0, 25_000, numPartitions=3), "UTC")[1]]
+    assert sum(len(c) for c in ids) == 25_000 and [v for c in ids for v in c.to_pylist()] == list(range(25_000))
