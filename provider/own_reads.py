@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from queue import SimpleQueue
 from typing import Any
 
-from starscan.arrow.chunk_cache import ColumnChunkCache
+from starscan.arrow.chunk_cache import ChunkSource
 from starscan.arrow.read_stats import ReadStats
 from starscan.arrow.wire import BatchConverter
 from starscan.core.errors import StarscanError
@@ -37,7 +37,7 @@ class OwnReads:
     whether the scan was cancelled."""
 
     def __init__(self, scheduler: SlotScheduler, read: Any, splits: list[Any], columns: Sequence[Any],
-                 arrow_types_tz: str | None, batch_rows: int, chunk_cache: ColumnChunkCache | None,
+                 arrow_types_tz: str | None, batch_rows: int, chunk_cache: ChunkSource | None,
                  failure: Callable[[Exception], StarscanError], stopped: Callable[[], bool]):
         self.scheduler = scheduler
         self.read, self.splits = read, splits

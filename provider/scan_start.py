@@ -34,7 +34,8 @@ def start_scan(spark: Any, settings: Settings, request: OpenRequest, context_id:
     scan = SparkScan(spark, source, queue, context_id, listener,
                      tasks_per_scanner=settings.scan_tasks_per_scanner,
                      yield_after_s=settings.scan_yield_after_s, pool=scan_pool(context_id),
-                     engine=settings.scan_engine, local_reads=settings.scan_local_reads, chunk_cache=chunk_cache,
+                     engine=settings.scan_engine, local_reads=settings.scan_local_reads,
+                     chunk_cache=chunk_cache.sweep(_sweep(request)),
                      arrow_types=request.arrow_types)
     scan.on_engine = on_engine
     scan.batch_rows = request.batch_size
@@ -43,3 +44,10 @@ def start_scan(spark: Any, settings: Settings, request: OpenRequest, context_id:
     timer = threading.Timer(timeout_s, scan.timeout, args=(timeout_s,))
     timer.daemon = True
     return ScanRun(scan=scan, queue=queue, timer=timer)
+
+
+def _sweep(request: OpenRequest) -> tuple:
+    """What a scan's reads of the page cache count as their own (starscan.arrow.chunk_cache):
+    its table and the columns it reads. Every scanner of one reader's job shares it, and so
+    does the next job that reads the table the same way."""
+    return request.table, tuple(sorted(c.name for c in request.plan.columns))

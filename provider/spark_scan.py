@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from starscan.arrow.chunk_cache import ColumnChunkCache
+from starscan.arrow.chunk_cache import ChunkSource
 from starscan.arrow.wire import BatchConverter
 from starscan.core.errors import ScanCancelled, ScanTimeout, StarscanError
 from starscan.core.logs import scan_fields
@@ -56,7 +56,7 @@ class SparkScan:
     def __init__(self, spark: Any, source: Source, queue: ResultQueue, context_id: str, listener: PushListener,
                  tasks_per_scanner: int = 2, yield_after_s: float | None = 2.0, pool: str = "default",
                  engine: str = "auto", local_reads: bool = False,
-                 chunk_cache: ColumnChunkCache | None = None, arrow_types: bool = False):
+                 chunk_cache: ChunkSource | None = None, arrow_types: bool = False):
         self.spark = spark
         self.source = source
         self.queue = queue

@@ -22,20 +22,30 @@ last row has passed, so a read stopped half way keeps nothing of the row group i
 in). Batches from memory are the kept arrays (no copy); row groups smaller than a batch are
 joined as one ``iter_batches`` over the file joins them.
 
-Memory: the entries together stay under ``max_bytes`` (LRU eviction, cachetools); an entry
-over an eighth of it is not kept, so one large column cannot empty the cache. 0: off.
+Memory: the entries together stay under ``max_bytes`` (least recently used first out); an
+entry over an eighth of it is not kept, so one large column cannot empty the cache. 0: off.
+
+A table larger than the cache: a plain LRU read end to end by a scan larger than it evicts
+each row group before the next scan comes back to it, so every scan misses everything and
+pays for filling besides (lineitem SF10, 5 GB decoded against a 5 GB cache, read the same
+way twice: no hits at all). Each scan therefore reads through a ``sweep`` (its plan's
+table and columns): what a sweep puts in or reads from the cache is its own, and a fill
+never evicts an entry of its own sweep. A sweep larger than the cache keeps its first
+part cached, reads the rest from the files without keeping it, and the next sweep of the
+same kind reads that first part from memory again; a sweep of something else evicts
+other sweeps' entries as LRU does.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, ItemsView, Iterator, Sequence, ValuesView
 from itertools import groupby
 from typing import Any
 
 import pyarrow as pa
-from cachetools import LRUCache
 
 #: A file as the cache knows it: (path, size, mtime_ns), as planned and checked at open.
 FileKey = tuple[str, int, int]
@@ -57,12 +67,67 @@ class _Chunk:
     counts each array's whole buffers: a batch that spans two row groups is counted in both
     (never less than the memory held)."""
 
-    __slots__ = ("field", "values", "nbytes")
+    __slots__ = ("field", "values", "nbytes", "sweep")
 
-    def __init__(self, field: pa.Field, values: list[pa.Array]):
+    def __init__(self, field: pa.Field, values: list[pa.Array], sweep: Hashable = None):
         self.field = field
         self.values = pa.chunked_array(values, type=field.type)
         self.nbytes = sum(v.get_total_buffer_size() for v in values) + ENTRY_OVERHEAD
+        self.sweep = sweep  # the sweep that last put it in or read it
+
+
+_Key = tuple[str, int, int, int, str]
+
+
+class _Entries:
+    """Chunks by key in least-recently-used order, with the bytes they hold."""
+
+    def __init__(self) -> None:
+        self._chunks: OrderedDict[_Key, _Chunk] = OrderedDict()
+        self.currsize = 0
+
+    def get(self, key: _Key) -> _Chunk | None:
+        chunk = self._chunks.get(key)
+        if chunk is not None:
+            self._chunks.move_to_end(key)
+        return chunk
+
+    def __setitem__(self, key: _Key, chunk: _Chunk) -> None:
+        if key in self._chunks:
+            del self[key]
+        self._chunks[key] = chunk
+        self.currsize += chunk.nbytes
+
+    def __delitem__(self, key: _Key) -> None:
+        self.currsize -= self._chunks.pop(key).nbytes
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._chunks
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def __iter__(self) -> Iterator[_Key]:
+        return iter(self._chunks)
+
+    def items(self) -> ItemsView[_Key, _Chunk]:
+        return self._chunks.items()
+
+    def values(self) -> ValuesView[_Chunk]:
+        return self._chunks.values()
+
+    def oldest(self) -> Iterator[tuple[_Key, _Chunk]]:
+        """Least recently used first."""
+        return iter(self._chunks.items())
+
+    def popitem(self) -> tuple[_Key, _Chunk]:
+        key, chunk = self._chunks.popitem(last=False)
+        self.currsize -= chunk.nbytes
+        return key, chunk
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self.currsize = 0
 
 
 class ColumnChunkCache:
@@ -71,8 +136,9 @@ class ColumnChunkCache:
     def __init__(self, max_bytes: int = 0):
         self._lock = threading.Lock()
         self._max_bytes = 0
-        self._entries: LRUCache[tuple[str, int, int, int, str], _Chunk] = LRUCache(maxsize=1, getsizeof=lambda chunk: chunk.nbytes)
+        self._entries = _Entries()
         self.hits = self.misses = self.inserts = self.evictions = 0  # row groups read; entries
+        self.passed = 0  # row groups decoded and not kept: their sweep's own entries fill the cache
         self.configure(max_bytes)
 
     @property
@@ -98,10 +164,8 @@ class ColumnChunkCache:
             self._max_bytes = max(0, int(max_bytes))
             while self._entries and self._entries.currsize > self._max_bytes:
                 self._entries.popitem()  # the least recently used
-            kept = [(key, chunk) for key, chunk in self._entries.items() if chunk.nbytes <= self._entry_max()]
-            self._entries = LRUCache(maxsize=max(1, self._max_bytes), getsizeof=lambda chunk: chunk.nbytes)
-            for key, chunk in kept:
-                self._entries[key] = chunk
+            for key in [key for key, chunk in self._entries.items() if chunk.nbytes > self._entry_max()]:
+                del self._entries[key]
 
     def clear(self) -> None:
         with self._lock:
@@ -110,20 +174,25 @@ class ColumnChunkCache:
     def _entry_max(self) -> int:
         return self._max_bytes // ENTRY_SHARE
 
+    def sweep(self, sweep: Hashable) -> CacheSweep:
+        """The cache as one sweep reads it (see the module's docstring)."""
+        return CacheSweep(self, sweep)
+
     def batches(self, file: FileKey, row_groups: Sequence[int], rows: Sequence[int], columns: Sequence[str],
                 batch_rows: int, decode: Callable[[list[int]], Iterator[pa.RecordBatch]],
-                joined: bool = True) -> Iterator[pa.RecordBatch]:
+                joined: bool = True, sweep: Hashable = None) -> Iterator[pa.RecordBatch]:
         """The columns ``columns`` of the file's ``row_groups`` (``rows``: each one's row
         count, from the footer) in batches of at most ``batch_rows``: from memory where every
         column of a row group is held, else ``decode(row_groups)`` (consecutive ones at
         once; its batches are passed on as they are, and kept row group by row group).
         Pieces from memory shorter than ``batch_rows`` (a row group's last, or the kept
         arrays of a read in smaller batches) are copied together up to it when ``joined``,
-        else passed on as they are (for a caller that gathers batches itself)."""
+        else passed on as they are (for a caller that gathers batches itself). ``sweep``:
+        whose read this is (None: a read of no sweep, which any fill may evict)."""
         if not self.enabled or len(set(columns)) != len(columns) or not columns:
             yield from decode(list(row_groups))
             return
-        held = [self._held(file, rg, columns) if n else [] for rg, n in zip(row_groups, rows)]
+        held = [self._held(file, rg, columns, sweep) if n else [] for rg, n in zip(row_groups, rows)]
         for from_memory, run in groupby(zip(row_groups, rows, held), key=lambda item: item[2] is not None):
             group = list(run)
             if from_memory:
@@ -131,19 +200,21 @@ class ColumnChunkCache:
                 yield from _joined(pieces, batch_rows) if joined else pieces
             else:
                 yield from self._filling(file, [rg for rg, _, _ in group], [n for _, n, _ in group], columns,
-                                         decode([rg for rg, _, _ in group]))
+                                         decode([rg for rg, _, _ in group]), sweep)
 
-    def _held(self, file: FileKey, row_group: int, columns: Sequence[str]) -> list[_Chunk] | None:
+    def _held(self, file: FileKey, row_group: int, columns: Sequence[str], sweep: Hashable) -> list[_Chunk] | None:
         with self._lock:
             chunks = [self._entries.get((*file, row_group, name)) for name in columns]
             if any(chunk is None for chunk in chunks):
                 self.misses += 1
                 return None
             self.hits += 1
+            for chunk in chunks:
+                chunk.sweep = sweep  # type: ignore[union-attr]
             return chunks  # type: ignore[return-value]
 
     def _filling(self, file: FileKey, row_groups: list[int], rows: list[int], columns: Sequence[str],
-                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                 batches: Iterator[pa.RecordBatch], sweep: Hashable) -> Iterator[pa.RecordBatch]:
         """``batches`` passed on; each row group's share of them kept once it is complete."""
         keep = time.time_ns() - file[2] >= SETTLED_NS
         targets = [(rg, n) for rg, n in zip(row_groups, rows) if n > 0]
@@ -160,12 +231,13 @@ class ColumnChunkCache:
                 start += take
                 left -= take
                 if left == 0:
-                    self._keep(file, targets[index][0], columns, pieces)
+                    self._keep(file, targets[index][0], columns, pieces, sweep)
                     pieces = []
                     index += 1
                     left = targets[index][1] if index < len(targets) else 0
 
-    def _keep(self, file: FileKey, row_group: int, columns: Sequence[str], pieces: list[pa.RecordBatch]) -> None:
+    def _keep(self, file: FileKey, row_group: int, columns: Sequence[str], pieces: list[pa.RecordBatch],
+              sweep: Hashable) -> None:
         names = pieces[0].schema.names
         if sorted(names) != sorted(columns) or any(p.schema.names != names for p in pieces):
             return
@@ -173,18 +245,64 @@ class ColumnChunkCache:
         try:
             for name in columns:
                 i = names.index(name)
-                chunks.append(_Chunk(pieces[0].schema.field(i), [p.column(i) for p in pieces]))
+                chunks.append(_Chunk(pieces[0].schema.field(i), [p.column(i) for p in pieces], sweep))
         except (pa.ArrowException, ValueError):
             return
+        keys = [(*file, row_group, name) for name in columns]
         with self._lock:
             if any(chunk.nbytes > self._entry_max() for chunk in chunks):
                 return
-            for name, chunk in zip(columns, chunks):
-                key = (*file, row_group, name)
-                expected = len(self._entries) + (key not in self._entries)
-                self._entries[key] = chunk  # evicts the least recently used
+            if not self._room(sum(c.nbytes for c in chunks) - sum(self._entries.get(k).nbytes  # type: ignore[union-attr]
+                                                                  for k in keys if k in self._entries), sweep):
+                self.passed += 1
+                return
+            for key, chunk in zip(keys, chunks):
+                self._entries[key] = chunk
                 self.inserts += 1
-                self.evictions += expected - len(self._entries)
+
+    def _room(self, size: int, sweep: Hashable) -> bool:
+        """Room for ``size`` more bytes, made by evicting the least recently used entries of
+        other sweeps; False (nothing evicted) when that would take one of ``sweep``'s own."""
+        over = self._entries.currsize + size - self._max_bytes
+        if over <= 0:
+            return True
+        victims, freed = [], 0
+        for key, chunk in self._entries.oldest():
+            if sweep is not None and chunk.sweep == sweep:
+                return False
+            victims.append(key)
+            freed += chunk.nbytes
+            if freed >= over:
+                break
+        if freed < over:
+            return False
+        for key in victims:
+            del self._entries[key]
+        self.evictions += len(victims)
+        return True
+
+
+class CacheSweep:
+    """One sweep's way into the cache: ``ColumnChunkCache.batches`` with its name."""
+
+    __slots__ = ("cache", "name")
+
+    def __init__(self, cache: ColumnChunkCache, name: Hashable):
+        self.cache = cache
+        self.name = name
+
+    @property
+    def enabled(self) -> bool:
+        return self.cache.enabled
+
+    def batches(self, file: FileKey, row_groups: Sequence[int], rows: Sequence[int], columns: Sequence[str],
+                batch_rows: int, decode: Callable[[list[int]], Iterator[pa.RecordBatch]],
+                joined: bool = True) -> Iterator[pa.RecordBatch]:
+        return self.cache.batches(file, row_groups, rows, columns, batch_rows, decode, joined, self.name)
+
+
+#: What a read takes its decoded chunks from: the cache, or one sweep's way into it.
+ChunkSource = ColumnChunkCache | CacheSweep
 
 
 def _slices(chunks: list[_Chunk], batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -239,7 +357,9 @@ class ChunkCacheMetrics:
         for name, doc, value in (("hits", "Row groups of Parquet files read from the page cache", cache.hits),
                                  ("misses", "Row groups of Parquet files decoded from the file (then kept)", cache.misses),
                                  ("inserts", "Decoded column chunks put in the page cache", cache.inserts),
-                                 ("evictions", "Column chunks dropped from the page cache to make room", cache.evictions)):
+                                 ("evictions", "Column chunks dropped from the page cache to make room", cache.evictions),
+                                 ("passed", "Row groups decoded and not kept: their scan's own entries filled the page "
+                                            "cache (a table larger than it)", cache.passed)):
             yield CounterMetricFamily(f"starscan_page_cache_{name}", doc, value=value)
         yield GaugeMetricFamily("starscan_page_cache_bytes", "Bytes held by the page cache", value=cache.nbytes)
         yield GaugeMetricFamily("starscan_page_cache_entries", "Column chunks in the page cache", value=len(cache))

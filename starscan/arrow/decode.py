@@ -24,14 +24,14 @@ from starscan.arrow.rebase import RebaseError, read_column
 from starscan.arrow.split_plan import ArrowRead, SplitReadError, first_line
 
 if TYPE_CHECKING:  # the BE's page cache (cachetools): passed in by the BE, never loaded by a client
-    from starscan.arrow.chunk_cache import ColumnChunkCache
+    from starscan.arrow.chunk_cache import ChunkSource
 
 #: How much larger than ``batch_rows`` a batch of a file with deleted rows is decoded.
 _WIDER = 4
 
 
 def decode(read: ArrowRead, opened: OpenPart, row_groups: list[int], batch_rows: int,
-            unfiltered: bool = False, chunks: ColumnChunkCache | None = None,
+            unfiltered: bool = False, chunks: ChunkSource | None = None,
             stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
     """Row groups of one file as the plan's output, decoded on the calling thread alone
     (one ``iter_batches`` for all of them: a file of many small row groups still gives
@@ -73,7 +73,7 @@ def _expanded(opened: OpenPart, batches: Iterator[pa.RecordBatch]) -> Iterator[p
 
 
 def _file_batches(opened: OpenPart, row_groups: list[int], columns: list[str], batch_rows: int,
-                  chunks: ColumnChunkCache | None, parquet: pq.ParquetFile | None = None,
+                  chunks: ChunkSource | None, parquet: pq.ParquetFile | None = None,
                   joined: bool = True) -> Iterator[pa.RecordBatch]:
     """A Parquet file's row groups, its ``columns`` as pyarrow decodes them (text read as
     dictionary codes expanded), in batches of at most ``batch_rows`` (one ``iter_batches``
@@ -96,7 +96,7 @@ def _file_batches(opened: OpenPart, row_groups: list[int], columns: list[str], b
 
 
 def _positioned(opened: OpenPart, row_groups: list[int], columns: list[str],
-                batch_rows: int, chunks: ColumnChunkCache | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
+                batch_rows: int, chunks: ChunkSource | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The row groups' batches, each with the position in the file of its first row: a
     Parquet file's row groups read one by one from where the footer says they start, an
     ORC file's stripes in order from its first row."""
@@ -124,7 +124,7 @@ def _orc_batches(opened: OpenPart, columns: list[str], batch_rows: int) -> Itera
 
 
 def _without_deleted(opened: OpenPart, row_groups: list[int], batch_rows: int,
-                     chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
+                     chunks: ChunkSource | None = None) -> Iterator[pa.RecordBatch]:
     """The row groups' batches with the file's deleted rows left out (by the positions of
     the batches' rows in the file); the rows whose keys an equality delete names are left
     out too."""
@@ -145,7 +145,7 @@ def _without_deleted(opened: OpenPart, row_groups: list[int], batch_rows: int,
 
 
 def _without_positions(opened: OpenPart, row_groups: list[int], columns: list[str],
-                       batch_rows: int, chunks: ColumnChunkCache | None = None) -> Iterator[pa.RecordBatch]:
+                       batch_rows: int, chunks: ChunkSource | None = None) -> Iterator[pa.RecordBatch]:
     """A Parquet file's row groups without the rows at its deleted positions: the kept
     rows of a row group are marked once, and each row group is decoded in batches larger by
     its deleted share (at most ``_WIDER`` times), so that the batches left are about

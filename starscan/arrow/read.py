@@ -29,7 +29,7 @@ from starscan.arrow.statistics_use import StatisticsUse
 from starscan.core.interleave import Interleaved
 
 if TYPE_CHECKING:  # the BE's page cache (cachetools): passed in by the BE, never loaded by a client
-    from starscan.arrow.chunk_cache import ColumnChunkCache
+    from starscan.arrow.chunk_cache import ChunkSource
 
 #: Batches each decoding thread may hold ahead of the caller (memory: threads x this x a batch).
 _AHEAD = 2
@@ -37,7 +37,7 @@ _AHEAD = 2
 
 def read_split(read: ArrowRead, split: ArrowSplit, batch_rows: int = BATCH_ROWS, threads: int = 1,
                finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None,
-               cut: bool = True, chunks: ColumnChunkCache | None = None,
+               cut: bool = True, chunks: ChunkSource | None = None,
                stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
     """The split's rows in batches of at most ``batch_rows``; ``stats``: counts what the read
     took from the files (starscan.arrow.read_stats).
@@ -114,7 +114,7 @@ def _decode_rows(opened: OpenPart, batch_rows: int) -> int:
 
 def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
                       finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None,
-                      cut: bool = True, chunks: ColumnChunkCache | None = None,
+                      cut: bool = True, chunks: ChunkSource | None = None,
                       stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
     """``read_split`` in one thread for a plan with a predicate: the files' batches, in order,
     are gathered into runs of up to ``_run_rows`` rows before the predicate and the output step run on them, then handed on in batches of at
@@ -166,7 +166,7 @@ def _filtered_in_runs(read: ArrowRead, split: ArrowSplit, batch_rows: int,
 
 def _read_concurrently(read: ArrowRead, split: ArrowSplit, batch_rows: int, threads: int,
                        finish: Callable[[pa.RecordBatch], pa.RecordBatch] | None,
-                       chunks: ColumnChunkCache | None = None,
+                       chunks: ChunkSource | None = None,
                        stats: ReadStats | None = None) -> Iterator[pa.RecordBatch]:
     """``read_split`` with up to ``threads`` row groups decoding at once, their batches
     handed out as they come (row groups interleave; a row group's own batches stay in

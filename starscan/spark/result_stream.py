@@ -28,7 +28,7 @@ import os
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,11 +57,11 @@ class Target:
     token: bytes
 
 
-def send_partition(target: Target):
+def send_partition(target: Target) -> Callable[[Iterator[bytes]], Iterator[Any]]:
     """The partition function of a streamed query: the partition's Arrow IPC batches (raw
     bytes of ``toArrowBatchRdd``) written to the driver's listener."""
 
-    def run(raw_batches):
+    def run(raw_batches: Iterator[bytes]) -> Iterator[Any]:
         # Names from this module's import in the worker: a closure's globals would be pickled by value.
         from pyspark import TaskContext
 
@@ -173,7 +173,7 @@ class ResultStream:
         return True
 
 
-def _run(run_job, sc: Any, mapped: Any, partition: int, failure: list[BaseException]) -> None:
+def _run(run_job: Callable[..., None], sc: Any, mapped: Any, partition: int, failure: list[BaseException]) -> None:
     try:
         run_job(sc, mapped, partition)
     except BaseException as exc:  # noqa: BLE001 - handed to the reading thread

@@ -230,3 +230,32 @@ def test_a_smaller_bound_keeps_the_most_recently_used(tmp_path, monkeypatch):
     hits = cache.hits
     _batches(read, paths[:2], cache)
     assert cache.hits == hits + 2 and cache.evictions == 0
+
+
+def test_a_sweep_larger_than_the_cache_keeps_its_first_part_for_the_next(tmp_path, monkeypatch):
+    """A table larger than the cache, read end to end twice the same way: a plain LRU evicts
+    each row group before the next read returns to it (no hits, every row group filled
+    again); a sweep never evicts its own entries, so its first part stays and the next sweep
+    of the same kind reads it from memory, the rest from the files without keeping it."""
+    monkeypatch.setattr(chunk_cache_module, "ENTRY_SHARE", 1)
+    paths = [_write(tmp_path / f"{n}.parquet", [2000], first=n * 2000) for n in range(8)]
+    read = _read(["id", "price"])
+    want = _batches(read, paths, None)
+    probe = ColumnChunkCache(1 << 30)
+    _batches(read, paths[:1], probe)
+    bound = probe.nbytes * 3 + 100  # room for three of the eight files
+    plain = ColumnChunkCache(bound)
+    for _ in range(2):
+        _same(_batches(read, paths, plain), want)
+    assert plain.hits == 0 and plain.inserts == 2 * 8 * 2  # every read fills it all again, for nothing
+
+    cache = ColumnChunkCache(bound)
+    for run in range(3):
+        _same(_batches(read, paths, cache.sweep(("t.t", ("id", "price")))), want)
+        assert cache.nbytes <= bound
+    assert cache.hits == 2 * 3 and cache.inserts == 3 * 2 and cache.evictions == 0
+    assert cache.passed == 3 * 5  # the five files past the bound, decoded and passed on every time
+    # Another sweep (another table's files) takes the cache over as LRU does.
+    others = [_write(tmp_path / f"other{n}.parquet", [2000]) for n in range(2)]
+    _batches(read, others, cache.sweep(("t.other", ("id", "price"))))
+    assert cache.evictions == 2 * 2 and cache.nbytes <= bound and cache.passed == 3 * 5
