@@ -301,3 +301,19 @@ def report(title: str, conditions: dict, table_md: str, env: dict, append: bool)
     print_section(title, conditions, table_md, env)
     if append:
         log(f"recorded in {write_record(title, conditions, table_md, env=env)}")
+
+
+def missing_modules(names: list[str]) -> list[str]:
+    """Those of ``names`` this Python cannot import (checked before a benchmark starts, so a
+    missing extra is said at once, not after minutes of set-up)."""
+    import importlib.util
+
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing

@@ -609,11 +609,25 @@ def _own_slots(settings) -> str:
     return f"{os.cpu_count()} (the default: the machine's cores)" if slots is None else str(slots)
 
 
+#: The modules each system's reader or server needs beyond the server's own (the bench extra).
+_SYSTEM_MODULES = {
+    "spark-connect": ("grpc_status", "pyspark.sql.connect"),
+    "flight-sql": ("adbc_driver_flightsql",), "flight-sql-be": ("adbc_driver_flightsql",),
+    "starscan-official-thrift": ("thrift",),
+}
+
+
+def _needs(systems: list[str]) -> list[str]:
+    return sorted({m for s in systems for m in _SYSTEM_MODULES.get(s, ())})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale of demo.lineitem (default 1.0: ~6 M rows)")
     ap.add_argument("--repeats", type=int, default=3, help="warm runs per system, query and reader count (default 3: pyarrow's own scan is bimodal here, and two runs move the ratios to it by about 30 %%)")
     ap.add_argument("--concurrency", default="1,4", help="reader counts for the warm runs (default 1,4)")
+    ap.add_argument("--cold-concurrency", default="1,4",
+                    help="reader counts for the cold runs, each after the BE's page cache is emptied (default 1,4)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}")
     ap.add_argument("--batch-size", type=int, default=4096, help="open_scanner batch_size (default 4096)")
     ap.add_argument("--filter-date", default="1998-01-01",
@@ -654,6 +668,12 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown systems: {sorted(unknown)}")
     concurrency = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    cold_concurrency = [int(x) for x in args.cold_concurrency.split(",") if x.strip()] or [1]
+    missing = common.missing_modules(_needs(systems))
+    if missing:
+        ap.error(f"the systems asked for need {', '.join(missing)}, which this Python does not have: "
+                 "install the benchmarks' extra (pip install -e '.[bench]', or .venv/bin/pip install -e '.[bench]' "
+                 "after ./quickstart.sh test), or leave those systems out with --systems")
     qs = queries(args.filter_date)
     env = common.environment()
     tmp = Path(tempfile.mkdtemp(prefix="starscan-compare-"))
@@ -745,9 +765,12 @@ def main(argv=None) -> int:
             warmups[system] = f"{measure(system, warm_spec, meter_fn, args.timeout).get('wall_s', float('nan')):.1f} s"
             for qname, q in qs.items():
                 spec = dict(spec0, system=system, sql=q["sql"], columns=q["columns"], filter_date=q["filter_date"])
-                common.log(f"{system}: {qname}, cold, 1 reader")
-                results[(system, qname, "cold", 1)] = [measure(system, dict(spec, readers=1), meter_fn, args.timeout,
-                                                               counters)]
+                for n in cold_concurrency:
+                    if system in STARSCAN_SYSTEMS and n != cold_concurrency[0]:
+                        server.service.chunk_cache.clear()  # cold again: the BE's page cache as a new server has it
+                    common.log(f"{system}: {qname}, cold, {n} reader(s)")
+                    results[(system, qname, "cold", n)] = [measure(system, dict(spec, readers=n), meter_fn,
+                                                                   args.timeout, counters)]
                 for n in concurrency:
                     runs = []
                     for i in range(args.repeats):
@@ -767,7 +790,7 @@ def main(argv=None) -> int:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    table_md, targets = render(results, systems, qs, concurrency)
+    table_md, targets = render(results, systems, qs, concurrency, cold_concurrency)
     conditions = {
         "what": "MB/s = Arrow bytes delivered (sum of RecordBatch.nbytes) ÷ wall time, MB = 10^6 B, aggregate over "
                 "the readers (each reads the whole result); rows/s likewise; first batch from the request (plan "
@@ -846,11 +869,12 @@ def _ratio(a: dict | None, b: dict | None) -> str:
     return f"{a['mbs'] / b['mbs']:.2f} ({a['rps'] / b['rps']:.2f})"
 
 
-def render(results: dict, systems: list[str], qs: dict, concurrency: list[int]) -> tuple[str, str]:
+def render(results: dict, systems: list[str], qs: dict, concurrency: list[int],
+           cold_concurrency: list[int] = [1]) -> tuple[str, str]:  # noqa: B006 - read only
     rows = []
     summ = {k: summarize(v) for k, v in results.items()}
     for qname in qs:
-        for phase, ns in (("cold", [1]), ("warm", concurrency)):
+        for phase, ns in (("cold", cold_concurrency), ("warm", concurrency)):
             for n in ns:
                 for system in systems:
                     key = (system, qname, phase, n)
@@ -933,16 +957,17 @@ def render(results: dict, systems: list[str], qs: dict, concurrency: list[int]) 
                  f"server Python {common.gb(py)}, Spark's Python workers together {common.gb(roles.get('workers'))}; "
                  "compare with a run at another --scale for the 10× table-growth target")
     lines += _targets_of_issues_57_and_58(g, fx, verdict)
-    reads = _reads_table(summ, systems, qs, concurrency)
+    reads = _reads_table(summ, systems, qs, concurrency, cold_concurrency)
     return common.markdown_table(HEADER, rows) + "\n" + reads, "\n".join(lines) + "\n"
 
 
-def _reads_table(summ: dict, systems: list[str], qs: dict, concurrency: list[int]) -> str:
+def _reads_table(summ: dict, systems: list[str], qs: dict, concurrency: list[int],
+                 cold_concurrency: list[int]) -> str:
     """Where starscan's rows were read, per run kind: the splits the BE read in its own
     process (the rest by Spark's tasks) and the page cache's share of the row groups it read."""
     rows = []
     for qname in qs:
-        for phase, ns in (("cold", [1]), ("warm", concurrency)):
+        for phase, ns in (("cold", cold_concurrency), ("warm", concurrency)):
             for n in ns:
                 for system in systems:
                     s = summ.get((system, qname, phase, n))

@@ -29,6 +29,11 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+if ! "$PY" -c "import locust" 2>/dev/null; then
+  echo "error: bench/load.sh needs locust, which $PY does not have: install the benchmarks' extra" \
+       "($PY -m pip install -e '.[bench]', after ./quickstart.sh test)" >&2
+  exit 2
+fi
 case "$RUN_TIME" in ''|*[!0-9]*) echo "--time must be whole seconds" >&2; exit 2 ;; esac
 [ "$RUN_TIME" -le 3600 ] || { echo "--time at most 3600 s" >&2; exit 2; }
 STAMP=$(date -u +%Y%m%d-%H%M%S)
