@@ -690,6 +690,7 @@ def main(argv=None) -> int:
         extra["page_cache_max_bytes"] = args.page_cache_bytes
     server, spark, settings = common.start_server(warehouse_dir, driver_memory=args.driver_memory,
                                                   tablet_target_bytes=args.tablet_target_bytes, warmup_rows=0, **extra)
+    page_cache_bytes = server.service.chunk_cache.max_bytes
     start_s = time.perf_counter() - t0
     if any(s.startswith("direct") for s in systems):
         server.users.grant("root", "direct_read:*.*")  # the direct systems' plans (off by default)
@@ -766,8 +767,8 @@ def main(argv=None) -> int:
             for qname, q in qs.items():
                 spec = dict(spec0, system=system, sql=q["sql"], columns=q["columns"], filter_date=q["filter_date"])
                 for n in cold_concurrency:
-                    if system in STARSCAN_SYSTEMS and n != cold_concurrency[0]:
-                        server.service.chunk_cache.clear()  # cold again: the BE's page cache as a new server has it
+                    if system in STARSCAN_SYSTEMS:
+                        server.service.chunk_cache.clear()  # every cold run: the BE's page cache as a new server has it
                     common.log(f"{system}: {qname}, cold, {n} reader(s)")
                     results[(system, qname, "cold", n)] = [measure(system, dict(spec, readers=n), meter_fn,
                                                                    args.timeout, counters)]
@@ -790,7 +791,7 @@ def main(argv=None) -> int:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    table_md, targets = render(results, systems, qs, concurrency, cold_concurrency)
+    table_md, targets = render(results, systems, qs, concurrency, cold_concurrency, page_cache_bytes)
     conditions = {
         "what": "MB/s = Arrow bytes delivered (sum of RecordBatch.nbytes) ÷ wall time, MB = 10^6 B, aggregate over "
                 "the readers (each reads the whole result); rows/s likewise; first batch from the request (plan "
@@ -870,7 +871,7 @@ def _ratio(a: dict | None, b: dict | None) -> str:
 
 
 def render(results: dict, systems: list[str], qs: dict, concurrency: list[int],
-           cold_concurrency: list[int] = [1]) -> tuple[str, str]:  # noqa: B006 - read only
+           cold_concurrency: list[int] = [1], page_cache_bytes: int | None = None) -> tuple[str, str]:  # noqa: B006
     rows = []
     summ = {k: summarize(v) for k, v in results.items()}
     for qname in qs:
@@ -957,6 +958,7 @@ def render(results: dict, systems: list[str], qs: dict, concurrency: list[int],
                  f"server Python {common.gb(py)}, Spark's Python workers together {common.gb(roles.get('workers'))}; "
                  "compare with a run at another --scale for the 10× table-growth target")
     lines += _targets_of_issues_57_and_58(g, fx, verdict)
+    lines += _targets_of_issue_69(g, fx, verdict, summ, page_cache_bytes)
     reads = _reads_table(summ, systems, qs, concurrency, cold_concurrency)
     return common.markdown_table(HEADER, rows) + "\n" + reads, "\n".join(lines) + "\n"
 
@@ -1022,6 +1024,30 @@ def _targets_of_issues_57_and_58(g, fx, verdict) -> list[str]:
             lines.append(line(f"{how}: {phase} full scan against the Flight server", g(system, "full", phase, 1),
                               g("flight", "full", phase, 1), 1.0))
         lines.append(cpu_line(f"{how}: warm full scan", g(system, "full", "warm", 1), g("flight", "full", "warm", 1)))
+    return lines
+
+
+def _targets_of_issue_69(g, fx, verdict, summ: dict, page_cache_bytes: int | None) -> list[str]:
+    """Issue 69: cold full scans, 1 reader (the Thrift path against the Flight server, Flight
+    SQL from the BE against pyarrow reading the files), and the BE's memory against its page
+    cache's bound whatever the table's size."""
+    def ratio(a, b):
+        return a["rps"] / b["rps"] if a and b and b["rps"] else None
+
+    lines = ["", "**Targets of issue 69 (cold full scans, 1 reader; memory)**", ""]
+    for label, a, b, bound in (("Thrift against the Flight server", g("starscan", "full", "cold", 1),
+                                g("flight", "full", "cold", 1), 1.0),
+                               ("Flight SQL from the BE against pyarrow reading the files",
+                                g("flight-sql-be", "full", "cold", 1), g("pyarrow", "full", "cold", 1), 0.8)):
+        r = ratio(a, b)
+        lines.append(f"- cold full scan, {label} ≥ {bound:.1f}×: {verdict(r >= bound if r else None)}, {fx(r)} "
+                     f"({common.fmt(a and a['rps'] / 1e6, 2)} vs {common.fmt(b and b['rps'] / 1e6, 2)} M rows/s)")
+    python = max((v.get("rss_by_role", {}).get("python", 0) for k, v in summ.items()
+                  if v and k[0] in STARSCAN_SYSTEMS), default=0)
+    if python and page_cache_bytes:
+        bound = page_cache_bytes + (1 << 30)
+        lines.append(f"- the BE's Python peak RSS ≤ its page cache's bound + 1 GiB: {verdict(python <= bound)}, "
+                     f"{common.gb(python)} against {common.gb(bound)} (page_cache_max_bytes {common.gb(page_cache_bytes)})")
     return lines
 
 
