@@ -16,7 +16,7 @@ import typing
 import pyarrow as pa
 
 from starscan.planner.statements.show import like_pattern, table
-from starscan.settings.config import Settings
+from starscan.settings.config import Settings, conf_text
 from starscan.settings.runtime import RUNTIME_KEYS
 
 _STATEMENT = re.compile(r"\s*ADMIN\s+SHOW\s+FRONTEND\s+CONFIG(?:\s+LIKE\s+'((?:[^'\\]|\\.|'')*)')?\s*;?\s*",
@@ -41,18 +41,8 @@ def frontend_config(pattern: str | None, settings: Settings) -> pa.Table:
              "where a table's data lives: in the shared warehouse, read by any BE the plan names")]
     for key in RUNTIME_KEYS:
         field = Settings.model_fields[key]
-        rows.append((key, "[]", _text(values.get(key)), _type_name(field.annotation), "true", field.description or ""))
+        rows.append((key, "[]", conf_text(values.get(key)), _type_name(field.annotation), "true", field.description or ""))
     return table([row for row in rows if like_pattern(pattern, row[0], case_sensitive=False)], HEADER)
-
-
-def _text(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return ",".join(map(str, value))
-    return str(value)
 
 
 def _type_name(annotation) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from starscan.app.cli_common import CaOpt, FeOpt, PasswordOpt, UserOpt, admin_of, client_errors
+from starscan.settings.config import conf_text
 
 scanners_app = typer.Typer(help="List and close the scanners of a running server (admin).", no_args_is_help=True)
 config_app = typer.Typer(help="Show (`config` / `config show`) or change (`config set KEY VALUE`) a running server's "
@@ -63,19 +64,9 @@ def _config_show(conn: dict) -> None:
     runtime = set(body.get("runtime_changeable", []))
     for key, value in sorted(body["config"].items()):
         mark = "  # can change at run time" if key in runtime else ""
-        typer.echo(f"{key} = {_conf_value(value)}{mark}")
+        typer.echo(f"{key} = {conf_text(value)}{mark}")
 
 
-def _conf_value(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return ", ".join(map(str, value))
-    if isinstance(value, dict):
-        return "; ".join(f"{k}={v}" for k, v in value.items())
-    return str(value)
 
 
 @config_app.command("show")

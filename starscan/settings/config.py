@@ -443,3 +443,17 @@ def _describe(exc: ValidationError) -> str:
         else:
             parts.append(f"bad value for {key!r}: {err['msg']} (got {err.get('input')!r})")
     return "; ".join(parts)
+
+
+def conf_text(value: Any) -> str:
+    """A setting's value as a ``starscan.conf`` line writes it (``key = <this>``): nothing for
+    none, ``true``/``false``, a list's items and a mapping's pairs joined."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return "; ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
