@@ -50,34 +50,50 @@ def _type(avro: Any) -> tuple[pa.DataType, bool]:
         if avro in _PRIMITIVE:
             return _PRIMITIVE[avro], False
         raise AvroSchemaError(f"the Avro type {avro!r} has no Iceberg type")
-    logical, base = avro.get("logicalType"), avro.get("type")
-    if logical == "date" and base == "int":
-        return pa.date32(), False
-    if logical in ("timestamp-micros", "local-timestamp-micros") and base == "long":
-        utc = logical == "timestamp-micros" and bool(avro.get("adjust-to-utc", True))
-        return pa.timestamp("us", tz="UTC" if utc else None), False
-    if logical in ("timestamp-nanos", "local-timestamp-nanos") and base == "long":
-        utc = logical == "timestamp-nanos" and bool(avro.get("adjust-to-utc", True))
-        return pa.timestamp("ns", tz="UTC" if utc else None), False
-    if logical == "time-micros" and base == "long":
-        return pa.time64("us"), False
-    if logical == "decimal":
-        return pa.decimal128(int(avro["precision"]), int(avro.get("scale", 0))), False
-    if base == "fixed":
-        return pa.binary(int(avro["size"])), False
-    if base == "record":
-        return pa.struct([_field(f["name"], f["type"], f.get("field-id")) for f in avro["fields"]]), False
-    if base == "array":
-        items = avro["items"]
-        if logical == "map" and isinstance(items, dict) and items.get("type") == "record":
-            key, value = items["fields"]
-            return _map(key["type"], key.get("field-id"), value["type"], value.get("field-id")), False
-        return pa.list_(_field("element", items, avro.get("element-id"))), False
-    if base == "map":
-        return _map("string", avro.get("key-id"), avro["values"], avro.get("value-id")), False
+    found = _logical_type(avro) or _nested_type(avro)
+    if found is not None:
+        return found, False
+    base = avro.get("type")
     if isinstance(base, str) and base in _PRIMITIVE:
         return _PRIMITIVE[base], False
     raise AvroSchemaError(f"the Avro type {avro!r} has no Iceberg type")
+
+
+def _logical_type(avro: dict[str, Any]) -> pa.DataType | None:
+    """The Arrow type of an Avro logical type Iceberg writes (date, timestamps, time,
+    decimal); None for any other schema."""
+    logical, base = avro.get("logicalType"), avro.get("type")
+    if logical == "date" and base == "int":
+        return pa.date32()
+    for unit, names in (("us", ("timestamp-micros", "local-timestamp-micros")),
+                        ("ns", ("timestamp-nanos", "local-timestamp-nanos"))):
+        if logical in names and base == "long":
+            utc = logical == names[0] and bool(avro.get("adjust-to-utc", True))
+            return pa.timestamp(unit, tz="UTC" if utc else None)
+    if logical == "time-micros" and base == "long":
+        return pa.time64("us")
+    if logical == "decimal":
+        return pa.decimal128(int(avro["precision"]), int(avro.get("scale", 0)))
+    return None
+
+
+def _nested_type(avro: dict[str, Any]) -> pa.DataType | None:
+    """The Arrow type of an Avro fixed, record, array (an Iceberg map when its items are
+    key/value records) or map; None for any other schema."""
+    base = avro.get("type")
+    if base == "fixed":
+        return pa.binary(int(avro["size"]))
+    if base == "record":
+        return pa.struct([_field(f["name"], f["type"], f.get("field-id")) for f in avro["fields"]])
+    if base == "array":
+        items = avro["items"]
+        if avro.get("logicalType") == "map" and isinstance(items, dict) and items.get("type") == "record":
+            key, value = items["fields"]
+            return _map(key["type"], key.get("field-id"), value["type"], value.get("field-id"))
+        return pa.list_(_field("element", items, avro.get("element-id")))
+    if base == "map":
+        return _map("string", avro.get("key-id"), avro["values"], avro.get("value-id"))
+    return None
 
 
 def _map(key: Any, key_id: Any, value: Any, value_id: Any) -> pa.DataType:

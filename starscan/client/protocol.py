@@ -103,6 +103,16 @@ class ScanStats:
     verified: int = 0       # scanners whose end-of-scan row count the server reported and matched
 
 
+def _past(batches: Iterator[pa.RecordBatch], skip: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` without their first ``skip`` rows (handed out before a failover)."""
+    seen = 0
+    for batch in batches:
+        seen += batch.num_rows
+        if seen <= skip:
+            continue
+        yield batch if seen - batch.num_rows >= skip else batch.slice(skip - (seen - batch.num_rows))
+
+
 def _verify_eos(st: Any, context_id: str, received: int, stats: ScanStats) -> None:
     """Check the opt-in row count in the eos reply (absent from StarRocks and older servers)."""
     for msg in st.error_msgs or []:
@@ -392,25 +402,9 @@ class StarscanClient:
         ``ordered`` gets whether the BE acknowledged ``ORDERED_PROPERTY``."""
         host, port = self.be_host_mapping.get(endpoint, endpoint).split(":")
         conn = _Connection(host, int(port), self.timeout_s, self.retries, stats, self.ssl_context, self.connect_timeout_s)
-        properties = {EOS_ROWS_PROPERTY: "true", ERROR_KIND_PROPERTY: "true"}
-        if self.failovers > 0:
-            properties[ORDERED_PROPERTY] = "true"
         try:
-            try:
-                opened = conn.call("open_scanner", thrift_defs.wire.TScanOpenParams(
-                    cluster="default_cluster", database=db, table=table, tablet_ids=tablets,
-                    opaqued_query_plan=plan["opaqued_query_plan"], batch_size=batch_size,
-                    user=None if self.token else self.user, passwd=None if self.token else self.password,
-                    keep_alive_min=keep_alive_min, mem_limit=mem_limit, query_timeout=query_timeout,
-                    properties=properties,
-                ))
-            except transport_errors() as exc:
-                raise _BackendLost(_unreachable(endpoint, tablets, "open_scanner", exc)) from None
-            except protocol_errors() as exc:
-                raise _not_the_protocol(endpoint, "open_scanner", exc) from None
-            if opened.status.status_code != thrift_defs.wire.TStatusCode.OK:
-                error = from_reply("open_scanner", opened.status)
-                raise _BackendLost(error) if is_lost("open_scanner", opened.status) else error
+            opened = self._open(conn, endpoint, db, table, plan, tablets, batch_size, keep_alive_min, mem_limit,
+                                query_timeout)
             stats.scanners += 1
             stats.columns = [(c.name, c.type) for c in opened.selected_columns]
             acknowledged = ORDERED_ACK in (opened.status.error_msgs or [])
@@ -420,37 +414,8 @@ class StarscanClient:
                 raise ServerError(f"open_scanner: the BE at {endpoint} does not keep rows in a fixed order, so the "
                                   f"{skip} rows already read cannot be skipped exactly; read the table again",
                                   call="open_scanner")
-            offset = 0
             try:
-                while True:
-                    # A dropped connection is re-opened and the same offset asked again: the
-                    # server answers a repeated offset with the same batch (docs/architecture.md).
-                    try:
-                        res = conn.call("get_next", thrift_defs.wire.TScanNextBatchParams(
-                            context_id=opened.context_id, offset=offset))
-                    except transport_errors() as exc:
-                        raise _BackendLost(_unreachable(endpoint, tablets, "get_next", exc)) from None
-                    except protocol_errors() as exc:
-                        raise _not_the_protocol(endpoint, "get_next", exc) from None
-                    if res.status.status_code != thrift_defs.wire.TStatusCode.OK:
-                        error = from_reply("get_next", res.status)
-                        raise _BackendLost(error) if is_lost("get_next", res.status) else error
-                    if res.eos:
-                        _verify_eos(res.status, opened.context_id, offset, stats)
-                        if offset < skip:  # this BE's scan has fewer rows than were handed out before
-                            raise FailoverMismatch(opened.context_id, skip, offset)
-                        return
-                    try:
-                        batches = list(pa.ipc.open_stream(res.rows))  # a reply's batches, read in place
-                    except (pa.ArrowException, TypeError) as exc:
-                        raise _not_the_protocol(endpoint, "get_next", exc) from None
-                    for batch in batches:
-                        offset += batch.num_rows
-                        if offset <= skip:
-                            continue  # handed out before the failover
-                        if offset - batch.num_rows < skip:
-                            batch = batch.slice(skip - (offset - batch.num_rows))
-                        yield batch
+                yield from _past(self._replies(conn, endpoint, tablets, opened.context_id, stats, skip), skip)
             finally:
                 try:
                     conn.call("close_scanner", thrift_defs.wire.TScanCloseParams(context_id=opened.context_id), retries=0)
@@ -458,6 +423,61 @@ class StarscanClient:
                     pass
         finally:
             conn.close()
+
+    def _open(self, conn: _Connection, endpoint: str, db: str, table: str, plan: dict[str, Any], tablets: list[int],
+              batch_size: int, keep_alive_min: int | None, mem_limit: int | None, query_timeout: int | None) -> Any:
+        """``open_scanner``'s accepted answer; _BackendLost when the BE is lost, the BE's
+        refusal otherwise."""
+        properties = {EOS_ROWS_PROPERTY: "true", ERROR_KIND_PROPERTY: "true"}
+        if self.failovers > 0:
+            properties[ORDERED_PROPERTY] = "true"
+        try:
+            opened = conn.call("open_scanner", thrift_defs.wire.TScanOpenParams(
+                cluster="default_cluster", database=db, table=table, tablet_ids=tablets,
+                opaqued_query_plan=plan["opaqued_query_plan"], batch_size=batch_size,
+                user=None if self.token else self.user, passwd=None if self.token else self.password,
+                keep_alive_min=keep_alive_min, mem_limit=mem_limit, query_timeout=query_timeout,
+                properties=properties,
+            ))
+        except transport_errors() as exc:
+            raise _BackendLost(_unreachable(endpoint, tablets, "open_scanner", exc)) from None
+        except protocol_errors() as exc:
+            raise _not_the_protocol(endpoint, "open_scanner", exc) from None
+        if opened.status.status_code != thrift_defs.wire.TStatusCode.OK:
+            error = from_reply("open_scanner", opened.status)
+            raise _BackendLost(error) if is_lost("open_scanner", opened.status) else error
+        return opened
+
+    def _replies(self, conn: _Connection, endpoint: str, tablets: list[int], context_id: str, stats: ScanStats,
+                 skip: int) -> Iterator[pa.RecordBatch]:
+        """Every batch of the scanner's ``get_next`` replies, until eos (checked against the
+        rows the BE says it sent, and against ``skip``: a BE that has fewer rows than were
+        handed out before a failover is a mismatch)."""
+        offset = 0
+        while True:
+            # A dropped connection is re-opened and the same offset asked again: the
+            # server answers a repeated offset with the same batch (docs/architecture.md).
+            try:
+                res = conn.call("get_next", thrift_defs.wire.TScanNextBatchParams(context_id=context_id, offset=offset))
+            except transport_errors() as exc:
+                raise _BackendLost(_unreachable(endpoint, tablets, "get_next", exc)) from None
+            except protocol_errors() as exc:
+                raise _not_the_protocol(endpoint, "get_next", exc) from None
+            if res.status.status_code != thrift_defs.wire.TStatusCode.OK:
+                error = from_reply("get_next", res.status)
+                raise _BackendLost(error) if is_lost("get_next", res.status) else error
+            if res.eos:
+                _verify_eos(res.status, context_id, offset, stats)
+                if offset < skip:  # this BE's scan has fewer rows than were handed out before
+                    raise FailoverMismatch(context_id, skip, offset)
+                return
+            try:
+                batches = list(pa.ipc.open_stream(res.rows))  # a reply's batches, read in place
+            except (pa.ArrowException, TypeError) as exc:
+                raise _not_the_protocol(endpoint, "get_next", exc) from None
+            for batch in batches:
+                offset += batch.num_rows
+                yield batch
 
     def read(self, db: str, table: str, sql: str, batch_size: int = 4096, **kwargs: Any) -> pa.Table:
         batches = list(self.batches(db, table, sql, batch_size, **kwargs))

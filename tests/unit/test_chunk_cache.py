@@ -250,7 +250,7 @@ def test_a_sweep_larger_than_the_cache_keeps_its_first_part_for_the_next(tmp_pat
     assert plain.hits == 0 and plain.inserts == 2 * 8 * 2  # every read fills it all again, for nothing
 
     cache = ColumnChunkCache(bound)
-    for run in range(3):
+    for _ in range(3):
         _same(_batches(read, paths, cache.sweep(("t.t", ("id", "price")))), want)
         assert cache.nbytes <= bound
     assert cache.hits == 2 * 3 and cache.inserts == 3 * 2 and cache.evictions == 0
