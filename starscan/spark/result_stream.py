@@ -97,17 +97,25 @@ class ResultStream:
         from starscan.spark.pyspark_internals import run_job
 
         mapped = rdd.mapPartitions(send_partition(self.target))
+        group = f"starscan-query-{self.target.token[:8].hex()}"
+        done = False
         try:
             for partition in range(rdd.getNumPartitions()):
                 failure: list[BaseException] = []
-                job = threading.Thread(target=_run, args=(run_job, sc, mapped, partition, failure),
+                job = threading.Thread(target=_run, args=(run_job, sc, mapped, partition, failure, group),
                                        name=f"starscan-query-part-{partition}", daemon=True)
                 job.start()
                 yield from self._partition(partition, schema, job, failure)
                 job.join()
                 if failure:
                     raise failure[0]
+            done = True
         finally:
+            if not done:  # the reader stopped early (a client's limit, a disconnect) or a task failed
+                try:
+                    sc.cancelJobGroup(group)  # the running task ends as cancelled, not on a broken pipe
+                except Exception:  # noqa: BLE001 - the context is stopping: nothing left to cancel
+                    pass
             self.close()
 
     def _partition(self, partition: int, schema: pa.Schema, job: threading.Thread,
@@ -173,8 +181,10 @@ class ResultStream:
         return True
 
 
-def _run(run_job: Callable[..., None], sc: Any, mapped: Any, partition: int, failure: list[BaseException]) -> None:
+def _run(run_job: Callable[..., None], sc: Any, mapped: Any, partition: int, failure: list[BaseException],
+         group: str) -> None:
     try:
+        sc.setJobGroup(group, "a query of the FE, streamed to it", interruptOnCancel=True)
         run_job(sc, mapped, partition)
     except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
         failure.append(exc)

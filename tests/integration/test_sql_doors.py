@@ -318,3 +318,24 @@ def test_a_query_task_that_fails_after_sending_rows_fails_the_statement(spark):
     assert "CAST_INVALID_INPUT" in str(failed.value) or "after sending" in str(failed.value), failed.value
     ids = [b.column("id") for b in pyspark_internals.arrow_batches(spark.range(0, 25_000, numPartitions=3), "UTC")[1]]
     assert sum(len(c) for c in ids) == 25_000 and [v for c in ids for v in c.to_pylist()] == list(range(25_000))
+
+
+def test_a_query_the_client_stops_early_leaves_no_spark_job_running(server):
+    """``SET sql_select_limit`` stops an FE query after its first rows: the query's Spark job
+    is cancelled then, not left to run to its end or to fail on a closed socket."""
+    import time
+
+    conn = pymysql.connect(host="127.0.0.1", port=server.query_port, user="root", password="")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET sql_select_limit = 5")
+            cur.execute("SELECT upper(a.l_comment) AS c FROM demo.lineitem a JOIN demo.lineitem b "
+                        "ON a.l_orderkey = b.l_orderkey")
+            assert len(cur.fetchall()) == 5
+    finally:
+        conn.close()
+    tracker = server.spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + 30
+    while tracker.getActiveJobsIds() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not tracker.getActiveJobsIds()
