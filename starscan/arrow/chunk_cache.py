@@ -92,6 +92,11 @@ class _Entries:
             self._chunks.move_to_end(key)
         return chunk
 
+    def size_of(self, key: _Key) -> int:
+        """The bytes ``key``'s entry holds (0: none), without counting as a use of it."""
+        chunk = self._chunks.get(key)
+        return chunk.nbytes if chunk is not None else 0
+
     def __setitem__(self, key: _Key, chunk: _Chunk) -> None:
         if key in self._chunks:
             del self[key]
@@ -252,8 +257,7 @@ class ColumnChunkCache:
         with self._lock:
             if any(chunk.nbytes > self._entry_max() for chunk in chunks):
                 return
-            if not self._room(sum(c.nbytes for c in chunks) - sum(self._entries.get(k).nbytes  # type: ignore[union-attr]
-                                                                  for k in keys if k in self._entries), sweep):
+            if not self._room(sum(c.nbytes for c in chunks) - sum(self._entries.size_of(k) for k in keys), sweep):
                 self.passed += 1
                 return
             for key, chunk in zip(keys, chunks):

@@ -103,6 +103,22 @@ class ScanStats:
     verified: int = 0       # scanners whose end-of-scan row count the server reported and matched
 
 
+def _answered(conn: _Connection, endpoint: str, tablets: list[int], call: str, request: Any) -> Any:
+    """The BE's accepted answer to ``call``: _BackendLost when the BE is lost (unreachable, or
+    a status that says so), the BE's refusal as its error, a reply that is not the protocol's
+    as that."""
+    try:
+        res = conn.call(call, request)
+    except transport_errors() as exc:
+        raise _BackendLost(_unreachable(endpoint, tablets, call, exc)) from None
+    except protocol_errors() as exc:
+        raise _not_the_protocol(endpoint, call, exc) from None
+    if res.status.status_code != thrift_defs.wire.TStatusCode.OK:
+        error = from_reply(call, res.status)
+        raise _BackendLost(error) if is_lost(call, res.status) else error
+    return res
+
+
 def _past(batches: Iterator[pa.RecordBatch], skip: int) -> Iterator[pa.RecordBatch]:
     """``batches`` without their first ``skip`` rows (handed out before a failover)."""
     seen = 0
@@ -431,22 +447,13 @@ class StarscanClient:
         properties = {EOS_ROWS_PROPERTY: "true", ERROR_KIND_PROPERTY: "true"}
         if self.failovers > 0:
             properties[ORDERED_PROPERTY] = "true"
-        try:
-            opened = conn.call("open_scanner", thrift_defs.wire.TScanOpenParams(
-                cluster="default_cluster", database=db, table=table, tablet_ids=tablets,
-                opaqued_query_plan=plan["opaqued_query_plan"], batch_size=batch_size,
-                user=None if self.token else self.user, passwd=None if self.token else self.password,
-                keep_alive_min=keep_alive_min, mem_limit=mem_limit, query_timeout=query_timeout,
-                properties=properties,
-            ))
-        except transport_errors() as exc:
-            raise _BackendLost(_unreachable(endpoint, tablets, "open_scanner", exc)) from None
-        except protocol_errors() as exc:
-            raise _not_the_protocol(endpoint, "open_scanner", exc) from None
-        if opened.status.status_code != thrift_defs.wire.TStatusCode.OK:
-            error = from_reply("open_scanner", opened.status)
-            raise _BackendLost(error) if is_lost("open_scanner", opened.status) else error
-        return opened
+        return _answered(conn, endpoint, tablets, "open_scanner", thrift_defs.wire.TScanOpenParams(
+            cluster="default_cluster", database=db, table=table, tablet_ids=tablets,
+            opaqued_query_plan=plan["opaqued_query_plan"], batch_size=batch_size,
+            user=None if self.token else self.user, passwd=None if self.token else self.password,
+            keep_alive_min=keep_alive_min, mem_limit=mem_limit, query_timeout=query_timeout,
+            properties=properties,
+        ))
 
     def _replies(self, conn: _Connection, endpoint: str, tablets: list[int], context_id: str, stats: ScanStats,
                  skip: int) -> Iterator[pa.RecordBatch]:
@@ -457,15 +464,8 @@ class StarscanClient:
         while True:
             # A dropped connection is re-opened and the same offset asked again: the
             # server answers a repeated offset with the same batch (docs/architecture.md).
-            try:
-                res = conn.call("get_next", thrift_defs.wire.TScanNextBatchParams(context_id=context_id, offset=offset))
-            except transport_errors() as exc:
-                raise _BackendLost(_unreachable(endpoint, tablets, "get_next", exc)) from None
-            except protocol_errors() as exc:
-                raise _not_the_protocol(endpoint, "get_next", exc) from None
-            if res.status.status_code != thrift_defs.wire.TStatusCode.OK:
-                error = from_reply("get_next", res.status)
-                raise _BackendLost(error) if is_lost("get_next", res.status) else error
+            res = _answered(conn, endpoint, tablets, "get_next",
+                            thrift_defs.wire.TScanNextBatchParams(context_id=context_id, offset=offset))
             if res.eos:
                 _verify_eos(res.status, context_id, offset, stats)
                 if offset < skip:  # this BE's scan has fewer rows than were handed out before
