@@ -24,7 +24,7 @@ and reads the CPU clock of the thread (or threads) doing it:
   push) plus the BE's receive into Arrow's memory pool and ``read_record_batch``, in a process
   of its own (both CPU times);
 - reply: the BE's ``get_next`` answer, written by the BE's own reply writer
-  (``provider/server._Processor``: thriftpy2 for the header, one scatter-gather send of the
+  (``starscan/thrift/server._Processor``: thriftpy2 for the header, one scatter-gather send of the
   IPC stream's parts) to 127.0.0.1;
 - decode: the reader's receive through the Python client's own transport (the rows straight
   into an Arrow buffer, starscan/client/transport.py) and thriftpy2's binary protocol, and the
@@ -173,7 +173,7 @@ def profile(read, splits, batch_rows: int) -> dict:
     from starscan.arrow.wire import BatchConverter
     from starscan.core.thrift_defs import wire
     from starscan.provider.push.task import rechunk
-    from starscan.provider.server import _Processor
+    from starscan.thrift.server import _Processor
 
     cpu = dict.fromkeys(STAGES, 0.0)
     clock = time.thread_time

@@ -147,6 +147,9 @@ class QueryPlanner:
         # Called as each plan that is not answered at once begins (the BE's warm-up in the same
         # process stops: the plan needs the cores, and its reader's scan warms the JVM).
         self.plan_listeners: list[Callable[[], None]] = []
+        # Each BE's Thrift address -> the FE's relay port for it, when the FE relays the BEs'
+        # scans (thrift_relay_port, planner/thrift_relay): the routings name those instead.
+        self.relay_routes: dict[str, str] | None = None
 
     @property
     def settings(self) -> Settings:
@@ -374,11 +377,17 @@ class QueryPlanner:
         return value
 
     def _routings(self, tablets: Sequence[Tablet], live: tuple[str, ...] | None) -> dict[int, list[str]]:
-        """Each tablet's BEs, in the order a reader tries them."""
+        """Each tablet's BEs, in the order a reader tries them (their relay ports at the FE when
+        it relays)."""
         if self.membership is not None and live:
-            return {t.tablet_id: self.membership.routings_of(t.tablet_id, live) for t in tablets}
-        routings = self.settings.routings
-        return {t.tablet_id: list(routings) for t in tablets}
+            routed = {t.tablet_id: self.membership.routings_of(t.tablet_id, live) for t in tablets}
+        else:
+            routings = self.settings.routings
+            routed = {t.tablet_id: list(routings) for t in tablets}
+        relay = self.relay_routes
+        if relay is not None:
+            routed = {tablet: [relay.get(be, be) for be in bes] for tablet, bes in routed.items()}
+        return routed
 
     def _list_digest(self, snap) -> bytes:
         """The digest of the snapshot's whole tablet list (starscan.plans.tablet_lists): once

@@ -10,9 +10,9 @@ import logging
 
 from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, ERROR_KIND_PROPERTY, ORDERED_ACK, ORDERED_PROPERTY
 from starscan.core.thrift_defs import wire
-from starscan.provider import status
-from starscan.provider.peer import current_peer, named_context
 from starscan.provider.service import ScanService
+from starscan.thrift import status
+from starscan.thrift.peer import current_peer, named_context
 
 log = logging.getLogger("starscan.provider")
 

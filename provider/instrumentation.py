@@ -12,12 +12,12 @@ from collections.abc import Callable
 from starscan.core import logs
 from starscan.core.errors import StarscanError
 from starscan.core.thrift_defs import wire
-from starscan.provider import status
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.metrics import ScanMetrics
 from starscan.provider.profile import ProfileStore
 from starscan.provider.scan_audit import rows_read, scan_outcome, splits_by_reader
 from starscan.provider.spark_jobs import SparkJobTracker
+from starscan.thrift import status
 
 log = logging.getLogger("starscan.ops")
 

@@ -70,7 +70,8 @@ ROLES = ("all", "fe", "be")
 
 def _run_server(fe: bool, be: bool, conf, log_format, **overrides) -> None:
     """A node until SIGTERM/SIGINT (starscan.app.node); its failures as the documented exit codes."""
-    from starscan.app.node import CannotListen, run_node
+    from starscan.app.node import run_node
+    from starscan.app.ports import CannotListen
 
     settings = settings_of(conf, log_format=log_format, **overrides)
     _logging(settings.log_format, settings.log_level)

@@ -13,13 +13,11 @@ import time
 from typing import Any
 
 from starscan import __version__
+from starscan.app.ports import CannotListen
 from starscan.core.errors import StarscanError
 from starscan.settings.config import Settings
 
 log = logging.getLogger("starscan")
-
-class CannotListen(Exception):
-    """A port of the node cannot be bound (in use, or not allowed)."""
 
 
 #: An FE runs no scans: its Spark only infers schemas, answers the MySQL port's SELECTs and
@@ -54,6 +52,8 @@ def run_node(settings: Settings, fe: bool, be: bool) -> None:
     _prepare_warehouse(server, spark, settings, fe)
     try:
         server.start()
+    except CannotListen:
+        raise
     except OSError as exc:
         raise CannotListen(f"cannot listen: {exc}") from None
     parts = []

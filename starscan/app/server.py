@@ -13,6 +13,7 @@ import uvicorn
 
 from starscan.app.huge_pages import set_transparent_huge_pages
 from starscan.app.operations import Operations
+from starscan.app.ports import check_free, listening
 from starscan.core import logs
 from starscan.core.errors import ServerShuttingDown, StarscanError
 from starscan.gc.reaper import ScanContextReaper
@@ -26,6 +27,7 @@ from starscan.planner.mysql import MysqlPort
 from starscan.planner.ops_routes import install_routes
 from starscan.planner.query_plan import QueryPlanner
 from starscan.planner.statements import ScanReads, StatementService
+from starscan.planner.thrift_relay import ThriftRelay
 from starscan.plans.scan_records import FOLDER as SCAN_RECORDS
 from starscan.plans.scan_records import ScanRecords
 from starscan.plans.secrets import RotatingPlanSigner
@@ -34,7 +36,6 @@ from starscan.provider.admission import Admission
 from starscan.provider.contexts import ScanContextManager
 from starscan.provider.flight_front import BeFlightServer
 from starscan.provider.handler import ExternalServiceHandler
-from starscan.provider.server import ThriftServer
 from starscan.provider.service import ScanService
 from starscan.provider.worker_keeper import PythonWorkerKeeper
 from starscan.security import tls
@@ -50,6 +51,7 @@ from starscan.spark.schemas import SchemaResolver
 from starscan.tables.catalog import Warehouse
 from starscan.tables.consumers import ConsumerPositions
 from starscan.tables.tablets import Sizing
+from starscan.thrift.server import ThriftServer
 
 log = logging.getLogger("starscan")
 
@@ -123,6 +125,7 @@ class StarscanServer:
         self._uvicorn: uvicorn.Server | None = None
         self._uvicorn_thread: threading.Thread | None = None
         self.thrift: ThriftServer | None = None
+        self.relay: ThriftRelay | None = None  # the FE's Thrift relay, when thrift_relay_port is set
         self.reaper: ScanContextReaper | None = None
         self.http_port: int | None = None
         self.be_port: int | None = None
@@ -189,7 +192,8 @@ class StarscanServer:
                                        reply_keepalive_s=self.settings.reply_keepalive_s,
                                        on_reply_begun=self.ops.metrics.replies_begun.inc,
                                        on_connection_closed=self.service.connection_closed)
-            self.thrift.start()
+            listening("be_port", self.settings.bind_host, self.settings.be_port, self.thrift.start)
+            check_free("push_port", self.settings.bind_host, self.settings.push_port)  # bound at the first scan
             self.be_port = self.thrift.port
             if self.settings.be_port == 0 and not self.settings.be_endpoints:
                 # Tests bind port 0: advertise the port actually bound.
@@ -206,19 +210,23 @@ class StarscanServer:
         if self.fe_enabled:
             if self.membership is not None:
                 self.membership.start()
+            self._relay_thrift()
             statements = self.statements = self._statement_service()
             app = create_app(statements, auth, self.live_settings)
             install_routes(app, self.ops)
-            self.http_port = self._serve_http(app, self.settings.http_port, "FE")
+            self.http_port = listening("http_port", self.settings.bind_host, self.settings.http_port,
+                                       lambda: self._serve_http(app, self.settings.http_port, "FE"))
             mysql = self.mysql = MysqlPort(self.settings, statements, self.users, self.login_guard,
                                            on_refused=self.ops.metrics.auth_failures.labels("mysql").inc)
-            mysql.start()
+            listening("query_port", self.settings.bind_host, self.settings.query_port, mysql.start)
             self.query_port = mysql.port
             self._serve_flight_sql(auth, statements)
         elif self.be_enabled:
             # A BE node on its own answers health and metrics (and the operations pages) on
             # be_http_port, as a StarRocks BE's web server does.
-            self.http_port = self._serve_http(be_app(self.spark, self.ops, auth), self.settings.be_http_port, "BE")
+            self.http_port = listening("be_http_port", self.settings.bind_host, self.settings.be_http_port,
+                                       lambda: self._serve_http(be_app(self.spark, self.ops, auth),
+                                                                self.settings.be_http_port, "BE"))
         # What is loaded by now (Spark's and the libraries' objects, hundreds of thousands)
         # lives as long as the process: keep it out of the collector's full passes, which
         # otherwise walk all of it (pauses that made the FE's p99 under load twice its p50).
@@ -226,13 +234,31 @@ class StarscanServer:
         gc.freeze()
         return self
 
+    def _relay_thrift(self) -> None:
+        """The FE's Thrift relay (thrift_relay_port): a port per BE, named by the plans'
+        routings instead of the BEs."""
+        settings = self.settings
+        ports = settings.relay_ports
+        if not ports:
+            return
+        backends = settings.routings
+        membership = self.membership
+        relay = self.relay = ThriftRelay(
+            backends, membership.live if membership is not None else lambda: backends, settings.bind_host, ports,
+            settings.thrift_relay_timeout_s, settings.max_thrift_message_bytes, settings.reply_keepalive_s,
+            server_tls=tls.server_context(settings) if settings.be_tls else None,
+            client_tls=tls.client_context(settings) if settings.be_tls else None)
+        relay.start(lambda port, start: listening("thrift_relay_port", settings.bind_host, port, start))
+        self.planner.relay_routes = {be: f"{settings.advertise_host}:{port}"
+                                     for be, port in zip(backends, relay.ports, strict=True)}
+
     def _serve_be_flight(self) -> None:
         settings = self.settings
         if settings.be_flight_port < 0:
             return
         scheme = "grpc+tls" if settings.flight_tls else "grpc"
-        self.be_flight = BeFlightServer(f"{scheme}://{settings.bind_host}:{settings.be_flight_port}", self.service,
-                                        self.signer, tls.flight_tls(settings))
+        self.be_flight = listening("be_flight_port", settings.bind_host, settings.be_flight_port, lambda: BeFlightServer(
+            f"{scheme}://{settings.bind_host}:{settings.be_flight_port}", self.service, self.signer, tls.flight_tls(settings)))
         self.be_flight_port = self.be_flight.port
         if settings.be_flight_port == 0 and not settings.be_flight_endpoints:
             self.live_settings.bound(be_flight_port=self.be_flight_port)  # tests bind port 0: advertise what was bound
@@ -255,9 +281,10 @@ class StarscanServer:
         if settings.flight_sql_port < 0:
             return
         scheme = "grpc+tls" if settings.flight_tls else "grpc"
-        server = self.flight_sql = FlightSqlServer(
+        server = self.flight_sql = listening("flight_sql_port", settings.bind_host, settings.flight_sql_port,
+                                             lambda: FlightSqlServer(
             f"{scheme}://{settings.bind_host}:{settings.flight_sql_port}", "", statements, auth, self.signer,
-            self.live_settings, tls.flight_tls(settings))
+            self.live_settings, tls.flight_tls(settings)))
         self.flight_sql_port = server.port
         server.advertised = f"{scheme}://{settings.advertise_host}:{server.port}"
         log.info("FE flight sql listening on %s:%d", settings.bind_host, server.port)
@@ -356,6 +383,8 @@ class StarscanServer:
             self._uvicorn.should_exit = True
             if self._uvicorn_thread is not None:
                 self._uvicorn_thread.join(timeout=10)
+        if self.relay is not None:
+            self.relay.stop()
         if self.thrift is not None:
             self.thrift.stop()
         if self.reaper is not None:

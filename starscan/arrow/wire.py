@@ -183,7 +183,7 @@ def _cast_to(target: pa.DataType) -> ArrayFn:
 
 class IpcStream:
     """One ``get_next`` reply's Arrow IPC stream, kept as its parts: the BE sends them to the
-    socket as they are (provider/server.py), not joined and copied again into thriftpy2's
+    socket as they are (starscan/thrift/server.py), not joined and copied again into thriftpy2's
     buffers."""
 
     __slots__ = ("parts", "size")

@@ -109,7 +109,7 @@ _BY_KIND: dict[str, type[ReadError]] = {
     "DirectReadDenied": DirectReadDenied,
     **dict.fromkeys(("SnapshotGone", "PlanExpired", "TableRewritten", "VersionUnknown", "PositionBehind"),
                     SnapshotGoneError),
-    **dict.fromkeys(("ContextNotFound", "ServerShuttingDown", "SparkUnavailable", "NoLiveBackend", "StorageUnavailable",
+    **dict.fromkeys(("ContextNotFound", "ServerShuttingDown", "SparkUnavailable", "NoLiveBackend", "BackendLost", "StorageUnavailable",
                      "TooManyRequests", "TooManyTasks", "ScanTimeout", "ScanCancelled"), NetworkError),
     **dict.fromkeys(("BadRequest", "DatabaseNotFound", "TableNotFound", "SqlInvalid", "PlanInvalid", "InvalidArgument",
                      "NotFound", "UnknownUser", "InvalidInput", "MemLimitExceeded", "RequestTooLarge", "ResultTooLarge",
@@ -120,7 +120,7 @@ _BY_KIND: dict[str, type[ReadError]] = {
 }
 
 #: Lost scanners: the BE no longer holds it, or cannot scan now; it may go on on another routing.
-LOST_KINDS = frozenset({"ContextNotFound", "ServerShuttingDown", "SparkUnavailable"})
+LOST_KINDS = frozenset({"ContextNotFound", "ServerShuttingDown", "SparkUnavailable", "BackendLost"})
 
 
 def from_http(status: int, body: str, kind: str | None = None, call: str = "_query_plan") -> ReadError:

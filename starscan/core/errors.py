@@ -3,7 +3,7 @@
 What each kind answers on every wire (its HTTP status, Thrift ``TStatusCode`` name, gRPC
 status and MySQL error number with its SQLSTATE) is one table, ``WIRES``, at the end: each
 front renders an error from the attributes it sets (``starscan.planner.errors`` for HTTP,
-``starscan.provider.status`` for Thrift, ``starscan.flight.errors`` for gRPC,
+``starscan.thrift.status`` for Thrift, ``starscan.flight.errors`` for gRPC,
 ``starscan.planner.mysql.errors`` for MySQL), and a kind missing from it fails the unit
 tests. Only status codes the StarRocks Java SDK knows are ever used (docs/protocol.md
 section 3). A failure no kind models is answered as ``internal_error``: an id on the wire,
@@ -201,6 +201,12 @@ class NoLiveBackend(StarscanError):
 
 
 
+class BackendLost(StarscanError):
+    """The FE's Thrift relay lost the BE a scanner was on and no other BE took the scanner
+    over (none answers, or none can resume it: the BEs' resumable_scans and a shared
+    state_dir make them able to)."""
+
+
 class VersionUnknown(StarscanError):
     """A ``since_version`` this server never observed for the table, or one older than the
     versions it keeps."""
@@ -316,6 +322,7 @@ WIRES: dict[type[StarscanError], Wires] = {
     ScanFailed: _INTERNAL,
     SparkUnavailable: _UNAVAILABLE,
     NoLiveBackend: _UNAVAILABLE,
+    BackendLost: _UNAVAILABLE,
     VersionUnknown: Wires(404, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1105, "HY000"),
     TableRewritten: Wires(409, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1105, "HY000"),
     PositionBehind: Wires(409, "INVALID_ARGUMENT", "INVALID_ARGUMENT", 1105, "HY000"),

@@ -1,7 +1,7 @@
 """Everything starscan reaches inside thriftpy2, in one place:
 
 * the BE's server: the server, processor and socket classes it subclasses and the binary
-  reader's ``skip`` it wraps (provider/server.py, provider/request_protocol.py);
+  reader's ``skip`` it wraps (starscan/thrift/server.py, starscan/thrift/request_protocol.py);
 * the client's transport (starscan/client/transport.py): the socket of thriftpy2's
   ``TSocket`` (``socket_of``), which it receives a reply's rows from;
 * the IDL's parser with its tables kept between processes (``parse_with_kept_tables``, for
@@ -91,7 +91,7 @@ def check() -> list[str]:
         finally:
             if isinstance(getattr(server, "sock", None), socket.socket):
                 server.sock.close()
-    # The bounded skip (provider/request_protocol.py) replaces the module's ``skip``, which
+    # The bounded skip (starscan/thrift/request_protocol.py) replaces the module's ``skip``, which
     # the pure-Python reader must look up when it calls it, and keeps its depth budget.
     if not hasattr(binary, "DEFAULT_MAX_DEPTH") or tuple(inspect.signature(binary.skip).parameters) != (
             "inbuf", "ftype", "budget"):

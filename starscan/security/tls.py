@@ -78,6 +78,20 @@ def server_context(settings: Settings) -> ssl.SSLContext:
     return ctx
 
 
+def client_context(settings: Settings) -> ssl.SSLContext:
+    """The FE's Thrift relay as a client of the BEs' TLS port: it trusts tls_ca_file (else the
+    system's CAs) and shows the node's own certificate, for BEs that ask for one."""
+    check(settings)
+    ca = str(settings.tls_ca_file) if settings.tls_ca_file is not None else None
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(str(settings.tls_cert_file), str(settings.tls_key_file))
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"cannot load tls_cert_file/tls_key_file: {exc}") from None
+    return ctx
+
+
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     if not settings.http_tls:
         return {}

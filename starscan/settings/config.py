@@ -82,6 +82,8 @@ class Settings(BaseSettings):
         default_factory=list,
         description="every BE as host:port for `routings` (default: advertise_host:be_port); the FE probes them and routes only to those that answer",
     )
+    thrift_relay_port: int = Field(-1, ge=-1, le=65535, description="the FE relays the BEs' Thrift scans (readers need reach only the FE; a scanner whose BE is lost is resumed on another BE at the reader's offset): the FE listens on this port for the first of be_endpoints, the next port for the second, and so on, and its plans' routings name these ports at advertise_host (0: free ports; -1: off; docs/scaling.md)")
+    thrift_relay_timeout_s: float = Field(10.0, gt=0, le=3600, description="seconds the FE's Thrift relay waits for the next bytes from a BE before it takes the BE as lost (BEs keep slow replies alive every reply_keepalive_s)")
     be_probe_interval_s: float = Field(1.0, gt=0, le=60, description="seconds between an FE's probes of each BE in be_endpoints (also the probe's timeout)")
     be_probe_failures: int = Field(2, ge=1, le=100, description="failed probes in a row that take a BE out of the routings (its next answered probe puts it back)")
 
@@ -247,6 +249,13 @@ class Settings(BaseSettings):
     @property
     def routings(self) -> list[str]:
         return list(self.be_endpoints) or [f"{self.advertise_host}:{self.be_port}"]
+
+    @property
+    def relay_ports(self) -> list[int]:
+        """The FE's Thrift relay port for each of ``routings`` (0s: free ones; [] when off)."""
+        if self.thrift_relay_port < 0:
+            return []
+        return [self.thrift_relay_port + i if self.thrift_relay_port else 0 for i in range(len(self.routings))]
 
     @property
     def flight_routes(self) -> dict[str, str]:

@@ -47,13 +47,19 @@ def cluster(tmp_path_factory):
               "--be-endpoints", endpoints,
               env={**env, "STARSCAN_FLIGHT_SQL_PORT": str(fe_flight),
                    "STARSCAN_BE_FLIGHT_ENDPOINTS": ",".join(f"127.0.0.1:{p}" for p in be_flight)})
-    nodes = [*bes, fe]
+    # A second FE relays the BEs' Thrift scans (thrift_relay_port 0: a free port per BE).
+    relay_http = free_port()
+    relay_fe = Node(root, "relay_fe", "--role", "fe", "--http-port", str(relay_http), "--query-port", str(free_port()),
+                    "--be-endpoints", endpoints,
+                    env={**env, "STARSCAN_FLIGHT_SQL_PORT": "-1", "STARSCAN_THRIFT_RELAY_PORT": "0"})
+    nodes = [*bes, fe, relay_fe]
     for node in nodes:
         node.start()
     try:
-        for node, port in zip(nodes, [*be_http, fe_http], strict=True):
+        for node, port in zip(nodes, [*be_http, fe_http, relay_http], strict=True):
             node.wait_healthy(port)
         yield {"root": root, "fe": fe, "bes": bes, "fe_url": f"http://127.0.0.1:{fe_http}",
+               "relay_url": f"http://127.0.0.1:{relay_http}", "relay_fe": relay_fe,
                "be_endpoints": [f"127.0.0.1:{p}" for p in be_ports], "be_http": be_http,
                "flight_uri": f"grpc://127.0.0.1:{fe_flight}", "be_flight": [f"grpc://127.0.0.1:{p}" for p in be_flight]}
     finally:
@@ -65,8 +71,8 @@ def _expected() -> Counter:
     return Counter((i, str(i)) for i in range(FILES * ROWS_PER_FILE))
 
 
-def _plan(cluster) -> dict:
-    r = httpx.post(f"{cluster['fe_url']}/api/big/events/_query_plan", json={"sql": "select id, v from big.events"},
+def _plan(cluster, fe: str = "fe_url") -> dict:
+    r = httpx.post(f"{cluster[fe]}/api/big/events/_query_plan", json={"sql": "select id, v from big.events"},
                    headers={"Authorization": basic("root", "")}, timeout=60)
     assert r.status_code == 200, r.text
     return r.json()
@@ -164,8 +170,8 @@ class ConnectorLikeReader:
     offset, never another address; but, unlike the released connector (which retries on its
     closed socket: docs/scaling.md), each retry on a new connection."""
 
-    def __init__(self, address: tuple[str, int], retries: int = 3):
-        self.address, self.retries = address, retries
+    def __init__(self, address: tuple[str, int], retries: int = 3, timeout_s: float = 60):
+        self.address, self.retries, self.timeout_s = address, retries, timeout_s
         self.client = None
         self.reconnects = 0
 
@@ -175,7 +181,7 @@ class ConnectorLikeReader:
         failure: Exception | None = None
         for _ in range(self.retries + 1):
             if self.client is None:
-                self.client = thrift_client(*self.address, timeout_s=60)
+                self.client = thrift_client(*self.address, timeout_s=self.timeout_s)
             try:
                 return getattr(self.client, name)(params)
             except Exception as exc:  # noqa: BLE001 - a transport failure: a new connection, the same call
@@ -277,6 +283,47 @@ def test_behind_one_address_a_flink_like_read_completes_after_its_task_restart(c
         assert seen == _expected()
     finally:
         balancer.close()
+
+
+def _relay_ports(plan: dict) -> list[str]:
+    """The relay's addresses in BE order: tablet t's first routing is BE t % 2's port."""
+    firsts = {int(t) % 2: info["routings"][0] for t, info in plan["partitions"].items()}
+    return [firsts[0], firsts[1]]
+
+
+def test_through_the_fe_relay_routings_name_the_fe_and_a_read_equals_spark(cluster, spark):
+    """thrift_relay_port: the FE's plans route every tablet to the FE's relay ports, one per
+    BE (so readers still read both BEs' tablets in parallel), and the rows are the BEs'."""
+    from starscan.client import StarscanClient
+
+    _both_routed(cluster)
+    plan = _plan(cluster, "relay_url")
+    relays = _relay_ports(plan)
+    assert len(set(relays)) == 2 and not set(relays) & set(cluster["be_endpoints"]), relays
+    assert all(sorted(info["routings"]) == sorted(relays) for info in plan["partitions"].values())
+    got = StarscanClient(cluster["relay_url"]).read("big", "events", "select id, v from big.events", plan=plan)
+    assert Counter(zip(got.column("id").to_pylist(), got.column("v").to_pylist())) == _expected()
+
+
+def test_through_the_fe_relay_a_be_killed_mid_read_costs_a_single_try_reader_nothing(cluster):
+    """The Flink connector's shape (each call once, a 1 s read timeout, one address): its
+    relay port's BE is SIGKILLed mid-scan; the relay resumes the scanner on the other BE at
+    the reader's offset, and the reader, which never reconnects, reads every row once."""
+    _both_routed(cluster)
+    plan = _plan(cluster, "relay_url")
+    relays = _relay_ports(plan)
+    host, _, port = relays[0].rpartition(":")
+    reader = ConnectorLikeReader((host, int(port)), retries=0, timeout_s=1)
+    tablets = [int(t) for t in plan["partitions"]]  # one scanner, on the port's BE (be0)
+
+    def kill_its_be(n: int) -> None:
+        if n == 3:
+            cluster["bes"][0].kill()
+
+    seen = _read_through(reader.call, plan, tablets, on_batch=kill_its_be)
+    assert reader.reconnects == 0
+    assert seen == _expected()
+    assert "goes on on the BE" in cluster["relay_fe"].log()
 
 
 def _set_flight_proxy(cluster, on: bool) -> None:

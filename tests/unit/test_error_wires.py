@@ -17,7 +17,7 @@ from starscan.core.thrift_defs import wire
 from starscan.flight.errors import _BY_GRPC, to_flight
 from starscan.planner.errors import error_response
 from starscan.planner.mysql.errors import to_mysql
-from starscan.provider.status import SDK_CODES, from_error
+from starscan.thrift.status import SDK_CODES, from_error
 
 KINDS = [cls for _, cls in inspect.getmembers(E, inspect.isclass)
          if issubclass(cls, E.StarscanError) and cls.__module__ == E.__name__]

@@ -22,7 +22,8 @@ KERNEL_PACKAGES = {f"starscan.{p.parent.name}" for p in (REPO / "starscan").glob
 FOLDERS = {"starscan": "starscan", "starscan.planner": "planner", "starscan.provider": "provider",
            "starscan.gc": "gc", "starscan.idl": "idl", "starscan.planner.mysql": "planner/mysql",
            "starscan.provider.push": "provider/push", "starscan.planner.flight_sql": "planner/flight_sql",
-           "starscan.client": "starscan/client", "starscan.planner.statements": "planner/statements"}
+           "starscan.client": "starscan/client", "starscan.planner.statements": "planner/statements",
+           "starscan.planner.thrift_relay": "planner/thrift_relay"}
 
 
 def test_builtin_gc_is_the_builtin():

@@ -1,4 +1,4 @@
-"""The BE writes ``get_next`` replies with scatter-gather sends (provider/server._Processor):
+"""The BE writes ``get_next`` replies with scatter-gather sends (starscan/thrift/server._Processor):
 byte for byte what thriftpy2's own writer sends, over real sockets."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from thriftpy2.transport import TCyBufferedTransport, TCyMemoryBuffer, TSocket
 from starscan.arrow.wire import BatchConverter
 from starscan.core.sql_types import parse_schema
 from starscan.core.thrift_defs import wire
-from starscan.provider.reply_keepalive import KEEPALIVE_FIELD, ReplyKeepAlive
-from starscan.provider.server import _Processor, send_parts
+from starscan.thrift.reply_keepalive import KEEPALIVE_FIELD, ReplyKeepAlive
+from starscan.thrift.server import _Processor, send_parts
 
 FACTORY = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
 SERVICE = wire.TStarrocksExternalService

@@ -418,7 +418,7 @@ def test_two_connections_in_parallel_threads(gen, be_addr, vector_plan):
     assert results == {0: [1, 2, 3], 1: [1, 2, 3]}
 
 
-# ---- replies begun before they are ready (provider/reply_keepalive.py) --------------------
+# ---- replies begun before they are ready (starscan/thrift/reply_keepalive.py) --------------------
 @pytest.fixture
 def early_replies(server):
     """Every reply that is not ready within 2 ms is begun at once and kept alive every 2 ms

@@ -19,8 +19,8 @@ from thriftpy2.transport import TCyBufferedTransport
 
 from starscan.core.thrift_defs import wire
 from starscan.provider.handler import ExternalServiceHandler
-from starscan.provider.request_protocol import request_protocol_factory
-from starscan.provider.server import _LimitedSocket
+from starscan.thrift.request_protocol import request_protocol_factory
+from starscan.thrift.server import _LimitedSocket
 
 
 def _s(b: bytes) -> bytes:

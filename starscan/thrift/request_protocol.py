@@ -15,6 +15,8 @@ Replies are still written with the Cython writer.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starscan.core.thriftpy2_internals import TProtocolException, TType, binary
 
 _WIRE_TYPES = frozenset({TType.BOOL, TType.BYTE, TType.I16, TType.I32, TType.I64, TType.DOUBLE, TType.STRING,
@@ -22,7 +24,7 @@ _WIRE_TYPES = frozenset({TType.BOOL, TType.BYTE, TType.I16, TType.I32, TType.I64
 _library_skip = binary.skip
 
 
-def _skip_checked(inbuf, ftype, budget=binary.DEFAULT_MAX_DEPTH):
+def _skip_checked(inbuf: Any, ftype: int, budget: int = binary.DEFAULT_MAX_DEPTH) -> Any:
     if ftype not in _WIRE_TYPES:
         raise TProtocolException(TProtocolException.INVALID_DATA, f"cannot skip a value of Thrift type {ftype}")
     return _library_skip(inbuf, ftype, budget)
@@ -38,20 +40,20 @@ class _CheckedReads:
     """The transport as the reader sees it: a negative length (forged) is refused instead of
     read as "nothing" (which would leave the reader waiting for the rest of a bad message)."""
 
-    def __init__(self, trans):
+    def __init__(self, trans: Any) -> None:
         self._trans = trans
 
     def read(self, sz: int) -> bytes:
         if sz < 0:
             raise TProtocolException(TProtocolException.NEGATIVE_SIZE, f"negative length {sz}")
-        return self._trans.read(sz)
+        return bytes(self._trans.read(sz))
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._trans, name)
 
 
-class _RequestProtocolFactory(binary.TBinaryProtocolFactory):
-    def get_protocol(self, trans):
+class _RequestProtocolFactory(binary.TBinaryProtocolFactory):  # type: ignore[misc]  # thriftpy2 is untyped
+    def get_protocol(self, trans: Any) -> Any:
         return super().get_protocol(_CheckedReads(trans))
 
 

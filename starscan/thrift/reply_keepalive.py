@@ -33,6 +33,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("starscan.provider")
 
@@ -47,7 +48,7 @@ class Pending:
 
     __slots__ = ("sock", "header", "due", "lock", "begun", "unsent", "done", "broken", "sent_fields")
 
-    def __init__(self, sock, header: Callable[[], bytes], due: float):
+    def __init__(self, sock: Any, header: Callable[[], bytes], due: float):
         self.sock = sock
         self.header = header
         self.due = due
@@ -81,7 +82,7 @@ class Pending:
             return self.unsent
 
 
-def _send_now(sock, data: bytes) -> bytes | None:
+def _send_now(sock: Any, data: bytes) -> bytes | None:
     """Send what the socket takes without waiting; the rest, or None when the peer is gone."""
     try:
         if isinstance(sock, ssl.SSLSocket):
@@ -108,7 +109,7 @@ class ReplyKeepAlive:
         self._thread: threading.Thread | None = None
         self.replies_begun = 0  # calls whose reply was begun early (a metric's source)
 
-    def begin(self, sock, header: Callable[[], bytes]) -> Pending | None:
+    def begin(self, sock: Any, header: Callable[[], bytes]) -> Pending | None:
         """A call starts on ``sock``; ``header()``: its reply's message header, as it will be written."""
         if self.interval_s <= 0 or sock is None:
             return None

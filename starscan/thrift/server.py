@@ -1,4 +1,5 @@
-"""The BE Thrift server: unframed TBinaryProtocol on be_port, a thread per connection.
+"""The Thrift server of the external scan protocol (the BE on be_port, the FE's relay on
+thrift_relay_port): unframed TBinaryProtocol, a thread per connection.
 
 Per connection, in its own thread (so a slow or hostile peer never holds up accept()):
 the optional TLS handshake, the peer address for audit lines, and a read limit that
@@ -14,6 +15,7 @@ import ssl
 import struct
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from starscan.arrow.wire import IpcStream
 from starscan.core import thriftpy2_internals
@@ -31,30 +33,30 @@ from starscan.core.thriftpy2_internals import (
     TTransportException,
     socket_of,
 )
-from starscan.provider.peer import named_contexts, set_peer
-from starscan.provider.reply_keepalive import ReplyKeepAlive
-from starscan.provider.request_protocol import request_protocol_factory
+from starscan.thrift.peer import named_contexts, set_peer
+from starscan.thrift.reply_keepalive import ReplyKeepAlive
+from starscan.thrift.request_protocol import request_protocol_factory
 
 log = logging.getLogger("starscan.provider")
 
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
-class ReadLimitExceeded(TTransportException):
+class ReadLimitExceeded(TTransportException):  # type: ignore[misc]  # thriftpy2 is untyped
     pass
 
 
-class _LimitedSocket(TSocket):
+class _LimitedSocket(TSocket):  # type: ignore[misc]
     """TSocket whose reads may not ask for more than ``limit`` bytes at once.
 
     TCyBufferedTransport asks its socket for (about) the size of the largest field it has
     to read, so a forged string length shows up here as a huge read request."""
 
-    def __init__(self, sock, limit: int):
+    def __init__(self, sock: Any, limit: int) -> None:
         super().__init__(sock=sock)
         self.limit = limit
 
-    def read(self, sz):
+    def read(self, sz: int) -> Any:
         if sz > self.limit:
             raise ReadLimitExceeded(
                 type=TTransportException.UNKNOWN,
@@ -66,7 +68,7 @@ _ROWS_FIELD = struct.Struct(">bhi")  # TScanBatchResult.rows: type STRING (11), 
 _STOPS = b"\x00\x00"                 # the ends of TScanBatchResult and of get_next's result struct
 
 
-class _Processor(TProcessor):
+class _Processor(TProcessor):  # type: ignore[misc]
     """thriftpy2's processor, except that
 
     * a ``get_next`` reply's rows (the Arrow IPC stream, ~1 MB) go from their buffers to the
@@ -79,15 +81,15 @@ class _Processor(TProcessor):
       so it is spliced in where that writer puts it (tests/unit/test_reply_writer.py compares
       the two);
     * a reply not ready within the keep-alive interval is begun early and kept alive with
-      fields the reader skips (provider/reply_keepalive.py), so a reader's socket read
+      fields the reader skips (starscan/thrift/reply_keepalive.py), so a reader's socket read
       timeout does not fire while the BE works on the answer."""
 
-    def __init__(self, service, handler, oprot_factory, keepalive: ReplyKeepAlive | None = None):
+    def __init__(self, service: Any, handler: Any, oprot_factory: Any, keepalive: ReplyKeepAlive | None = None) -> None:
         super().__init__(service, handler)
         self.oprot_factory = oprot_factory
         self.keepalive = keepalive
 
-    def process(self, iprot, oprot):
+    def process(self, iprot: Any, oprot: Any) -> Any:
         api, seqid, result, call = self.process_in(iprot)
         if isinstance(result, TApplicationException):
             return self.send_exception(oprot, api, result, seqid)
@@ -99,24 +101,24 @@ class _Processor(TProcessor):
         try:
             result.success = call()
         except Exception as exc:
-            if pending is not None and self.keepalive.end(pending) is not None:
+            if pending is not None and self.keepalive is not None and self.keepalive.end(pending) is not None:
                 raise  # a begun reply cannot become an exception message: the connection is dropped
             pending = None
             if isinstance(exc, TApplicationException):
                 return self.send_exception(oprot, api, exc, seqid)
             if not self.handle_exception(exc, result):
                 raise
-        begun = self.keepalive.end(pending) if pending is not None else None
+        begun = self.keepalive.end(pending) if pending is not None and self.keepalive is not None else None
         if not result.oneway:
             self.send_result(oprot, api, result, seqid, begun)
 
-    def _written(self, write) -> bytes:
+    def _written(self, write: Callable[[Any], Any]) -> bytes:
         """What ``write(protocol)`` writes, as bytes (the replies' own writer)."""
         buffer = TCyMemoryBuffer()
         write(self.oprot_factory.get_protocol(buffer))
-        return buffer.getvalue()
+        return bytes(buffer.getvalue())
 
-    def send_result(self, oprot, api, result, seqid, begun: bytes | None = None):
+    def send_result(self, oprot: Any, api: str, result: Any, seqid: int, begun: bytes | None = None) -> Any:
         """The reply; ``begun``: None, or the reply was begun early (its header sent) and these
         bytes of it are still to go before the rest."""
         batch = result.success if api == "get_next" else None
@@ -146,7 +148,7 @@ class _Processor(TProcessor):
         send_parts(sock, (written[:-2] + _ROWS_FIELD.pack(11, 3, len(rows)), *parts, _STOPS))
 
 
-def send_parts(sock, parts) -> None:
+def send_parts(sock: Any, parts: Any) -> None:
     """Every byte of ``parts`` in order: scatter-gather sends, again after a partial one (a
     socket with a timeout may send less). TLS sockets have no sendmsg: one send per part."""
     views = [memoryview(p).cast("B") for p in parts if len(p)]
@@ -165,9 +167,9 @@ def send_parts(sock, parts) -> None:
                 sent = 0
 
 
-class _Server(TThreadedServer):
-    def __init__(self, *args, max_read: int, ssl_context: ssl.SSLContext | None, client_timeout_s: float | None,
-                 on_connection_closed: Callable[[set[str]], None] | None = None, **kwargs):
+class _Server(TThreadedServer):  # type: ignore[misc]
+    def __init__(self, *args: Any, max_read: int, ssl_context: ssl.SSLContext | None, client_timeout_s: float | None,
+                 on_connection_closed: Callable[[set[str]], None] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.on_connection_closed = on_connection_closed  # called with the scanners the connection named
         self.max_read = max_read
@@ -212,20 +214,20 @@ class _Server(TThreadedServer):
             set_peer("")
 
 
-def _close(sock) -> None:
+def _close(sock: Any) -> None:
     try:
         sock.close()
     except OSError:
         pass
 
 
-class _ExclusiveServerSocket(TServerSocket):
+class _ExclusiveServerSocket(TServerSocket):  # type: ignore[misc]
     """thriftpy2's server socket sets SO_REUSEPORT, which lets a second server bind the same
     port without an error and the kernel then splits the connections between the two: a
     reader's get_next could land on a BE that never saw its open_scanner. A port in use must
     fail the start instead (SO_REUSEADDR stays: restarts do not wait out TIME_WAIT)."""
 
-    def _init_sock(self):
+    def _init_sock(self) -> None:
         super()._init_sock()
         sock = socket_of(self)
         if sock is not None and hasattr(socket, "SO_REUSEPORT") and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -236,10 +238,11 @@ class ThriftServer:
     def __init__(self, handler: object, host: str, port: int, client_timeout_s: float | None = None,
                  max_read_bytes: int = 64 << 20, ssl_context: ssl.SSLContext | None = None,
                  reply_keepalive_s: float = 0.0, on_reply_begun: Callable[[], None] | None = None,
-                 on_connection_closed: Callable[[set[str]], None] | None = None):
+                 on_connection_closed: Callable[[set[str]], None] | None = None, role: str = "BE"):
         thriftpy2_internals.require()  # its subclassed internals as they were tested, or no BE
         self.socket = _ExclusiveServerSocket(host=host, port=port)  # timeouts are set per connection
         self.tls = ssl_context is not None
+        self.role = role  # in its log lines
         # Java's TBinaryProtocol.Factory default: strict write, lenient read (docs/protocol.md 3),
         # so old-style requests without the 0x8001 version word are served too.
         replies = TCyBinaryProtocolFactory(strict_read=False, strict_write=True)
@@ -267,9 +270,10 @@ class ThriftServer:
     def start(self) -> None:
         self.socket.listen()
         self.server.trans.listen = lambda: None  # already listening (port known before serve)
-        self._thread = threading.Thread(target=self.server.serve, name="be-thrift-accept", daemon=True)
+        self._thread = threading.Thread(target=self.server.serve, name=f"{self.role.lower().replace(' ', '-')}-thrift-accept",
+                                        daemon=True)
         self._thread.start()
-        log.info("BE thrift listening on %s:%d%s", self.socket.host, self.port, " (TLS)" if self.tls else "")
+        log.info("%s thrift listening on %s:%d%s", self.role, self.socket.host, self.port, " (TLS)" if self.tls else "")
 
     def stop(self) -> None:
         """Stop accepting: wake the blocked accept() with a throw-away connection first, so

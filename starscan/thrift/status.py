@@ -4,6 +4,7 @@ from starscan.core.errors.WIRES)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from starscan.core.errors import StarscanError, internal_error
 from starscan.core.protocol_extensions import ERROR_KIND_PREFIX
@@ -15,11 +16,11 @@ log = logging.getLogger("starscan.provider")
 SDK_CODES = frozenset(list(range(0, 23)) + list(range(30, 48)) + [50])
 
 
-def ok():
+def ok() -> Any:
     return wire.TStatus(status_code=wire.TStatusCode.OK)
 
 
-def from_error(err: BaseException, with_kind: bool = False):
+def from_error(err: BaseException, with_kind: bool = False) -> Any:
     """The status of a failure; ``with_kind`` (the reader asked for it): the error's kind as
     a second ``error_msgs`` entry (starscan.core.protocol_extensions)."""
     if not isinstance(err, StarscanError):
