@@ -246,7 +246,7 @@ def pytest_collection_modifyitems(config, items):
         if quick:
             item.add_marker(pytest.mark.quick)
         tier = Path(str(item.path)).resolve().relative_to(_TIERS).parts[0]
-        if tier in ("unit", "wire", "integration"):
+        if tier in ("unit", "wire", "integration", "hosts"):
             item.add_marker(getattr(pytest.mark, tier))
         if tier == "unit" and not quick:
             misplaced.append(f"{item.nodeid} (uses {', '.join(sorted(needs)) or 'a slow marker'})")

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -17,20 +18,30 @@ from support.waits import wait_until
 
 class Node:
     """One `starscan serve` process under ``root`` (its warehouse ``root/wh``, its state
-    ``root/state``), started with ``args`` and ``env`` (STARSCAN_* settings)."""
+    ``root/state``), started with ``args`` and ``env`` (STARSCAN_* settings); on 127.0.0.1,
+    or on a test host of tests/support/netns.py (``host``: it binds and advertises
+    ``address``, by default the host's own, and keeps its settings' default ports)."""
 
-    def __init__(self, root: Path, name: str, *args: str, env: dict[str, str] | None = None):
+    def __init__(self, root: Path, name: str, *args: str, env: dict[str, str] | None = None, host: Any = None,
+                 address: str | None = None):
         self.root, self.name, self.args = root, name, args
         self.env = dict(env or {})
+        self.host = host
+        self.address = address or (host.address if host is not None else "127.0.0.1")
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Node:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STARSCAN_")}
-        env.update(SPARK_LOCAL_IP="127.0.0.1", STARSCAN_FLIGHT_SQL_PORT="0", STARSCAN_BE_FLIGHT_PORT="0", STARSCAN_WARMUP_ROWS="0", STARSCAN_STATE_DIR=str(self.root / "state"))
+        env.update(SPARK_LOCAL_IP=self.address, STARSCAN_WARMUP_ROWS="0", STARSCAN_STATE_DIR=str(self.root / "state"))
+        if self.host is None:  # on one host every node needs ports of its own
+            env.update(STARSCAN_FLIGHT_SQL_PORT="0", STARSCAN_BE_FLIGHT_PORT="0")
+        else:
+            env.update(STARSCAN_ADVERTISE_HOST=self.address)
         env.update(self.env)
         log = (self.root / f"{self.name}.log").open("a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "starscan", "serve", "--warehouse", str(self.root / "wh"),
-                                      "--bind-host", "127.0.0.1", "--demo-scale", "0", *self.args],
+        argv = [sys.executable, "-m", "starscan", "serve", "--warehouse", str(self.root / "wh"),
+                "--bind-host", self.address, "--demo-scale", "0", *self.args]
+        self.proc = subprocess.Popen(self.host.command(*argv) if self.host is not None else argv,
                                      cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         return self
@@ -42,12 +53,15 @@ class Node:
         return self.proc is not None and self.proc.poll() is None
 
     def wait_healthy(self, http_port: int, timeout_s: float = 300) -> None:
-        def ready() -> bool:
-            assert self.alive(), self.log()
+        def answers() -> bool:
             try:
-                return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=2).status_code == 200
+                return httpx.get(f"http://{self.address}:{http_port}/api/health", timeout=2).status_code == 200
             except httpx.HTTPError:
                 return False
+
+        def ready() -> bool:
+            assert self.alive(), self.log()
+            return self.host.run_here(answers) if self.host is not None else answers()
 
         wait_until(ready, timeout_s=timeout_s, interval_s=0.5, what=f"{self.name} to start")
 

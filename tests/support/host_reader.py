@@ -1,0 +1,171 @@
+"""A reader run on a test host (``ip netns exec <host> python host_reader.py MODE JSON``) by
+the multi-host tier: it reads an id table (``id`` 0.., each once) and prints, as JSON lines
+on stdout, ``{"batch": n}`` after each batch (so the test can cut a link or kill a BE at a
+known point of the read) and at the end ``{"rows": .., "distinct": .., "sum": ..}`` (or
+``{"error": ..}``).
+
+Modes (the readers starscan's users run):
+- ``client``: starscan's bundled client (``StarscanClient``): plan, tablets per first
+  routing, failover to the next routing;
+- ``thrift``: the StarRocks connectors' shape: ``_query_plan`` over HTTP, tablets grouped by
+  their first routing, one scanner per group, each call tried ``retries`` + 1 times on a new
+  connection at the same offset, a socket timeout of ``timeout_s`` (the Flink connector: 1 s,
+  no retry), never another routing;
+- ``flight_sql``: ADBC's Flight SQL driver (a SELECT at the FE's Flight SQL port, each
+  endpoint read from the location it names);
+- ``mysql``: pymysql on the FE's MySQL port."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+
+
+def say(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.rows = 0
+        self.sum = 0
+        self.ids: set[int] = set()
+        self.batches = 0
+
+    def add(self, ids: list[int]) -> None:
+        self.rows += len(ids)
+        self.sum += sum(ids)
+        self.ids.update(ids)
+        self.batches += 1
+        say(batch=self.batches)
+
+    def done(self, **more: Any) -> None:
+        say(rows=self.rows, distinct=len(self.ids), sum=self.sum, **more)
+
+
+def read_client(job: dict, tally: Tally) -> dict:
+    from starscan.client import ScanStats, StarscanClient
+
+    stats = ScanStats()
+    client = StarscanClient(job["fe"], timeout_s=job.get("timeout_s", 30))
+    for batch in client.batches(job["db"], job["table"], job["sql"], batch_size=4096, stats=stats):
+        tally.add(batch.column("id").to_pylist())
+    return {"failovers": stats.failovers, "retries": stats.retries}
+
+
+def _basic() -> str:
+    return "Basic " + base64.b64encode(b"root:").decode()
+
+
+def read_thrift(job: dict, tally: Tally) -> dict:
+    import httpx
+
+    from starscan.client import thrift_client
+    from starscan.core.thrift_defs import wire
+
+    r = httpx.post(f"{job['fe']}/api/{job['db']}/{job['table']}/_query_plan", json={"sql": job["sql"]},
+                   headers={"Authorization": _basic()}, timeout=60)
+    r.raise_for_status()
+    plan = r.json()
+    groups: dict[str, list[int]] = defaultdict(list)
+    for tablet, info in plan["partitions"].items():
+        groups[info["routings"][0]].append(int(tablet))
+    reconnects = 0
+    for routing, tablets in sorted(groups.items()):
+        host, _, port = routing.rpartition(":")
+        client = None
+
+        def call(name: str, params: Any) -> Any:
+            nonlocal client, reconnects
+            failure: Exception | None = None
+            for _ in range(job.get("retries", 0) + 1):
+                try:
+                    if client is None:
+                        client = thrift_client(host, int(port), timeout_s=job.get("timeout_s", 1.0))
+                    return getattr(client, name)(params)
+                except Exception as exc:  # noqa: BLE001 - a transport failure: a new connection, the same call
+                    failure = exc
+                    if client is not None:
+                        client.close()
+                    client = None
+                    reconnects += 1
+            raise RuntimeError(f"{name} at {routing} failed: {type(failure).__name__}: {failure}")
+
+        opened = call("open_scanner", wire.TScanOpenParams(
+            cluster="default_cluster", database=job["db"], table=job["table"], tablet_ids=tablets, batch_size=4096,
+            opaqued_query_plan=plan["opaqued_query_plan"], user="root", passwd=""))
+        if opened.status.status_code != wire.TStatusCode.OK:
+            raise RuntimeError(f"open_scanner at {routing}: {opened.status}")
+        offset = 0
+        while True:
+            res = call("get_next", wire.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
+            if res.status.status_code != wire.TStatusCode.OK:
+                raise RuntimeError(f"get_next at {routing}: {res.status}")
+            if res.eos:
+                break
+            batch = pa.ipc.open_stream(res.rows).read_all()
+            tally.add(batch.column("id").to_pylist())
+            offset += batch.num_rows
+        call("close_scanner", wire.TScanCloseParams(context_id=opened.context_id))
+        if client is not None:
+            client.close()
+    return {"routings": sorted(groups), "reconnects": reconnects}
+
+
+def read_flight_sql(job: dict, tally: Tally) -> dict:
+    import adbc_driver_flightsql.dbapi as flight_sql
+    from adbc_driver_flightsql import DatabaseOptions
+
+    with flight_sql.connect(job["uri"], db_kwargs={"username": "root", "password": "",
+                                                   DatabaseOptions.TIMEOUT_FETCH.value: "60"}) as conn, \
+            conn.cursor() as cur:
+        cur.execute(job["sql"])
+        for batch in cur.fetch_record_batch():
+            tally.add(batch.column("id").to_pylist())
+    return {}
+
+
+def read_mysql(job: dict, tally: Tally) -> dict:
+    import pymysql
+
+    host, _, port = job["address"].rpartition(":")
+    with pymysql.connect(host=host, port=int(port), user="root", password="", read_timeout=300) as conn, \
+            conn.cursor(pymysql.cursors.SSCursor) as cur:
+        cur.execute(job["sql"])
+        while rows := cur.fetchmany(4096):
+            tally.add([int(r[0]) for r in rows])
+    return {}
+
+
+def read_plan(job: dict, tally: Tally) -> dict:
+    """Only the plan: its routings (and the FE's Flight SQL endpoints' locations)."""
+    import httpx
+
+    r = httpx.post(f"{job['fe']}/api/{job['db']}/{job['table']}/_query_plan", json={"sql": job["sql"]},
+                   headers={"Authorization": _basic()}, timeout=60)
+    r.raise_for_status()
+    return {"routings": sorted({b for info in r.json()["partitions"].values() for b in info["routings"]})}
+
+
+MODES = {"client": read_client, "thrift": read_thrift, "flight_sql": read_flight_sql, "mysql": read_mysql,
+         "plan": read_plan}
+
+
+def main() -> None:
+    mode, job = sys.argv[1], json.loads(sys.argv[2])
+    tally = Tally()
+    try:
+        more = MODES[mode](job, tally)
+    except Exception as exc:  # noqa: BLE001 - the test reads the failure
+        say(error=f"{type(exc).__name__}: {exc}", rows=tally.rows)
+        sys.exit(1)
+    tally.done(**more)
+
+
+if __name__ == "__main__":
+    main()
