@@ -29,6 +29,7 @@ from starscan.client.protocol import thrift_client
 from starscan.core.errors import BackendLost, NoLiveBackend
 from starscan.core.protocol_extensions import ERROR_KIND_PROPERTY
 from starscan.core.thrift_defs import transport_errors, wire
+from starscan.planner.thrift_relay.read_ahead import ReadAhead
 from starscan.thrift import status
 
 log = logging.getLogger("starscan.relay")
@@ -43,6 +44,7 @@ class RelayedScanner:
     be: str
     conn: Any
     kinds: bool = False  # the reader asked for error kinds in its statuses (protocol_extensions)
+    ahead: ReadAhead = field(default_factory=ReadAhead)
     lock: threading.Lock = field(default_factory=threading.Lock)
     moves: int = 0  # BEs it was resumed on after its BE was lost
 
@@ -93,12 +95,18 @@ class ScanRelay:
         if scanner is None:
             return self._found(port_index, params)
         with scanner.lock:
+            kept = scanner.ahead.kept(params.offset)
+            if kept is not None:
+                return kept  # the reader asks again for the reply it had
+            ahead = scanner.ahead.take(params.offset)
             try:
-                res = scanner.conn.get_next(params)
+                res = ahead.result() if ahead is not None else scanner.conn.get_next(params)
             except transport_errors() as exc:
-                return self._moved(port_index, scanner, params, f"{type(exc).__name__}: {exc}")
-            if is_lost("get_next", res.status):
-                return self._moved(port_index, scanner, params, "; ".join(res.status.error_msgs or []) or "lost")
+                res = self._moved(port_index, scanner, params, f"{type(exc).__name__}: {exc}")
+            else:
+                if is_lost("get_next", res.status):
+                    res = self._moved(port_index, scanner, params, "; ".join(res.status.error_msgs or []) or "lost")
+            scanner.ahead.had(params.offset, res, scanner.conn, scanner.context_id)
             return res
 
     def close(self, params: Any) -> Any:
@@ -107,6 +115,7 @@ class ScanRelay:
             scanner = self._scanners.pop(context_id, None) if isinstance(context_id, str) else None
         if scanner is not None:
             with scanner.lock:
+                scanner.ahead.drain()
                 try:
                     scanner.conn.close_scanner(params)
                 except transport_errors():
@@ -172,8 +181,11 @@ class ScanRelay:
             except transport_errors():
                 continue
             if res.status.status_code == wire.TStatusCode.OK:
-                with self._lock:
-                    self._scanners[params.context_id] = RelayedScanner(params.context_id, be, conn)
+                found = RelayedScanner(params.context_id, be, conn)
+                with found.lock:
+                    with self._lock:
+                        self._scanners[params.context_id] = found
+                    found.ahead.had(params.offset, res, conn, found.context_id)
                 return res
             _close(conn)
             last = res

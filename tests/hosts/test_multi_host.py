@@ -195,6 +195,49 @@ def test_the_executors_on_the_worker_hosts_push_every_row_to_the_bes_across_the_
         assert f"(tasks connect to {node.address})" in (hosts["root"] / f"{node.name}.log").read_text()
 
 
+def _set(host, url: str, **values: str) -> None:
+    import httpx
+    from support.servers import basic
+
+    r = host.run_here(lambda: httpx.post(f"{url}/api/update_config", params=values,
+                                         headers={"Authorization": basic("root", "")}, timeout=30))
+    assert r.status_code == 200, r.text
+
+
+def _tasks_run(hosts) -> dict[str, int]:
+    """Spark tasks each worker host's executors have started, of every BE."""
+    return {be.name: sum(p.read_text(errors="replace").count("Executor: Running task")
+                         for p in (hosts["root"] / f"work-worker-{be.name}").glob("app-*/*/stderr"))
+            for be in hosts["be_hosts"]}
+
+
+def test_the_sql_engines_tasks_run_on_the_worker_hosts_and_push_every_row(hosts):
+    _both_bes_up(hosts)
+    for be in hosts["be_hosts"]:
+        _set(hosts["reader"], f"http://{be.address}:8040", scan_engine="sql")
+    try:
+        before = _tasks_run(hosts)
+        _exact(_read(hosts["reader"], "client", _job(fe=hosts["fe_url"])))
+        wait_until(lambda: all(_tasks_run(hosts)[h] > before[h] for h in before), timeout_s=60, interval_s=1,
+                   what="tasks on both worker hosts (their executors copy their logs a moment later)")
+    finally:
+        for be in hosts["be_hosts"]:
+            _set(hosts["reader"], f"http://{be.address}:8040", scan_engine="auto")
+
+
+def test_without_the_flight_proxy_each_endpoint_names_its_bes_flight_address(hosts):
+    """flight_proxy off: ADBC reads each endpoint from the BE location it names, on the
+    BE hosts' addresses (their Flight ports), not the FE's."""
+    _both_bes_up(hosts)
+    _set(hosts["reader"], hosts["fe_url"], flight_proxy="false")
+    try:
+        _exact(_read(hosts["reader"], "flight_sql", _job(uri=f"grpc://{hosts['fe'].address}:9408")))
+        locations = _read(hosts["reader"], "flight_locations", _job(uri=f"grpc://{hosts['fe'].address}:9408"))
+        assert set(locations["locations"]) == {f"grpc://{be.address}:9419" for be in hosts["be_hosts"]}, locations
+    finally:
+        _set(hosts["reader"], hosts["fe_url"], flight_proxy="true")
+
+
 @pytest.mark.parametrize("mode, job", [
     ("client", {}),
     ("thrift", {"retries": 3, "timeout_s": 60}),   # the Spark connector's shape

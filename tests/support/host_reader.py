@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -31,11 +32,25 @@ def say(**fields: Any) -> None:
 
 
 class Tally:
-    def __init__(self) -> None:
+    """The ids read (``count_only``: only rows and Arrow bytes, for a benchmark's reads of
+    another table), and the seconds from the first call to the last row."""
+
+    def __init__(self, count_only: bool = False) -> None:
+        self.count_only = count_only
         self.rows = 0
+        self.bytes = 0
         self.sum = 0
         self.ids: set[int] = set()
         self.batches = 0
+        self.started = time.perf_counter()
+
+    def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if self.count_only:
+            self.rows += batch.num_rows
+            self.bytes += batch.nbytes
+            self.batches += 1
+            return
+        self.add(batch.column("id").to_pylist())
 
     def add(self, ids: list[int]) -> None:
         self.rows += len(ids)
@@ -45,7 +60,8 @@ class Tally:
         say(batch=self.batches)
 
     def done(self, **more: Any) -> None:
-        say(rows=self.rows, distinct=len(self.ids), sum=self.sum, **more)
+        seconds = time.perf_counter() - self.started
+        say(rows=self.rows, distinct=len(self.ids), sum=self.sum, bytes=self.bytes, seconds=seconds, **more)
 
 
 def read_client(job: dict, tally: Tally) -> dict:
@@ -54,7 +70,7 @@ def read_client(job: dict, tally: Tally) -> dict:
     stats = ScanStats()
     client = StarscanClient(job["fe"], timeout_s=job.get("timeout_s", 30))
     for batch in client.batches(job["db"], job["table"], job["sql"], batch_size=4096, stats=stats):
-        tally.add(batch.column("id").to_pylist())
+        tally.add_batch(batch)
     return {"failovers": stats.failovers, "retries": stats.retries}
 
 
@@ -62,10 +78,40 @@ def _basic() -> str:
     return "Basic " + base64.b64encode(b"root:").decode()
 
 
+class _OneAddress:
+    """A connector's connection to one routing: each call tried ``retries`` + 1 times, each
+    time on a new connection, at the same offset."""
+
+    def __init__(self, routing: str, retries: int, timeout_s: float):
+        self.routing, self.retries, self.timeout_s = routing, retries, timeout_s
+        self.client: Any = None
+        self.reconnects = 0
+
+    def call(self, name: str, params: Any) -> Any:
+        from starscan.client import thrift_client
+
+        host, _, port = self.routing.rpartition(":")
+        failure: Exception | None = None
+        for _ in range(self.retries + 1):
+            try:
+                if self.client is None:
+                    self.client = thrift_client(host, int(port), timeout_s=self.timeout_s)
+                return getattr(self.client, name)(params)
+            except Exception as exc:  # noqa: BLE001 - a transport failure: a new connection, the same call
+                failure = exc
+                self.close()
+                self.reconnects += 1
+        raise RuntimeError(f"{name} at {self.routing} failed: {type(failure).__name__}: {failure}")
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        self.client = None
+
+
 def read_thrift(job: dict, tally: Tally) -> dict:
     import httpx
 
-    from starscan.client import thrift_client
     from starscan.core.thrift_defs import wire
 
     r = httpx.post(f"{job['fe']}/api/{job['db']}/{job['table']}/_query_plan", json={"sql": job["sql"]},
@@ -77,43 +123,25 @@ def read_thrift(job: dict, tally: Tally) -> dict:
         groups[info["routings"][0]].append(int(tablet))
     reconnects = 0
     for routing, tablets in sorted(groups.items()):
-        host, _, port = routing.rpartition(":")
-        client = None
-
-        def call(name: str, params: Any) -> Any:
-            nonlocal client, reconnects
-            failure: Exception | None = None
-            for _ in range(job.get("retries", 0) + 1):
-                try:
-                    if client is None:
-                        client = thrift_client(host, int(port), timeout_s=job.get("timeout_s", 1.0))
-                    return getattr(client, name)(params)
-                except Exception as exc:  # noqa: BLE001 - a transport failure: a new connection, the same call
-                    failure = exc
-                    if client is not None:
-                        client.close()
-                    client = None
-                    reconnects += 1
-            raise RuntimeError(f"{name} at {routing} failed: {type(failure).__name__}: {failure}")
-
-        opened = call("open_scanner", wire.TScanOpenParams(
+        conn = _OneAddress(routing, job.get("retries", 0), job.get("timeout_s", 1.0))
+        opened = conn.call("open_scanner", wire.TScanOpenParams(
             cluster="default_cluster", database=job["db"], table=job["table"], tablet_ids=tablets, batch_size=4096,
             opaqued_query_plan=plan["opaqued_query_plan"], user="root", passwd=""))
         if opened.status.status_code != wire.TStatusCode.OK:
             raise RuntimeError(f"open_scanner at {routing}: {opened.status}")
         offset = 0
         while True:
-            res = call("get_next", wire.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
+            res = conn.call("get_next", wire.TScanNextBatchParams(context_id=opened.context_id, offset=offset))
             if res.status.status_code != wire.TStatusCode.OK:
                 raise RuntimeError(f"get_next at {routing}: {res.status}")
             if res.eos:
                 break
             batch = pa.ipc.open_stream(res.rows).read_all()
-            tally.add(batch.column("id").to_pylist())
+            tally.add_batch(batch)
             offset += batch.num_rows
-        call("close_scanner", wire.TScanCloseParams(context_id=opened.context_id))
-        if client is not None:
-            client.close()
+        conn.call("close_scanner", wire.TScanCloseParams(context_id=opened.context_id))
+        conn.close()
+        reconnects += conn.reconnects
     return {"routings": sorted(groups), "reconnects": reconnects}
 
 
@@ -126,7 +154,7 @@ def read_flight_sql(job: dict, tally: Tally) -> dict:
             conn.cursor() as cur:
         cur.execute(job["sql"])
         for batch in cur.fetch_record_batch():
-            tally.add(batch.column("id").to_pylist())
+            tally.add_batch(batch)
     return {}
 
 
@@ -152,13 +180,34 @@ def read_plan(job: dict, tally: Tally) -> dict:
     return {"routings": sorted({b for info in r.json()["partitions"].values() for b in info["routings"]})}
 
 
+def read_flight_locations(job: dict, tally: Tally) -> dict:
+    """Only the FE's answer to a Flight SQL query: every endpoint's locations."""
+    import pyarrow.flight as flight
+    from google.protobuf import any_pb2
+
+    from starscan.flight import flight_sql_pb2 as sql_pb2
+
+    client = flight.connect(job["uri"])
+    options = flight.FlightCallOptions(headers=[client.authenticate_basic_token("root", "")])
+    command = any_pb2.Any()
+    command.Pack(sql_pb2.CommandStatementQuery(query=job["sql"]))
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(command.SerializeToString()), options)
+    return {"locations": sorted({loc.uri.decode() for e in info.endpoints for loc in e.locations})}
+
+
 MODES = {"client": read_client, "thrift": read_thrift, "flight_sql": read_flight_sql, "mysql": read_mysql,
-         "plan": read_plan}
+         "plan": read_plan, "flight_locations": read_flight_locations}
+
+
+PRELOAD = {"client": ("starscan.client", "thriftpy2", "httpx"), "thrift": ("starscan.client", "thriftpy2", "httpx"),
+           "flight_sql": ("adbc_driver_flightsql.dbapi",), "mysql": ("pymysql",)}
 
 
 def main() -> None:
     mode, job = sys.argv[1], json.loads(sys.argv[2])
-    tally = Tally()
+    for module in PRELOAD.get(mode, ()):  # before the clock starts: a reader's imports are not its read
+        __import__(module)
+    tally = Tally(job.get("count_only", False))
     try:
         more = MODES[mode](job, tally)
     except Exception as exc:  # noqa: BLE001 - the test reads the failure
