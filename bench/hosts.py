@@ -37,9 +37,11 @@ SECRET = "bench-hosts-secret-0123456789abcdef"
 QUERIES = {"full": "select * from demo.lineitem",
            "filtered": "select l_orderkey, l_quantity, l_extendedprice, l_shipdate from demo.lineitem "
                        "where l_shipdate >= '1998-06-01'"}
-PATHS = ("direct routings (Thrift)", "Flight SQL proxy at the FE", "Thrift relay at the FE")
+#: Each path, and the direct path of its protocol it is set beside.
+PATHS = {"Thrift, direct routings": None, "Thrift relay at the FE": "Thrift, direct routings",
+         "Flight SQL, endpoints from the BEs": None, "Flight SQL proxy at the FE": "Flight SQL, endpoints from the BEs"}
 HEADER = ["topology", "path", "scan", "rows", "rows/s (best / median)", "MB/s (Arrow, best / median)",
-          "× direct (median)", "CPU ms per M rows: FE (the FE serving the path) / BEs / reader"]
+          "× direct, same protocol (median)", "CPU ms per M rows: FE (the FE serving the path) / BEs / reader"]
 
 
 class Deployment:
@@ -100,14 +102,27 @@ class Deployment:
             self.net.close()
 
     def job(self, path: str, sql: str) -> tuple[str, dict, Node]:
-        """The reader's mode and job for ``path``, and the FE node that serves it."""
+        """The reader's mode and job for ``path``, and the FE node that serves it (its
+        flight_proxy set for the path)."""
         base = {"db": "demo", "table": "lineitem", "sql": sql, "count_only": True, "timeout_s": 120}
         fe_url = f"http://{self.fe.address}:{self.fe_ports['http_port']}"
-        if path.startswith("direct"):
-            return "client", {**base, "fe": fe_url}, self.fe
         if path.startswith("Flight"):
+            self.set_flight_proxy(fe_url, "proxy" in path)
             return "flight_sql", {**base, "uri": f"grpc://{self.fe.address}:{self.fe_ports['flight_sql_port']}"}, self.fe
-        return "client", {**base, "fe": f"http://{self.gate.address}:{self.gate_ports['http_port']}"}, self.gate
+        if "relay" in path:
+            return "client", {**base, "fe": f"http://{self.gate.address}:{self.gate_ports['http_port']}"}, self.gate
+        return "client", {**base, "fe": fe_url}, self.fe
+
+    def set_flight_proxy(self, fe_url: str, on: bool) -> None:
+        import httpx
+
+        def post() -> httpx.Response:
+            return httpx.post(f"{fe_url}/api/update_config", params={"flight_proxy": str(on).lower()},
+                              headers={"Authorization": "Basic cm9vdDo="}, timeout=30)  # root, no password
+
+        fe_host = self.net.hosts["fe"] if self.net is not None else None
+        r = fe_host.run_here(post) if fe_host is not None else post()
+        r.raise_for_status()
 
     def read(self, mode: str, job: dict) -> dict:
         argv = [sys.executable, str(READER), mode, json.dumps(job)]
@@ -135,9 +150,9 @@ def _cpu_s(pids: list[int]) -> float:
 
 def measure(dep: Deployment, topology: str, repeats: int) -> list[list]:
     rows = []
-    direct_median: dict[str, float] = {}
+    medians: dict[tuple[str, str], float] = {}
     for scan, sql in QUERIES.items():
-        for path in PATHS:
+        for path, beside in PATHS.items():
             mode, job, serving = dep.job(path, sql)
             dep.read(mode, job)  # warm-up: the page cache, the FE's and the BEs' first calls
             rates, mbs, fe_cpu, be_cpu, reader_cpu, n_rows = [], [], [], [], [], 0
@@ -155,11 +170,10 @@ def measure(dep: Deployment, topology: str, repeats: int) -> list[list]:
                 mbs.append(got["bytes"] / got["seconds"] / 1e6)
             best, median = common.best_median(rates)
             mb_best, mb_median = common.best_median(mbs)
-            if path.startswith("direct"):
-                direct_median[scan] = median
+            medians[scan, path] = median
             per_m = 1e9 / max(n_rows, 1)  # ms per million rows, from seconds per read
             rows.append([topology, path, scan, f"{n_rows:,}", f"{best / 1e6:.2f} / {median / 1e6:.2f} M",
-                         f"{mb_best:,.0f} / {mb_median:,.0f}", f"{median / direct_median[scan]:.2f}×",
+                         f"{mb_best:,.0f} / {mb_median:,.0f}", f"{median / medians[scan, beside]:.2f}×" if beside else "1.00×",
                          f"{sorted(fe_cpu)[len(fe_cpu) // 2] * per_m:,.0f} / {sorted(be_cpu)[len(be_cpu) // 2] * per_m:,.0f}"
                          f" / {sorted(reader_cpu)[len(reader_cpu) // 2] * per_m:,.0f}"])
             common.log(" | ".join(rows[-1]))
