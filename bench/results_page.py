@@ -65,6 +65,10 @@ HEADLINES: dict[str, list[tuple[str, dict[str, str], str]]] = {
     "stages": [("full CPU s/M rows", {"scan": "full"}, "total CPU s/M rows")],
     "deletes": [("arrow vectors/compacted", {"engine": "arrow"}, "vectors / compacted (median rows/s)")],
     "small_files": [("x pyarrow.dataset, 1 scanner", {"scanners": "1"}, "over pyarrow.dataset (median rows/s)")],
+    "hosts": [("relay × direct, hosts", {"topology": "separate hosts", "path": "Thrift relay", "scan": "full"},
+               "× direct, same protocol (median)"),
+              ("Flight proxy × direct, hosts", {"topology": "separate hosts", "path": "Flight SQL proxy", "scan": "full"},
+               "× direct, same protocol (median)")],
     "be_start": [("--role be first row s", {"node": "--role be"}, "first row s"),
                  ("listening s", {"node": "--role be"}, "BE port listening s")],
 }
