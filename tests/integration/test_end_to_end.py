@@ -68,14 +68,16 @@ def test_http_port_turns_nagle_off(server):
 
 def test_a_second_be_cannot_bind_a_port_in_use(server, spark, base_settings):
     """thriftpy2 sets SO_REUSEPORT on its server socket; with it a second BE would bind the
-    same port silently and the kernel would split the readers between the two."""
+    same port silently and the kernel would split the readers between the two. The start
+    fails instead, naming the port and its setting."""
     import pytest
 
+    from starscan.app.ports import CannotListen
     from starscan.app.server import StarscanServer
 
     settings = base_settings.model_copy(update={"be_port": server.be_port})
     second = StarscanServer(settings, spark, fe=False, be=True)
-    with pytest.raises(OSError):
+    with pytest.raises(CannotListen, match=f"port {server.be_port} on .* \\(be_port\\) is in use"):
         second.start()
     second.stop()
 
