@@ -15,7 +15,7 @@ from starscan.core.errors import InvalidArgument
 from starscan.provider.push.task import push_arrow_splits, push_spark_arrow
 from starscan.provider.scan_sources import Source
 from starscan.provider.scheduler import ArrowReaders, ScanReaders, SqlSplitReaders
-from starscan.provider.spark_failures import jvm_gone, lost_task
+from starscan.provider.spark_failures import jvm_gone
 from starscan.spark import compat, pyspark_internals
 from starscan.spark.handle import calendar_rules
 
@@ -62,7 +62,7 @@ def choose_engine(spark: Any, source: Source, setting: str, time_zone: str, task
             readers_of_scan = ArrowReaders.for_splits(splits, readers)
             # A reader lost with Spark's JVM is read on by the next one: in the BE's own
             # slots, or as a Spark job once the node's new SparkSession is up.
-            readers_of_scan.lost_reason = lambda exc: lost_task(exc) or jvm_gone(exc, spark)
+            readers_of_scan.jvm_died = lambda exc: jvm_gone(exc, spark)
             chosen("arrow", None)
             return Engine("arrow", readers_rdd, read.output_schema,
                           lambda target: push_arrow_splits(target, read, tuple(splits)), readers_of_scan,

@@ -379,6 +379,10 @@ class ArrowReaders(ScanReaders):
         #: Why a reader's failure lost it (None: the failure is the scan's): a task whose
         #: Python worker died; the scan adds a JVM that died (spark_failures.jvm_gone).
         self.lost_reason: Callable[[BaseException], str | None] = lost_task
+        #: Why a reader's failure came with Spark's JVM dying under it (None: it did not).
+        #: Then what its task reported on the way (its Python worker losing the JVM in the
+        #: middle of a split) is not the scan's failure either: the split is read again.
+        self.jvm_died: Callable[[BaseException], str | None] = lambda exc: None
 
     @classmethod
     def for_splits(cls, splits: list, workers: int) -> ArrowReaders:
@@ -405,8 +409,10 @@ class ArrowReaders(ScanReaders):
         lost more than that many times each, or a task raised an error of its own."""
         self.free.append(partition)
         if exc is not None:
-            reason = self.lost_reason(exc)
-            if (reason is not None and board.failure() is None and board.error is None
+            jvm = self.jvm_died(exc)
+            reason = jvm or self.lost_reason(exc)
+            reported = None if jvm else board.failure()
+            if (reason is not None and reported is None and board.error is None
                     and board.most_losses() < MAX_SPLIT_LOSSES and self.lost < MAX_SPLIT_LOSSES * self.workers):
                 self.lost += 1
                 return reason

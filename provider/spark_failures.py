@@ -4,6 +4,7 @@ and a Python task's own exception inside Spark's text of it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -143,11 +144,24 @@ def jvm_gone(exc: BaseException, spark: Any) -> str | None:
     """Why a Spark call failed, when it failed because this process's Spark JVM is gone
     (killed, crashed, exited on an OutOfMemoryError): Py4J lost its connection, or the node's
     SparkHandle already knows. None for any other failure."""
-    from py4j.protocol import Py4JError
+    from py4j.protocol import Py4JError, Py4JJavaError
 
     if not isinstance(exc, (Py4JError, ConnectionError, EOFError)):
         return None
     from starscan.spark.session import spark_problem
 
-    problem = spark_problem(spark)
-    return None if problem is None else f"Spark's JVM died under the scan ({problem})"
+    # A connection that broke (not an exception the JVM sent) may come a moment before the
+    # JVM's process has ended, while the JVM still looks up: look again for a short while.
+    looks = 1 if isinstance(exc, Py4JJavaError) else JVM_DEATH_LOOKS
+    for look in range(looks):
+        problem = spark_problem(spark)
+        if problem is not None:
+            return f"Spark's JVM died under the scan ({problem})"
+        if look + 1 < looks:
+            time.sleep(JVM_DEATH_LOOK_S)
+    return None
+
+
+#: How often, and how far apart, a broken connection to the JVM is checked against the JVM's
+#: state (1 s in all: a killed process ends within milliseconds of its sockets).
+JVM_DEATH_LOOKS, JVM_DEATH_LOOK_S = 10, 0.1
