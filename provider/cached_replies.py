@@ -14,7 +14,7 @@ import logging
 from starscan.core.errors import SnapshotGone
 from starscan.core.logs import scan_fields
 from starscan.provider.contexts import CachedReplies, ScanContext
-from starscan.provider.open_checks import OpenRequest
+from starscan.provider.open_checks import CheckedOpen
 from starscan.provider.result_cache import ResultCache, cache_key
 from starscan.provider.scan_sources import check_snapshot
 from starscan.storage.stores import Storage
@@ -22,7 +22,7 @@ from starscan.storage.stores import Storage
 log = logging.getLogger("starscan.provider")
 
 
-def look_up(cache: ResultCache, ctx: ScanContext, request: OpenRequest, storage: Storage, time_zone: str) -> bool:
+def look_up(cache: ResultCache, ctx: ScanContext, request: CheckedOpen, storage: Storage, time_zone: str) -> bool:
     """Whether the scan is answered from the cache (else its replies fill it, when the cache
     serves the table)."""
     plan = request.plan

@@ -22,10 +22,10 @@ import pyarrow.flight as flight
 from starscan.arrow.wire import IpcStream
 from starscan.core.errors import InvalidArgument
 from starscan.core.protocol_extensions import ARROW_TYPES_PROPERTY, ORDERED_PROPERTY
-from starscan.core.thrift_defs import wire
 from starscan.flight import tickets
 from starscan.flight.errors import as_flight, to_flight
 from starscan.plans.codec import Signer
+from starscan.provider.open_request import OpenRequest
 from starscan.provider.service import ScanService
 from starscan.security.tls import FlightTls
 
@@ -58,16 +58,15 @@ class BeFlightServer(flight.FlightServerBase):
         properties = {ARROW_TYPES_PROPERTY: "true"}
         if ticket.ordered:  # the FE's proxy, which can then go on from another BE
             properties[ORDERED_PROPERTY] = "true"
-        params = wire.TScanOpenParams(opaqued_query_plan=ticket.plan, tablet_ids=list(ticket.tablet_ids),
-                                      batch_size=ticket.batch_rows, properties=properties)
-        opened = self.service.open(params, client=client)
+        request = OpenRequest(opaqued_query_plan=ticket.plan, tablet_ids=list(ticket.tablet_ids),
+                              batch_size=ticket.batch_rows, properties=properties)
+        opened = self.service.open(request, client=client)
         if opened.error is not None:
             self.service.close(opened.context_id)
             raise opened.error
-        ctx = self.service.contexts.get(opened.context_id)
         first = None
-        if ctx.run is not None:
-            schema = ctx.run.scan.converter.schema
+        if opened.schema is not None:
+            schema = opened.schema
         else:  # answered from the result cache: its replies carry their schema
             first = self.service.next(opened.context_id, 0)
             schema = _schema_of(first.rows) if first.rows is not None else pa.schema([])

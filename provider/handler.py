@@ -10,6 +10,7 @@ import logging
 
 from starscan.core.protocol_extensions import EOS_ROWS_PREFIX, ERROR_KIND_PROPERTY, ORDERED_ACK, ORDERED_PROPERTY
 from starscan.core.thrift_defs import wire
+from starscan.provider.open_request import OpenRequest
 from starscan.provider.service import ScanService
 from starscan.thrift import status
 from starscan.thrift.peer import current_peer, named_context
@@ -28,7 +29,7 @@ class ExternalServiceHandler:
         params = params if params is not None else wire.TScanOpenParams()
         kinds = str((params.properties or {}).get(ERROR_KIND_PROPERTY, "")).lower() == "true"
         try:
-            result = self.service.open(params, client=current_peer())
+            result = self.service.open(OpenRequest.of_thrift(params), client=current_peer())
         except Exception as exc:  # pragma: no cover - service.open already catches
             log.exception("open_scanner")
             return wire.TScanOpenResult(status=status.from_error(exc, kinds), context_id="", selected_columns=[])

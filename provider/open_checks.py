@@ -1,6 +1,6 @@
 """open_scanner's checks, in the order StarRocks' BE makes them (docs/protocol.md 4.2):
 the request's fields, the signed plan, who sends it, and the tablets it asks for. What
-passes is an ``OpenRequest``: everything the later steps need, checked once."""
+passes is an ``CheckedOpen``: everything the later steps need, checked once."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from starscan.core.protocol_extensions import ARROW_TYPES_PROPERTY, EOS_ROWS_PRO
 from starscan.plans import codec as plan_codec
 from starscan.plans.tablet_lists import TabletLists, planned_tablets
 from starscan.provider.admission import Admission
+from starscan.provider.open_request import OpenRequest
 from starscan.settings.config import Settings
 from starscan.tables.catalog import Warehouse
 
@@ -19,7 +20,7 @@ MAX_BATCH_SIZE = 65536
 
 
 @dataclass(frozen=True)
-class OpenRequest:
+class CheckedOpen:
     """A checked open_scanner request: the plan, its tablets, and what the reader asked for."""
 
     plan: Any                    # the decoded, verified plan (starscan.plans.codec)
@@ -47,12 +48,14 @@ def check_text(value: Any, name: str) -> None:
         raise InvalidArgument(f"{name} is not valid UTF-8 text")
 
 
-def flag(params: Any, name: str) -> bool:
-    """A ``"true"`` property of the request (protocol_extensions)."""
-    return str((params.properties or {}).get(name, "")).lower() == "true"
+def text(params: OpenRequest, name: str) -> str | None:
+    """The request's text field ``name``, refused when it is not valid UTF-8."""
+    value = getattr(params, name)
+    check_text(value, name)
+    return value if isinstance(value, str) else None
 
 
-def read_plan(params: Any, signer: plan_codec.Signer) -> Any:
+def read_plan(params: OpenRequest, signer: plan_codec.Signer) -> Any:
     """The request's own fields checked and its plan decoded and verified (first, so that a
     refusal after this names the plan's query, user and table)."""
     if params.batch_size is None:
@@ -63,16 +66,17 @@ def read_plan(params: Any, signer: plan_codec.Signer) -> Any:
         )
     for name in ("opaqued_query_plan", "user", "passwd", "database", "table", "cluster"):
         check_text(getattr(params, name, None), name)
-    return plan_codec.decode(params.opaqued_query_plan or "", signer)
+    return plan_codec.decode(text(params, "opaqued_query_plan") or "", signer)
 
 
-def check_open(plan: Any, params: Any, settings: Settings, admission: Admission, tablet_lists: TabletLists,
-               warehouse: Warehouse | None, client: str, always_ordered: bool = False) -> OpenRequest:
-    """The request ``params`` (TScanOpenParams) for ``plan`` (``read_plan``) checked, or the
+def check_open(plan: Any, params: OpenRequest, settings: Settings, admission: Admission, tablet_lists: TabletLists,
+               warehouse: Warehouse | None, client: str, always_ordered: bool = False) -> CheckedOpen:
+    """The request ``params`` for ``plan`` (``read_plan``) checked, or the
     StarscanError that refuses it. The scanner caps are admission's, checked under its lock."""
-    admission.check_identity(plan, params.user, params.passwd, client)
-    if (params.database and params.database != plan.database) or (params.table and params.table != plan.table):
-        raise InvalidArgument(f"the plan is for {plan.database}.{plan.table}, not {params.database}.{params.table}")
+    admission.check_identity(plan, text(params, "user"), text(params, "passwd"), client)
+    database, table = text(params, "database"), text(params, "table")
+    if (database and database != plan.database) or (table and table != plan.table):
+        raise InvalidArgument(f"the plan is for {plan.database}.{plan.table}, not {database}.{table}")
     tablet_ids = list(params.tablet_ids or [])
     if not tablet_ids:
         raise InvalidArgument("tablet_ids is empty")
@@ -85,8 +89,9 @@ def check_open(plan: Any, params: Any, settings: Settings, admission: Admission,
     for tid in tablet_ids:
         if tid not in planned:
             raise NotFound(f"tablet_id: {tid} not found")
-    return OpenRequest(
+    assert params.batch_size is not None  # read_plan refused a request without one
+    return CheckedOpen(
         plan=plan, plan_tablets=plan_tablets, tablet_ids=list(dict.fromkeys(tablet_ids)),
-        batch_size=params.batch_size, ordered=flag(params, ORDERED_PROPERTY) or always_ordered,
-        report_rows=flag(params, EOS_ROWS_PROPERTY), mem_limit=params.mem_limit, query_timeout=params.query_timeout,
-        arrow_types=flag(params, ARROW_TYPES_PROPERTY))
+        batch_size=params.batch_size, ordered=params.wants(ORDERED_PROPERTY) or always_ordered,
+        report_rows=params.wants(EOS_ROWS_PROPERTY), mem_limit=params.mem_limit, query_timeout=params.query_timeout,
+        arrow_types=params.wants(ARROW_TYPES_PROPERTY))

@@ -11,13 +11,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from starscan.core.errors import InternalError, StarscanError
 from starscan.core.logs import scan_fields
 from starscan.core.protocol_extensions import ERROR_KIND_PROPERTY, ORDERED_PROPERTY
 from starscan.plans.scan_records import ScanRecord, ScanRecords
 from starscan.provider.contexts import ScanContext, ScanContextManager
+from starscan.provider.open_request import OpenRequest
 from starscan.provider.replies import resume_at
 
 log = logging.getLogger("starscan.provider")
@@ -32,11 +32,11 @@ class ResumableScans:
         self.contexts = contexts
         self._lock = threading.Lock()
 
-    def record(self, ctx: ScanContext, params: Any) -> None:
+    def record(self, ctx: ScanContext, params: OpenRequest) -> None:
         """Write the scan's record for the other BEs (a failure costs only resumability)."""
         record = ScanRecord(
-            context_id=ctx.context_id, plan=params.opaqued_query_plan, tablet_ids=list(params.tablet_ids),
-            batch_size=params.batch_size, keep_alive_s=ctx.keep_alive_s,
+            context_id=ctx.context_id, plan=str(params.opaqued_query_plan), tablet_ids=list(params.tablet_ids or []),
+            batch_size=params.batch_size or 0, keep_alive_s=ctx.keep_alive_s,
             properties={str(k): str(v) for k, v in (params.properties or {}).items() if str(k).startswith("starscan.")},
             query_timeout=params.query_timeout, mem_limit=params.mem_limit)
         try:
@@ -45,7 +45,8 @@ class ResumableScans:
             log.warning("context_id=%s: its record could not be written to %s (%s): another BE cannot resume it",
                         ctx.context_id, self.records.folder, exc, extra=scan_fields(ctx))
 
-    def resume(self, context_id: str | None, offset: int | None, open_scan: Callable[[ScanContext, Any], object]) -> None:
+    def resume(self, context_id: str | None, offset: int | None,
+               open_scan: Callable[[ScanContext, OpenRequest], object]) -> None:
         """Open here, with ``open_scan(ctx, params)``, the scan another BE opened (or this one,
         before a restart), from its record, to be read on from ``offset``: a get_next for a
         context this BE does not hold. Nothing happens when there is no record (the caller
@@ -110,13 +111,11 @@ class ResumableScans:
                              extra=scan_fields(ctx))
 
 
-def params_of(record: ScanRecord) -> Any:
-    """The open_scanner parameters a record was made from (no password: the plan's user is
+def params_of(record: ScanRecord) -> OpenRequest:
+    """The open_scanner request a record was made from (no password: the plan's user is
     checked again against the users file)."""
-    from starscan.core.thrift_defs import wire
-
     properties = dict(record.properties)
     properties[ORDERED_PROPERTY] = "true"
-    return wire.TScanOpenParams(
+    return OpenRequest(
         opaqued_query_plan=record.plan, tablet_ids=list(record.tablet_ids), batch_size=record.batch_size,
         properties=properties, query_timeout=record.query_timeout, mem_limit=record.mem_limit)

@@ -11,7 +11,7 @@ from typing import Any
 
 from starscan.arrow.chunk_cache import ColumnChunkCache
 from starscan.provider.contexts import ScanRun
-from starscan.provider.open_checks import OpenRequest
+from starscan.provider.open_checks import CheckedOpen
 from starscan.provider.push.listener import PushListener
 from starscan.provider.result_queue import QueueBudget, ResultQueue
 from starscan.provider.scan_sources import PlannedRead
@@ -21,7 +21,7 @@ from starscan.spark.session import scan_pool
 from starscan.storage.stores import Storage
 
 
-def start_scan(spark: Any, settings: Settings, request: OpenRequest, context_id: str, storage: Storage,
+def start_scan(spark: Any, settings: Settings, request: CheckedOpen, context_id: str, storage: Storage,
                budget: QueueBudget, listener: PushListener, chunk_cache: ColumnChunkCache,
                on_engine: Callable[[str], None]) -> ScanRun:
     limit = settings.queue_max_bytes
@@ -46,7 +46,7 @@ def start_scan(spark: Any, settings: Settings, request: OpenRequest, context_id:
     return ScanRun(scan=scan, queue=queue, timer=timer)
 
 
-def _sweep(request: OpenRequest) -> tuple:
+def _sweep(request: CheckedOpen) -> tuple:
     """What a scan's reads of the page cache count as their own (starscan.arrow.chunk_cache):
     its table and the columns it reads. Every scanner of one reader's job shares it, and so
     does the next job that reads the table the same way."""

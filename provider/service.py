@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Protocol
 
+import pyarrow as pa
+
 from starscan.arrow.chunk_cache import ColumnChunkCache
 from starscan.core.errors import InternalError, SparkUnavailable, StarscanError
 from starscan.core.logs import scan_fields
@@ -29,7 +31,8 @@ from starscan.plans.tablet_lists import TabletLists
 from starscan.provider.admission import Admission
 from starscan.provider.cached_replies import look_up, scan_gone
 from starscan.provider.contexts import ScanContext, ScanContextManager
-from starscan.provider.open_checks import MAX_BATCH_SIZE, check_open, check_text, flag, read_plan
+from starscan.provider.open_checks import MAX_BATCH_SIZE, check_open, check_text, read_plan
+from starscan.provider.open_request import OpenRequest
 from starscan.provider.push.listener import PushListener
 from starscan.provider.replies import NextResult, next_reply
 from starscan.provider.result_cache import ResultCache
@@ -51,12 +54,18 @@ __all__ = ["MAX_BATCH_SIZE", "NextResult", "OpenResult", "ScanService", "scan_ou
 
 
 class OpenResult:
-    __slots__ = ("context_id", "columns", "error")
+    """The scanner opened (or refused: ``error``), its columns as StarRocks types, and the
+    Arrow schema of its rows when the scan's reader is known at open (None for a scan
+    answered from the result cache: its replies carry their schema)."""
 
-    def __init__(self, context_id: str, columns: list[tuple[str, int]], error: StarscanError | None = None):
+    __slots__ = ("context_id", "columns", "error", "schema")
+
+    def __init__(self, context_id: str, columns: list[tuple[str, int]], error: StarscanError | None = None,
+                 schema: pa.Schema | None = None):
         self.context_id = context_id
         self.columns = columns
         self.error = error
+        self.schema = schema
 
 
 class ScanObserver(Protocol):
@@ -140,7 +149,7 @@ class ScanService:
                 self._push = None
 
     # ---- open_scanner ----
-    def open(self, params, client: str = "") -> OpenResult:
+    def open(self, params: OpenRequest, client: str = "") -> OpenResult:
         started = time.monotonic()
         result = self._open_scanner(params, client)
         if self.observer is not None:
@@ -154,7 +163,7 @@ class ScanService:
         except StarscanError:
             return None
 
-    def _open_scanner(self, params, client: str) -> OpenResult:
+    def _open_scanner(self, params: OpenRequest, client: str) -> OpenResult:
         for listener in self.open_listeners:
             listener()
         keep_alive = params.keep_alive_min if params.keep_alive_min and params.keep_alive_min > 0 else self.settings.keep_alive_min
@@ -163,7 +172,7 @@ class ScanService:
         if not (params.keep_alive_min and params.keep_alive_min > 0) and self.settings.keep_alive_s:
             ctx.keep_alive_s = self.settings.keep_alive_s
         ctx.client = client
-        ctx.report_kinds = flag(params, ERROR_KIND_PROPERTY)
+        ctx.report_kinds = params.wants(ERROR_KIND_PROPERTY)
         try:
             columns = self._open(ctx, params)
         except Exception as exc:  # a failed open stays registered until GC, as in StarRocks
@@ -182,7 +191,7 @@ class ScanService:
             return OpenResult(ctx.context_id, [], InternalError(f"open_scanner failed: {type(exc).__name__}: {exc}"))
         if self.resumable is not None:
             self.resumable.record(ctx, params)
-        return OpenResult(ctx.context_id, columns)
+        return OpenResult(ctx.context_id, columns, schema=ctx.run.scan.converter.schema if ctx.run is not None else None)
 
     def _bound_failed_contexts(self, ctx: ScanContext) -> None:
         """Failed opens stay so get_next can repeat their error, but a flood of bad opens
@@ -191,7 +200,7 @@ class ScanService:
         if failed > self.settings.max_scanners:
             self.contexts.remove(ctx.context_id)
 
-    def _open(self, ctx: ScanContext, params) -> list[tuple[str, int]]:
+    def _open(self, ctx: ScanContext, params: OpenRequest) -> list[tuple[str, int]]:
         """The steps of an open: the checks, admission, the result cache, the scan."""
         settings = self.settings
         plan = read_plan(params, self.signer)
