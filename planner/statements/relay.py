@@ -7,15 +7,12 @@ in a fixed order (the ticket's ``ordered``, the scan protocol's ``ORDERED_PROPER
 order depends only on the plan and its tablets, so every BE of the deployment sends the
 same rows in the same order), and when the BE it reads from goes away it redeems the ticket
 at the next BE, skips the rows it has already sent and goes on. The client sees one stream,
-every row once (as the bundled Thrift client's failover does, docs/scaling.md). The BE's
-batches are read a few ahead of the client (``ReadAhead``), so the two hops overlap.
+every row once (as the bundled Thrift client's failover does, docs/scaling.md).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -59,71 +56,15 @@ def _open(be: str, uri: str, ticket: flight.Ticket, options: dict,
     return client, reader
 
 
-#: Batches the proxy reads from a BE's stream ahead of its client (a few MB at most).
-AHEAD_BATCHES = 4
-
-
-class ReadAhead:
-    """A BE stream's batches, read on a thread of their own up to ``AHEAD_BATCHES`` ahead of
-    the client: the BE's next batches arrive while the last one goes out, instead of after
-    it. What the stream raises is raised where its batch would have been."""
-
-    _END = object()
-
-    def __init__(self, reader: flight.FlightStreamReader):
-        self.reader = reader
-        self._box: queue.Queue = queue.Queue(AHEAD_BATCHES)
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._pump, name="flight-proxy-ahead", daemon=True)
-        self._thread.start()
-
-    def _pump(self) -> None:
-        try:
-            for chunk in self.reader:
-                if not self._put(chunk.data):
-                    return
-            self._put(self._END)
-        except BaseException as exc:  # noqa: BLE001 - raised in the client's stream
-            self._put(exc)
-
-    def _put(self, item: object) -> bool:
-        while not self._stopped.is_set():
-            try:
-                self._box.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        while True:
-            item = self._box.get()
-            if item is self._END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def stop(self) -> None:
-        """The client is gone or done: the thread ends (the stream cancelled if it waits on it)."""
-        self._stopped.set()
-        if self._thread.is_alive():
-            try:
-                self.reader.cancel()
-            except Exception:  # noqa: BLE001 - a stream that ended meanwhile
-                pass
-            self._thread.join(timeout=5)
-
-
 def _relayed(rest: Sequence[tuple[str, str]], ticket: flight.Ticket, options: dict, client: flight.FlightClient,
              reader: flight.FlightStreamReader, failures: list[str]) -> Iterator[pa.RecordBatch]:
     sent = 0   # rows handed on to the client
     skip = 0   # rows of the current BE's stream that the client already has
     while True:
         try:
-            ahead = ReadAhead(reader)
             try:
-                for batch in ahead:
+                for chunk in reader:
+                    batch = chunk.data
                     if skip:
                         if batch.num_rows <= skip:
                             skip -= batch.num_rows
@@ -133,7 +74,6 @@ def _relayed(rest: Sequence[tuple[str, str]], ticket: flight.Ticket, options: di
                     yield batch
                 return
             finally:
-                ahead.stop()
                 client.close()
         except flight.FlightUnavailableError as exc:
             log.info("the BE stream of a ticket was lost after %d rows: %s", sent, exc)
