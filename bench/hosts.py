@@ -199,18 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = common.environment()
     warehouse = Path(args.warehouse).resolve()
-    common.log("making sure demo.lineitem is there")
-    server, spark, _ = common.start_server(warehouse)
-    try:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from scan_throughput import ensure_lineitem
+    sys.path.insert(0, str(Path(__file__).parent))
+    from scan_throughput import lineitem_in
 
-        ensure_lineitem(spark, server.warehouse, args.scale, args.tablet_target_bytes)
-        snap = server.warehouse.snapshot("demo", "lineitem")
-        files, nbytes = len(snap.files), sum(f.size for f in snap.files)
-    finally:
-        server.stop()
-        spark.stop()
+    files, nbytes = lineitem_in(warehouse, args.scale, args.tablet_target_bytes)
     rows = []
     for topology in topologies:
         root = Path(f"/tmp/starscan-bench-hosts-{os.getpid()}-{topology}")

@@ -62,6 +62,21 @@ def ensure_lineitem(spark, warehouse, scale: float, tablet_target_bytes: int) ->
     return True, time.perf_counter() - t0
 
 
+def lineitem_in(warehouse_dir: Path, scale: float, tablet_target_bytes: int) -> tuple[int, int]:
+    """demo.lineitem at ``scale`` in the warehouse folder (written by a server of this process
+    unless it is there): its files and bytes. For the benchmarks that start nodes of their
+    own on the same warehouse (scale_out.py, hosts.py)."""
+    common.log("making sure demo.lineitem is there")
+    server, spark, _ = common.start_server(warehouse_dir)
+    try:
+        ensure_lineitem(spark, server.warehouse, scale, tablet_target_bytes)
+        snap = server.warehouse.snapshot(DB, TABLE)
+        return len(snap.files), sum(f.size for f in snap.files)
+    finally:
+        server.stop()
+        spark.stop()
+
+
 # ---- the client side ---------------------------------------------------------------------
 
 def table_of(sql: str) -> tuple[str, str]:
