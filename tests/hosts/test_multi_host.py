@@ -39,8 +39,12 @@ SECRET = "multi-host-test-secret-0123456789abcdef"
 READER = Path(__file__).resolve().parents[1] / "support" / "host_reader.py"
 SQL = "select id, v from big.ids"
 # Spark finds an executor on a cut-off host lost within seconds, not its default two minutes,
-# so the other BE's tasks there are run again elsewhere (their scans go on meanwhile).
+# so the other BE's tasks there are run again elsewhere (their scans go on meanwhile). The
+# drivers' RPC connections keep their own timeout (as long as the default's): a BE cut off
+# from the master for longer than that has its application removed by the master, and its
+# driver then waits for the master for good, with no executors (docs/scaling.md).
 SPARK_TIMEOUTS = ("spark.network.timeout=10s; spark.network.timeoutInterval=5s; spark.executor.heartbeatInterval=1s; "
+                  "spark.rpc.io.connectionTimeout=120s; "
                   "spark.executor.memory=512m; spark.executor.cores=1; spark.cores.max=2")
 
 
