@@ -115,10 +115,11 @@ class Deployment:
 
     def set_flight_proxy(self, fe_url: str, on: bool) -> None:
         import httpx
+        from support.servers import basic
 
         def post() -> httpx.Response:
             return httpx.post(f"{fe_url}/api/update_config", params={"flight_proxy": str(on).lower()},
-                              headers={"Authorization": "Basic cm9vdDo="}, timeout=30)  # root, no password
+                              headers={"Authorization": basic("root", "")}, timeout=30)
 
         fe_host = self.net.hosts["fe"] if self.net is not None else None
         r = fe_host.run_here(post) if fe_host is not None else post()

@@ -27,16 +27,17 @@ class ExternalServiceHandler:
 
     def open_scanner(self, params):
         params = params if params is not None else wire.TScanOpenParams()
-        kinds = str((params.properties or {}).get(ERROR_KIND_PROPERTY, "")).lower() == "true"
+        request = OpenRequest.of_thrift(params)
+        kinds = request.wants(ERROR_KIND_PROPERTY)
         try:
-            result = self.service.open(OpenRequest.of_thrift(params), client=current_peer())
+            result = self.service.open(request, client=current_peer())
         except Exception as exc:  # pragma: no cover - service.open already catches
             log.exception("open_scanner")
             return wire.TScanOpenResult(status=status.from_error(exc, kinds), context_id="", selected_columns=[])
         named_context(result.context_id)
         columns = [wire.TScanColumnDesc(name=n, type=t) for n, t in result.columns]
         st = status.ok() if result.error is None else status.from_error(result.error, kinds)
-        if result.error is None and str((params.properties or {}).get(ORDERED_PROPERTY, "")).lower() == "true":
+        if result.error is None and request.wants(ORDERED_PROPERTY):
             st.error_msgs = [ORDERED_ACK]  # the rows come in a fixed order (protocol_extensions)
         return wire.TScanOpenResult(status=st, context_id=result.context_id, selected_columns=columns)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from starscan.core.protocol_extensions import asked
+
 Text = str | bytes | None
 
 
@@ -39,4 +41,4 @@ class OpenRequest:
 
     def wants(self, name: str) -> bool:
         """A ``"true"`` property (protocol_extensions)."""
-        return str(self.properties.get(name, "")).lower() == "true"
+        return asked(self.properties, name)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from starscan.core.errors import InternalError, StarscanError
 from starscan.core.logs import scan_fields
-from starscan.core.protocol_extensions import ERROR_KIND_PROPERTY, ORDERED_PROPERTY
+from starscan.core.protocol_extensions import ERROR_KIND_PROPERTY, ORDERED_PROPERTY, asked
 from starscan.plans.scan_records import ScanRecord, ScanRecords
 from starscan.provider.contexts import ScanContext, ScanContextManager
 from starscan.provider.open_request import OpenRequest
@@ -63,7 +63,7 @@ class ResumableScans:
         try:
             ctx.keep_alive_s = record.keep_alive_s
             ctx.client = "resumed"
-            ctx.report_kinds = record.properties.get(ERROR_KIND_PROPERTY, "").lower() == "true"
+            ctx.report_kinds = asked(record.properties, ERROR_KIND_PROPERTY)
             try:
                 open_scan(ctx, params)
             except Exception as exc:  # noqa: BLE001 - the reader gets the reason at this get_next

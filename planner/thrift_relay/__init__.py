@@ -7,7 +7,6 @@ import logging
 import ssl
 from collections.abc import Callable, Sequence
 
-from starscan.core.errors import ConfigError
 from starscan.planner.thrift_relay.handler import RelayHandler
 from starscan.planner.thrift_relay.scanners import ScanRelay, connector
 from starscan.thrift.server import ThriftServer
@@ -21,9 +20,6 @@ class ThriftRelay:
     def __init__(self, backends: Sequence[str], live: Callable[[], Sequence[str]], host: str, ports: Sequence[int],
                  timeout_s: float, max_read_bytes: int, reply_keepalive_s: float,
                  server_tls: ssl.SSLContext | None = None, client_tls: ssl.SSLContext | None = None):
-        if any(p > 65535 for p in ports):
-            raise ConfigError(f"thrift_relay_port {ports[0]} leaves no port for each of the {len(ports)} BEs "
-                              f"(it takes {ports[0]}-{ports[0] + len(ports) - 1}): set a lower thrift_relay_port")
         self.relay = ScanRelay(backends, live, connector(timeout_s, client_tls))
         self.servers = [ThriftServer(RelayHandler(self.relay, i), host, port, max_read_bytes=max_read_bytes,
                                      ssl_context=server_tls, reply_keepalive_s=reply_keepalive_s,

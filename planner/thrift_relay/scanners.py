@@ -27,7 +27,7 @@ from typing import Any
 from starscan.client.errors import is_lost
 from starscan.client.protocol import thrift_client
 from starscan.core.errors import BackendLost, NoLiveBackend
-from starscan.core.protocol_extensions import ERROR_KIND_PROPERTY
+from starscan.core.protocol_extensions import ERROR_KIND_PROPERTY, asked
 from starscan.core.thrift_defs import transport_errors, wire
 from starscan.planner.thrift_relay.read_ahead import ReadAhead
 from starscan.thrift import status
@@ -80,13 +80,13 @@ class ScanRelay:
                 continue
             if res.status.status_code == wire.TStatusCode.OK and res.context_id:
                 with self._lock:
-                    self._scanners[res.context_id] = RelayedScanner(res.context_id, be, conn, _asks_kinds(params))
+                    self._scanners[res.context_id] = RelayedScanner(res.context_id, be, conn, asked(params.properties, ERROR_KIND_PROPERTY))
             else:
                 _close(conn)
             return res
         error = NoLiveBackend(f"the FE's Thrift relay reached no BE for open_scanner: tried {', '.join(tried) or 'none'}"
                               " (be_endpoints)")
-        return wire.TScanOpenResult(status=status.from_error(error, _asks_kinds(params)), context_id="",
+        return wire.TScanOpenResult(status=status.from_error(error, asked(params.properties, ERROR_KIND_PROPERTY)), context_id="",
                                     selected_columns=[])
 
     def next(self, port_index: int, params: Any) -> Any:
@@ -220,10 +220,6 @@ def connector(timeout_s: float, ssl_context: ssl.SSLContext | None) -> Connect:
         return thrift_client(host, int(port), timeout_s, ssl_context, connect_timeout_s=min(timeout_s, 5.0))
 
     return connect
-
-
-def _asks_kinds(params: Any) -> bool:
-    return str((params.properties or {}).get(ERROR_KIND_PROPERTY, "")).lower() == "true"
 
 
 def _close(conn: Any) -> None:

@@ -24,6 +24,16 @@ and get_next while the BE holds the scanner), one more ``error_msgs`` entry
 StarRocks' own shapes.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+
+def asked(properties: dict[Any, Any] | None, name: str) -> bool:
+    """Whether an open_scanner's ``properties`` ask for the extension ``name`` (``"true"``)."""
+    return str((properties or {}).get(name, "")).lower() == "true"
+
+
 EOS_ROWS_PROPERTY = "starscan.eos_row_count"
 EOS_ROWS_PREFIX = "starscan:rows="
 ORDERED_PROPERTY = "starscan.ordered"

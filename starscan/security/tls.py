@@ -67,11 +67,7 @@ def flight_tls(settings: Settings) -> FlightTls | None:
 def server_context(settings: Settings) -> ssl.SSLContext:
     check(settings)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(str(settings.tls_cert_file), str(settings.tls_key_file))
-    except (ssl.SSLError, OSError) as exc:
-        raise ConfigError(f"cannot load tls_cert_file/tls_key_file: {exc}") from None
+    _own_certificate(ctx, settings)
     if settings.tls_ca_file is not None:
         ctx.load_verify_locations(cafile=str(settings.tls_ca_file))
     ctx.verify_mode = _VERIFY[settings.tls_client_auth]
@@ -84,12 +80,17 @@ def client_context(settings: Settings) -> ssl.SSLContext:
     check(settings)
     ca = str(settings.tls_ca_file) if settings.tls_ca_file is not None else None
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    _own_certificate(ctx, settings)
+    return ctx
+
+
+def _own_certificate(ctx: ssl.SSLContext, settings: Settings) -> None:
+    """TLS 1.2 or later, and the node's own certificate and key (tls_cert_file, tls_key_file)."""
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         ctx.load_cert_chain(str(settings.tls_cert_file), str(settings.tls_key_file))
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError(f"cannot load tls_cert_file/tls_key_file: {exc}") from None
-    return ctx
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:

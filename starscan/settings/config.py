@@ -210,6 +210,15 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r}") from None
         return value
 
+    @field_validator("thrift_relay_port")
+    @classmethod
+    def _relay_ports_fit(cls, value: int, info: ValidationInfo) -> int:
+        bes = len(info.data.get("be_endpoints") or []) or 1  # one port per BE (relay_ports)
+        if value > 0 and value + bes - 1 > 65535:
+            raise ValueError(f"{value} leaves no port for each of the {bes} BEs (it takes {value}-{value + bes - 1}): "
+                             "set a lower thrift_relay_port")
+        return value
+
     @field_validator("result_cache_tables")
     @classmethod
     def _table_patterns(cls, value: list[str]) -> list[str]:

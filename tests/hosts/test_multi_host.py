@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from support.netns import Network, why_not_available
-from support.nodes import Node, write_id_table
+from support.nodes import Node, spark_daemon, write_id_table
 from support.waits import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.hosts]
@@ -56,16 +56,9 @@ def _unavailable() -> str | None:
 
 
 def _spark_class(host, root: Path, name: str, *args: str) -> subprocess.Popen:
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STARSCAN_", "PYSPARK_"))}
-    env.update(SPARK_HOME=str(home), SPARK_LOCAL_IP=host.address, SPARK_WORKER_DIR=str(root / f"work-{name}"),
-               SPARK_LOG_DIR=str(root / "logs"), PYSPARK_PYTHON=sys.executable,
-               SPARK_DAEMON_JAVA_OPTS="-Dspark.worker.timeout=10")  # the master and its workers
-    log = (root / f"{name}.log").open("w")
-    return subprocess.Popen(host.command(str(home / "bin" / "spark-class"), *args), cwd=root, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
+    """The master or a worker on ``host``; a lost worker is noticed within 10 s."""
+    return spark_daemon(root, name, *args, host=host, work_dir=root / f"work-{name}",
+                        daemon_opts="-Dspark.worker.timeout=10")
 
 
 @pytest.fixture(scope="module")

@@ -13,25 +13,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.nodes import write_id_table
+from support.nodes import spark_daemon, write_id_table
 from support.servers import basic, running_server
 from support.waits import free_port, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark_line]  # starts a Spark master, a worker and `starscan serve`
 
 IDS_FILES, IDS_PER_FILE = 4, 200_000
-
-
-def _spark_class(root: Path, name: str, *args: str) -> subprocess.Popen:
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STARSCAN_", "PYSPARK_"))}
-    env.update(SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(root / "work"),
-               SPARK_LOG_DIR=str(root / "logs"), PYSPARK_PYTHON=sys.executable)
-    log = (root / f"{name}.log").open("w")
-    return subprocess.Popen([str(home / "bin" / "spark-class"), *args], cwd=root, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +33,9 @@ def cluster_node(tmp_path_factory, spark, base_settings):
     write_id_table(warehouse / "demo.db" / "ids", IDS_FILES, IDS_PER_FILE)  # splits far larger than socket buffers
     master_port, master_ui, worker_ui = free_port(), free_port(), free_port()
     http_port, be_port, query_port = free_port(), free_port(), free_port()
-    master = _spark_class(root, "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+    master = spark_daemon(root, "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                           "--port", str(master_port), "--webui-port", str(master_ui))
-    worker = _spark_class(root, "worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+    worker = spark_daemon(root, "worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                           "--cores", "2", "--memory", "2g", "--webui-port", str(worker_ui),
                           f"spark://127.0.0.1:{master_port}")
     procs = [master, worker]

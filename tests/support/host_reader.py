@@ -78,6 +78,16 @@ def _basic() -> str:
     return "Basic " + base64.b64encode(b"root:").decode()
 
 
+def _plan(job: dict) -> dict:
+    """The FE's ``_query_plan`` of the job's SQL, as root."""
+    import httpx
+
+    r = httpx.post(f"{job['fe']}/api/{job['db']}/{job['table']}/_query_plan", json={"sql": job["sql"]},
+                   headers={"Authorization": _basic()}, timeout=60)
+    r.raise_for_status()
+    return r.json()
+
+
 class _OneAddress:
     """A connector's connection to one routing: each call tried ``retries`` + 1 times, each
     time on a new connection, at the same offset."""
@@ -110,14 +120,9 @@ class _OneAddress:
 
 
 def read_thrift(job: dict, tally: Tally) -> dict:
-    import httpx
-
     from starscan.core.thrift_defs import wire
 
-    r = httpx.post(f"{job['fe']}/api/{job['db']}/{job['table']}/_query_plan", json={"sql": job["sql"]},
-                   headers={"Authorization": _basic()}, timeout=60)
-    r.raise_for_status()
-    plan = r.json()
+    plan = _plan(job)
     groups: dict[str, list[int]] = defaultdict(list)
     for tablet, info in plan["partitions"].items():
         groups[info["routings"][0]].append(int(tablet))
@@ -172,12 +177,7 @@ def read_mysql(job: dict, tally: Tally) -> dict:
 
 def read_plan(job: dict, tally: Tally) -> dict:
     """Only the plan: its routings (and the FE's Flight SQL endpoints' locations)."""
-    import httpx
-
-    r = httpx.post(f"{job['fe']}/api/{job['db']}/{job['table']}/_query_plan", json={"sql": job["sql"]},
-                   headers={"Authorization": _basic()}, timeout=60)
-    r.raise_for_status()
-    return {"routings": sorted({b for info in r.json()["partitions"].values() for b in info["routings"]})}
+    return {"routings": sorted({b for info in _plan(job)["partitions"].values() for b in info["routings"]})}
 
 
 def read_flight_locations(job: dict, tally: Tally) -> dict:

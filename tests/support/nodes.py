@@ -82,6 +82,29 @@ class Node:
                 self.kill()
 
 
+def spark_daemon(root: Path, name: str, *args: str, host: Any = None, work_dir: Path | None = None,
+                 daemon_opts: str | None = None) -> subprocess.Popen:
+    """A Spark standalone master or worker (``spark-class org.apache.spark.deploy...``) from
+    pyspark's own jars, logging to ``root/<name>.log``; on 127.0.0.1, or on a test host of
+    tests/support/netns.py (``host``). ``work_dir``: a worker's folder for its executors'
+    logs (default ``root/work``); ``daemon_opts``: JVM options of the master and its workers."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STARSCAN_", "PYSPARK_"))}
+    env.update(SPARK_HOME=str(home), SPARK_LOCAL_IP=host.address if host is not None else "127.0.0.1",
+               SPARK_WORKER_DIR=str(work_dir or root / "work"), SPARK_LOG_DIR=str(root / "logs"),
+               PYSPARK_PYTHON=sys.executable)
+    if daemon_opts:
+        env["SPARK_DAEMON_JAVA_OPTS"] = daemon_opts
+    argv = [str(home / "bin" / "spark-class"), *args]
+    log = (root / f"{name}.log").open("w")
+    proc = subprocess.Popen(host.command(*argv) if host is not None else argv, cwd=root, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    log.close()
+    return proc
+
+
 def write_id_table(folder: Path, files: int, rows_per_file: int) -> None:
     """A table of ``files`` Parquet files (row groups of 10,000) whose rows are known without
     any engine: ``id`` 0.. and ``v = str(id)``."""

@@ -376,3 +376,12 @@ def test_the_s3_endpoint_defaults_from_the_aws_sdk_variables(monkeypatch):
     assert StorageOptions().endpoint == "http://s3only.internal:9000"
     assert StorageOptions(endpoint="http://set.internal:1").endpoint == "http://set.internal:1"
     assert Settings(s3_endpoint=None).storage_options.endpoint == "http://s3only.internal:9000"
+
+
+def test_the_thrift_relay_takes_a_port_per_be_and_a_range_past_65535_is_refused(clean):
+    two = ["be1:9060", "be2:9060"]
+    assert Settings(thrift_relay_port=9070, be_endpoints=two).relay_ports == [9070, 9071]
+    assert Settings(thrift_relay_port=0, be_endpoints=two).relay_ports == [0, 0]  # free ports
+    assert Settings().relay_ports == []  # off by default
+    with pytest.raises(ValueError, match="thrift_relay_port.*65535-65536|65535-65536.*thrift_relay_port"):
+        Settings(thrift_relay_port=65535, be_endpoints=two)
