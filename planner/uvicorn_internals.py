@@ -19,7 +19,7 @@ from starscan.core.library_internals import call_shape_problems, refuse_untested
 
 __all__ = ["HttpToolsProtocol", "TESTED_ON", "check", "require"]
 
-TESTED_ON = ">=0.29,<0.55"
+TESTED_ON = ">=0.29,<0.56"
 
 #: The hooks the bounded protocol overrides, with their parameters: httptools' parser calls
 #: the first two, asyncio the third; ``connection_made`` sets ``self.transport``.
